@@ -1,0 +1,30 @@
+# The README's commands. Every target builds the pinned virtual environment first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test test-all lint bench clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+.venv: $(VENV)/.installed
+
+demo: .venv
+	$(PY) main.py --config=configs/demo.py --workdir=runs/demo
+
+test: .venv
+	$(PY) -m pytest -q
+
+lint: .venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: .venv
+	$(PY) experiments/benchmark.py --out runs/benchmark.json
+
+clean:
+	rm -rf $(VENV) runs
