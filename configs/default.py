@@ -1,0 +1,84 @@
+"""Default settings: every field of every run, each with a one-line comment.
+
+Variants (`rnnsearch.py`, `rnnencdec.py`, `demo.py`, `tiny.py`) import `get_config` from here and
+change only what differs. Any field can be overridden on the command line, e.g.
+`--config.model.score=dot`.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # Seeds parameter init, dropout and data shuffling (each through its own fold_in).
+
+  # ---------------------------------------------------------------- model
+  m = c.model = ml_collections.ConfigDict()
+  m.name = "rnnsearch"  # "rnnsearch" (attention) or "rnnencdec" (one fixed context vector).
+  m.emb_dim = 620  # Word embedding size, both languages (paper: 620).
+  m.enc_hidden = 1000  # Encoder GRU units per direction; annotations have 2x this (paper: 1000).
+  m.dec_hidden = 1000  # Decoder GRU units (paper: 1000).
+  m.attn_dim = 1000  # Hidden size of the additive alignment model (paper: 1000).
+  m.maxout_dim = 500  # Units after maxout over pairs in the deep output (paper: 500).
+  m.score = "additive"  # Alignment model: additive, dot, general, scaled, cosine, location.
+  m.cosine_sharpness = 10.0  # Initial sharpness (beta) of the cosine score; learned.
+  m.max_src_len = 100  # Longest source the `location` score can address (its output size).
+  m.dropout = 0.0  # Dropout on embeddings and the deep-output layer (paper: none).
+  m.dtype = "float32"  # Compute dtype: "float32" or "bfloat16" (parameters stay float32).
+  m.init = "paper"  # "paper": orthogonal recurrent, N(0, 0.001^2) W_a/U_a, 0 v_a/biases, else N(0, 0.01^2).
+
+  # ---------------------------------------------------------------- data
+  d = c.data = ml_collections.ConfigDict()
+  d.corpus = "synthetic"  # "synthetic" (embedded generator), "local" (text files) or "wmt14".
+  d.src_vocab_size = 30_000  # Source ids including the 4 specials (pad, bos, eos, unk).
+  d.tgt_vocab_size = 30_000  # Target ids including the 4 specials (paper: 30k shortlist).
+  d.tokenizer = "word"  # "word" (shortlist + <unk>) or "sentencepiece".
+  d.max_len = 50  # Training pairs longer than this (either side, in tokens) are dropped: 30 or 50.
+  d.batch_size = 80  # Sentence pairs per update (paper: 80).
+  d.batching = "paper"  # "paper" (pool 20 batches, sort by length, split) or "tokens" (budget).
+  d.pool_batches = 20  # Paper batching: batches drawn, sorted by length and split together.
+  d.max_tokens = 4000  # Token-budget batching: tokens (padded target side) per batch.
+  d.bucket_step = 10  # Pad lengths up to a multiple of this, bounding the compiled shapes.
+  d.shuffle_seed = 0  # Seed of the training-order shuffle (folded with `seed`).
+  d.cache_dir = ""  # Where built datasets go; "" means WORKDIR/data.
+  # The embedded corpus (seq2seq/data/synthetic.py).
+  d.synthetic = ml_collections.ConfigDict()
+  d.synthetic.train_pairs = 100_000  # Training pairs generated.
+  d.synthetic.valid_pairs = 1_000  # Validation pairs.
+  d.synthetic.test_pairs = 2_000  # Test pairs.
+  d.synthetic.vocab_size = 40_000  # Word types per language in the generated lexicon.
+  d.synthetic.min_len = 3  # Shortest source sentence in words.
+  d.synthetic.max_len = 80  # Longest source sentence in words.
+  d.synthetic.seed = 1234  # Generator seed; the corpus is a pure function of it.
+  # Local parallel text: PREFIX.SRC_LANG and PREFIX.TGT_LANG per split.
+  d.local = ml_collections.ConfigDict()
+  d.local.dir = "../shared/data/multi30k"  # Folder holding the split files.
+  d.local.src_lang = "en"  # Source file suffix.
+  d.local.tgt_lang = "fr"  # Target file suffix.
+  d.local.train = "train"  # Training split prefix.
+  d.local.valid = "val"  # Validation split prefix.
+  d.local.test = "test_2016_flickr"  # Test split prefix.
+
+  # ---------------------------------------------------------------- training
+  t = c.train = ml_collections.ConfigDict()
+  t.optimizer = "adadelta"  # "adadelta" (paper), "adam" or "sgd".
+  t.learning_rate = 1.0  # Step size (Adadelta: 1.0 as in the paper; Adam: e.g. 1e-3).
+  t.adadelta_rho = 0.95  # Adadelta decay (paper: 0.95).
+  t.adadelta_eps = 1e-6  # Adadelta epsilon (paper: 1e-6).
+  t.warmup_steps = 0  # Linear learning-rate warm-up steps.
+  t.decay = "constant"  # Schedule after warm-up: "constant" or "rsqrt".
+  t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
+  t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
+  t.num_steps = 10_000  # Updates to run.
+  t.log_every = 100  # Steps between train metric lines.
+  t.eval_every = 1000  # Steps between validation passes.
+  t.checkpoint_every = 1000  # Steps between checkpoints (and one at the end).
+  t.keep_checkpoints = 3  # Checkpoints kept on disk.
+
+  # ---------------------------------------------------------------- decoding
+  dec = c.decode = ml_collections.ConfigDict()
+  dec.beam_size = 12  # Beam width (paper: 12); 1 is greedy.
+  dec.max_len_ratio = 2.0  # Longest output as a multiple of the source length (plus 10).
+  dec.length_norm_alpha = 1.0  # Divide scores by length**alpha (1: GroundHog; 0: off).
+  dec.batch_size = 64  # Sentences decoded together.
+  return c

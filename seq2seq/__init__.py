@@ -1,0 +1,1 @@
+"""seq2seq-attention: RNNsearch, RNNencdec and alignment models in JAX/Flax NNX."""

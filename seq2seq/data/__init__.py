@@ -1,0 +1,1 @@
+"""Corpora the project can train on: the embedded generator and dataset builders."""

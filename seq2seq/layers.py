@@ -1,0 +1,134 @@
+"""Building blocks shared by the encoder, decoder and alignment models.
+
+* `dense`: a linear layer whose initialiser follows the configured scheme and the layer's role.
+* `GRUCell`: one step of the paper's gated recurrent unit (reset gate applied *before* the
+  recurrent matmul, eq. (A.1)-(A.4) of Bahdanau et al.), with the input projection hoisted out so
+  callers can apply it to all time steps at once.
+* `compute_dtype`, `dropout`, `maxout`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+# float64 is for numerical checks only (it needs `jax.enable_x64`).
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}
+INIT_SCHEMES = ("paper", "glorot")
+ROLES = ("other", "attention", "recurrent", "zeros")
+
+
+def compute_dtype(cfg: ml_collections.ConfigDict) -> jnp.dtype:
+  """The compute dtype named by `cfg.dtype` (parameters are always float32)."""
+  if cfg.dtype not in _DTYPES:
+    raise ValueError(f"model.dtype={cfg.dtype!r} is not one of {sorted(_DTYPES)}")
+  return _DTYPES[cfg.dtype]
+
+
+def orthogonal_blocks(num_blocks: int) -> nnx.Initializer:
+  """Orthogonal init of each of `num_blocks` square-ish column blocks of a kernel [in, out]."""
+  ortho = nnx.initializers.orthogonal()
+
+  def init(key, shape, dtype=jnp.float32):
+    rows, cols = shape
+    if cols % num_blocks:
+      raise ValueError(f"kernel {shape} does not split into {num_blocks} blocks")
+    keys = jax.random.split(key, num_blocks)
+    return jnp.concatenate([ortho(k, (rows, cols // num_blocks), dtype) for k in keys], axis=1)
+
+  return init
+
+
+def kernel_init(scheme: str, role: str, num_blocks: int = 1) -> nnx.Initializer:
+  """The initialiser of a kernel playing `role` under init `scheme`.
+
+  paper: recurrent kernels orthogonal (per gate block), alignment-model kernels W_a and U_a
+  N(0, 0.001^2), v_a zero, every other weight N(0, 0.01^2) (Bahdanau et al., appendix B.1).
+  glorot: recurrent orthogonal, v_a zero, every other weight Glorot-uniform.
+  """
+  if scheme not in INIT_SCHEMES:
+    raise ValueError(f"model.init={scheme!r} is not one of {list(INIT_SCHEMES)}")
+  if role not in ROLES:
+    raise ValueError(f"unknown parameter role {role!r}; valid: {list(ROLES)}")
+  if role == "recurrent":
+    return orthogonal_blocks(num_blocks)
+  if role == "zeros":
+    return nnx.initializers.zeros_init()
+  if scheme == "glorot":
+    return nnx.initializers.glorot_uniform()
+  return nnx.initializers.normal(0.001 if role == "attention" else 0.01)
+
+
+def dense(
+  in_features: int,
+  out_features: int,
+  cfg: ml_collections.ConfigDict,
+  *,
+  rngs: nnx.Rngs,
+  role: str = "other",
+  use_bias: bool = False,
+  num_blocks: int = 1,
+) -> nnx.Linear:
+  """A linear layer [..., in] -> [..., out] computing in the configured dtype."""
+  return nnx.Linear(
+    in_features,
+    out_features,
+    use_bias=use_bias,
+    dtype=compute_dtype(cfg),
+    param_dtype=jnp.float32,
+    kernel_init=kernel_init(cfg.init, role, num_blocks),
+    bias_init=nnx.initializers.zeros_init(),
+    rngs=rngs,
+  )
+
+
+def embed(vocab_size: int, features: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+  """A word-embedding table [vocab, features] (N(0, 0.01^2) under the paper init)."""
+  init = nnx.initializers.normal(0.01) if cfg.init == "paper" else nnx.initializers.normal(0.1)
+  return nnx.Embed(
+    vocab_size,
+    features,
+    dtype=compute_dtype(cfg),
+    param_dtype=jnp.float32,
+    embedding_init=init,
+    rngs=rngs,
+  )
+
+
+class GRUCell(nnx.Module):
+  """The paper's GRU: z, r gates, candidate tanh(W x + U (r * h)), h' = (1 - z) h + z h~.
+
+  The input projection `project(x) -> x3 [..., 3H]` (gate order z, r, candidate, bias included)
+  is separate so that callers apply it to every time step at once outside the scan. The state
+  is kept in float32; matmuls run in the configured compute dtype.
+  """
+
+  def __init__(self, in_features: int, hidden: int, cfg: ml_collections.ConfigDict, *, rngs):
+    self.hidden = hidden
+    self.project = dense(in_features, 3 * hidden, cfg, rngs=rngs, use_bias=True)
+    self.u_zr = dense(hidden, 2 * hidden, cfg, rngs=rngs, role="recurrent", num_blocks=2)
+    self.u_h = dense(hidden, hidden, cfg, rngs=rngs, role="recurrent")
+
+  def __call__(self, h_BH: jax.Array, x3_B3H: jax.Array) -> jax.Array:
+    """One step: state [B, H] (float32) and projected input [B, 3H] -> new state [B, H]."""
+    x3 = x3_B3H.astype(jnp.float32)
+    x_zr, x_h = x3[..., : 2 * self.hidden], x3[..., 2 * self.hidden :]
+    zr = jax.nn.sigmoid(x_zr + self.u_zr(h_BH).astype(jnp.float32))
+    z, r = zr[..., : self.hidden], zr[..., self.hidden :]
+    candidate = jnp.tanh(x_h + self.u_h(r * h_BH).astype(jnp.float32))
+    return (1.0 - z) * h_BH + z * candidate
+
+
+def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
+  """Inverted dropout; the identity when `rng` is None or `rate` is 0."""
+  if rng is None or rate <= 0.0:
+    return x
+  keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def maxout(x: jax.Array) -> jax.Array:
+  """Maximum over adjacent pairs of the last axis: [..., 2M] -> [..., M]."""
+  return jnp.max(x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2), axis=-1)

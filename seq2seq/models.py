@@ -1,0 +1,176 @@
+"""RNNsearch and RNNencdec (Bahdanau, Cho and Bengio, 2014) as Flax NNX modules.
+
+Axes: B batch, S source positions, T target positions, E embedding, He encoder units per
+direction, H = 2 He annotation size, D decoder units, K key size of the score function, M maxout
+units, V target vocabulary.
+
+Encoder: a bidirectional GRU; annotation h_j = [fwd h_j ; bwd h_j] [B, S, H]. Decoder state
+s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{i-1}:
+
+  alpha_i = masked softmax_j a(s_{i-1}, h_j),  c_i = sum_j alpha_ij h_j         (RNNsearch)
+  c_i = c = [fwd h_Tx ; bwd h_1] for every i                                 (RNNencdec)
+  s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])
+  t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
+
+Training (`__call__`) hoists everything that does not depend on the recurrence out of the
+`lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep
+output over all steps after the scan. Decoding uses `decoder_step`, one position at a time,
+built from the same pieces.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from seq2seq import attention, layers, scores
+
+
+class Encoded(NamedTuple):
+  """What the decoder needs from the source, computed once per sentence."""
+
+  annotations: jax.Array  # [B, S, H]
+  keys: jax.Array  # [B, S, K]: the score function's precomputed keys (U_a h_j for additive).
+  mask: jax.Array  # [B, S] 1 for real tokens.
+  init_state: jax.Array  # [B, D] s_0 = tanh(W_s bwd h_1), float32.
+  fixed_context: jax.Array  # [B, H] the RNNencdec context (also computed for RNNsearch).
+
+
+class BiGRUEncoder(nnx.Module):
+  """Bidirectional GRU over source embeddings, respecting padding in both directions."""
+
+  def __init__(self, vocab_size: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    self.dropout_rate = cfg.dropout
+    self.embed = layers.embed(vocab_size, cfg.emb_dim, cfg, rngs=rngs)
+    self.fwd = layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs)
+    self.bwd = layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs)
+
+  def __call__(self, src_BS, mask_BS, dropout_rng=None):
+    """Returns annotations [B, S, H] (float32), fwd state at the last real token, bwd h_1."""
+    emb = layers.dropout(self.embed(src_BS), self.dropout_rate, dropout_rng)
+    mask_SB1 = jnp.swapaxes(mask_BS, 0, 1)[..., None].astype(bool)
+    # Input projections of every position, both directions, outside the scans: [S, B, 3He].
+    x_fwd = jnp.swapaxes(self.fwd.project(emb), 0, 1)
+    x_bwd = jnp.swapaxes(self.bwd.project(emb), 0, 1)
+    h0 = jnp.zeros((src_BS.shape[0], self.fwd.hidden), jnp.float32)
+
+    def run(cell, xs, reverse):
+      def step(h, inputs):
+        x3, m = inputs
+        h = jnp.where(m, cell(h, x3), h)  # Padding leaves the state untouched.
+        return h, h
+
+      last, hs = jax.lax.scan(step, h0, (xs, mask_SB1), reverse=reverse)
+      return last, jnp.swapaxes(hs, 0, 1)
+
+    fwd_last, fwd_BSH = run(self.fwd, x_fwd, reverse=False)
+    bwd_first, bwd_BSH = run(self.bwd, x_bwd, reverse=True)
+    annotations = jnp.concatenate([fwd_BSH, bwd_BSH], axis=-1)
+    return annotations, fwd_last, bwd_first
+
+
+class Seq2Seq(nnx.Module):
+  """The encoder-decoder shared by RNNsearch and RNNencdec; `uses_attention` tells them apart."""
+
+  uses_attention = True
+
+  def __init__(self, cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs):
+    annot = 2 * cfg.enc_hidden
+    self.dropout_rate = cfg.dropout
+    self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs)
+    self.embed = layers.embed(tgt_vocab, cfg.emb_dim, cfg, rngs=rngs)
+    self.init_proj = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs, use_bias=True)
+    self.cell = layers.GRUCell(cfg.emb_dim, cfg.dec_hidden, cfg, rngs=rngs)
+    self.context_proj = layers.dense(annot, 3 * cfg.dec_hidden, cfg, rngs=rngs)
+    if self.uses_attention:
+      self.score = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+    self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
+    self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+    self.c_o = layers.dense(annot, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+    self.w_o = layers.dense(cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True)
+
+  # ------------------------------------------------------------------ pieces
+  def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
+    """Runs the encoder and precomputes everything the decoder reuses at every step."""
+    annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
+    keys = self.score.keys(annotations) if self.uses_attention else annotations[..., :0]
+    init_state = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
+    fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
+    return Encoded(annotations, keys, src_mask_BS, init_state, fixed)
+
+  def _context(self, enc: Encoded, state_BD: jax.Array):
+    """(c_i [B, H] float32, alpha_i [B, S] float32 or None) from s_{i-1}."""
+    if not self.uses_attention:
+      return enc.fixed_context, None
+    return attention.attend(self.score, state_BD, enc.keys, enc.annotations, enc.mask)
+
+  def _recur(self, enc: Encoded, state_BD, x3_B3D):
+    """One decoder recurrence given the projected word input: (s_i, c_i, alpha_i)."""
+    ctx_BH, alpha_BS = self._context(enc, state_BD)
+    new_state = self.cell(state_BD, x3_B3D + self.context_proj(ctx_BH))
+    return new_state, ctx_BH, alpha_BS
+
+  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None):
+    """Deep output: logits [..., V] (float32) from s_{i-1}, E y_{i-1} and c_i, any leading axes."""
+    t = self.u_o(prev_state) + self.v_o(emb_prev) + self.c_o(ctx)
+    t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
+    return self.w_o(t).astype(jnp.float32)
+
+  # ------------------------------------------------------------------ decoding API
+  def decoder_step(self, enc: Encoded, state_BD: jax.Array, y_prev_B: jax.Array):
+    """One target position: (s_{i-1}, y_{i-1}) -> (s_i, logits_i [B, V], alpha_i [B, S])."""
+    emb = self.embed(y_prev_B)
+    new_state, ctx, alpha = self._recur(enc, state_BD, self.cell.project(emb))
+    return new_state, self._readout(state_BD, emb, ctx), alpha
+
+  # ------------------------------------------------------------------ training API
+  def __call__(self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, dropout_rng=None):
+    """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked.
+
+    `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks.
+    """
+    rngs = jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None,) * 3
+    enc = self.encode(src_BS, src_mask_BS, rngs[0])
+    emb_BTE = layers.dropout(self.embed(tgt_in_BT), self.dropout_rate, rngs[1])
+    x3_TB3D = jnp.swapaxes(self.cell.project(emb_BTE), 0, 1)
+
+    def step(state, x3):
+      new_state, ctx, alpha = self._recur(enc, state, x3)
+      return new_state, (state, ctx, alpha)
+
+    _, (prev_TBD, ctx_TBH, alpha_TBS) = jax.lax.scan(step, enc.init_state, x3_TB3D)
+    prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
+    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2])
+    if not return_alpha:
+      return logits
+    if alpha_TBS is None:
+      raise ValueError("RNNencdec has no attention weights to return")
+    return logits, jnp.swapaxes(alpha_TBS, 0, 1)
+
+
+class RNNsearch(Seq2Seq):
+  """The paper's model: attention over the annotations at every decoder step."""
+
+  uses_attention = True
+
+
+class RNNencdec(Seq2Seq):
+  """The baseline: the same decoder, fed one fixed context vector per sentence."""
+
+  uses_attention = False
+
+
+MODELS: dict[str, type[Seq2Seq]] = {"rnnsearch": RNNsearch, "rnnencdec": RNNencdec}
+
+
+def build_model(
+  cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs: nnx.Rngs
+) -> Seq2Seq:
+  """The model named by `cfg.name` (a `config.model` section)."""
+  if cfg.name not in MODELS:
+    raise ValueError(f"unknown model {cfg.name!r}; valid: {', '.join(sorted(MODELS))}")
+  return MODELS[cfg.name](cfg, src_vocab, tgt_vocab, rngs=rngs)

@@ -1,0 +1,169 @@
+"""Alignment models: the unnormalised score e_j of one decoder query against every source position.
+
+Every score function is an NNX module with two methods:
+
+* `keys(annotations_BSH) -> keys_BSK`: whatever can be computed from the annotations alone,
+  once per sentence (U_a h_j for `additive`, W h_j for `general`, h_j / |h_j| for `cosine`).
+* `__call__(query_D, keys_SK, annotations_SH) -> e_S`: the score of ONE query (the previous
+  decoder state s_{i-1}) against all S positions. `seq2seq.attention.attend` lifts it over the
+  batch with `jax.vmap`.
+
+Register a new one with `@register("name")` on a `Score` subclass; `make_score(name, ...)` builds
+it and lists the valid names when the name is unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from seq2seq import layers
+
+_REGISTRY: dict[str, type[Score]] = {}
+
+
+def register(name: str) -> Callable[[type[Score]], type[Score]]:
+  """Class decorator adding a score function to the registry under `name`."""
+
+  def add(cls: type[Score]) -> type[Score]:
+    if name in _REGISTRY:
+      raise ValueError(f"score {name!r} is registered twice")
+    _REGISTRY[name] = cls
+    cls.name = name
+    return cls
+
+  return add
+
+
+def names() -> list[str]:
+  """The registered score names, sorted."""
+  return sorted(_REGISTRY)
+
+
+def make_score(
+  name: str, query_dim: int, annot_dim: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs
+) -> Score:
+  """Builds the score function `name` for queries of size D and annotations of size H."""
+  if name not in _REGISTRY:
+    raise ValueError(f"unknown score function {name!r}; valid: {', '.join(names())}")
+  return _REGISTRY[name](query_dim, annot_dim, cfg, rngs=rngs)
+
+
+class Score(nnx.Module):
+  """Base class: the `keys` default is the annotations themselves."""
+
+  name = "base"
+
+  def keys(self, annotations_BSH: jax.Array) -> jax.Array:
+    return annotations_BSH
+
+  def __call__(self, query_D: jax.Array, keys_SK: jax.Array, annotations_SH: jax.Array):
+    raise TypeError(f"{type(self).__name__} must define __call__")
+
+
+def _require_same_size(name: str, query_dim: int, annot_dim: int) -> None:
+  if query_dim != annot_dim:
+    raise ValueError(
+      f"score {name!r} compares the decoder state (size {query_dim}) with annotations (size "
+      f"{annot_dim}) directly, so the sizes must match: set model.dec_hidden = "
+      f"2 * model.enc_hidden, or use 'general' or 'additive'"
+    )
+
+
+@register("additive")
+class Additive(Score):
+  """Bahdanau et al.: e_j = v_a^T tanh(W_a s + U_a h_j); U_a h_j is the precomputed key."""
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.w_a = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    self.u_a = layers.dense(annot_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    self.v_a = layers.dense(cfg.attn_dim, 1, cfg, rngs=rngs, role="zeros")
+
+  def keys(self, annotations_BSH):
+    return self.u_a(annotations_BSH)
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    hidden_SA = jnp.tanh(self.w_a(query_D)[None, :] + keys_SK)
+    return self.v_a(hidden_SA)[:, 0]
+
+
+@register("dot")
+class Dot(Score):
+  """Luong et al.: e_j = s^T h_j (requires dec_hidden == 2 * enc_hidden)."""
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    _require_same_size(self.name, query_dim, annot_dim)
+    self.dtype = layers.compute_dtype(cfg)
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    return keys_SK.astype(self.dtype) @ query_D.astype(self.dtype)
+
+
+@register("scaled")
+class ScaledDot(Dot):
+  """Vaswani et al.: e_j = s^T h_j / sqrt(d)."""
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    return super().__call__(query_D, keys_SK, annotations_SH) / jnp.sqrt(query_D.shape[-1])
+
+
+@register("general")
+class General(Score):
+  """Luong et al.: e_j = s^T W h_j; W h_j is the precomputed key."""
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.w = layers.dense(annot_dim, query_dim, cfg, rngs=rngs, role="attention")
+
+  def keys(self, annotations_BSH):
+    return self.w(annotations_BSH)
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    return keys_SK @ query_D.astype(keys_SK.dtype)
+
+
+@register("cosine")
+class Cosine(Score):
+  """Graves et al.'s content-based addressing: e_j = beta * cos(s, h_j), beta learned.
+
+  The key is the unit-normalised annotation; beta starts at `model.cosine_sharpness`.
+  """
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    _require_same_size(self.name, query_dim, annot_dim)
+    self.sharpness = nnx.Param(jnp.asarray(cfg.cosine_sharpness, jnp.float32))
+
+  def keys(self, annotations_BSH):
+    return _unit(annotations_BSH.astype(jnp.float32))
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    return self.sharpness[...] * (keys_SK @ _unit(query_D.astype(jnp.float32)))
+
+
+def _unit(x: jax.Array, eps: float = 1e-6) -> jax.Array:
+  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+@register("location")
+class Location(Score):
+  """Luong et al.'s location-based score: e = W s over positions, blind to content.
+
+  W maps the query to `model.max_src_len` scores, of which the first S are used; a longer source
+  is an error.
+  """
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.max_src_len = cfg.max_src_len
+    self.w = layers.dense(query_dim, cfg.max_src_len, cfg, rngs=rngs, role="attention")
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    num_positions = keys_SK.shape[0]
+    if num_positions > self.max_src_len:
+      raise ValueError(
+        f"score 'location' addresses at most model.max_src_len={self.max_src_len} source "
+        f"positions, got a batch padded to {num_positions}"
+      )
+    return self.w(query_D)[:num_positions]

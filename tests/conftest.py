@@ -1,0 +1,43 @@
+"""Shared fixtures: small configs and random padded batches."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import tiny
+
+
+@pytest.fixture
+def tiny_config():
+  return tiny.get_config()
+
+
+def random_batch(seed=0, batch=4, src_len=7, tgt_len=6, vocab=50, pad_rows=True):
+  """A batch dict of int32 arrays with ragged padding on both sides."""
+  rng = np.random.default_rng(seed)
+  src_lens = rng.integers(1, src_len + 1, batch)
+  tgt_lens = rng.integers(1, tgt_len + 1, batch)
+  if not pad_rows:
+    src_lens[:], tgt_lens[:] = src_len, tgt_len
+  src_mask = (np.arange(src_len)[None] < src_lens[:, None]).astype(np.int32)
+  tgt_mask = (np.arange(tgt_len)[None] < tgt_lens[:, None]).astype(np.int32)
+  return {
+    "src": (rng.integers(4, vocab, (batch, src_len)) * src_mask).astype(np.int32),
+    "src_mask": src_mask,
+    "tgt_in": (rng.integers(4, vocab, (batch, tgt_len)) * tgt_mask).astype(np.int32),
+    "tgt_out": (rng.integers(4, vocab, (batch, tgt_len)) * tgt_mask).astype(np.int32),
+    "tgt_mask": tgt_mask,
+  }
+
+
+def randomise(module, seed=1, scale=0.3):
+  """Adds N(0, scale^2) noise to every parameter, so scores and attention are far from uniform
+  (the paper init starts with v_a = 0, which makes every score function look alike)."""
+  graphdef, state = nnx.split(module)
+  leaves, treedef = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  pairs = zip(keys, leaves, strict=True)
+  noise = [scale * jax.random.normal(k, x.shape, x.dtype) for k, x in pairs]
+  leaves = [x + n for x, n in zip(leaves, noise, strict=True)]
+  return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))

@@ -1,0 +1,137 @@
+"""RNNsearch / RNNencdec: shapes, parameter counts, scan vs step loop, padding invariance."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch, randomise
+from flax import nnx
+
+from configs import rnnencdec, rnnsearch
+from seq2seq import models, scores
+
+VOCAB = 50
+
+
+def _model(cfg, name="rnnsearch", seed=0):
+  cfg.model.name = name
+  return models.build_model(cfg.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(seed))
+
+
+@pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec"])
+def test_output_shapes(tiny_config, name):
+  model = _model(tiny_config, name)
+  b = random_batch(vocab=VOCAB)
+  logits = model(b["src"], b["src_mask"], b["tgt_in"])
+  assert logits.shape == (4, 6, VOCAB + 3) and logits.dtype == jnp.float32
+  enc = model.encode(b["src"], b["src_mask"])
+  assert enc.annotations.shape == (4, 7, 2 * tiny_config.model.enc_hidden)
+  assert enc.init_state.shape == (4, tiny_config.model.dec_hidden)
+  if name == "rnnsearch":
+    logits2, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+    assert alpha.shape == (4, 6, 7)
+    np.testing.assert_array_equal(np.asarray(logits2), np.asarray(logits))
+  else:
+    with pytest.raises(ValueError, match="no attention"):
+      model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+
+
+@pytest.mark.parametrize(
+  "name,score", [("rnnsearch", s) for s in scores.names()] + [("rnnencdec", "additive")]
+)
+def test_scan_equals_step_by_step_loop(tiny_config, name, score):
+  tiny_config.model.score = score
+  model = randomise(_model(tiny_config, name))
+  b = random_batch(seed=3, vocab=VOCAB)
+  logits = model(b["src"], b["src_mask"], b["tgt_in"])
+  enc = model.encode(b["src"], b["src_mask"])
+  state, step_logits, step_alpha = enc.init_state, [], []
+  for t in range(b["tgt_in"].shape[1]):
+    state, lg, alpha = model.decoder_step(enc, state, jnp.asarray(b["tgt_in"][:, t]))
+    step_logits.append(lg)
+    step_alpha.append(alpha)
+  np.testing.assert_allclose(np.asarray(logits), np.stack(step_logits, 1), rtol=2e-5, atol=2e-5)
+  if name == "rnnsearch":
+    _, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+    np.testing.assert_allclose(np.asarray(alpha), np.stack(step_alpha, 1), rtol=2e-5, atol=2e-6)
+
+
+def test_initial_state_is_tanh_of_backward_first_annotation(tiny_config):
+  model = randomise(_model(tiny_config))
+  b = random_batch(seed=4, vocab=VOCAB)
+  enc = model.encode(b["src"], b["src_mask"])
+  he = tiny_config.model.enc_hidden
+  bwd_h1 = np.asarray(enc.annotations[:, 0, he:], np.float64)
+  w, bias = np.asarray(model.init_proj.kernel[...]), np.asarray(model.init_proj.bias[...])
+  np.testing.assert_allclose(np.asarray(enc.init_state), np.tanh(bwd_h1 @ w + bias), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec"])
+def test_source_padding_changes_nothing(tiny_config, name):
+  """Appending padding (of any token id) to the source leaves logits and attention unchanged."""
+  model = randomise(_model(tiny_config, name))
+  b = random_batch(seed=5, vocab=VOCAB)
+  extra = 5
+  src = np.concatenate([b["src"], np.full((4, extra), 17, np.int32)], axis=1)
+  mask = np.concatenate([b["src_mask"], np.zeros((4, extra), np.int32)], axis=1)
+  want = model(b["src"], b["src_mask"], b["tgt_in"])
+  got = model(src, mask, b["tgt_in"])
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+def _paper_count(v_src, v_tgt, e, he, d, a, m, attention):
+  """Parameters of the paper's model, counted by hand from its equations."""
+  gru = lambda inp, h: inp * 3 * h + 3 * h + h * 2 * h + h * h  # W [z,r,h]+bias, U_zr, U
+  encoder = v_src * e + 2 * gru(e, he)
+  decoder = v_tgt * e + (he * d + d) + gru(e, d) + 2 * he * 3 * d  # embed, W_s, GRU, C [z,r,h]
+  align = d * a + 2 * he * a + a if attention else 0  # W_a, U_a, v_a
+  readout = (
+    (d * 2 * m + 2 * m) + e * 2 * m + 2 * he * 2 * m + (m * v_tgt + v_tgt)
+  )  # U_o V_o C_o W_o
+  return encoder + decoder + align + readout
+
+
+@pytest.mark.parametrize("module,attention", [(rnnsearch, True), (rnnencdec, False)])
+def test_paper_config_parameter_count(module, attention):
+  cfg = module.get_config().model
+  v = module.get_config().data.src_vocab_size
+  abstract = nnx.eval_shape(lambda: models.build_model(cfg, v, v, rngs=nnx.Rngs(0)))
+  count = sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+  want = _paper_count(
+    v, v, cfg.emb_dim, cfg.enc_hidden, cfg.dec_hidden, cfg.attn_dim, cfg.maxout_dim, attention
+  )
+  print(f"{cfg.name} paper config: {count:,} parameters")
+  assert count == want
+
+
+def test_paper_init(tiny_config):
+  model = _model(tiny_config)
+  assert float(jnp.abs(model.score.v_a.kernel[...]).max()) == 0.0
+  u = np.asarray(model.cell.u_h.kernel[...])
+  np.testing.assert_allclose(u.T @ u, np.eye(u.shape[0]), atol=1e-5)  # Orthogonal.
+  zr = np.asarray(model.cell.u_zr.kernel[...])
+  h = u.shape[0]
+  np.testing.assert_allclose(zr[:, :h].T @ zr[:, :h], np.eye(h), atol=1e-5)
+  assert 0.0005 < float(jnp.std(model.score.w_a.kernel[...])) < 0.002
+  assert 0.005 < float(jnp.std(model.w_o.kernel[...])) < 0.02
+
+
+def test_bfloat16_compute_keeps_float32_params(tiny_config):
+  tiny_config.model.dtype = "bfloat16"
+  model = randomise(_model(tiny_config), scale=0.1)
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  b = random_batch(seed=6, vocab=VOCAB)
+  logits, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+  assert logits.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(logits)))
+  tiny_config.model.dtype = "float32"
+  ref = models.build_model(tiny_config.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(0))
+  nnx.update(ref, nnx.state(model))
+  np.testing.assert_allclose(
+    np.asarray(logits), np.asarray(ref(b["src"], b["src_mask"], b["tgt_in"])), atol=0.1
+  )
+
+
+def test_unknown_model_name(tiny_config):
+  tiny_config.model.name = "transformer"
+  with pytest.raises(ValueError, match="unknown model 'transformer'.*rnnencdec, rnnsearch"):
+    models.build_model(tiny_config.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))

@@ -1,0 +1,141 @@
+"""Each score function against a float64 NumPy reference; registry errors; a gradient check."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import randomise
+from flax import nnx
+
+from seq2seq import attention, scores
+
+D, H, S, B = 6, 6, 5, 3
+
+
+def _cfg(tiny_config, **overrides):
+  cfg = tiny_config.model
+  cfg.attn_dim = 4
+  cfg.max_src_len = 8
+  cfg.update(overrides)
+  return cfg
+
+
+def _kernel(layer):
+  return np.asarray(layer.kernel[...], np.float64)
+
+
+def _reference(score, q, h):
+  """float64 NumPy e [S] for one query q [D] and annotations h [S, H]."""
+  q, h = q.astype(np.float64), h.astype(np.float64)
+  name = score.name
+  if name == "additive":
+    return np.tanh(q @ _kernel(score.w_a) + h @ _kernel(score.u_a)) @ _kernel(score.v_a)[:, 0]
+  if name == "dot":
+    return h @ q
+  if name == "scaled":
+    return h @ q / np.sqrt(len(q))
+  if name == "general":
+    return (h @ _kernel(score.w)) @ q
+  if name == "cosine":
+    beta = float(score.sharpness[...])
+    return beta * (h @ q) / np.linalg.norm(h, axis=1) / np.linalg.norm(q)
+  if name == "location":
+    return (q @ _kernel(score.w))[: len(h)]
+  raise AssertionError(f"no reference for {name}")
+
+
+@pytest.mark.parametrize("name", scores.names())
+def test_score_matches_float64_reference(tiny_config, name):
+  score = randomise(
+    scores.make_score(name, D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 1, scale=0.5
+  )
+  rng = np.random.default_rng(0)
+  q_BD = rng.normal(size=(B, D)).astype(np.float32)
+  h_BSH = rng.normal(size=(B, S, H)).astype(np.float32)
+  keys = score.keys(jnp.asarray(h_BSH))
+  e_BS = jax.vmap(score)(jnp.asarray(q_BD), keys, jnp.asarray(h_BSH))
+  want = np.stack([_reference(score, q_BD[b], h_BSH[b]) for b in range(B)])
+  np.testing.assert_allclose(np.asarray(e_BS), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", scores.names())
+def test_attend_with_padding_matches_reference_and_jit(tiny_config, name):
+  score = randomise(
+    scores.make_score(name, D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 2, scale=0.5
+  )
+  rng = np.random.default_rng(1)
+  q = rng.normal(size=(B, D)).astype(np.float32)
+  h = rng.normal(size=(B, S, H)).astype(np.float32)
+  mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], np.int32)
+
+  def run(q, h, mask):
+    return attention.attend(score, q, score.keys(h), h, mask)
+
+  ctx, alpha = run(q, h, mask)
+  ctx_jit, alpha_jit = jax.jit(run)(q, h, mask)
+  for b in range(B):
+    n = mask[b].sum()
+    e = _reference(score, q[b], h[b])[:n]
+    p = np.exp(e - e.max())
+    p /= p.sum()
+    np.testing.assert_allclose(np.asarray(alpha[b, :n]), p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(alpha[b, n:]), 0.0)
+    np.testing.assert_allclose(
+      np.asarray(ctx[b]), p @ h[b, :n].astype(np.float64), rtol=1e-5, atol=1e-6
+    )
+  np.testing.assert_allclose(np.asarray(alpha_jit), np.asarray(alpha), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(np.asarray(ctx_jit), np.asarray(ctx), rtol=1e-6, atol=1e-6)
+
+
+def test_unknown_score_lists_valid_names(tiny_config):
+  with pytest.raises(ValueError, match="unknown score function 'bilinear'.*additive.*location"):
+    scores.make_score("bilinear", D, H, _cfg(tiny_config), rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("name", ["dot", "scaled", "cosine"])
+def test_size_mismatch_names_both_sizes(tiny_config, name):
+  with pytest.raises(ValueError, match=r"size 7\).*size 6\)"):
+    scores.make_score(name, 7, 6, _cfg(tiny_config), rngs=nnx.Rngs(0))
+
+
+def test_location_rejects_sources_longer_than_configured(tiny_config):
+  score = scores.make_score("location", D, H, _cfg(tiny_config, max_src_len=4), rngs=nnx.Rngs(0))
+  h = jnp.ones((S, H))
+  with pytest.raises(ValueError, match="max_src_len=4"):
+    score(jnp.ones(D), h, h)
+
+
+def test_additive_gradient_matches_finite_differences(tiny_config):
+  with jax.enable_x64(True):
+    cfg = _cfg(tiny_config, dtype="float64")
+    score = randomise(scores.make_score("additive", D, H, cfg, rngs=nnx.Rngs(0)), 3, scale=0.5)
+    graphdef, params = nnx.split(score)
+    params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
+    rng = np.random.default_rng(2)
+    q = jnp.asarray(rng.normal(size=D))
+    h = jnp.asarray(rng.normal(size=(S, H)))
+    mask = jnp.asarray([1, 1, 1, 0, 0])
+    w = jnp.asarray(rng.normal(size=(S,)))
+
+    def objective(params, q, h):
+      sc = nnx.merge(graphdef, params)
+      alpha = attention.masked_softmax(sc(q, sc.keys(h[None])[0], h), mask)
+      return jnp.sum(alpha * w)
+
+    grads = jax.grad(objective, argnums=(0, 1, 2))(params, q, h)
+    flat_p, unflatten = jax.flatten_util.ravel_pytree((params, q, h))
+    flat_g, _ = jax.flatten_util.ravel_pytree(grads)
+    eps = 1e-6
+    numeric = np.array(
+      [
+        (
+          objective(*unflatten(flat_p.at[i].add(eps)))
+          - objective(*unflatten(flat_p.at[i].add(-eps)))
+        )
+        / (2 * eps)
+        for i in range(flat_p.size)
+      ]
+    )
+    assert flat_g.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(flat_g), numeric, rtol=1e-6, atol=1e-9)
+    assert np.abs(numeric).max() > 1e-3  # The check is not vacuous.

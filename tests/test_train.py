@@ -1,0 +1,92 @@
+"""Training library: loss, optimisers, and a tiny model overfitting fixed pairs per score."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch
+
+from seq2seq import scores, train
+
+
+def test_cross_entropy_matches_numpy_and_ignores_padding():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+  targets = np.array([[1, 2, 0], [4, 0, 0]])
+  mask = np.array([[1, 1, 0], [1, 0, 0]])
+  total, tokens = train.cross_entropy(jnp.asarray(logits), targets, mask)
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  want = -(logp[0, 0, 1] + logp[0, 1, 2] + logp[1, 0, 4])
+  np.testing.assert_allclose(float(total), want, rtol=1e-5)
+  assert float(tokens) == 3.0
+
+
+def test_label_smoothing_is_zero_at_the_smoothed_target():
+  vocab, ls = 6, 0.2
+  q = np.full(vocab, ls / vocab)
+  q[2] += 1 - ls
+  logits = jnp.log(jnp.asarray(q, jnp.float32))[None, None]
+  total, _ = train.cross_entropy(logits, np.array([[2]]), np.array([[1]]), ls)
+  assert abs(float(total)) < 1e-5
+  worse, _ = train.cross_entropy(logits * 2, np.array([[2]]), np.array([[1]]), ls)
+  assert float(worse) > 1e-3
+
+
+def test_unknown_optimizer_lists_valid(tiny_config):
+  tiny_config.train.optimizer = "lion"
+  with pytest.raises(ValueError, match="'lion' is not one of adadelta, adam, sgd"):
+    train.make_optimizer(tiny_config.train)
+
+
+def test_adadelta_uses_paper_constants(tiny_config):
+  cfg = tiny_config.train
+  cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "adadelta", 1.0, 0.0
+  tx = train.make_optimizer(cfg)
+  g = {"w": jnp.asarray([0.5])}
+  updates, _ = tx.update(g, tx.init(g), g)
+  # First Adadelta step: -sqrt(0 + eps) / sqrt((1 - rho) g^2 + eps) * g.
+  want = -np.sqrt(1e-6) / np.sqrt(0.05 * 0.25 + 1e-6) * 0.5
+  np.testing.assert_allclose(float(updates["w"][0]), want, rtol=1e-4)
+
+
+def test_gradient_clipping(tiny_config):
+  cfg = tiny_config.train
+  cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "sgd", 1.0, 1.0
+  tx = train.make_optimizer(cfg)
+  g = {"w": jnp.asarray([30.0, 40.0])}
+  updates, _ = tx.update(g, tx.init(g))
+  np.testing.assert_allclose(np.asarray(updates["w"]), [-0.6, -0.8], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+  "name,score", [("rnnsearch", s) for s in scores.names()] + [("rnnencdec", "additive")]
+)
+def test_tiny_model_overfits_fixed_pairs(tiny_config, name, score):
+  cfg = tiny_config
+  cfg.model.name, cfg.model.score = name, score
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=30, pad_rows=True)
+  state = train.create_train_state(cfg, jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(train.train_step, config=cfg))
+  first = None
+  for i in range(150):
+    state, metrics = step(state, batch, jax.random.key(i))
+    first = float(metrics["loss"]) if first is None else first
+  final = float(train.eval_step(state, batch)["loss_sum"] / train.eval_step(state, batch)["tokens"])
+  assert first > 3.0
+  assert final < 0.3, f"{name}/{score}: loss {first:.2f} -> {final:.3f}"
+
+
+def test_dropout_is_deterministic_given_the_key(tiny_config):
+  cfg = tiny_config
+  cfg.model.dropout = 0.3
+  batch = random_batch(seed=8, vocab=30)
+  state = train.create_train_state(cfg, jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(train.train_step, config=cfg))
+  _, m1 = step(state, batch, jax.random.key(1))
+  _, m2 = step(state, batch, jax.random.key(1))
+  _, m3 = step(state, batch, jax.random.key(2))
+  assert float(m1["loss"]) == float(m2["loss"]) != float(m3["loss"])
+  assert int(step(state, batch, jax.random.key(1))[0].step) == 1
