@@ -33,6 +33,9 @@ def get_config() -> ml_collections.ConfigDict:
   d.src_vocab_size = 30_000  # Source ids including the 4 specials (pad, bos, eos, unk).
   d.tgt_vocab_size = 30_000  # Target ids including the 4 specials (paper: 30k shortlist).
   d.tokenizer = "word"  # "word" (shortlist + <unk>) or "sentencepiece".
+  d.sp_model_type = (
+    "unigram"  # SentencePiece model: "unigram" or "bpe" (tokenizer="sentencepiece" only).
+  )
   d.max_len = 50  # Training pairs longer than this (either side, in tokens) are dropped: 30 or 50.
   d.batch_size = 80  # Sentence pairs per update (paper: 80).
   d.batching = "paper"  # "paper" (pool 20 batches, sort by length, split) or "tokens" (budget).

@@ -1,4 +1,4 @@
-"""Training library: state, loss, optimisers and the pure train/eval steps.
+"""Training: state, loss, optimisers, the pure train/eval steps, and the training loop.
 
 `train_step(state, batch, rng) -> (state, metrics)` and `eval_step(state, batch) -> metrics` are
 pure functions of their arguments (jit them; the training loop does). Batches are dicts of int32
@@ -7,15 +7,22 @@ arrays: `src` [B, S], `src_mask` [B, S], `tgt_in` [B, T], `tgt_out` [B, T], `tgt
 
 from __future__ import annotations
 
+import functools
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
+from absl import logging
 from flax import nnx, struct
+from jax.experimental import multihost_utils
 
-from seq2seq import models
+from seq2seq import checkpoints, input_pipeline, models, summary
 
 
 @struct.dataclass
@@ -145,3 +152,187 @@ def eval_step(state: TrainState, batch: dict[str, jax.Array]) -> dict[str, jax.A
   logits = state.model()(batch["src"], batch["src_mask"], batch["tgt_in"])
   total, tokens = cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])
   return {"loss_sum": total, "tokens": tokens}
+
+
+# ---------------------------------------------------------------------------- the training loop
+
+MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
+
+
+class Runtime:
+  """The device mesh (one data axis over every device) and how arrays are placed on it."""
+
+  def __init__(self):
+    self.mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("data",))
+    self.replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    self.batch = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("data"))
+
+  def put_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """This process's rows of a batch -> global arrays sharded over the data axis."""
+    return {k: jax.make_array_from_process_local_data(self.batch, batch[k]) for k in MODEL_KEYS}
+
+  def check_batch_size(self, batch_size: int) -> None:
+    devices = jax.device_count()
+    if batch_size % devices:
+      raise ValueError(
+        f"data.batch_size={batch_size} does not split over {devices} devices; "
+        "choose a multiple of the device count"
+      )
+
+
+def compile_steps(config: ml_collections.ConfigDict, runtime: Runtime):
+  """The jitted train and eval steps with their shardings (state replicated, batch sharded)."""
+  rep, bat = runtime.replicated, runtime.batch
+  train_fn = jax.jit(
+    functools.partial(train_step, config=config),
+    in_shardings=(rep, bat, rep),
+    out_shardings=(rep, rep),
+    donate_argnums=0,
+  )
+  eval_fn = jax.jit(eval_step, in_shardings=(rep, bat), out_shardings=rep)
+  return train_fn, eval_fn
+
+
+def evaluate_loss(eval_fn, state: TrainState, batches, runtime: Runtime) -> dict[str, float]:
+  """Token-level loss and perplexity of `batches` (an iterable of host batches)."""
+  total, tokens = 0.0, 0.0
+  for batch in batches:
+    m = jax.device_get(eval_fn(state, runtime.put_batch(batch)))
+    total, tokens = total + float(m["loss_sum"]), tokens + float(m["tokens"])
+  loss = total / max(tokens, 1.0)
+  return {"loss": loss, "perplexity": float(np.exp(min(loss, 50.0))), "tokens": tokens}
+
+
+def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipeline.Data:
+  """`input_pipeline.load_data`; with several processes, process 0 builds the datasets and
+  vocabularies in the shared workdir first and the others then load them."""
+  if jax.process_count() == 1:
+    return input_pipeline.load_data(config, workdir)
+  data = input_pipeline.load_data(config, workdir) if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices("seq2seq:data-ready")
+  return data or input_pipeline.load_data(config, workdir)
+
+
+def initial_state(config, data, runtime: Runtime) -> TrainState:
+  """A fresh, replicated state from the config's seed."""
+  rng = jax.random.fold_in(jax.random.key(config.seed), 0)
+  src, tgt = data.src_tokenizer.size, data.tgt_tokenizer.size
+  state = jax.jit(
+    functools.partial(create_train_state, config, src_vocab=src, tgt_vocab=tgt),
+    out_shardings=runtime.replicated,
+  )(rng)
+  return state
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
+  """Trains (or resumes) the run in `workdir`, then reports validation and test loss.
+
+  Writes WORKDIR/config.json, vocab/, checkpoints/, metrics.jsonl and TensorBoard events.
+  Returns the final metrics.
+  """
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  checkpoints.check_and_save_config(workdir, config)
+  runtime = Runtime()
+  runtime.check_batch_size(config.data.batch_size)
+  data = load_data(config, workdir)
+  logging.info("data: %s", json.dumps(data.stats, sort_keys=True))
+  writer = summary.MetricWriter(workdir, enabled=jax.process_index() == 0)
+  ckpt = checkpoints.Checkpointer(workdir, config)
+  train_fn, eval_fn = compile_steps(config, runtime)
+
+  state = initial_state(config, data, runtime)
+  it = input_pipeline.train_iterator(
+    data, config, process_index=jax.process_index(), process_count=jax.process_count()
+  )
+  if ckpt.latest_step() is not None:
+    state, data_state = ckpt.restore(state)
+    it.set_state(data_state)
+    logging.info("resumed from step %d", int(state.step))
+  start = int(jax.device_get(state.step))
+  num_steps, tcfg = config.train.num_steps, config.train
+  base_rng = jax.random.fold_in(jax.random.key(config.seed), 1)
+
+  def valid_batches():
+    return input_pipeline.eval_batches(
+      data, "valid", config, process_index=jax.process_index(), process_count=jax.process_count()
+    )
+
+  window_tokens, tick, t_begin = 0.0, time.perf_counter(), time.perf_counter()
+  for step in range(start, num_steps):
+    batch = runtime.put_batch(next(it))
+    state, metrics = train_fn(state, batch, jax.random.fold_in(base_rng, step))
+    window_tokens = window_tokens + metrics["tokens"]  # Stays on device: no sync per step.
+    done = step + 1
+    if done % tcfg.log_every == 0 or done == num_steps:
+      m = jax.device_get(metrics)  # Synchronises once per logging window.
+      now = time.perf_counter()
+      record = writer.write(
+        done,
+        "train",
+        {
+          "loss": float(m["loss"]),
+          "learning_rate": float(m["learning_rate"]),
+          "grad_norm": float(m["grad_norm"]),
+          "tokens_per_s": float(window_tokens) / max(now - tick, 1e-9),
+        },
+      )
+      eta = (now - t_begin) / max(done - start, 1) * (num_steps - done)
+      logging.info(
+        "step %d/%d  loss %.4f  tokens/s %.0f  ETA %.0fs",
+        done,
+        num_steps,
+        record["loss"],
+        record["tokens_per_s"],
+        eta,
+      )
+      window_tokens, tick = 0.0, time.perf_counter()
+    if done % tcfg.eval_every == 0 or done == num_steps:
+      result = evaluate_loss(eval_fn, state, valid_batches(), runtime)
+      writer.write(done, "valid", {"loss": result["loss"], "perplexity": result["perplexity"]})
+      logging.info("step %d  valid loss %.4f  ppl %.2f", done, result["loss"], result["perplexity"])
+      window_tokens, tick = 0.0, time.perf_counter()
+    if done % tcfg.checkpoint_every == 0 or done == num_steps:
+      ckpt.save(state, it.get_state())
+      window_tokens, tick = 0.0, time.perf_counter()
+  if ckpt.latest_step() != int(jax.device_get(state.step)):
+    ckpt.save(state, it.get_state())
+  final = evaluate_splits(config, workdir, state=state, data=data, runtime=runtime, eval_fn=eval_fn)
+  ckpt.close()
+  writer.close()
+  return final
+
+
+def evaluate_splits(config, workdir, *, state=None, data=None, runtime=None, eval_fn=None):
+  """Loss and perplexity of the latest checkpoint (or `state`) on the valid and test splits.
+
+  Writes WORKDIR/eval/SPLIT/results.json per split and returns {split: results}.
+  """
+  workdir = Path(workdir)
+  runtime = runtime or Runtime()
+  data = data or load_data(config, workdir)
+  if eval_fn is None:
+    _, eval_fn = compile_steps(config, runtime)
+  if state is None:
+    ckpt = checkpoints.Checkpointer(workdir, config)
+    if ckpt.latest_step() is None:
+      raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
+    state, _ = ckpt.restore(initial_state(config, data, runtime), with_data=False)
+    ckpt.close()
+  step = int(jax.device_get(state.step))
+  results = {}
+  for split in ("valid", "test"):
+    batches = input_pipeline.eval_batches(
+      data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
+    )
+    result = evaluate_loss(eval_fn, state, batches, runtime)
+    result.update(step=step, num_sentences=len(data.splits[split]))
+    out = workdir / "eval" / split
+    if jax.process_index() == 0:
+      out.mkdir(parents=True, exist_ok=True)
+      (out / "results.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    logging.info(
+      "%s at step %d: loss %.4f  perplexity %.2f", split, step, result["loss"], result["perplexity"]
+    )
+    results[split] = result
+  return results

@@ -1,0 +1,656 @@
+"""Training-speed benchmark of the library's real train step, with an optional PyTorch peer.
+
+    python experiments/benchmark.py --out runs/benchmark.json [--preset bench|paper|tiny]
+        [--repeats N] [--steps N] [--dtype float32|bfloat16] [--maxout M] [--peer]
+
+What it measures, on random int32 batches of the layout in `seq2seq/train.py` (full-length
+sentences, all-ones masks, so every position is a training target token):
+
+* the train step: `train.create_train_state` and `functools.partial(train.train_step,
+  config=cfg)` under `jax.jit` with the state donated; compile time (`.lower().compile()`), then
+  `--repeats` timed runs of `--steps` steps each after a warm-up, reported as seconds per step
+  and target tokens per second (median, min, max over the runs);
+* peak resident memory (`ru_maxrss`), XLA's memory analysis of the compiled step, and the
+  device's own memory statistics where the backend has them;
+* the machine's square-matmul throughput in float32 and bfloat16 (GFLOP/s);
+* the model's matmul FLOPs per target token, counted analytically from the config, and the
+  training MFU: achieved training FLOP/s (3x forward) over the measured float32 matmul FLOP/s.
+
+Presets: `bench` is the Performance issue's benchmark config (the peer's `benchmark` size),
+`paper` the sizes of Bahdanau et al. (a few Adadelta steps), `tiny` the sizes of
+`configs/tiny.py` (smoke test). With `--peer`, the PyTorch peer `torch_rnnsearch.py` runs in
+the same session and its figures and the ratios ours / peer go under `peer` in the JSON.
+
+Maxout width of `bench`: the peer has no maxout; its output layer reads [s_i ; c_i ; E y_{i-1}],
+1,024 features for the benchmark sizes, straight into the 8,000-word softmax. `bench` therefore
+sets `maxout_dim = 1024`, which gives our W_o exactly the peer's output-layer shape (1,024 x
+8,000, the dominant matmul); our deep-output layer before the maxout is extra work the peer does
+not do (about 24 vs. 20 forward MFLOP per token). `--maxout 256` gives the all-256 variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the checkout.
+  sys.path.insert(0, str(REPO_ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import ml_collections  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+from jax.extend import core as jax_core  # noqa: E402
+
+from configs import default as default_config  # noqa: E402
+from configs import tiny as tiny_config  # noqa: E402
+from seq2seq import train  # noqa: E402
+
+PRESETS = ("bench", "paper", "tiny")
+# Per preset: (sentence length, timed runs, steps per run, warm-up steps, matmul size, peer size).
+_RUN_DEFAULTS: dict[str, dict[str, Any]] = {
+  "bench": dict(length=30, repeats=5, steps=5, warmup=2, matmul_n=2048, peer_size="benchmark"),
+  "paper": dict(length=30, repeats=3, steps=1, warmup=1, matmul_n=2048, peer_size="paper"),
+  "tiny": dict(length=20, repeats=3, steps=5, warmup=2, matmul_n=512, peer_size=None),
+}
+DEFAULT_PEER_PYTHON = Path("/tmp/peer-venv/bin/python")
+DEFAULT_PEER_SCRIPT = REPO_ROOT.parent / "shared" / "perf" / "torch_rnnsearch.py"
+_MB = 1024.0 * 1024.0
+
+
+# ---------------------------------------------------------------------- configuration
+def make_config(
+  preset: str, dtype: str = "float32", maxout: int | None = None
+) -> ml_collections.ConfigDict:
+  """The full ConfigDict of a preset: `configs.default` with the benchmark's fields set."""
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+  if preset == "tiny":
+    cfg = tiny_config.get_config()
+  else:
+    cfg = default_config.get_config()
+  m, d, t = cfg.model, cfg.data, cfg.train
+  if preset == "bench":
+    m.emb_dim = m.enc_hidden = m.dec_hidden = m.attn_dim = 256
+    m.maxout_dim = 1024  # The peer's output-layer width (see the module docstring).
+    d.src_vocab_size = d.tgt_vocab_size = 8_000
+    d.batch_size = 64
+    t.optimizer, t.learning_rate, t.clip_norm = "adam", 1e-3, 1.0
+  elif preset == "paper":
+    m.emb_dim, m.enc_hidden, m.dec_hidden, m.attn_dim, m.maxout_dim = 620, 1000, 1000, 1000, 500
+    d.src_vocab_size = d.tgt_vocab_size = 30_000
+    d.batch_size = 80
+    t.optimizer, t.learning_rate, t.clip_norm = "adadelta", 1.0, 1.0
+  m.name, m.score, m.dropout, m.dtype = "rnnsearch", "additive", 0.0, dtype
+  t.warmup_steps, t.decay, t.label_smoothing = 0, "constant", 0.0
+  d.max_len = _RUN_DEFAULTS[preset]["length"]  # Source and target length of every sentence.
+  if maxout is not None:
+    m.maxout_dim = maxout
+  return cfg
+
+
+def random_batch(cfg: ml_collections.ConfigDict, seed: int = 0) -> dict[str, np.ndarray]:
+  """Full-length random sentences (ids 4.., past the specials) with all-ones masks."""
+  rng = np.random.default_rng(seed)
+  b, n = cfg.data.batch_size, cfg.data.max_len
+  ones = np.ones((b, n), np.int32)
+  return {
+    "src": rng.integers(4, cfg.data.src_vocab_size, (b, n), dtype=np.int32),
+    "src_mask": ones,
+    "tgt_in": rng.integers(4, cfg.data.tgt_vocab_size, (b, n), dtype=np.int32),
+    "tgt_out": rng.integers(4, cfg.data.tgt_vocab_size, (b, n), dtype=np.int32),
+    "tgt_mask": ones.copy(),
+  }
+
+
+# ---------------------------------------------------------------------- analytic FLOPs
+def forward_flops_per_token(
+  cfg: ml_collections.ConfigDict, src_len: int, tgt_len: int
+) -> dict[str, float]:
+  """Forward matmul FLOPs (2 per multiply-add) per target token, by component, and `total`.
+
+  Per-source-token work (encoder, attention keys) is scaled by src_len / tgt_len and per-sentence
+  work (s_0) by 1 / tgt_len. Elementwise ops, softmaxes and embedding gathers are not counted.
+  """
+  m = cfg.model
+  e, he, dd, a, mo = m.emb_dim, m.enc_hidden, m.dec_hidden, m.attn_dim, m.maxout_dim
+  h, v, s = 2 * he, cfg.data.tgt_vocab_size, src_len
+  per_src = src_len / tgt_len
+  # Two directions, each an input projection E -> 3He and recurrent matmuls He -> 2He and He -> He.
+  encoder = per_src * 2 * (2 * e * 3 * he + 2 * he * 3 * he)
+  init_state = 2 * he * dd / tgt_len
+  # GRU: word projection E -> 3D, context projection H -> 3D, recurrent D -> 2D and D -> D.
+  decoder_gru = 2 * e * 3 * dd + 2 * h * 3 * dd + 2 * dd * 3 * dd
+  keys, attention = 0.0, 0.0
+  if m.name == "rnnsearch":
+    context = s * 2 * h  # c_i = sum_j alpha_ij h_j.
+    if m.score == "additive":  # U_a h_j once; W_a s_{i-1}, then v_a at every position.
+      keys, attention = per_src * 2 * h * a, 2 * dd * a + s * 2 * a + context
+    elif m.score == "general":  # W h_j once; s^T (W h_j) at every position.
+      keys, attention = per_src * 2 * h * dd, s * 2 * dd + context
+    elif m.score in ("dot", "scaled", "cosine"):
+      attention = s * 2 * h + context
+    elif m.score == "location":
+      attention = 2 * dd * m.max_src_len + context
+    else:
+      raise ValueError(f"no FLOP count for score {m.score!r}")
+  deep_output = 2 * (dd + e + h) * 2 * mo  # U_o s + V_o E y + C_o c, each to 2M before maxout.
+  output_layer = 2 * mo * v
+  parts = {
+    "encoder": encoder,
+    "attention_keys": keys,
+    "init_state": init_state,
+    "decoder_gru": decoder_gru,
+    "attention": attention,
+    "deep_output": deep_output,
+    "output_layer": output_layer,
+  }
+  parts["total"] = sum(parts.values())
+  return parts
+
+
+def count_matmul_flops(jaxpr: Any) -> float:
+  """Matmul FLOPs (2 per multiply-add) of every `dot_general` in a jaxpr, loops unrolled.
+
+  Sub-jaxprs (jit, remat, custom derivatives, cond branches) are entered; a `scan` body counts
+  `length` times. The independent check of `forward_flops_per_token`.
+  """
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+      lhs_shape = eqn.invars[0].aval.shape
+      depth = math.prod(lhs_shape[d] for d in lhs_contract)
+      total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * depth
+      continue
+    times = eqn.params["length"] if eqn.primitive.name == "scan" else 1
+    for sub in jax_core.jaxprs_in_params(eqn.params):
+      total += times * count_matmul_flops(sub)
+  return total
+
+
+def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
+  """Matmul FLOPs per target token counted in the traced forward pass and train step."""
+  src_vocab, tgt_vocab = cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
+  state = jax.eval_shape(
+    lambda: train.create_train_state(cfg, jax.random.key(0), src_vocab, tgt_vocab)
+  )
+  batch = {k: jnp.asarray(v) for k, v in random_batch(cfg).items()}
+  tokens = float(np.sum(random_batch(cfg)["tgt_mask"]))
+
+  def forward(params, b):
+    model = nnx.merge(state.graphdef, params)
+    return model(b["src"], b["src_mask"], b["tgt_in"])
+
+  step = functools.partial(train.train_step, config=cfg)
+  fwd = jax.make_jaxpr(forward)(state.params, batch)
+  trn = jax.make_jaxpr(step)(state, batch, jax.random.key(1))
+  return {
+    "forward": count_matmul_flops(fwd.jaxpr) / tokens,
+    "train": count_matmul_flops(trn.jaxpr) / tokens,
+  }
+
+
+# ---------------------------------------------------------------------- measurements
+def _spread(values: Sequence[float]) -> dict[str, float]:
+  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _rss_mb() -> float:
+  """Peak resident set size of this process so far (Linux reports KiB, macOS bytes)."""
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return peak / _MB if sys.platform == "darwin" else peak / 1024.0
+
+
+def measure_matmul(dtype: str, n: int, repeats: int = 5) -> dict[str, Any]:
+  """GFLOP/s of a jitted [n, n] @ [n, n] in `dtype`: median, min, max and the `repeats` samples."""
+  keys = jax.random.split(jax.random.key(0))
+  x = jax.random.normal(keys[0], (n, n), jnp.float32).astype(dtype)
+  y = jax.random.normal(keys[1], (n, n), jnp.float32).astype(dtype)
+  matmul = jax.jit(jnp.matmul).lower(x, y).compile()
+  jax.block_until_ready(matmul(x, y))
+  jax.block_until_ready(matmul(x, y))
+  rates = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(matmul(x, y))
+    rates.append(2.0 * n**3 / (time.perf_counter() - t0) / 1e9)
+  return {**_spread(rates), "samples": rates, "n": n}
+
+
+def _memory_analysis_mb(compiled: Any) -> dict[str, float] | None:
+  """XLA's static memory analysis of a compiled executable, in MiB."""
+  try:
+    stats = compiled.memory_analysis()
+  except Exception:  # Not every backend implements it.
+    return None
+  if stats is None:
+    return None
+  fields = ("argument", "output", "alias", "temp", "generated_code")
+  out = {}
+  for name in fields:
+    value = getattr(stats, f"{name}_size_in_bytes", None)
+    if value is not None:
+      out[f"{name}_mb"] = value / _MB
+  return out
+
+
+def _device_memory_stats() -> dict[str, Any] | None:
+  """`jax.Device.memory_stats()` of the first device (None on backends without it, e.g. CPU)."""
+  try:
+    stats = jax.devices()[0].memory_stats()
+  except Exception:
+    return None
+  if not stats:
+    return None
+  wanted = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "largest_alloc_size")
+  return {k.replace("bytes", "mb"): stats[k] / _MB for k in wanted if k in stats}
+
+
+def _xla_flops(compiled: Any) -> float | None:
+  """XLA's cost-analysis FLOPs of one call (it counts a loop body once, not per iteration)."""
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:
+    return None
+  if isinstance(cost, list | tuple):
+    cost = cost[0] if cost else None
+  if not cost or "flops" not in cost:
+    return None
+  return float(cost["flops"])
+
+
+class TrainBench:
+  """The library's train step, jitted with the state donated and compiled, with its batch.
+
+  `run(n)` applies n steps to the held state and returns the seconds per step; the state moves on
+  between calls, as in training.
+  """
+
+  def __init__(self, cfg: ml_collections.ConfigDict, seed: int = 0):
+    self.cfg = cfg
+    t0 = time.perf_counter()
+    state = train.create_train_state(
+      cfg, jax.random.key(seed), cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
+    )
+    jax.block_until_ready(state)
+    self.init_s = time.perf_counter() - t0
+    host_batch = random_batch(cfg, seed)
+    self.tokens_per_step = int(np.sum(host_batch["tgt_mask"]))
+    self.batch = {k: jnp.asarray(v) for k, v in host_batch.items()}
+    self._base_rng = jax.random.key(seed + 1)
+    self._rngs: list[jax.Array] = []
+    step_fn = jax.jit(functools.partial(train.train_step, config=cfg), donate_argnums=0)
+    t0 = time.perf_counter()
+    lowered = step_fn.lower(state, self.batch, self._rng(0))
+    t1 = time.perf_counter()
+    self.compiled = lowered.compile()
+    t2 = time.perf_counter()
+    self.lower_s, self.xla_compile_s = t1 - t0, t2 - t1
+    self.state = state
+    self.steps_done = 0
+    self.losses: list[float] = []
+
+  def _rng(self, step: int) -> jax.Array:
+    """This step's key, `fold_in(base, step)` as the training loop derives it (made once)."""
+    while len(self._rngs) <= step:
+      self._rngs.append(jax.random.fold_in(self._base_rng, len(self._rngs)))
+    return self._rngs[step]
+
+  def run(self, steps: int) -> float:
+    """Applies `steps` train steps; the wall-clock seconds per step, device work included."""
+    rngs = [self._rng(self.steps_done + i) for i in range(steps)]
+    state, metrics = self.state, None
+    t0 = time.perf_counter()
+    for rng in rngs:
+      state, metrics = self.compiled(state, self.batch, rng)
+    jax.block_until_ready((state, metrics))
+    elapsed = time.perf_counter() - t0
+    self.state, self.steps_done = state, self.steps_done + steps
+    self.losses.append(float(metrics["loss"]))
+    return elapsed / steps
+
+
+def measure_training(bench: TrainBench, *, steps: int, repeats: int, warmup: int) -> dict[str, Any]:
+  """Seconds per step and target tokens/s over `repeats` runs of `steps` steps, after warm-up."""
+  if warmup > 0:
+    bench.run(warmup)
+  per_step = [bench.run(steps) for _ in range(repeats)]
+  return {
+    "train_step_s": _spread(per_step),
+    "train_tokens_per_s": _spread([bench.tokens_per_step / s for s in per_step]),
+    "tokens_per_step": bench.tokens_per_step,
+    "compile_s": bench.lower_s + bench.xla_compile_s,
+    "compile_breakdown_s": {"trace_and_lower": bench.lower_s, "xla_compile": bench.xla_compile_s},
+    "init_s": bench.init_s,
+    "loss_first": bench.losses[0],
+    "loss_last": bench.losses[-1],
+    "xla_memory": _memory_analysis_mb(bench.compiled),
+    "xla_cost_flops_per_step": _xla_flops(bench.compiled),
+  }
+
+
+def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
+  """Greedy and beam decoding figures: the place for them once `seq2seq/decode.py` exists.
+
+  Until then this only records whether the module is there. The figures belong in the returned
+  dict as `greedy_sentences_per_s` and `beam_sentences_per_s` ({median, min, max}), decoding
+  `bench.batch["src"]` with the trained `bench.state`; `peer_ratios` picks up the greedy one.
+  """
+  del repeats  # Used once the decoder exists.
+  if importlib.util.find_spec("seq2seq.decode") is None:
+    return {"available": False, "note": "seq2seq/decode.py does not exist yet"}
+  return {
+    "available": True,
+    "note": "seq2seq/decode.py exists but is not wired into the benchmark yet",
+    "beam_size": bench.cfg.decode.beam_size,
+  }
+
+
+# ---------------------------------------------------------------------- the PyTorch peer
+def _run_peer_mode(
+  python: Path, script: Path, mode: str, size: str, steps: int, threads: int, timeout_s: float
+) -> dict[str, Any]:
+  """One run of the peer script; its JSON line, or an `error` entry."""
+  cmd = [str(python), str(script), mode, "--size", size, "--steps", str(steps)]
+  cmd += ["--threads", str(threads)]
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+  except subprocess.TimeoutExpired:
+    return {"error": f"timed out after {timeout_s:.0f} s", "command": " ".join(cmd)}
+  for line in reversed(proc.stdout.strip().splitlines()):
+    try:
+      result = json.loads(line)
+    except json.JSONDecodeError:
+      continue
+    if isinstance(result, dict):
+      result["command"] = " ".join(cmd)
+      return result
+  return {"error": f"exit {proc.returncode}, no JSON line", "stderr": proc.stderr[-2000:]}
+
+
+def compare_with_peer(
+  bench: TrainBench,
+  preset: str,
+  *,
+  rounds: int,
+  steps: int,
+  peer_steps: int,
+  python: Path,
+  script: Path,
+  threads: int,
+  timeout_s: float = 1800.0,
+) -> dict[str, Any]:
+  """The peer's training and greedy-decoding figures next to ours, or a note saying why not.
+
+  The machine's load drifts, so training is compared in `rounds` pairs run back to back: one of
+  our timed runs (`steps` steps), then one peer run (`peer_steps` timed steps after its own two
+  warm-up steps). The ratio is the median of the per-round ratios.
+  """
+  size = _RUN_DEFAULTS[preset]["peer_size"]
+  if size is None:
+    return {"skipped": f"the peer has no size matching preset {preset!r}"}
+  if not python.exists():
+    return {"skipped": f"peer interpreter {python} does not exist"}
+  if not script.exists():
+    return {"skipped": f"peer script {script} does not exist"}
+  pairs = []
+  for _ in range(rounds):
+    ours = bench.tokens_per_step / bench.run(steps)
+    theirs = _run_peer_mode(python, script, "train", size, peer_steps, threads, timeout_s)
+    pairs.append({"ours_tokens_per_s": ours, "peer": theirs})
+  decode = _run_peer_mode(python, script, "decode", size, peer_steps, threads, timeout_s)
+  return {"size": size, "threads": threads, "train_rounds": pairs, "decode": decode}
+
+
+def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+  """Ours / peer: training tokens/s and GFLOP/s (each side with its own FLOP count), greedy."""
+  ratios: dict[str, Any] = {}
+  paired = [
+    (p["ours_tokens_per_s"], p["peer"]) for p in peer["train_rounds"] if "tokens_per_s" in p["peer"]
+  ]
+  if paired:
+    tok = [ours / theirs["tokens_per_s"] for ours, theirs in paired]
+    ratios["train_tokens_per_s"] = _spread(tok)
+    peer_fwd = statistics.median(t["fwd_mflop_per_token"] * 1e6 for _, t in paired)
+    ratios["train_gflops"] = _spread([r * results["flops_per_token"] / peer_fwd for r in tok])
+    peer["train"] = {
+      "tokens_per_s": _spread([t["tokens_per_s"] for _, t in paired]),
+      "gflops": _spread([t["gflops"] for _, t in paired]),
+      "fwd_flops_per_token": peer_fwd,
+      "ours_tokens_per_s_in_rounds": _spread([o for o, _ in paired]),
+    }
+  greedy = results.get("decode", {}).get("greedy_sentences_per_s")
+  decode_peer = peer.get("decode", {})
+  if greedy is not None and "sentences_per_s" in decode_peer:
+    ratios["greedy_sentences_per_s"] = greedy["median"] / decode_peer["sentences_per_s"]
+  else:
+    ratios["greedy_sentences_per_s"] = None
+  return ratios
+
+
+# ---------------------------------------------------------------------- environment
+def versions() -> dict[str, str]:
+  """Versions of Python and the numerical stack."""
+  out = {"python": platform.python_version()}
+  for name in ("jax", "jaxlib", "flax", "optax", "numpy"):
+    try:
+      out[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      out[name] = "not installed"
+  return out
+
+
+def device_info() -> dict[str, Any]:
+  """The jax devices and the host they run on."""
+  devices = jax.devices()
+  return {
+    "backend": jax.default_backend(),
+    "count": len(devices),
+    "devices": [repr(d) for d in devices],
+    "device_kind": devices[0].device_kind,
+    "host_cpus": os.cpu_count(),
+    "host": platform.platform(),
+    "processor": platform.processor() or platform.machine(),
+  }
+
+
+# ---------------------------------------------------------------------- driver
+def benchmark(args: argparse.Namespace) -> dict[str, Any]:
+  """Runs every measurement the arguments ask for; the JSON-ready results."""
+  run = _RUN_DEFAULTS[args.preset]
+  repeats = args.repeats if args.repeats is not None else run["repeats"]
+  steps = args.steps if args.steps is not None else run["steps"]
+  warmup = args.warmup if args.warmup is not None else run["warmup"]
+  matmul_n = args.matmul_size if args.matmul_size is not None else run["matmul_n"]
+  cfg = make_config(args.preset, args.dtype, args.maxout)
+  length = cfg.data.max_len
+  flops = forward_flops_per_token(cfg, length, length)
+  traced = traced_flops_per_token(cfg)
+
+  # The matmul rate is measured before and after training and pooled, since the load drifts.
+  dtypes = ("float32", "bfloat16")
+  matmul_before = {dt: measure_matmul(dt, matmul_n) for dt in dtypes}
+  rss_baseline = _rss_mb()
+  bench = TrainBench(cfg)
+  training = measure_training(bench, steps=steps, repeats=repeats, warmup=warmup)
+  peak_rss = _rss_mb()
+  device_memory = _device_memory_stats()
+  decode = measure_decoding(bench, repeats=repeats)
+  matmul_after = {dt: measure_matmul(dt, matmul_n) for dt in dtypes}
+  matmul = {
+    dt: {
+      **_spread(matmul_before[dt]["samples"] + matmul_after[dt]["samples"]),
+      "before_training": matmul_before[dt]["median"],
+      "after_training": matmul_after[dt]["median"],
+      "n": matmul_n,
+    }
+    for dt in dtypes
+  }
+  train_flops_per_token = 3.0 * flops["total"]
+  achieved = training["train_tokens_per_s"]["median"] * train_flops_per_token
+  results: dict[str, Any] = {
+    "preset": args.preset,
+    "dtype": args.dtype,
+    "batch": {"batch_size": cfg.data.batch_size, "src_len": length, "tgt_len": length},
+    "timing": {"repeats": repeats, "steps_per_repeat": steps, "warmup_steps": warmup},
+    **training,
+    "peak_rss_mb": peak_rss,
+    "rss_before_training_mb": rss_baseline,
+    "jax_memory_stats": device_memory,
+    "matmul_gflops": {dt: m["median"] for dt, m in matmul.items()},
+    "matmul": matmul,
+    "flops_per_token": flops["total"],
+    "flops_per_token_breakdown": flops,
+    "train_flops_per_token": train_flops_per_token,
+    "traced_flops_per_token": traced,
+    "train_gflops": achieved / 1e9,
+    "train_mfu": achieved / (matmul["float32"]["median"] * 1e9),
+    "train_mfu_vs_compute_dtype": achieved / (matmul[args.dtype]["median"] * 1e9),
+    "decode": decode,
+    "config": cfg.to_dict(),
+    "versions": versions(),
+    "device": device_info(),
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+  }
+  if args.peer:
+    peer_steps = args.peer_steps if args.peer_steps is not None else max(3, steps)
+    peer = compare_with_peer(
+      bench,
+      args.preset,
+      rounds=args.peer_rounds,
+      steps=steps,
+      peer_steps=peer_steps,
+      python=Path(args.peer_python),
+      script=Path(args.peer_script),
+      threads=args.peer_threads,
+    )
+    if "skipped" not in peer:
+      peer["ratios"] = peer_ratios(results, peer)
+      if args.dtype != "float32":
+        peer["note"] = f"the peer computes in float32; ours in {args.dtype}"
+    results["peer"] = peer
+  return results
+
+
+def summary(results: dict[str, Any]) -> str:
+  """A few human-readable lines of the headline figures."""
+  step, tok = results["train_step_s"], results["train_tokens_per_s"]
+  mm = results["matmul_gflops"]
+  b = results["batch"]
+  lines = [
+    f"preset {results['preset']} ({results['dtype']}), batch {b['batch_size']} x "
+    f"{b['src_len']}/{b['tgt_len']}, {results['device']['backend']} "
+    f"x{results['device']['count']}",
+    f"  train step   {step['median'] * 1e3:9.1f} ms  (min {step['min'] * 1e3:.1f}, "
+    f"max {step['max'] * 1e3:.1f})",
+    f"  tokens/s     {tok['median']:9.0f}     (min {tok['min']:.0f}, max {tok['max']:.0f})",
+    f"  compile      {results['compile_s']:9.2f} s",
+    f"  peak RSS     {results['peak_rss_mb']:9.0f} MB",
+    f"  matmul       {mm['float32']:9.1f} GFLOP/s float32, {mm['bfloat16']:.1f} bfloat16",
+    f"  model        {results['flops_per_token'] / 1e6:9.2f} fwd MFLOP/token, training "
+    f"{results['train_gflops']:.1f} GFLOP/s, MFU {results['train_mfu']:.3f}",
+  ]
+  peer = results.get("peer")
+  if peer is not None and "skipped" in peer:
+    lines.append(f"  peer         skipped: {peer['skipped']}")
+  elif peer is not None:
+    ratios = peer["ratios"]
+    if "train" in peer:
+      tr = peer["train"]
+      lines.append(
+        f"  peer train   {tr['tokens_per_s']['median']:9.0f} tokens/s "
+        f"({tr['gflops']['median']:.1f} GFLOP/s) vs ours "
+        f"{tr['ours_tokens_per_s_in_rounds']['median']:.0f} in the same rounds"
+      )
+      lines.append(
+        f"  ours/peer    {ratios['train_tokens_per_s']['median']:9.2f} tokens/s, "
+        f"{ratios['train_gflops']['median']:.2f} GFLOP/s (median of "
+        f"{len(peer['train_rounds'])} paired rounds)"
+      )
+    else:
+      errors = {p["peer"].get("error") for p in peer["train_rounds"]}
+      lines.append(f"  peer train   failed: {'; '.join(str(e) for e in errors)}")
+    de = peer["decode"]
+    if "sentences_per_s" in de:
+      lines.append(f"  peer greedy  {de['sentences_per_s']:9.1f} sentences/s")
+    else:
+      lines.append(f"  peer greedy  failed: {de.get('error')}")
+  dec = results["decode"]
+  if not dec.get("available"):
+    lines.append(f"  decoding     {dec.get('note')}")
+  return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--out", required=True, help="where to write the JSON results")
+  p.add_argument("--preset", default="bench", choices=PRESETS)
+  p.add_argument("--repeats", type=int, default=None, help="timed runs (default per preset)")
+  p.add_argument("--steps", type=int, default=None, help="train steps per timed run")
+  p.add_argument("--warmup", type=int, default=None, help="untimed steps after compiling")
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  p.add_argument("--maxout", type=int, default=None, help="override model.maxout_dim")
+  p.add_argument("--matmul-size", type=int, default=None, help="n of the n x n matmul")
+  p.add_argument("--peer", action="store_true", help="also run the PyTorch peer")
+  p.add_argument("--peer-python", default=str(DEFAULT_PEER_PYTHON))
+  p.add_argument("--peer-script", default=str(DEFAULT_PEER_SCRIPT))
+  p.add_argument("--peer-rounds", type=int, default=3, help="paired ours/peer training runs")
+  p.add_argument("--peer-steps", type=int, default=None, help="the peer's timed steps per run")
+  p.add_argument("--peer-threads", type=int, default=os.cpu_count() or 1)
+  args = p.parse_args(argv)
+  for name in (
+    "repeats",
+    "steps",
+    "matmul_size",
+    "maxout",
+    "peer_rounds",
+    "peer_steps",
+    "peer_threads",
+  ):
+    value = getattr(args, name)
+    if value is not None and value < 1:
+      p.error(f"--{name.replace('_', '-')} must be at least 1")
+  if args.warmup is not None and args.warmup < 0:
+    p.error("--warmup must be non-negative")
+  return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  args = parse_args(argv)
+  results = benchmark(args)
+  out = Path(args.out)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(results, indent=2, default=_json_default) + "\n")
+  print(summary(results))
+  print(f"wrote {out}")
+  return results
+
+
+def _json_default(value: Any) -> Any:
+  """numpy scalars as Python numbers; anything else json does not know as its string."""
+  if isinstance(value, np.generic):
+    return value.item()
+  return str(value)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,55 @@
+"""Entry point: train, evaluate or translate with a config from `configs/`.
+
+  python main.py --config=configs/demo.py --workdir=runs/demo
+  python main.py --config=configs/rnnsearch.py:maxlen=30 --workdir=runs/rs30 \
+      --config.model.score=dot
+  python main.py --config=configs/demo.py --workdir=runs/demo --mode=eval
+
+Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
+the same workdir resumes the run.
+"""
+
+import json
+import sys
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from seq2seq import train
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+  "config", None, "Config file (configs/*.py[:variant]).", lock_config=True
+)
+flags.DEFINE_string("workdir", None, "Directory of the run: config, checkpoints, metrics, eval.")
+flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (resumes if possible) or eval.")
+flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
+flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
+flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+# Errors that describe a user's mistake: reported as one line, exit status 1.
+USER_ERRORS = (ValueError, FileNotFoundError, KeyError, TypeError)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if FLAGS.coordinator_address:
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  config = FLAGS.config
+  logging.info("config:\n%s", config)
+  try:
+    if FLAGS.mode == "train":
+      results = train.train_and_evaluate(config, FLAGS.workdir)
+    else:
+      results = train.evaluate_splits(config, FLAGS.workdir)
+  except USER_ERRORS as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  print(json.dumps({"workdir": FLAGS.workdir, "results": results}, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,103 @@
+"""Orbax checkpoints of the training state together with the data iterator, and the run's config.
+
+A workdir belongs to one run: `config.json` holds its resolved config. Resuming with a config
+that differs only in fields that do not change the model, the data or the optimisation (see
+`RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+
+# Fields that may change between runs on the same workdir.
+RESUMABLE_FIELDS = (
+  "train.num_steps",
+  "train.log_every",
+  "train.eval_every",
+  "train.checkpoint_every",
+  "train.keep_checkpoints",
+  "decode.",
+)
+
+
+class IncompatibleRunError(ValueError):
+  """The workdir holds a run whose config differs in fields that matter."""
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in d.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+  """Dotted names of fields that differ between two config dicts and may not change on resume."""
+  a, b = _flatten(old), _flatten(new)
+  names = sorted(set(a) | set(b))
+  changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]
+  return [n for n in changed if not any(n.startswith(f) for f in RESUMABLE_FIELDS)]
+
+
+def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
+  """Writes WORKDIR/config.json, or checks the existing one allows resuming with `config`."""
+  path = workdir / "config.json"
+  new = json.loads(config.to_json_best_effort())
+  if path.exists():
+    differing = config_differences(json.loads(path.read_text()), new)
+    if differing:
+      raise IncompatibleRunError(
+        f"{workdir} holds a run with a different config in {', '.join(differing)}; "
+        "use a new --workdir or the same settings"
+      )
+  if jax.process_index() == 0:
+    path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+
+
+class Checkpointer:
+  """`ocp.CheckpointManager` over WORKDIR/checkpoints: the train state and the data iterator."""
+
+  def __init__(self, workdir: Path, config: ml_collections.ConfigDict):
+    options = ocp.CheckpointManagerOptions(
+      max_to_keep=config.train.keep_checkpoints, create=True, enable_async_checkpointing=False
+    )
+    self.manager = ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def save(self, state: Any, data_state: dict[str, Any] | None) -> None:
+    step = int(jax.device_get(state.step))
+    tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+    args = {"state": ocp.args.StandardSave(tree)}
+    if data_state is not None:
+      args["data"] = ocp.args.JsonSave(data_state)
+    self.manager.save(step, args=ocp.args.Composite(**args), force=True)
+    self.manager.wait_until_finished()
+
+  def restore(
+    self, state: Any, step: int | None = None, *, with_data: bool = True
+  ) -> tuple[Any, dict[str, Any] | None]:
+    """State (shaped and sharded like `state`) and the data iterator state of checkpoint `step`."""
+    step = self.latest_step() if step is None else step
+    tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+    args = {"state": ocp.args.StandardRestore(abstract)}
+    if with_data:
+      args["data"] = ocp.args.JsonRestore()
+    restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+    got = restored["state"]
+    new_state = state.replace(step=got["step"], params=got["params"], opt_state=got["opt_state"])
+    return new_state, (restored["data"] if with_data else None)
+
+  def close(self) -> None:
+    self.manager.close()

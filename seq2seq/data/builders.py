@@ -1,0 +1,428 @@
+"""tfds builders for the corpora, written as array_record and read back with `tfds.data_source`.
+
+Three corpora, chosen by `config.data.corpus`:
+
+- "synthetic": `SyntheticCorpus`, the embedded generator (`seq2seq/data/synthetic.py`) with
+  gold word alignments. Its BuilderConfig name encodes every generator setting and a hash of the
+  generator's source, so a changed setting or generator never reuses a stale build.
+- "local": `LocalText`, two line-aligned UTF-8 files per split (`DIR/PREFIX.SRC_LANG` and
+  `DIR/PREFIX.TGT_LANG`). Its BuilderConfig name encodes the languages, prefixes and a hash of
+  the files' paths, sizes and modification times.
+- "wmt14": the tfds catalogue's `wmt14_translate/fr-en` (English -> French as in the paper;
+  validation = newstest2013, test = newstest2014). tfds downloads and prepares it on first use,
+  which needs internet access (and possibly TensorFlow, for the catalogue builder's one-off
+  preparation). Where that is missing, prepare it elsewhere with
+  `tfds build wmt14_translate/fr-en --file_format=array_record --data_dir=DIR` and set
+  `config.data.cache_dir=DIR`; reading it back goes through the same `Corpus` code as the
+  others and needs neither. (Untested here: no internet.)
+
+Every builder keeps the generation order (`disable_shuffling=True`), so evaluation outputs line
+up with their inputs. Nothing here needs TensorFlow.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import inspect
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import ml_collections
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+
+from seq2seq.data import synthetic
+
+# Pipeline split names -> tfds split names.
+SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+# Reasons a local pair is skipped, in the order they are checked.
+SKIP_REASONS = ("invalid_utf8", "empty")
+FILE_FORMAT = "array_record"
+WMT14_NAME = "wmt14_translate/fr-en"
+_READ_CHUNK = 4096
+
+
+def _config_name(*parts: Any) -> str:
+  """A tfds-safe BuilderConfig name (letters, digits, `_ - + .`) from `parts`."""
+  return re.sub(r"[^\w\-+.]", "_", "-".join(str(p) for p in parts))
+
+
+def _short_hash(*parts: Any) -> str:
+  return hashlib.sha256(repr(parts).encode("utf-8")).hexdigest()[:12]
+
+
+class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """Base of this module's builders: array_record text datasets that download nothing."""
+
+  # tfds' default `code_path` probes the `importlib_resources` backport (not installed on
+  # Python >= 3.9) for builders defined inside a package. It only locates download checksums,
+  # which these builders do not have.
+  code_path = None
+
+
+# ------------------------------------------------------------------------------ synthetic corpus
+
+
+@dataclasses.dataclass(eq=False)
+class SyntheticConfig(tfds.core.BuilderConfig):
+  """Generator settings of the embedded corpus (see `config.data.synthetic`)."""
+
+  train_pairs: int = 0
+  valid_pairs: int = 0
+  test_pairs: int = 0
+  vocab_size: int = 0
+  min_len: int = 0
+  max_len: int = 0
+  seed: int = 0
+
+  @classmethod
+  def from_settings(cls, settings: ml_collections.ConfigDict) -> SyntheticConfig:
+    """Builds the config from `config.data.synthetic`; the name encodes every field."""
+    s = settings
+    generator = _short_hash(inspect.getsource(synthetic))[:8]
+    name = _config_name(
+      f"n{s.train_pairs}.{s.valid_pairs}.{s.test_pairs}",
+      f"v{s.vocab_size}",
+      f"len{s.min_len}.{s.max_len}",
+      f"seed{s.seed}",
+      f"gen{generator}",
+    )
+    return cls(
+      name=name,
+      description="Synthetic parallel corpus with gold alignments.",
+      train_pairs=s.train_pairs,
+      valid_pairs=s.valid_pairs,
+      test_pairs=s.test_pairs,
+      vocab_size=s.vocab_size,
+      min_len=s.min_len,
+      max_len=s.max_len,
+      seed=s.seed,
+    )
+
+
+class SyntheticCorpus(_Builder):
+  """The embedded corpus: features "src", "tgt" (space-separated words), "align" (Pharaoh).
+
+  "align" holds `src_index-tgt_index` pairs, 0-based, e.g. "0-0 1-2 2-1".
+  """
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "First version."}
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description=self.__doc__,
+      features=tfds.features.FeaturesDict(
+        {
+          "src": tfds.features.Text(),
+          "tgt": tfds.features.Text(),
+          "align": tfds.features.Text(),
+        }
+      ),
+      disable_shuffling=True,
+    )
+
+  def _split_generators(self, dl_manager: Any) -> dict[str, Iterator[tuple[int, dict[str, str]]]]:
+    del dl_manager  # Nothing to download.
+    c = self.builder_config
+    sizes = {"train": c.train_pairs, "valid": c.valid_pairs, "test": c.test_pairs}
+    return {SPLITS[s]: self._generate_examples(s, n) for s, n in sizes.items()}
+
+  def _generate_examples(self, split: str, num_pairs: int) -> Iterator[tuple[int, dict[str, str]]]:
+    c = self.builder_config
+    pairs = synthetic.generate(
+      num_pairs,
+      seed=c.seed,
+      split=split,
+      vocab_size=c.vocab_size,
+      min_len=c.min_len,
+      max_len=c.max_len,
+    )
+    for i, pair in enumerate(pairs):
+      yield (
+        i,
+        {
+          "src": " ".join(pair.src),
+          "tgt": " ".join(pair.tgt),
+          "align": synthetic.format_alignment(pair.align),
+        },
+      )
+
+
+# ------------------------------------------------------------------------------ local text
+
+
+@dataclasses.dataclass(eq=False)
+class LocalTextConfig(tfds.core.BuilderConfig):
+  """Where the local parallel text lives (see `config.data.local`)."""
+
+  directory: str = ""
+  src_lang: str = ""
+  tgt_lang: str = ""
+  prefixes: tuple[tuple[str, str], ...] = ()  # (pipeline split, file prefix) pairs.
+
+  @classmethod
+  def from_settings(cls, settings: ml_collections.ConfigDict) -> LocalTextConfig:
+    """Builds the config from `config.data.local`, checking that every file exists.
+
+    The name encodes the languages, the prefixes and a hash of the files' resolved paths,
+    sizes and modification times, so edited or replaced files get a fresh build.
+
+    Raises:
+      FileNotFoundError: a split file is missing (the message names it).
+    """
+    s = settings
+    directory = Path(s.dir).expanduser().resolve()
+    prefixes = tuple((split, str(s[split])) for split in SPLITS)
+    config = cls(
+      name="unnamed",
+      description=f"Parallel text from {directory}.",
+      directory=str(directory),
+      src_lang=s.src_lang,
+      tgt_lang=s.tgt_lang,
+      prefixes=prefixes,
+    )
+    fingerprint = []
+    for paths in config.files().values():
+      for path in paths:
+        st = path.stat()
+        fingerprint.append((str(path), st.st_size, st.st_mtime_ns))
+    langs = f"{s.src_lang}.{s.tgt_lang}"
+    name = _config_name(directory.name, langs, _short_hash(prefixes, fingerprint))
+    return dataclasses.replace(config, name=name)
+
+  def files(self) -> dict[str, tuple[Path, Path]]:
+    """Maps each pipeline split to its (source file, target file).
+
+    Raises:
+      FileNotFoundError: a file is missing.
+    """
+    out = {}
+    for split, prefix in self.prefixes:
+      paths = tuple(Path(self.directory) / f"{prefix}.{lang}" for lang in self.lang_pair)
+      for path in paths:
+        if not path.is_file():
+          raise FileNotFoundError(
+            f"parallel text file {path} not found (split {split!r}); set "
+            f"config.data.local.dir (now {self.directory!r}), .{split}, .src_lang or "
+            f".tgt_lang so that DIR/PREFIX.LANG names the files"
+          )
+      out[split] = paths
+    return out
+
+  @property
+  def lang_pair(self) -> tuple[str, str]:
+    return self.src_lang, self.tgt_lang
+
+
+def count_lines(path: str | os.PathLike[str]) -> int:
+  """Lines in a file: newline characters, plus one for a last line without a newline."""
+  count, last = 0, b"\n"
+  with open(path, "rb") as f:
+    while chunk := f.read(1 << 20):
+      count += chunk.count(b"\n")
+      last = chunk[-1:]
+  return count + (last != b"\n")
+
+
+def check_line_counts(files: Mapping[str, tuple[Path, Path]]) -> dict[str, int]:
+  """Returns the line count of every split, checking both sides agree.
+
+  Raises:
+    ValueError: the two files of a split have different line counts (names both, with counts).
+  """
+  counts = {}
+  for split, (src_path, tgt_path) in files.items():
+    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
+    if n_src != n_tgt:
+      raise ValueError(
+        f"parallel files of split {split!r} differ in length: {src_path} has {n_src} lines, "
+        f"{tgt_path} has {n_tgt}; the pairs would be misaligned"
+      )
+    counts[split] = n_src
+  return counts
+
+
+def read_parallel(
+  src_path: str | os.PathLike[str],
+  tgt_path: str | os.PathLike[str],
+  skipped: collections.Counter[str],
+) -> Iterator[tuple[int, str, str]]:
+  """Yields `(line_number, src, tgt)` for the usable line pairs of two aligned files.
+
+  Lines are split on "\\n" only (a trailing "\\r" and surrounding whitespace are stripped, as
+  is a UTF-8 byte-order mark on the first line). A pair is skipped, and counted once in
+  `skipped` under the first reason that applies, when either side is not valid UTF-8
+  ("invalid_utf8") or either side is empty after stripping ("empty"). Call
+  `check_line_counts` first: this reader stops at the shorter file.
+  """
+  with open(src_path, "rb") as fs, open(tgt_path, "rb") as ft:
+    for number, (raw_src, raw_tgt) in enumerate(zip(fs, ft, strict=False)):
+      try:
+        src, tgt = raw_src.decode("utf-8"), raw_tgt.decode("utf-8")
+      except UnicodeDecodeError:
+        skipped["invalid_utf8"] += 1
+        continue
+      if number == 0:
+        src, tgt = src.lstrip("\ufeff"), tgt.lstrip("\ufeff")
+      src, tgt = src.strip(), tgt.strip()
+      if not src or not tgt:
+        skipped["empty"] += 1
+        continue
+      yield number, src, tgt
+
+
+class LocalText(_Builder):
+  """Local parallel text: features "src", "tgt" and "line" (0-based line number in the files).
+
+  Pairs with invalid UTF-8 or an empty side are skipped and counted; the counts are logged
+  and stored in the dataset's metadata (`Corpus.skipped`). Files of different lengths raise
+  ValueError before any split is written.
+  """
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "First version."}
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description=self.__doc__,
+      features=tfds.features.FeaturesDict(
+        {
+          "src": tfds.features.Text(),
+          "tgt": tfds.features.Text(),
+          "line": tfds.features.Scalar(dtype=np.int64),
+        }
+      ),
+      metadata=tfds.core.MetadataDict(),
+      disable_shuffling=True,
+    )
+
+  def _split_generators(self, dl_manager: Any) -> dict[str, Iterator[tuple[int, dict[str, Any]]]]:
+    del dl_manager  # Nothing to download.
+    files = self.builder_config.files()
+    check_line_counts(files)  # Every split, before anything is written.
+    self.info.metadata["skipped"] = {}
+    return {SPLITS[s]: self._generate_examples(s, *paths) for s, paths in files.items()}
+
+  def _generate_examples(
+    self, split: str, src_path: Path, tgt_path: Path
+  ) -> Iterator[tuple[int, dict[str, Any]]]:
+    skipped: collections.Counter[str] = collections.Counter()
+    kept = 0
+    for number, src, tgt in read_parallel(src_path, tgt_path, skipped):
+      kept += 1
+      yield number, {"src": src, "tgt": tgt, "line": number}
+    counts = {reason: skipped[reason] for reason in SKIP_REASONS}
+    self.info.metadata["skipped"][split] = counts
+    log = logging.warning if any(counts.values()) else logging.info
+    log(
+      "local text %s (%s, %s): kept %d pairs, skipped %s",
+      split,
+      src_path,
+      tgt_path,
+      kept,
+      ", ".join(f"{n} {reason}" for reason, n in counts.items()),
+    )
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+class Example(NamedTuple):
+  """One pair as text; `align` is Pharaoh "i-j" pairs or None; `line` the 0-based line number."""
+
+  src: str
+  tgt: str
+  align: str | None
+  line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """A prepared tfds dataset and which features hold the source, target and alignment."""
+
+  builder: tfds.core.DatasetBuilder
+  src_key: str = "src"
+  tgt_key: str = "tgt"
+  align_key: str | None = None
+  line_key: str | None = None
+
+  def data_source(self, split: str) -> Any:
+    """The random-access tfds data source of a pipeline split ("train", "valid", "test")."""
+    if split not in SPLITS:
+      raise ValueError(f"unknown split {split!r}; use one of {tuple(SPLITS)}")
+    return self.builder.as_data_source(split=SPLITS[split])
+
+  def read(self, split: str) -> Iterator[Example]:
+    """Yields the examples of `split` in stored (corpus) order."""
+    source = self.data_source(split)
+    for start in range(0, len(source), _READ_CHUNK):
+      indices = range(start, min(start + _READ_CHUNK, len(source)))
+      for index, record in zip(indices, source.__getitems__(list(indices)), strict=True):
+        yield Example(
+          src=record[self.src_key].decode("utf-8"),
+          tgt=record[self.tgt_key].decode("utf-8"),
+          align=record[self.align_key].decode("utf-8") if self.align_key else None,
+          line=int(record[self.line_key]) if self.line_key else index,
+        )
+
+  @property
+  def skipped(self) -> dict[str, dict[str, int]]:
+    """Pairs skipped while building, per split and reason (zeros where nothing is checked)."""
+    stored = self.builder.info.metadata or {}
+    stored = stored.get("skipped", {})
+    return {
+      split: {reason: int(stored.get(split, {}).get(reason, 0)) for reason in SKIP_REASONS}
+      for split in SPLITS
+    }
+
+
+# Which features of each corpus hold what (`Corpus` fields).
+_FEATURE_KEYS: dict[str, dict[str, str]] = {
+  "synthetic": {"align_key": "align"},
+  "local": {"line_key": "line"},
+  "wmt14": {"src_key": "en", "tgt_key": "fr"},
+}
+
+
+def make_builder(
+  data_config: ml_collections.ConfigDict, data_dir: str | os.PathLike[str]
+) -> tfds.core.DatasetBuilder:
+  """The builder of `data_config.corpus` under `data_dir` (not yet prepared)."""
+  data_dir = os.fspath(data_dir)
+  corpus = data_config.corpus
+  if corpus == "synthetic":
+    config = SyntheticConfig.from_settings(data_config.synthetic)
+    return SyntheticCorpus(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
+  if corpus == "local":
+    config = LocalTextConfig.from_settings(data_config.local)
+    return LocalText(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
+  if corpus == "wmt14":
+    # The lean `import tensorflow_datasets` does not register the catalogue's translation
+    # builders; importing the module does.
+    from tensorflow_datasets.translate import wmt14  # noqa: F401
+
+    return tfds.builder(WMT14_NAME, data_dir=data_dir, file_format=FILE_FORMAT)
+  raise ValueError(f"unknown corpus {corpus!r}; known corpora: {tuple(_FEATURE_KEYS)}")
+
+
+def prepare_corpus(
+  data_config: ml_collections.ConfigDict, data_dir: str | os.PathLike[str]
+) -> Corpus:
+  """Builds `data_config.corpus` under `data_dir` unless already built; returns its reader.
+
+  Raises:
+    FileNotFoundError: (local) a split file is missing.
+    ValueError: unknown corpus, or (local) the two files of a split differ in line count.
+  """
+  builder = make_builder(data_config, data_dir)
+  builder.download_and_prepare(file_format=FILE_FORMAT)
+  return Corpus(builder, **_FEATURE_KEYS[data_config.corpus])

@@ -1,0 +1,464 @@
+"""Input pipeline: tokenised corpora in memory, a checkpointable grain training iterator, and
+evaluation batches in corpus order.
+
+Every batch is a dict of numpy int32 arrays with a fixed number of rows B:
+
+  src      [B, S]  source ids followed by EOS (the encoder sees where the sentence ends), then PAD
+  src_mask [B, S]  1 on real positions (the tokens and that EOS), 0 on padding
+  tgt_in   [B, T]  BOS followed by the target ids (decoder inputs under teacher forcing)
+  tgt_out  [B, T]  the target ids followed by EOS (what the decoder predicts)
+  tgt_mask [B, T]  1 on real positions of tgt_in/tgt_out
+  index    [B]     example index within its split; -1 marks an empty padding row (masks all 0)
+
+PAD is 0. S and T are the longest row of the (global) batch rounded up to a multiple of
+`data.bucket_step`, so training (lengths at most `data.max_len` + 1) compiles at most
+`max_len // bucket_step + 1` distinct sizes per axis.
+
+The corpus is read and tokenised once by `load_data` and kept as flat int32 arrays with row
+offsets; batches are gathered from those arrays with numpy, never re-tokenised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grain
+import ml_collections
+import numpy as np
+from absl import logging
+
+from seq2seq import tokenizer as tokenizer_lib
+from seq2seq.data import builders
+
+SPLIT_NAMES = tuple(builders.SPLITS)  # "train", "valid", "test"
+BATCH_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "index")
+BATCHINGS = ("paper", "tokens")
+
+Batch = dict[str, np.ndarray]
+
+
+# ------------------------------------------------------------------------------ in-memory corpus
+
+
+@dataclasses.dataclass(frozen=True)
+class Ragged:
+  """Variable-length int sequences stored flat: row i is `values[offsets[i]:offsets[i + 1]]`."""
+
+  values: np.ndarray  # [total tokens] int32
+  offsets: np.ndarray  # [N + 1] int64, offsets[0] == 0
+
+  @classmethod
+  def from_lists(cls, rows: Sequence[Sequence[int]]) -> Ragged:
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = (t for r in rows for t in r)
+    values = np.fromiter(flat, dtype=np.int32, count=int(offsets[-1]))
+    return cls(values, offsets)
+
+  def __len__(self) -> int:
+    return len(self.offsets) - 1
+
+  @functools.cached_property
+  def lengths(self) -> np.ndarray:
+    """[N] int64 row lengths."""
+    return np.diff(self.offsets)
+
+  def row(self, i: int) -> np.ndarray:
+    return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """One tokenised split: source/target ids (no BOS/EOS) and each pair's line in the corpus."""
+
+  name: str
+  src: Ragged
+  tgt: Ragged
+  line: np.ndarray  # [N] int64: 0-based line of the pair in the corpus files (local text keeps
+  # the original numbering across skipped lines; otherwise equal to the index).
+
+  def __len__(self) -> int:
+    return len(self.src)
+
+  @property
+  def src_lengths(self) -> np.ndarray:
+    return self.src.lengths
+
+  @property
+  def tgt_lengths(self) -> np.ndarray:
+    return self.tgt.lengths
+
+
+@dataclasses.dataclass
+class Data:
+  """Everything the trainer and evaluator need from the data layer.
+
+  Attributes:
+    src_tokenizer, tgt_tokenizer: the vocabularies (saved under WORKDIR/vocab/{src,tgt}).
+    splits: "train", "valid", "test" -> tokenised `Split`.
+    corpus: the prepared tfds corpus (raw text, gold alignments).
+    stats: JSON-able counts: examples per split, pairs skipped while building (local text:
+      invalid UTF-8 / empty side), training pairs dropped as longer than `data.max_len`, UNK
+      rates and token counts.
+  """
+
+  src_tokenizer: tokenizer_lib.Tokenizer
+  tgt_tokenizer: tokenizer_lib.Tokenizer
+  splits: dict[str, Split]
+  corpus: builders.Corpus
+  stats: dict[str, Any]
+
+  def raw(self, split: str) -> list[tuple[str, str, str | None]]:
+    """`(src_text, tgt_text, align_text or None)` of every example of `split`, in order.
+
+    The i-th entry is the example with `index == i` in `eval_batches(split)`. Alignments are
+    Pharaoh "i-j" pairs (0-based source-target word positions); only the synthetic corpus has
+    them.
+    """
+    return [(ex.src, ex.tgt, ex.align) for ex in self.corpus.read(split)]
+
+
+def data_dir(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Path:
+  """Where built datasets live: `data.cache_dir`, or WORKDIR/data when that is empty."""
+  return Path(config.data.cache_dir or Path(workdir) / "data")
+
+
+def _tokenize(
+  examples: Sequence[builders.Example],
+  name: str,
+  src_tok: tokenizer_lib.Tokenizer,
+  tgt_tok: tokenizer_lib.Tokenizer,
+) -> Split:
+  src = Ragged.from_lists(src_tok.encode_batch([ex.src for ex in examples]))
+  tgt = Ragged.from_lists(tgt_tok.encode_batch([ex.tgt for ex in examples]))
+  line = np.fromiter((ex.line for ex in examples), dtype=np.int64, count=len(examples))
+  return Split(name, src, tgt, line)
+
+
+def _unk_rate(ragged: Ragged) -> float:
+  return float(np.mean(ragged.values == tokenizer_lib.UNK_ID)) if ragged.values.size else 0.0
+
+
+def length_filter(split: Split, max_len: int) -> np.ndarray:
+  """[N] bool: pairs whose source and target both have at most `max_len` tokens."""
+  return (split.src_lengths <= max_len) & (split.tgt_lengths <= max_len)
+
+
+def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Data:
+  """Builds (or reuses) the tfds corpus and the vocabularies, and tokenises every split.
+
+  Datasets go to `data_dir(config, workdir)`, vocabularies to WORKDIR/vocab/src and
+  WORKDIR/vocab/tgt (built from the training split on first use; a saved vocabulary of another
+  kind or size raises ValueError). Each split is read once and tokenised into int32 arrays
+  that stay in memory.
+  """
+  d = config.data
+  start = time.perf_counter()
+  corpus = builders.prepare_corpus(d, data_dir(config, workdir))
+  built = time.perf_counter()
+
+  examples = {name: list(corpus.read(name)) for name in SPLIT_NAMES}
+  vocab_dir = Path(workdir) / "vocab"
+  train = examples["train"]
+  origin = f"{corpus.builder.name}/{corpus.builder.builder_config.name} train"
+  sp_model_type = d.sp_model_type
+  src_tok = tokenizer_lib.load_or_build(
+    vocab_dir / "src",
+    d.tokenizer,
+    d.src_vocab_size,
+    lambda: (ex.src for ex in train),
+    sp_model_type=sp_model_type,
+    origin=f"{origin} source",
+  )
+  tgt_tok = tokenizer_lib.load_or_build(
+    vocab_dir / "tgt",
+    d.tokenizer,
+    d.tgt_vocab_size,
+    lambda: (ex.tgt for ex in train),
+    sp_model_type=sp_model_type,
+    origin=f"{origin} target",
+  )
+  splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
+  tokenized = time.perf_counter()
+
+  too_long = int(np.sum(~length_filter(splits["train"], d.max_len)))
+  stats = {
+    "corpus": d.corpus,
+    "examples": {name: len(split) for name, split in splits.items()},
+    "skipped_while_building": corpus.skipped,
+    "train_too_long": too_long,
+    "unk_rate": {
+      f"{name}_{side}": _unk_rate(getattr(split, side))
+      for name, split in splits.items()
+      for side in ("src", "tgt")
+    },
+    "tokens": {
+      f"{name}_{side}": int(getattr(split, side).values.size)
+      for name, split in splits.items()
+      for side in ("src", "tgt")
+    },
+    "seconds": {"build": built - start, "read_and_tokenize": tokenized - built},
+  }
+  logging.info(
+    "data: %s; %d training pairs longer than max_len=%d are dropped; skipped while building: %s;"
+    " build %.1fs, read+tokenise %.1fs",
+    stats["examples"],
+    too_long,
+    d.max_len,
+    stats["skipped_while_building"],
+    built - start,
+    tokenized - built,
+  )
+  return Data(src_tok, tgt_tok, splits, corpus, stats)
+
+
+# ------------------------------------------------------------------------------ batch assembly
+
+
+def round_up(n: int, step: int) -> int:
+  """The smallest multiple of `step` that is >= max(n, 1)."""
+  return -(-max(int(n), 1) // step) * step
+
+
+def _fill(
+  out: np.ndarray,
+  ragged: Ragged,
+  ids: np.ndarray,
+  out_rows: np.ndarray,
+  start_col: int,
+  eos_after: bool,
+) -> None:
+  """Writes the sequences `ids` [n] of `ragged` into rows `out_rows` [n] of `out` [b, W].
+
+  Each starts at column `start_col` and, with `eos_after`, is followed by EOS. Vectorised: one
+  fancy-indexed assignment for all tokens.
+  """
+  lengths = ragged.lengths[ids]
+  rows = np.repeat(out_rows, lengths)
+  within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+  out[rows, within + start_col] = ragged.values[np.repeat(ragged.offsets[ids], lengths) + within]
+  if eos_after:
+    out[out_rows, lengths + start_col] = tokenizer_lib.EOS_ID
+
+
+def make_batch(split: Split, ids: np.ndarray, bucket_step: int, rows: slice = slice(None)) -> Batch:
+  """Assembles the batch of examples `ids` [B] (-1: empty padding row); see the module doc.
+
+  The padded lengths S and T come from all B rows, so every process that assembles its own
+  `rows` of the same global batch gets the same shapes.
+
+  Returns:
+    src, src_mask [b, S]; tgt_in, tgt_out, tgt_mask [b, T]; index [b]; b = rows of `rows`.
+  """
+  ids = np.asarray(ids, np.int64)
+  real = ids >= 0
+  safe = np.where(real, ids, 0)
+  src_len = np.where(real, split.src.lengths[safe] + 1, 0)  # + EOS
+  tgt_len = np.where(real, split.tgt.lengths[safe] + 1, 0)  # + BOS (in) / EOS (out)
+  s = round_up(src_len.max(initial=0), bucket_step)
+  t = round_up(tgt_len.max(initial=0), bucket_step)
+
+  ids, src_len, tgt_len = ids[rows], src_len[rows], tgt_len[rows]
+  (live_rows,) = np.nonzero(ids >= 0)
+  live = ids[live_rows]
+  src = np.zeros((len(ids), s), np.int32)
+  tgt_in = np.zeros((len(ids), t), np.int32)
+  tgt_out = np.zeros((len(ids), t), np.int32)
+  _fill(src, split.src, live, live_rows, 0, eos_after=True)
+  tgt_in[live_rows, 0] = tokenizer_lib.BOS_ID
+  _fill(tgt_in, split.tgt, live, live_rows, 1, eos_after=False)
+  _fill(tgt_out, split.tgt, live, live_rows, 0, eos_after=True)
+  return {
+    "src": src,
+    "src_mask": (np.arange(s) < src_len[:, None]).astype(np.int32),
+    "tgt_in": tgt_in,
+    "tgt_out": tgt_out,
+    "tgt_mask": (np.arange(t) < tgt_len[:, None]).astype(np.int32),
+    "index": ids.astype(np.int32),
+  }
+
+
+def process_rows(batch_size: int, process_index: int, process_count: int) -> slice:
+  """The rows of a global batch that process `process_index` of `process_count` assembles."""
+  if process_count < 1 or not 0 <= process_index < process_count:
+    raise ValueError(f"process_index={process_index} is not in [0, process_count={process_count})")
+  if batch_size % process_count:
+    raise ValueError(
+      f"data.batch_size={batch_size} is not divisible by process_count={process_count}; "
+      "every process must get the same number of rows"
+    )
+  per_process = batch_size // process_count
+  return slice(process_index * per_process, (process_index + 1) * per_process)
+
+
+# ------------------------------------------------------------------------------ training
+
+
+def _pool_order(pool: np.ndarray, split: Split) -> np.ndarray:
+  """`pool` [P] sorted by target length, then source length (stable)."""
+  return pool[np.lexsort((split.src_lengths[pool], split.tgt_lengths[pool]))]
+
+
+def paper_batches(pool: np.ndarray, split: Split, batch_size: int) -> list[np.ndarray]:
+  """Splits a pool of `pool_batches * batch_size` example ids into length-sorted batches [B]."""
+  return list(_pool_order(pool, split).reshape(-1, batch_size))
+
+
+def token_batches(
+  pool: np.ndarray, split: Split, batch_size: int, max_tokens: int, bucket_step: int
+) -> list[np.ndarray]:
+  """Splits a pool into batches [B] of consecutive length-sorted examples under a token budget.
+
+  A batch takes examples while `rows * T <= max_tokens` (T: its padded target length) and
+  `rows <= batch_size`; the rest of its B rows are padding (-1), so every batch keeps the
+  shape [B, T]. The budget thus caps the real target tokens of an update (long sentences
+  come in smaller batches); it cannot raise the row count above B.
+  """
+  ordered = _pool_order(pool, split)
+  padded_t = -(-(split.tgt_lengths[ordered] + 1) // bucket_step) * bucket_step
+  batches, start = [], 0
+  while start < len(ordered):
+    end = start + 1
+    while (
+      end < len(ordered)
+      and end - start < batch_size
+      and (end + 1 - start) * padded_t[end] <= max_tokens
+    ):
+      end += 1
+    batch = np.full(batch_size, -1, np.int64)
+    batch[: end - start] = ordered[start:end]
+    batches.append(batch)
+    start = end
+  return batches
+
+
+class _Unpool(grain.experimental.FlatMapTransform):
+  """Turns a pool (a list of id batches) into one element per batch."""
+
+  def __init__(self, max_fan_out: int):
+    self.max_fan_out = max_fan_out
+
+  def flat_map(self, element: list[np.ndarray]) -> list[np.ndarray]:
+    return element
+
+
+def _shuffle_seed(config: ml_collections.ConfigDict) -> int:
+  """A 32-bit seed folding `config.seed` with `data.shuffle_seed`."""
+  return int(np.random.SeedSequence([config.seed, config.data.shuffle_seed]).generate_state(1)[0])
+
+
+def train_dataset(
+  data: Data,
+  config: ml_collections.ConfigDict,
+  *,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> grain.IterDataset:
+  """The infinite training stream of batches (see the module doc for the batch layout).
+
+  Pipeline (grain):
+    1. pairs with either side longer than `data.max_len` tokens are dropped (counted in
+       `data.stats["train_too_long"]`);
+    2. the remaining example ids are shuffled with a new permutation every epoch
+       (`MapDataset.shuffle(...).repeat()`, seeded by `seed` and `data.shuffle_seed`);
+    3. the stream is cut into pools of `pool_batches * batch_size` ids;
+    4. each pool is sorted by (target, source) length and split into batches: `batching=
+       "paper"` gives `pool_batches` full batches, `"tokens"` as many as the token budget
+       `max_tokens` needs (see `token_batches`); the order of a pool's batches is shuffled
+       (seeded by the pool index);
+    5. each process assembles its rows `process_rows(...)` of every global batch.
+
+  Pools run across epoch boundaries, so no pair is dropped at the end of an epoch.
+  """
+  d = config.data
+  if d.batching not in BATCHINGS:
+    raise ValueError(f"unknown data.batching {d.batching!r}; use one of {BATCHINGS}")
+  rows = process_rows(d.batch_size, process_index, process_count)
+  split = data.splits["train"]
+  keep = np.flatnonzero(length_filter(split, d.max_len))
+  if keep.size == 0:
+    raise ValueError(f"no training pair has both sides within data.max_len={d.max_len} tokens")
+  longest_t = round_up(d.max_len + 1, d.bucket_step)
+  if d.batching == "tokens" and d.max_tokens < longest_t:
+    raise ValueError(
+      f"data.max_tokens={d.max_tokens} cannot hold one target of the padded length "
+      f"{longest_t} (data.max_len={d.max_len}, data.bucket_step={d.bucket_step})"
+    )
+
+  seed = _shuffle_seed(config)
+  pool_size = d.pool_batches * d.batch_size
+  if d.batching == "paper":
+    split_pool = functools.partial(paper_batches, split=split, batch_size=d.batch_size)
+  else:
+    split_pool = functools.partial(
+      token_batches,
+      split=split,
+      batch_size=d.batch_size,
+      max_tokens=d.max_tokens,
+      bucket_step=d.bucket_step,
+    )
+
+  def pool_to_batches(pool_index: int, positions: np.ndarray) -> list[np.ndarray]:
+    batches = split_pool(keep[positions])
+    order = np.random.default_rng([seed, pool_index]).permutation(len(batches))
+    return [batches[i] for i in order]
+
+  ds = grain.MapDataset.range(len(keep)).shuffle(seed=seed).repeat()
+  ds = ds.batch(pool_size, drop_remainder=True)
+  ds = ds.map_with_index(pool_to_batches)
+  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+  ds = grain.experimental.FlatMapIterDataset(ds, _Unpool(max_fan_out=pool_size))
+  return ds.map(lambda ids: make_batch(split, ids, d.bucket_step, rows))
+
+
+def train_iterator(
+  data: Data,
+  config: ml_collections.ConfigDict,
+  *,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> grain.DatasetIterator:
+  """A checkpointable iterator over `train_dataset` batches.
+
+  `it.get_state()` is a small dict of ints (JSON-serialisable); `it.set_state(state)` on a fresh
+  iterator built with the same data and config resumes at exactly the next batch.
+  """
+  ds = train_dataset(data, config, process_index=process_index, process_count=process_count)
+  return iter(ds)
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+
+def eval_batches(
+  data: Data,
+  split: str,
+  config: ml_collections.ConfigDict,
+  *,
+  batch_size: int | None = None,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> Iterator[Batch]:
+  """Batches of `split` ("valid" or "test"; "train" works too) in corpus order, once.
+
+  No filtering and no shuffling: the examples appear in order, each exactly once (`index`),
+  and the last batch is completed with empty rows (index -1, masks 0). `batch_size` defaults to
+  `data.batch_size`; with several processes each gets its rows of every batch.
+  """
+  if split not in data.splits:
+    raise ValueError(f"unknown split {split!r}; use one of {tuple(data.splits)}")
+  tokens = data.splits[split]
+  size = batch_size or config.data.batch_size
+  rows = process_rows(size, process_index, process_count)
+  for start in range(0, len(tokens), size):
+    ids = np.full(size, -1, np.int64)
+    stop = min(start + size, len(tokens))
+    ids[: stop - start] = np.arange(start, stop)
+    yield make_batch(tokens, ids, config.data.bucket_step, rows)

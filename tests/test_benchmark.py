@@ -1,0 +1,66 @@
+"""Smoke test of experiments/benchmark.py: the tiny preset end to end, as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "benchmark.py"
+
+
+def _positive_finite(value: object) -> bool:
+  return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
+  out = tmp_path / "bench.json"
+  env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+  cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--preset", "tiny"]
+  cmd += ["--repeats", "2", "--steps", "2"]
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "tokens/s" in proc.stdout
+
+  res = json.loads(out.read_text())
+  for key in (
+    "preset",
+    "train_step_s",
+    "train_tokens_per_s",
+    "compile_s",
+    "peak_rss_mb",
+    "matmul_gflops",
+    "flops_per_token",
+    "train_mfu",
+    "config",
+    "versions",
+    "device",
+    "date",
+  ):
+    assert key in res, key
+  assert res["preset"] == "tiny"
+  for key in ("train_step_s", "train_tokens_per_s"):
+    stats = res[key]
+    assert all(_positive_finite(stats[s]) for s in ("median", "min", "max")), stats
+    assert stats["min"] <= stats["median"] <= stats["max"]
+  for key in ("compile_s", "peak_rss_mb", "flops_per_token", "train_mfu"):
+    assert _positive_finite(res[key]), (key, res[key])
+  assert all(_positive_finite(res["matmul_gflops"][d]) for d in ("float32", "bfloat16"))
+  assert math.isfinite(res["loss_last"])
+
+  # The analytic FLOP count agrees with the dot_generals of the traced forward and train step.
+  assert math.isclose(
+    res["traced_flops_per_token"]["forward"], res["flops_per_token"], rel_tol=1e-6
+  )
+  assert math.isclose(
+    res["traced_flops_per_token"]["train"], 3 * res["flops_per_token"], rel_tol=1e-6
+  )
+
+  model = res["config"]["model"]
+  assert (model["emb_dim"], model["dec_hidden"]) == (16, 32)  # configs/tiny.py sizes.
+  assert {"python", "jax", "jaxlib", "flax", "optax", "numpy"} <= set(res["versions"])
+  assert "peer" not in res  # Only with --peer.

@@ -1,0 +1,399 @@
+"""Input pipeline: batch layout, paper/token batching, filtering, resumable state, sharding,
+evaluation order, and the local-text builder's handling of bad input."""
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configs import tiny
+from seq2seq import input_pipeline as ip
+from seq2seq import tokenizer as tk
+from seq2seq.data import builders
+
+SHARED_DATA = Path(__file__).parents[2] / "shared" / "data"
+
+
+def _config(**data_overrides):
+  """configs/tiny.py with a small bucket step (several padded lengths) and `data_overrides`."""
+  c = tiny.get_config()
+  c.data.bucket_step = 5
+  for key, value in data_overrides.items():
+    c.data[key] = value
+  return c
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+  config = _config()
+  return ip.load_data(config, tmp_path_factory.mktemp("workdir")), config
+
+
+def _take(it, n):
+  return list(itertools.islice(it, n))
+
+
+def _lengths(batch):
+  """Source and target token counts [B] (without EOS/BOS) of a batch's rows."""
+  return batch["src_mask"].sum(1) - 1, batch["tgt_mask"].sum(1) - 1
+
+
+def _check_row(batch, r, split):
+  """Row r of `batch` holds example batch["index"][r] of `split` as the module doc promises."""
+  i = batch["index"][r]
+  src, tgt = split.src.row(i), split.tgt.row(i)
+  n, m = len(src), len(tgt)
+  np.testing.assert_array_equal(batch["src"][r, :n], src)
+  assert batch["src"][r, n] == tk.EOS_ID and not batch["src"][r, n + 1 :].any()
+  np.testing.assert_array_equal(batch["src_mask"][r], np.arange(batch["src"].shape[1]) <= n)
+  assert batch["tgt_in"][r, 0] == tk.BOS_ID
+  np.testing.assert_array_equal(batch["tgt_in"][r, 1 : m + 1], tgt)
+  np.testing.assert_array_equal(batch["tgt_out"][r, :m], tgt)
+  assert batch["tgt_out"][r, m] == tk.EOS_ID
+  assert not batch["tgt_in"][r, m + 1 :].any() and not batch["tgt_out"][r, m + 1 :].any()
+  np.testing.assert_array_equal(batch["tgt_mask"][r], np.arange(batch["tgt_in"].shape[1]) <= m)
+
+
+def _check_padding_row(batch, r):
+  assert batch["index"][r] == -1
+  for key in ip.BATCH_KEYS[:-1]:
+    assert not batch[key][r].any(), key
+
+
+def test_training_batch_layout(tiny_data):
+  data, config = tiny_data
+  b, step = config.data.batch_size, config.data.bucket_step
+  for batch in _take(ip.train_iterator(data, config), 10):
+    assert set(batch) == set(ip.BATCH_KEYS)
+    assert all(v.dtype == np.int32 for v in batch.values())
+    s, t = batch["src"].shape[1], batch["tgt_in"].shape[1]
+    assert s % step == 0 and t % step == 0
+    assert batch["src_mask"].shape == (b, s) and batch["index"].shape == (b,)
+    assert batch["tgt_in"].shape == batch["tgt_out"].shape == batch["tgt_mask"].shape == (b, t)
+    # The padded lengths are the smallest multiples of the step that hold the longest row.
+    assert batch["src_mask"].sum(1).max() > s - step and batch["tgt_mask"].sum(1).max() > t - step
+    for r in range(b):
+      _check_row(batch, r, data.splits["train"])
+
+
+def test_batch_tokens_match_the_raw_text(tiny_data):
+  data, config = tiny_data
+  raw = data.raw("valid")
+  batch = next(ip.eval_batches(data, "valid", config))
+  for r, i in enumerate(batch["index"]):
+    src, tgt, align = raw[i]
+    n, m = len(src.split()), len(tgt.split())
+    np.testing.assert_array_equal(batch["src"][r, :n], data.src_tokenizer.encode(src))
+    np.testing.assert_array_equal(batch["tgt_out"][r, :m], data.tgt_tokenizer.encode(tgt))
+    links = [tuple(map(int, link.split("-"))) for link in align.split()]
+    assert all(0 <= j < n and 0 <= k < m for j, k in links)
+
+
+def test_paper_pools_are_sorted_by_length_and_full(tiny_data):
+  data, config = tiny_data
+  pools = config.data.pool_batches
+  batches = _take(ip.train_iterator(data, config), 3 * pools)
+  for p in range(3):
+    pool = batches[p * pools : (p + 1) * pools]
+    assert all((b["index"] >= 0).all() for b in pool)
+    ids = np.concatenate([b["index"] for b in pool])
+    assert len(set(ids.tolist())) == len(ids)
+    # Within a pool the batches cut one (target, source)-length-sorted list into pieces.
+    keys = [list(zip(*_lengths(b)[::-1], strict=True)) for b in pool]
+    assert all(k == sorted(k) for k in keys)
+    ordered = sorted(keys, key=lambda k: k[0])
+    flat = [x for k in ordered for x in k]
+    assert flat == sorted(flat)
+  # The pool's batch order is shuffled, not always shortest first.
+  firsts = [[_lengths(b)[1][0] for b in batches[p * pools : (p + 1) * pools]] for p in range(3)]
+  assert any(f != sorted(f) for f in firsts)
+
+
+def test_length_filter_drops_and_counts_long_pairs(tmp_path):
+  config = _config(max_len=8)
+  data = ip.load_data(config, tmp_path)
+  split = data.splits["train"]
+  too_long = (split.src_lengths > 8) | (split.tgt_lengths > 8)
+  assert data.stats["train_too_long"] == too_long.sum() > 0
+  b = config.data.batch_size
+  kept = int((~too_long).sum())
+  # Within the first epoch every pair is seen at most once, and never a long one.
+  batches = _take(ip.train_iterator(data, config), kept // b)
+  ids = np.concatenate([x["index"] for x in batches])
+  assert len(set(ids.tolist())) == len(ids) and not too_long[ids].any()
+  for batch in batches:
+    src_len, tgt_len = _lengths(batch)
+    assert src_len.max() <= 8 and tgt_len.max() <= 8
+    assert batch["src"].shape[1] <= 10  # 8 tokens + EOS rounded up to the bucket step.
+
+
+def test_each_epoch_is_a_new_permutation_of_the_kept_pairs(tiny_data):
+  data, _ = tiny_data
+  # One pair per batch and per pool: the batches follow the shuffled stream itself.
+  config = _config(batch_size=1, pool_batches=1, max_len=8)
+  keep = np.flatnonzero(ip.length_filter(data.splits["train"], 8))
+  it = ip.train_iterator(data, config)
+  stream = np.array([batch["index"][0] for batch in _take(it, 2 * len(keep))])
+  first, second = stream[: len(keep)], stream[len(keep) :]
+  np.testing.assert_array_equal(np.sort(first), keep)
+  np.testing.assert_array_equal(np.sort(second), keep)
+  assert not np.array_equal(first, second)
+  assert not np.array_equal(first, keep)
+  other = ip.train_iterator(data, _config(batch_size=1, pool_batches=1, max_len=8, shuffle_seed=1))
+  assert not np.array_equal([batch["index"][0] for batch in _take(other, len(keep))], first)
+
+
+@pytest.mark.parametrize("batching", ["paper", "tokens"])
+@pytest.mark.parametrize("skip", [0, 3, 9])
+def test_iterator_state_restores_exactly_through_json(tiny_data, batching, skip):
+  data, _ = tiny_data
+  config = _config(batching=batching, max_tokens=200)
+  it = ip.train_iterator(data, config)
+  _take(it, skip)
+  state = json.loads(json.dumps(it.get_state()))
+  expected = _take(it, 6)
+  resumed = ip.train_iterator(data, config)
+  resumed.set_state(state)
+  for want, got in zip(expected, _take(resumed, 6), strict=True):
+    for key in ip.BATCH_KEYS:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_token_budget_batching(tiny_data):
+  data, _ = tiny_data
+  config = _config(batching="tokens", max_tokens=150)
+  b = config.data.batch_size
+  seen_partial = False
+  for batch in _take(ip.train_iterator(data, config), 40):
+    real = batch["index"] >= 0
+    assert batch["src"].shape[0] == b and real[: real.sum()].all()  # Padding rows come last.
+    assert real.sum() * batch["tgt_in"].shape[1] <= 150
+    for r in np.flatnonzero(~real):
+      _check_padding_row(batch, r)
+    seen_partial |= not real.all()
+  assert seen_partial
+  with pytest.raises(ValueError, match="max_tokens=20"):
+    ip.train_iterator(data, _config(batching="tokens", max_tokens=20))
+
+
+def test_distinct_batch_shapes_over_an_epoch_are_bounded(tiny_data):
+  data, config = tiny_data
+  d = config.data
+  kept = int(ip.length_filter(data.splits["train"], d.max_len).sum())
+  batches = _take(ip.train_iterator(data, config), kept // d.batch_size + d.pool_batches)
+  s_sizes = {x["src"].shape[1] for x in batches}
+  t_sizes = {x["tgt_in"].shape[1] for x in batches}
+  bound = d.max_len // d.bucket_step + 1
+  assert len(s_sizes) <= bound and len(t_sizes) <= bound
+  assert len({(s, t) for s in s_sizes for t in t_sizes}) <= bound**2
+
+
+@pytest.mark.parametrize("process_count", [2, 4])
+def test_processes_get_disjoint_rows_of_the_global_batch(tiny_data, process_count):
+  data, config = tiny_data
+  global_batches = _take(ip.train_iterator(data, config), 5)
+  local = [
+    _take(ip.train_iterator(data, config, process_index=p, process_count=process_count), 5)
+    for p in range(process_count)
+  ]
+  for k, want in enumerate(global_batches):
+    parts = [local[p][k] for p in range(process_count)]
+    ids = [set(part["index"].tolist()) for part in parts]
+    assert all(a.isdisjoint(b) for a, b in itertools.combinations(ids, 2))
+    for key in ip.BATCH_KEYS:
+      np.testing.assert_array_equal(np.concatenate([part[key] for part in parts]), want[key])
+
+
+def test_batch_size_not_divisible_by_process_count_raises(tiny_data):
+  data, config = tiny_data
+  with pytest.raises(ValueError, match="batch_size=16 is not divisible by process_count=3"):
+    ip.train_iterator(data, config, process_index=0, process_count=3)
+  with pytest.raises(ValueError, match="process_index=2"):
+    ip.train_iterator(data, config, process_index=2, process_count=2)
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_eval_batches_cover_every_example_once_in_order(tiny_data, split):
+  data, config = tiny_data
+  b = 24  # 64 examples: two full batches and a padded one.
+  batches = list(ip.eval_batches(data, split, config, batch_size=b))
+  n = len(data.splits[split])
+  assert len(batches) == -(-n // b)
+  index = np.concatenate([x["index"] for x in batches])
+  np.testing.assert_array_equal(index[:n], np.arange(n))
+  assert (index[n:] == -1).all() and len(index) == len(batches) * b
+  for batch in batches:
+    assert batch["src"].shape[0] == b and batch["src"].shape[1] % config.data.bucket_step == 0
+    for r in range(b):
+      if batch["index"][r] >= 0:
+        _check_row(batch, r, data.splits[split])
+      else:
+        _check_padding_row(batch, r)
+  assert len(data.raw(split)) == n
+  # Two processes: each gets half the rows of every batch.
+  halves = [
+    list(ip.eval_batches(data, split, config, batch_size=b, process_index=p, process_count=2))
+    for p in range(2)
+  ]
+  for whole, first, second in zip(batches, *halves, strict=True):
+    for key in ip.BATCH_KEYS:
+      np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), whole[key])
+
+
+def test_eval_keeps_long_pairs(tmp_path):
+  config = _config(max_len=6)
+  data = ip.load_data(config, tmp_path)
+  batches = list(ip.eval_batches(data, "valid", config))
+  lengths = np.concatenate([_lengths(x)[0][x["index"] >= 0] for x in batches])
+  assert len(lengths) == len(data.splits["valid"]) and lengths.max() > 6
+
+
+def test_sentencepiece_pipeline_round_trips_the_raw_text(tmp_path):
+  config = _config(tokenizer="sentencepiece")
+  data = ip.load_data(config, tmp_path)
+  assert isinstance(data.tgt_tokenizer, tk.SentencePieceTokenizer)
+  raw = data.raw("valid")
+  checked = 0
+  for batch in ip.eval_batches(data, "valid", config):
+    for r, i in enumerate(batch["index"]):
+      if i >= 0 and tk.UNK_ID not in batch["tgt_out"][r] and tk.UNK_ID not in batch["src"][r]:
+        assert data.tgt_tokenizer.decode(batch["tgt_out"][r]) == raw[i][1]
+        assert data.src_tokenizer.decode(batch["src"][r]) == raw[i][0]
+        checked += 1
+  assert checked > len(raw) // 2
+
+
+def test_synthetic_builds_are_keyed_by_their_settings():
+  base = _config().data.synthetic
+  other = _config().data.synthetic
+  other.seed += 1
+  names = {builders.SyntheticConfig.from_settings(s).name for s in (base, other)}
+  assert len(names) == 2
+
+
+def test_reloading_reuses_the_dataset_and_vocabulary(tmp_path):
+  config = _config()
+  first = ip.load_data(config, tmp_path)
+  second = ip.load_data(config, tmp_path)
+  assert len(list((tmp_path / "data" / "synthetic_corpus").iterdir())) == 1
+  for side in ("src", "tgt"):
+    assert tk.has_vocabulary(tmp_path / "vocab" / side)
+  for name, split in first.splits.items():
+    np.testing.assert_array_equal(second.splits[name].src.values, split.src.values)
+    np.testing.assert_array_equal(second.splits[name].tgt.offsets, split.tgt.offsets)
+  assert first.src_tokenizer.size == config.data.src_vocab_size
+  assert first.stats["unk_rate"]["train_src"] > 0  # The 200-id shortlist leaves unknown words.
+  config.data.src_vocab_size = 300
+  with pytest.raises(ValueError, match=r"size=200 \(requested 300\)"):
+    ip.load_data(config, tmp_path)
+
+
+# ------------------------------------------------------------------------------ local text
+
+
+def _write_split(directory, prefix, src_lines, tgt_lines):
+  for lang, lines in (("en", src_lines), ("fr", tgt_lines)):
+    data = b"".join((x if isinstance(x, bytes) else x.encode()) + b"\n" for x in lines)
+    (directory / f"{prefix}.{lang}").write_bytes(data)
+
+
+def _local_config(directory, **data_overrides):
+  config = _config(corpus="local", **data_overrides)
+  config.data.local.dir = str(directory)
+  config.data.local.valid = "val"
+  config.data.local.test = "test"
+  return config
+
+
+def _sentences(n, offset=0):
+  words = "a small dog runs in the big green park with two red balls".split()
+  return [" ".join(words[(i + offset) % 7 : (i + offset) % 7 + 3 + i % 5]) for i in range(n)]
+
+
+@pytest.fixture
+def local_files(tmp_path):
+  directory = tmp_path / "text"
+  directory.mkdir()
+  for prefix, n in (("train", 60), ("val", 10), ("test", 10)):
+    _write_split(directory, prefix, _sentences(n), [s.upper() for s in _sentences(n, 1)])
+  return directory
+
+
+def test_local_text_builds_and_batches(local_files, tmp_path):
+  config = _local_config(local_files)
+  data = ip.load_data(config, tmp_path / "work")
+  assert data.stats["examples"] == {"train": 60, "valid": 10, "test": 10}
+  assert data.raw("valid")[3] == (_sentences(10)[3], _sentences(10, 1)[3].upper(), None)
+  batch = next(ip.train_iterator(data, config))
+  assert batch["src"].shape[0] == config.data.batch_size
+  np.testing.assert_array_equal(data.splits["test"].line, np.arange(10))
+
+
+def test_local_text_mismatched_line_counts_raise_before_building(local_files, tmp_path):
+  _write_split(local_files, "val", _sentences(10), _sentences(9))
+  with pytest.raises(ValueError, match=r"val\.en has 10 lines, .*val\.fr has 9"):
+    ip.load_data(_local_config(local_files), tmp_path / "work")
+  built = list((tmp_path / "work" / "data").glob("local_text/*/*/*.array_record*"))
+  assert not built
+
+
+def test_local_text_missing_file_names_path_and_setting(local_files, tmp_path):
+  (local_files / "test.fr").unlink()
+  with pytest.raises(FileNotFoundError, match=r"test\.fr.*config\.data\.local\.dir"):
+    ip.load_data(_local_config(local_files), tmp_path / "work")
+
+
+def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
+  src = _sentences(60)
+  tgt = [s.upper() for s in _sentences(60, 1)]
+  src[5] = b"caf\xe9 latin-1"  # Invalid UTF-8 on the source side.
+  tgt[6] = b"\xff\xfe"  # Invalid UTF-8 on the target side.
+  src[7] = ""  # Empty source.
+  tgt[8] = "   \t"  # Whitespace-only target.
+  src[9], tgt[9] = "", b"\xc3"  # Both problems: counted once, as invalid UTF-8.
+  _write_split(local_files, "train", src, tgt)
+  data = ip.load_data(_local_config(local_files), tmp_path / "work")
+  assert data.stats["skipped_while_building"]["train"] == {"invalid_utf8": 3, "empty": 2}
+  assert data.stats["skipped_while_building"]["valid"] == {"invalid_utf8": 0, "empty": 0}
+  assert data.stats["examples"]["train"] == 55
+  kept = [i for i in range(60) if i not in range(5, 10)]
+  np.testing.assert_array_equal(data.splits["train"].line, kept)
+  assert [ex.src for ex in data.corpus.read("train")] == [src[i] for i in kept]
+
+
+def test_local_text_rebuilds_when_files_change(local_files, tmp_path):
+  config = _local_config(local_files)
+  first = builders.make_builder(config.data, tmp_path).builder_config.name
+  _write_split(local_files, "test", _sentences(11), _sentences(11))
+  assert builders.make_builder(config.data, tmp_path).builder_config.name != first
+
+
+def test_unknown_corpus_raises(tmp_path):
+  with pytest.raises(ValueError, match="unknown corpus 'europarl'"):
+    ip.load_data(_config(corpus="europarl"), tmp_path)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "multi30k").is_dir(), reason="../shared/data is absent")
+def test_multi30k_first_lines(tmp_path):
+  """Builds from the first 200 lines of each Multi30k split (copied, so the test stays fast)."""
+  source = SHARED_DATA / "multi30k"
+  config = _config(corpus="local")
+  local = config.data.local
+  local.dir = str(tmp_path / "multi30k")
+  Path(local.dir).mkdir()
+  lines = {}
+  for prefix in (local.train, local.valid, local.test):
+    for lang in (local.src_lang, local.tgt_lang):
+      with open(source / f"{prefix}.{lang}", "rb") as f:
+        head = list(itertools.islice(f, 200))
+      (Path(local.dir) / f"{prefix}.{lang}").write_bytes(b"".join(head))
+      lines[prefix, lang] = [x.decode().strip() for x in head]
+  data = ip.load_data(config, tmp_path / "work")
+  assert data.stats["examples"] == {"train": 200, "valid": 200, "test": 200}
+  raw = data.raw("test")
+  assert [r[0] for r in raw] == lines[local.test, local.src_lang]
+  assert [r[1] for r in raw] == lines[local.test, local.tgt_lang]
+  batches = list(ip.eval_batches(data, "valid", config))
+  assert sum(int((x["index"] >= 0).sum()) for x in batches) == 200
