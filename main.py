@@ -4,6 +4,8 @@
   python main.py --config=configs/rnnsearch.py:maxlen=30 --workdir=runs/rs30 \
       --config.model.score=dot
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=eval
+  python main.py --config=configs/demo.py --workdir=runs/demo --mode=translate --input=in.txt \
+      --output=out.txt --alignments=att.jsonl
 
 Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
 the same workdir resumes the run.
@@ -16,14 +18,17 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from seq2seq import train
+from seq2seq import train, translate
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
   "config", None, "Config file (configs/*.py[:variant]).", lock_config=True
 )
 flags.DEFINE_string("workdir", None, "Directory of the run: config, checkpoints, metrics, eval.")
-flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (resumes if possible) or eval.")
+flags.DEFINE_enum("mode", "train", ["train", "eval", "translate"], "What to do with the run.")
+flags.DEFINE_string("input", "-", "translate: text to translate, one sentence a line (- = stdin).")
+flags.DEFINE_string("output", "-", "translate: where translations go (- = stdout).")
+flags.DEFINE_string("alignments", None, "translate: optional JSON-lines file of attention.")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
@@ -43,8 +48,14 @@ def main(argv):
   try:
     if FLAGS.mode == "train":
       results = train.train_and_evaluate(config, FLAGS.workdir)
-    else:
+    elif FLAGS.mode == "eval":
       results = train.evaluate_splits(config, FLAGS.workdir)
+    else:
+      counts = translate.translate_file(
+        config, FLAGS.workdir, FLAGS.input, FLAGS.output, FLAGS.alignments
+      )
+      logging.info("translated: %s", counts)
+      return
   except USER_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

@@ -77,6 +77,8 @@ def get_config() -> ml_collections.ConfigDict:
   t.eval_every = 1000  # Steps between validation passes.
   t.checkpoint_every = 1000  # Steps between checkpoints (and one at the end).
   t.keep_checkpoints = 3  # Checkpoints kept on disk.
+  t.valid_bleu = True  # Greedy validation BLEU at every evaluation; the best checkpoint is kept.
+  t.final_eval = True  # After training, decode and score valid and test (WORKDIR/eval/).
 
   # ---------------------------------------------------------------- decoding
   dec = c.decode = ml_collections.ConfigDict()
@@ -84,4 +86,6 @@ def get_config() -> ml_collections.ConfigDict:
   dec.max_len_ratio = 2.0  # Longest output as a multiple of the source length (plus 10).
   dec.length_norm_alpha = 1.0  # Divide scores by length**alpha (1: GroundHog; 0: off).
   dec.batch_size = 64  # Sentences decoded together.
+  dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
+  dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

@@ -23,6 +23,8 @@ RESUMABLE_FIELDS = (
   "train.checkpoint_every",
   "train.keep_checkpoints",
   "decode.",
+  "train.valid_bleu",
+  "train.final_eval",
 )
 
 
@@ -66,11 +68,20 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
 class Checkpointer:
   """`ocp.CheckpointManager` over WORKDIR/checkpoints: the train state and the data iterator."""
 
-  def __init__(self, workdir: Path, config: ml_collections.ConfigDict):
+  def __init__(
+    self,
+    workdir: Path,
+    config: ml_collections.ConfigDict,
+    *,
+    subdir: str = "checkpoints",
+    max_to_keep: int | None = None,
+  ):
     options = ocp.CheckpointManagerOptions(
-      max_to_keep=config.train.keep_checkpoints, create=True, enable_async_checkpointing=False
+      max_to_keep=max_to_keep or config.train.keep_checkpoints,
+      create=True,
+      enable_async_checkpointing=False,
     )
-    self.manager = ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+    self.manager = ocp.CheckpointManager((Path(workdir) / subdir).absolute(), options=options)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()

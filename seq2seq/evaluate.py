@@ -13,10 +13,19 @@ Alignment links are (source index, target index) pairs, 0-based, as the corpus w
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
+import jax
 import numpy as np
 import sacrebleu
+
+from seq2seq import decode, input_pipeline, plots
+from seq2seq import tokenizer as tok
+from seq2seq.data import synthetic
+from seq2seq.decode import replace_unknowns
 
 Link = tuple[int, int]
 
@@ -103,3 +112,120 @@ def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
     p = np.clip(np.asarray(alpha, np.float64), 1e-12, 1.0)
     values.extend((-(p * np.log(p)).sum(axis=1)).tolist())
   return float(np.mean(values)) if values else 0.0
+
+
+# ------------------------------------------------------------------------ evaluating a model
+
+
+@dataclasses.dataclass
+class Translation:
+  """One decoded sentence: output ids (no EOS) and their attention [len(ids) + 1, S_real]."""
+
+  ids: list[int]
+  alpha: np.ndarray
+
+
+def translate_split(state, split: input_pipeline.Split, config) -> list[Translation]:
+  """Decodes every sentence of `split` in order with the `config.decode` settings."""
+  out: list[Translation | None] = [None] * len(split)
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    result = jax.device_get(decode.decode_batch(state, batch, config))
+    for row, index in enumerate(batch["index"]):
+      if index < 0:
+        continue
+      n_out = int(result.lengths[row])
+      ids = [int(t) for t in result.tokens[row, :n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
+      n_src = int(batch["src_mask"][row].sum())
+      out[index] = Translation(ids, np.asarray(result.alpha[row, :n_out, :n_src]))
+  return out
+
+
+def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list[np.ndarray]:
+  """alpha [T_words, S_words] of the reference translations (target EOS and source EOS dropped)."""
+  model_fn = jax.jit(
+    lambda params, b: state.replace(params=params).model()(
+      b["src"], b["src_mask"], b["tgt_in"], return_alpha=True
+    )[1]
+  )
+  out: list[np.ndarray | None] = [None] * len(split)
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    keys = {k: batch[k] for k in ("src", "src_mask", "tgt_in")}
+    alpha = np.asarray(jax.device_get(model_fn(state.params, keys)))
+    for row, index in enumerate(batch["index"]):
+      if index >= 0:
+        n_tgt, n_src = len(split.tgt.row(index)), len(split.src.row(index))
+        out[index] = alpha[row, :n_tgt, :n_src]
+  return out
+
+
+def evaluate_split(
+  state, data, split_name: str, config, out_dir: Path, *, extra=None, writer=None, write=True
+) -> dict:
+  """Decodes a split and scores it: BLEU (all / No UNK / tokenised / by length), chrF, AER.
+
+  Writes OUT_DIR/results.json, hypotheses.txt (one line per source line), bleu_vs_length.png
+  and alignments/*.png (heatmaps of the first `decode.num_heatmaps` sentences) when `write`;
+  `extra` (loss, step, ...) is merged into the results first.
+  """
+  split = data.splits[split_name]
+  raw = data.raw(split_name)
+  tgt_tok = data.tgt_tokenizer
+  translations = translate_split(state, split, config)
+  hyps = []
+  for tr, (src_text, _, _) in zip(translations, raw, strict=True):
+    words = tgt_tok.decode_tokens(tr.ids)
+    if config.decode.replace_unk and tr.alpha.size:
+      src_words = src_text.split() + [tok.SPECIALS[tok.EOS_ID]]
+      words = replace_unknowns(words, tr.alpha, src_words, unk_id=tok.SPECIALS[tok.UNK_ID])
+    hyps.append(" ".join(words))
+  refs = [r[1] for r in raw]
+  src_lengths = [len(r[0].split()) for r in raw]
+  score, signature = bleu(hyps, refs)
+  keep = no_unk_subset(
+    [bool(np.any(split.src.row(i) == tok.UNK_ID)) for i in range(len(split))],
+    [bool(np.any(split.tgt.row(i) == tok.UNK_ID)) for i in range(len(split))],
+  )
+  results = dict(extra or {})
+  results.update(
+    {
+      "bleu": score,
+      "bleu_signature": signature,
+      "bleu_tokenized": tokenized_bleu(hyps, refs),
+      "bleu_no_unk": bleu([hyps[i] for i in keep], [refs[i] for i in keep])[0] if keep else 0.0,
+      "num_no_unk": len(keep),
+      "chrf": chrf(hyps, refs),
+      "num_sentences": len(hyps),
+      "beam_size": int(config.decode.beam_size),
+      "bleu_by_length": bleu_by_length(hyps, refs, src_lengths),
+    }
+  )
+  if all(r[2] is not None for r in raw) and state.model().uses_attention:
+    gold = [set(synthetic.parse_alignment(r[2])) for r in raw]
+    forced = teacher_forced_attention(state, split, config)
+    results["aer"] = alignment_error_rate([argmax_links(a) for a in forced], gold)
+    results["aer_threshold"] = alignment_error_rate([threshold_links(a) for a in forced], gold)
+    results["attention_entropy"] = attention_entropy(forced)
+  if not write:
+    return results
+  out_dir.mkdir(parents=True, exist_ok=True)
+  (out_dir / "hypotheses.txt").write_text("".join(h + "\n" for h in hyps))
+  (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  plots.bleu_vs_length(
+    {config.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png"
+  )
+  step = int(jax.device_get(state.step))
+  for i in range(min(config.decode.num_heatmaps, len(hyps))):
+    tr = translations[i]
+    src_words = raw[i][0].split() + [tok.SPECIALS[tok.EOS_ID]]
+    out_words = tgt_tok.decode_tokens(tr.ids) + [tok.SPECIALS[tok.EOS_ID]]
+    if tr.alpha.size and state.model().uses_attention:
+      image = plots.alignment_heatmap(
+        tr.alpha, src_words, out_words[: len(tr.alpha)], out_dir / "alignments" / f"{i:03d}.png"
+      )
+      if writer is not None:
+        writer.write_image(step, f"{split_name}/alignment_{i}", image)
+  return results

@@ -454,11 +454,17 @@ def eval_batches(
   """
   if split not in data.splits:
     raise ValueError(f"unknown split {split!r}; use one of {tuple(data.splits)}")
-  tokens = data.splits[split]
   size = batch_size or config.data.batch_size
   rows = process_rows(size, process_index, process_count)
-  for start in range(0, len(tokens), size):
-    ids = np.full(size, -1, np.int64)
-    stop = min(start + size, len(tokens))
+  return iter_batches(data.splits[split], size, config.data.bucket_step, rows)
+
+
+def iter_batches(
+  split: Split, batch_size: int, bucket_step: int, rows: slice = slice(None)
+) -> Iterator[Batch]:
+  """Every example of `split` once, in order, in batches of `batch_size` (last one padded)."""
+  for start in range(0, len(split), batch_size):
+    ids = np.full(batch_size, -1, np.int64)
+    stop = min(start + batch_size, len(split))
     ids[: stop - start] = np.arange(start, stop)
-    yield make_batch(tokens, ids, config.data.bucket_step, rows)
+    yield make_batch(split, ids, bucket_step, rows)

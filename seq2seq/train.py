@@ -22,7 +22,7 @@ from absl import logging
 from flax import nnx, struct
 from jax.experimental import multihost_utils
 
-from seq2seq import checkpoints, input_pipeline, models, summary
+from seq2seq import checkpoints, evaluate, input_pipeline, models, summary
 
 
 @struct.dataclass
@@ -213,22 +213,18 @@ def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipelin
   return data or input_pipeline.load_data(config, workdir)
 
 
-def initial_state(config, data, runtime: Runtime) -> TrainState:
+def initial_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> TrainState:
   """A fresh, replicated state from the config's seed."""
   rng = jax.random.fold_in(jax.random.key(config.seed), 0)
-  src, tgt = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = jax.jit(
-    functools.partial(create_train_state, config, src_vocab=src, tgt_vocab=tgt),
-    out_shardings=runtime.replicated,
-  )(rng)
-  return state
+  init = functools.partial(create_train_state, config, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+  return jax.jit(init, out_shardings=runtime.replicated)(rng)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
   """Trains (or resumes) the run in `workdir`, then reports validation and test loss.
 
-  Writes WORKDIR/config.json, vocab/, checkpoints/, metrics.jsonl and TensorBoard events.
-  Returns the final metrics.
+  Writes WORKDIR/config.json, vocab/, checkpoints/, best/, metrics.jsonl, TensorBoard events
+  and, with `train.final_eval`, eval/. Returns the final evaluation results ({} without it).
   """
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -239,9 +235,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
   logging.info("data: %s", json.dumps(data.stats, sort_keys=True))
   writer = summary.MetricWriter(workdir, enabled=jax.process_index() == 0)
   ckpt = checkpoints.Checkpointer(workdir, config)
+  best = checkpoints.Checkpointer(workdir, config, subdir="best", max_to_keep=1)
+  best_bleu = max(
+    (r["bleu"] for r in summary.read_metrics(workdir) if r["split"] == "valid" and "bleu" in r),
+    default=-1.0,
+  )
   train_fn, eval_fn = compile_steps(config, runtime)
 
-  state = initial_state(config, data, runtime)
+  state = initial_state(config, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime)
   it = input_pipeline.train_iterator(
     data, config, process_index=jax.process_index(), process_count=jax.process_count()
   )
@@ -289,36 +290,75 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
       window_tokens, tick = 0.0, time.perf_counter()
     if done % tcfg.eval_every == 0 or done == num_steps:
       result = evaluate_loss(eval_fn, state, valid_batches(), runtime)
-      writer.write(done, "valid", {"loss": result["loss"], "perplexity": result["perplexity"]})
-      logging.info("step %d  valid loss %.4f  ppl %.2f", done, result["loss"], result["perplexity"])
+      scalars = {"loss": result["loss"], "perplexity": result["perplexity"]}
+      if tcfg.valid_bleu:
+        scalars["bleu"] = valid_bleu(state, data, config)
+        if scalars["bleu"] >= best_bleu:  # Ties go to the later checkpoint.
+          best_bleu = scalars["bleu"]
+          best.save(state, None)
+      writer.write(done, "valid", scalars)
+      logging.info("step %d  valid %s", done, json.dumps(scalars))
       window_tokens, tick = 0.0, time.perf_counter()
     if done % tcfg.checkpoint_every == 0 or done == num_steps:
       ckpt.save(state, it.get_state())
       window_tokens, tick = 0.0, time.perf_counter()
   if ckpt.latest_step() != int(jax.device_get(state.step)):
     ckpt.save(state, it.get_state())
-  final = evaluate_splits(config, workdir, state=state, data=data, runtime=runtime, eval_fn=eval_fn)
   ckpt.close()
+  best.close()
+  final = {}
+  if tcfg.final_eval:
+    final = evaluate_splits(
+      config, workdir, data=data, runtime=runtime, eval_fn=eval_fn, writer=writer
+    )
   writer.close()
   return final
 
 
-def evaluate_splits(config, workdir, *, state=None, data=None, runtime=None, eval_fn=None):
-  """Loss and perplexity of the latest checkpoint (or `state`) on the valid and test splits.
+def host_local(state: TrainState) -> TrainState:
+  """The state with parameters as this process's local copies (decoding runs per process)."""
+  if jax.process_count() == 1:
+    return state
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state)
 
-  Writes WORKDIR/eval/SPLIT/results.json per split and returns {split: results}.
+
+def valid_bleu(state: TrainState, data, config: ml_collections.ConfigDict) -> float:
+  """Validation BLEU with greedy decoding (cheap enough to run at every evaluation)."""
+  greedy = config.copy_and_resolve_references()
+  greedy.decode.beam_size = 1
+  translations = evaluate.translate_split(host_local(state), data.splits["valid"], greedy)
+  hyps = [" ".join(data.tgt_tokenizer.decode_tokens(t.ids)) for t in translations]
+  return evaluate.bleu(hyps, [r[1] for r in data.raw("valid")])[0]
+
+
+def restore_for_eval(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> TrainState:
+  """The best checkpoint by validation BLEU if one was kept, else the latest."""
+  fresh = initial_state(config, src_vocab, tgt_vocab, runtime)
+  for subdir in ("best", "checkpoints"):
+    ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
+    if ckpt.latest_step() is not None:
+      state, _ = ckpt.restore(fresh, with_data=False)
+      ckpt.close()
+      logging.info("evaluating %s checkpoint of step %d", subdir, int(state.step))
+      return state
+    ckpt.close()
+  raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
+
+
+def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, writer=None):
+  """Evaluates the best (else latest) checkpoint on the valid and test splits.
+
+  Per split: loss and perplexity, then decoding with the `decode` settings and every metric of
+  `evaluate.evaluate_split`, written to WORKDIR/eval/SPLIT/. Returns {split: results}.
   """
   workdir = Path(workdir)
   runtime = runtime or Runtime()
   data = data or load_data(config, workdir)
   if eval_fn is None:
     _, eval_fn = compile_steps(config, runtime)
-  if state is None:
-    ckpt = checkpoints.Checkpointer(workdir, config)
-    if ckpt.latest_step() is None:
-      raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
-    state, _ = ckpt.restore(initial_state(config, data, runtime), with_data=False)
-    ckpt.close()
+  state = restore_for_eval(
+    config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
+  )
   step = int(jax.device_get(state.step))
   results = {}
   for split in ("valid", "test"):
@@ -326,13 +366,26 @@ def evaluate_splits(config, workdir, *, state=None, data=None, runtime=None, eva
       data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
     )
     result = evaluate_loss(eval_fn, state, batches, runtime)
-    result.update(step=step, num_sentences=len(data.splits[split]))
+    result["step"] = step
     out = workdir / "eval" / split
-    if jax.process_index() == 0:
-      out.mkdir(parents=True, exist_ok=True)
-      (out / "results.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    result = evaluate.evaluate_split(
+      host_local(state),
+      data,
+      split,
+      config,
+      out,
+      extra=result,
+      writer=writer,
+      write=jax.process_index() == 0,
+    )
     logging.info(
-      "%s at step %d: loss %.4f  perplexity %.2f", split, step, result["loss"], result["perplexity"]
+      "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %.2f)",
+      split,
+      step,
+      result["loss"],
+      result["perplexity"],
+      result["bleu"],
+      result["bleu_no_unk"],
     )
     results[split] = result
   return results

@@ -70,15 +70,58 @@ def test_run_writes_every_promised_file(trained):
   assert [r["step"] for r in valid_rows] == [10, 20]
   assert all({"loss", "perplexity"} <= set(r) for r in valid_rows)
   assert any(p.name.startswith("events.out.tfevents") for p in (trained / "tensorboard").iterdir())
+  assert all("bleu" in r for r in valid_rows)
+  assert (trained / "best").is_dir()
   for split in ("valid", "test"):
-    result = json.loads((trained / "eval" / split / "results.json").read_text())
-    assert result["step"] == 20 and np.isfinite(result["loss"]) and result["perplexity"] > 1
+    out = trained / "eval" / split
+    result = json.loads((out / "results.json").read_text())
+    assert result["step"] in (10, 20) and np.isfinite(result["loss"]) and result["perplexity"] > 1
+    keys = {"bleu", "bleu_no_unk", "chrf", "num_sentences", "beam_size", "bleu_by_length", "aer"}
+    assert keys <= set(result)
+    assert result["num_sentences"] == 64 and 0.0 <= result["aer"] <= 1.0
+    assert sum(r["count"] for r in result["bleu_by_length"]) == 64
+    assert all({"min_len", "max_len", "count", "bleu"} <= set(r) for r in result["bleu_by_length"])
+    assert len((out / "hypotheses.txt").read_text().splitlines()) == 64
+    assert (out / "bleu_vs_length.png").stat().st_size > 0
+    assert len(list((out / "alignments").glob("*.png"))) == 2  # decode.num_heatmaps
+
+
+def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
+  source = tmp_path / "in.txt"
+  source.write_bytes(b"the cat sleeps .\n\nthe dog does not eat apples .\n\xff\xfe bad\n\n")
+  out, att = tmp_path / "out.txt", tmp_path / "att.jsonl"
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "main.py",
+      "--config=configs/tiny.py",
+      f"--workdir={trained}",
+      "--mode=translate",
+      f"--input={source}",
+      f"--output={out}",
+      f"--alignments={att}",
+      "--config.train.num_steps=20",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = out.read_text().split("\n")[:-1]
+  assert len(lines) == 5 and lines[1] == "" and lines[4] == "" and lines[0] != ""
+  records = [json.loads(line) for line in att.read_text().splitlines()]
+  assert len(records) == 5 and records[0]["source"] == "the cat sleeps ."
+  first = np.asarray(records[0]["attention"])
+  assert first.shape[1] == 5  # 4 source words + EOS.
+  np.testing.assert_allclose(first.sum(axis=1), 1.0, atol=1e-3)
 
 
 def test_resume_equals_uninterrupted_run(trained, tmp_path):
   workdir = tmp_path / "resumed"
-  run_main(workdir, "--config.train.num_steps=10")
-  proc = run_main(workdir, "--config.train.num_steps=20")  # Continues the finished run.
+  run_main(workdir, "--config.train.num_steps=10", "--config.train.final_eval=false")
+  # Raising num_steps continues the finished run.
+  proc = run_main(workdir, "--config.train.num_steps=20", "--config.train.final_eval=false")
   assert "resumed from step 10" in proc.stderr
   step_a, full = final_params(trained)
   step_b, resumed = final_params(workdir)
@@ -93,8 +136,12 @@ def test_resume_equals_uninterrupted_run(trained, tmp_path):
 
 
 def test_changed_model_is_refused_with_the_field_names(trained, tmp_path):
+  from configs import tiny
+  from seq2seq import checkpoints
+
   workdir = tmp_path / "changed"
-  run_main(workdir, "--config.train.num_steps=5")
+  workdir.mkdir()
+  checkpoints.check_and_save_config(workdir, tiny.get_config())
   proc = run_main(workdir, "--config.model.score=dot", "--config.model.emb_dim=8", check=False)
   assert proc.returncode == 1
   line = proc.stderr.strip().splitlines()[-1]
@@ -127,7 +174,7 @@ def test_unknown_config_field_fails(tmp_path):
 def test_eight_devices_match_one(trained, tmp_path):
   workdir = tmp_path / "eight"
   env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-  run_main(workdir, "--config.train.num_steps=20", env=env)
+  run_main(workdir, "--config.train.num_steps=20", "--config.train.final_eval=false", env=env)
   one = [r["loss"] for r in metrics(trained)]
   eight = [r["loss"] for r in metrics(workdir)]
   np.testing.assert_allclose(eight, one, rtol=2e-4, atol=2e-4)
@@ -148,6 +195,7 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
     "--config=configs/tiny.py",
     f"--workdir={workdir}",
     "--config.train.num_steps=20",
+    "--config.train.final_eval=false",
     f"--coordinator_address=127.0.0.1:{port}",
     "--num_processes=2",
   ]

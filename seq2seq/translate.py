@@ -1,0 +1,104 @@
+"""Translate mode: raw text in (one sentence a line), translations out, one line per input line.
+
+Input is tokenised the way training text was (the run's saved source vocabulary). An empty input
+line gives an empty output line. Invalid UTF-8 is decoded with replacement characters (counted
+and logged), never a crash. Lines longer than the model can address (only the `location` score
+has a limit, `model.max_src_len`) are truncated with a warning; every other line is translated
+in full.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from seq2seq import evaluate, input_pipeline, train
+from seq2seq import tokenizer as tok
+
+
+def _read_lines(path: str) -> tuple[list[str], int]:
+  """Lines of `path` ("-" for standard input) and how many held invalid UTF-8."""
+  raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+  lines, invalid = [], 0
+  for line in raw.splitlines():
+    try:
+      lines.append(line.decode("utf-8"))
+    except UnicodeDecodeError:
+      invalid += 1
+      lines.append(line.decode("utf-8", errors="replace"))
+  return lines, invalid
+
+
+def translate_file(
+  config: ml_collections.ConfigDict,
+  workdir: str | Path,
+  input_path: str,
+  output_path: str,
+  alignments_path: str | None = None,
+) -> dict[str, int]:
+  """Translates `input_path` with the run in `workdir` (best checkpoint, else latest).
+
+  Writes one output line per input line to `output_path` ("-" for standard output) and, when
+  `alignments_path` is given, one JSON object per line with `source`, `target` and `attention`
+  (a list per output word, EOS included, of weights over the source words and EOS).
+  Returns counts: lines, empty, invalid_utf8, truncated.
+  """
+  workdir = Path(workdir)
+  src_tok = tok.load(workdir / "vocab" / "src")
+  tgt_tok = tok.load(workdir / "vocab" / "tgt")
+  runtime = train.Runtime()
+  state = train.host_local(
+    train.restore_for_eval(config, workdir, src_tok.size, tgt_tok.size, runtime)
+  )
+  lines, invalid = _read_lines(input_path)
+  limit = config.model.max_src_len - 1 if config.model.score == "location" else None
+  ids, keep, truncated = [], [], 0
+  for i, line in enumerate(lines):
+    if not line.strip():
+      continue
+    encoded = src_tok.encode(line)
+    if limit is not None and len(encoded) > limit:
+      truncated += 1
+      encoded = encoded[:limit]
+    ids.append(encoded)
+    keep.append(i)
+  if invalid:
+    logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
+  if truncated:
+    logging.warning("%d lines truncated to model.max_src_len=%d", truncated, limit + 1)
+  split = input_pipeline.Split(
+    "translate",
+    input_pipeline.Ragged.from_lists(ids),
+    input_pipeline.Ragged.from_lists([[] for _ in ids]),
+    np.asarray(keep, np.int64),
+  )
+  translations = evaluate.translate_split(state, split, config) if ids else []
+  outputs = [""] * len(lines)
+  records = [{"source": line, "target": "", "attention": []} for line in lines]
+  for i, tr in zip(keep, translations, strict=True):
+    words = tgt_tok.decode_tokens(tr.ids)
+    if config.decode.replace_unk and tr.alpha.size:
+      src_words = lines[i].split() + [tok.SPECIALS[tok.EOS_ID]]
+      words = evaluate.replace_unknowns(words, tr.alpha, src_words, tok.SPECIALS[tok.UNK_ID])
+    outputs[i] = " ".join(words)
+    records[i].update(target=outputs[i], attention=np.round(tr.alpha, 4).tolist())
+  text = "".join(o + "\n" for o in outputs)
+  if output_path == "-":
+    sys.stdout.write(text)
+  else:
+    Path(output_path).write_text(text, encoding="utf-8")
+  if alignments_path:
+    with open(alignments_path, "w", encoding="utf-8") as f:
+      for record in records:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  return {
+    "lines": len(lines),
+    "empty": len(lines) - len(keep),
+    "invalid_utf8": invalid,
+    "truncated": truncated,
+  }
