@@ -15,6 +15,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 demo: .venv
 	$(PY) main.py --config=configs/demo.py --workdir=runs/demo
+	@echo "Results: runs/demo/eval/test/results.json, hypotheses.txt, bleu_vs_length.png, alignments/"
+	@echo "Metrics: runs/demo/metrics.jsonl; TensorBoard: runs/demo/tensorboard"
 
 test: .venv
 	$(PY) -m pytest -q

@@ -79,6 +79,10 @@ def get_config() -> ml_collections.ConfigDict:
   t.keep_checkpoints = 3  # Checkpoints kept on disk.
   t.valid_bleu = True  # Greedy validation BLEU at every evaluation; the best checkpoint is kept.
   t.final_eval = True  # After training, decode and score valid and test (WORKDIR/eval/).
+  t.nonfinite = (
+    "stop"  # Non-finite loss/gradient: "stop" (error, last good checkpoint kept) or "skip".
+  )
+  t.inject_nonfinite_step = -1  # Test hook: poison the gradients of this step (-1: never).
 
   # ---------------------------------------------------------------- decoding
   dec = c.decode = ml_collections.ConfigDict()

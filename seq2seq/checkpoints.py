@@ -25,6 +25,8 @@ RESUMABLE_FIELDS = (
   "decode.",
   "train.valid_bleu",
   "train.final_eval",
+  "train.nonfinite",
+  "train.inject_nonfinite_step",
 )
 
 
@@ -80,6 +82,7 @@ class Checkpointer:
       max_to_keep=max_to_keep or config.train.keep_checkpoints,
       create=True,
       enable_async_checkpointing=False,
+      cleanup_tmp_directories=True,  # A write cut short by a kill is never loaded, and goes.
     )
     self.manager = ocp.CheckpointManager((Path(workdir) / subdir).absolute(), options=options)
 

@@ -168,23 +168,19 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   vocab_dir = Path(workdir) / "vocab"
   train = examples["train"]
   origin = f"{corpus.builder.name}/{corpus.builder.builder_config.name} train"
-  sp_model_type = d.sp_model_type
-  src_tok = tokenizer_lib.load_or_build(
-    vocab_dir / "src",
-    d.tokenizer,
-    d.src_vocab_size,
-    lambda: (ex.src for ex in train),
-    sp_model_type=sp_model_type,
-    origin=f"{origin} source",
-  )
-  tgt_tok = tokenizer_lib.load_or_build(
-    vocab_dir / "tgt",
-    d.tokenizer,
-    d.tgt_vocab_size,
-    lambda: (ex.tgt for ex in train),
-    sp_model_type=sp_model_type,
-    origin=f"{origin} target",
-  )
+
+  def vocabulary(side: str, size: int, name: str) -> tokenizer_lib.Tokenizer:
+    return tokenizer_lib.load_or_build(
+      vocab_dir / side,
+      d.tokenizer,
+      size,
+      lambda: (getattr(ex, side) for ex in train),
+      sp_model_type=d.sp_model_type,
+      origin=f"{origin} {name}",
+    )
+
+  src_tok = vocabulary("src", d.src_vocab_size, "source")
+  tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target")
   splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
   tokenized = time.perf_counter()
 

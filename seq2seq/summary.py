@@ -31,6 +31,12 @@ class MetricWriter:
       self._tb.flush()
     return record
 
+  def truncate_after(self, step: int) -> None:
+    """Drops the lines of steps after `step` (written by a run killed after its checkpoint)."""
+    if self.enabled and self.path.exists():
+      kept = [r for r in read_metrics(self.path.parent) if r["step"] <= step]
+      self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
   def write_image(self, step: int, tag: str, image_HWC: np.ndarray) -> None:
     """An RGB(A) uint8 image [H, W, C] to TensorBoard."""
     if self.enabled:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -129,22 +131,34 @@ def train_step(
   """One update. `rng` is this step's key (derive it with `jax.random.fold_in(base, step)`).
 
   Bind `config` with `functools.partial` before jitting. Metrics: loss (mean per target token),
-  tokens, grad_norm (before clipping), learning_rate.
+  tokens, grad_norm (before clipping), learning_rate, finite (false: the update was not applied).
   """
   dropout_rng = rng if config.model.dropout > 0 else None
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   (loss, (_, tokens)), grads = grad_fn(
     state.params, state, batch, dropout_rng, config.train.label_smoothing
   )
+  if config.train.inject_nonfinite_step >= 0:  # Test hook: poison one step's gradients.
+    poison = jnp.where(state.step + 1 == config.train.inject_nonfinite_step, jnp.nan, 1.0)
+    loss, grads = loss * poison, jax.tree.map(lambda g: g * poison, grads)
+  grad_norm = optax.global_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  # A non-finite step leaves parameters and optimiser state as they were (it still counts).
+  keep_if_finite = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   metrics = {
     "loss": loss,
     "tokens": tokens,
-    "grad_norm": optax.global_norm(grads),
+    "grad_norm": grad_norm,
     "learning_rate": learning_rate_schedule(config.train)(state.step),
+    "finite": finite,
   }
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return state.replace(
+    step=state.step + 1,
+    params=keep_if_finite(params, state.params),
+    opt_state=keep_if_finite(opt_state, state.opt_state),
+  ), metrics
 
 
 def eval_step(state: TrainState, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -220,6 +234,46 @@ def initial_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> T
   return jax.jit(init, out_shardings=runtime.replicated)(rng)
 
 
+class NonFiniteError(ValueError):
+  """Training met a non-finite loss or gradient with `train.nonfinite="stop"`."""
+
+
+def handle_nonfinite(workdir: Path, step: int, batch, config, last_checkpoint) -> None:
+  """Records the offending batch (WORKDIR/nonfinite/step_N.json), then stops or carries on."""
+  out = workdir / "nonfinite"
+  out.mkdir(exist_ok=True)
+  ids = [int(i) for i in batch["index"] if i >= 0]
+  path = out / f"step_{step}_process_{jax.process_index()}.json"
+  path.write_text(json.dumps({"step": step, "train_example_indices": ids}) + "\n")
+  if config.train.nonfinite == "stop":
+    raise NonFiniteError(
+      f"non-finite loss or gradient at step {step}; the update was not applied, the last good "
+      f"checkpoint (step {last_checkpoint}) is kept, the batch's example ids are in {path}"
+    )
+  if config.train.nonfinite != "skip":
+    raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of stop, skip")
+  logging.warning("non-finite loss or gradient at step %d: update skipped (ids in %s)", step, path)
+
+
+class PreemptionHandler:
+  """Turns SIGTERM / SIGINT into a request that the loop honours at the next step boundary."""
+
+  def __init__(self):
+    self.requested: str | None = None
+    self._previous = {}
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self._previous[sig] = signal.signal(sig, self._handle)
+
+  def _handle(self, signum, frame):
+    self.requested = signal.Signals(signum).name
+
+  def restore(self) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous = {}
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
   """Trains (or resumes) the run in `workdir`, then reports validation and test loss.
 
@@ -251,6 +305,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     it.set_state(data_state)
     logging.info("resumed from step %d", int(state.step))
   start = int(jax.device_get(state.step))
+  writer.truncate_after(start)  # Lines logged after the checkpoint by a killed run go.
+  skipped = 0
   num_steps, tcfg = config.train.num_steps, config.train
   base_rng = jax.random.fold_in(jax.random.key(config.seed), 1)
 
@@ -260,11 +316,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     )
 
   window_tokens, tick, t_begin = 0.0, time.perf_counter(), time.perf_counter()
+  preemption = PreemptionHandler()
   for step in range(start, num_steps):
-    batch = runtime.put_batch(next(it))
-    state, metrics = train_fn(state, batch, jax.random.fold_in(base_rng, step))
-    window_tokens = window_tokens + metrics["tokens"]  # Stays on device: no sync per step.
+    host_batch = next(it)
+    state, metrics = train_fn(
+      state, runtime.put_batch(host_batch), jax.random.fold_in(base_rng, step)
+    )
+    window_tokens = window_tokens + metrics["tokens"]  # Stays on device.
     done = step + 1
+    if not bool(metrics["finite"]):  # One scalar a step: the update was skipped on device.
+      skipped += 1
+      handle_nonfinite(workdir, done, host_batch, config, ckpt.latest_step())
+    if preemption.requested:
+      ckpt.save(state, it.get_state())
+      preemption.restore()
+      logging.warning(
+        "received %s at step %d: checkpoint saved; rerun the same command to resume",
+        preemption.requested,
+        done,
+      )
+      writer.close()
+      return {"preempted_at_step": done}
     if done % tcfg.log_every == 0 or done == num_steps:
       m = jax.device_get(metrics)  # Synchronises once per logging window.
       now = time.perf_counter()
@@ -276,6 +348,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
           "learning_rate": float(m["learning_rate"]),
           "grad_norm": float(m["grad_norm"]),
           "tokens_per_s": float(window_tokens) / max(now - tick, 1e-9),
+          "skipped_updates": skipped,
         },
       )
       eta = (now - t_begin) / max(done - start, 1) * (num_steps - done)
@@ -304,6 +377,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
       window_tokens, tick = 0.0, time.perf_counter()
   if ckpt.latest_step() != int(jax.device_get(state.step)):
     ckpt.save(state, it.get_state())
+  preemption.restore()
   ckpt.close()
   best.close()
   final = {}

@@ -46,13 +46,6 @@ def final_params(workdir):
   return step, flat
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("run") / "full"
-  run_main(workdir, "--config.train.num_steps=20")
-  return workdir
-
-
 def test_run_writes_every_promised_file(trained):
   config = json.loads((trained / "config.json").read_text())
   assert config["train"]["num_steps"] == 20

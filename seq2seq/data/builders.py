@@ -65,6 +65,17 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   # which these builders do not have.
   code_path = None
 
+  def _text_info(self, metadata=None, **extra_features) -> tfds.core.DatasetInfo:
+    """Corpus-ordered info with "src" and "tgt" text features plus `extra_features`."""
+    features = {"src": tfds.features.Text(), "tgt": tfds.features.Text(), **extra_features}
+    return tfds.core.DatasetInfo(
+      builder=self,
+      description=self.__doc__,
+      features=tfds.features.FeaturesDict(features),
+      metadata=metadata,
+      disable_shuffling=True,
+    )
+
 
 # ------------------------------------------------------------------------------ synthetic corpus
 
@@ -116,18 +127,7 @@ class SyntheticCorpus(_Builder):
   RELEASE_NOTES = {"1.0.0": "First version."}
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-      builder=self,
-      description=self.__doc__,
-      features=tfds.features.FeaturesDict(
-        {
-          "src": tfds.features.Text(),
-          "tgt": tfds.features.Text(),
-          "align": tfds.features.Text(),
-        }
-      ),
-      disable_shuffling=True,
-    )
+    return self._text_info(align=tfds.features.Text())
 
   def _split_generators(self, dl_manager: Any) -> dict[str, Iterator[tuple[int, dict[str, str]]]]:
     del dl_manager  # Nothing to download.
@@ -291,19 +291,7 @@ class LocalText(_Builder):
   RELEASE_NOTES = {"1.0.0": "First version."}
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-      builder=self,
-      description=self.__doc__,
-      features=tfds.features.FeaturesDict(
-        {
-          "src": tfds.features.Text(),
-          "tgt": tfds.features.Text(),
-          "line": tfds.features.Scalar(dtype=np.int64),
-        }
-      ),
-      metadata=tfds.core.MetadataDict(),
-      disable_shuffling=True,
-    )
+    return self._text_info(tfds.core.MetadataDict(), line=tfds.features.Scalar(dtype=np.int64))
 
   def _split_generators(self, dl_manager: Any) -> dict[str, Iterator[tuple[int, dict[str, Any]]]]:
     del dl_manager  # Nothing to download.
@@ -421,8 +409,16 @@ def prepare_corpus(
 
   Raises:
     FileNotFoundError: (local) a split file is missing.
-    ValueError: unknown corpus, or (local) the two files of a split differ in line count.
+    ValueError: unknown corpus, (local) the two files of a split differ in line count, or a
+      split has no usable pair (empty files, or every pair skipped).
   """
   builder = make_builder(data_config, data_dir)
-  builder.download_and_prepare(file_format=FILE_FORMAT)
+  try:
+    builder.download_and_prepare(file_format=FILE_FORMAT)
+  except AssertionError as e:  # tfds' way of saying a split yielded nothing.
+    if "No examples were yielded" not in str(e):
+      raise
+    raise ValueError(
+      f"{data_config.corpus} corpus: {e} (empty files, or every pair skipped)"
+    ) from e
   return Corpus(builder, **_FEATURE_KEYS[data_config.corpus])

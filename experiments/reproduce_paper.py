@@ -1,0 +1,518 @@
+"""Reproduces Table 1, Fig. 2 and Fig. 3 of Bahdanau et al. (2014) at a chosen scale.
+
+    python experiments/reproduce_paper.py --out runs/paper [--preset smoke|cpu|paper]
+        [--corpus synthetic|local] [--with-star] [--set key=value ...] [--compilation-cache DIR]
+
+Trains RNNencdec-30, RNNsearch-30, RNNencdec-50 and RNNsearch-50 (and, with `--with-star`,
+RNNsearch-50*: RNNsearch-50 trained twice as long) one after another, each an ordinary workdir
+OUT/runs/NAME trained with `seq2seq.train.train_and_evaluate`: rerunning the script resumes
+unfinished runs and reuses finished ones, every run can be inspected with TensorBoard, and the
+exact `main.py` command that trains it alone is written into OUT/summary.json. The *-30 models
+train on pairs of at most 30 words (`data.max_len=30`), the *-50 ones on at most 50; the test
+split is evaluated in full, whatever its lengths. Every `--set key=value` (dotted config field,
+e.g. `--set train.valid_bleu=false`) applies to every run.
+
+RNNsearch-50* starts from a copy of RNNsearch-50's finished workdir and continues to twice the
+steps; resuming is bit-identical to an uninterrupted run, so this equals training it from
+scratch (which its `main.py` command does) at half the cost.
+
+Presets (one shared config base each, changed only in `model.name` and `data.max_len`):
+
+* `smoke`: `configs/tiny.py` for a few steps, no validation BLEU (seconds; the test).
+* `cpu`: `configs/demo.py` sizes on an embedded corpus holding sentences of up to 80 words
+  (`data.synthetic.max_len=80`), sized so the four runs finish in under 90 minutes on 2 CPU
+  cores. The step budget: the demo trains at about `DEMO_TOKENS_PER_S` target tokens/s on 2
+  cores; of the `CPU_BUDGET_MIN` minutes, the fraction `CPU_TRAIN_FRACTION` goes to training
+  steps, shared equally by the four models (the paper also gave each model the same time), and
+  the rest to building the corpus, compiling, validation BLEU and the final beam search over
+  the validation and test splits. A model's steps are its token budget divided by the target
+  tokens of one batch: `data.batch_size` times the mean target length (+ EOS) of the training
+  pairs it keeps, counted on the corpus itself, so the *-30 models take more (shorter) steps.
+* `paper`: `configs/rnnencdec.py` / `configs/rnnsearch.py` (`:maxlen=30|50`), the paper's sizes,
+  for machines with accelerators.
+
+Outputs in OUT: table1.md and table1.json (test BLEU on all sentences and on those without
+unknown words, AER of the RNNsearch models: Table 1), bleu_vs_length.png (test BLEU by source
+length: Fig. 2), alignments/ (RNNsearch-50's test heatmaps: Fig. 3), summary.json (every result,
+resolved config, command and wall time, package versions, total time). The corpus is built once
+in OUT/data (`data.cache_dir`) and shared by the runs. Compiled XLA programs are kept in JAX's
+persistent compilation cache (`--compilation-cache`, default OUT/jax_cache), which runs of the
+same model and resumed runs then skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib
+import importlib.metadata
+import json
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the checkout.
+  sys.path.insert(0, str(REPO_ROOT))
+
+import jax  # noqa: E402
+import ml_collections  # noqa: E402
+import numpy as np  # noqa: E402
+
+from seq2seq import plots, train  # noqa: E402
+from seq2seq.data import builders  # noqa: E402
+
+PRESETS = ("smoke", "cpu", "paper")
+CORPORA = ("synthetic", "local")
+SPLITS = ("valid", "test")
+
+# The cpu preset's budget (see the module docstring).
+CPU_BUDGET_MIN = 90  # Wall-clock minutes for the four models on 2 CPU cores.
+DEMO_TOKENS_PER_S = 4_000  # configs/demo.py's training throughput on 2 CPU cores.
+CPU_TRAIN_FRACTION = 0.6  # Share of the budget spent in training steps.
+CPU_EVALS_PER_RUN = 4  # Validation passes (loss, greedy BLEU, best checkpoint) per run.
+CPU_LONG_SENTENCES = 80  # data.synthetic.max_len: the corpus has sentences up to this long.
+SMOKE_STEPS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+  """One row of Table 1: the model family, its training length cut-off and step multiplier."""
+
+  name: str  # As the paper writes it, e.g. "RNNsearch-50*".
+  family: str  # config.model.name: "rnnencdec" or "rnnsearch".
+  max_len: int  # data.max_len.
+  steps_factor: int = 1  # Multiple of the preset's steps (2 for the starred model).
+
+  @property
+  def dirname(self) -> str:
+    return self.name.replace("*", "star")
+
+
+MODELS = (
+  Model("RNNencdec-30", "rnnencdec", 30),
+  Model("RNNsearch-30", "rnnsearch", 30),
+  Model("RNNencdec-50", "rnnencdec", 50),
+  Model("RNNsearch-50", "rnnsearch", 50),
+)
+STAR = Model("RNNsearch-50*", "rnnsearch", 50, steps_factor=2)
+
+
+@dataclasses.dataclass
+class Run:
+  """A run: a config file (with its variant argument) plus dotted overrides, in a workdir."""
+
+  name: str
+  config_file: str  # e.g. "configs/demo.py" or "configs/rnnsearch.py:maxlen=30".
+  overrides: dict[str, Any]
+  workdir: Path
+
+  def config(self) -> ml_collections.ConfigDict:
+    return apply_overrides(load_config(self.config_file), self.overrides)
+
+  def command(self) -> str:
+    """The main.py command that trains (or resumes) this run alone."""
+    return main_command(self.config_file, self.workdir, self.config())
+
+
+# ---------------------------------------------------------------------- configs
+def load_config(spec: str) -> ml_collections.ConfigDict:
+  """The config of `configs/NAME.py[:ARG]`, as `main.py --config=SPEC` would build it."""
+  path, _, arg = spec.partition(":")
+  module = importlib.import_module(f"configs.{Path(path).stem}")
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _parse_value(old: Any, text: str, key: str) -> Any:
+  """`text` as the type of the field's current value `old`."""
+  if isinstance(old, bool):
+    if text.lower() not in ("true", "false", "1", "0"):
+      raise ValueError(f"--set {key}={text}: expected true or false")
+    return text.lower() in ("true", "1")
+  if isinstance(old, int):
+    return int(text)
+  if isinstance(old, float):
+    return float(text)
+  return text
+
+
+def apply_overrides(
+  config: ml_collections.ConfigDict, overrides: dict[str, Any]
+) -> ml_collections.ConfigDict:
+  """Sets dotted fields (`{"model.score": "dot"}`); string values take the field's type.
+
+  Raises ValueError naming an unknown field.
+  """
+  config = config.copy_and_resolve_references()
+  for key, value in overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+        raise ValueError(f"unknown config section {part!r} in {key!r}")
+      node = node[part]
+    if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
+      raise ValueError(f"unknown config field {key!r}")
+    if isinstance(value, str):
+      value = _parse_value(node[leaf], value, key)
+    node[leaf] = value
+  return config
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, str]:
+  """`["train.num_steps=20", ...]` -> {"train.num_steps": "20", ...} (typed later)."""
+  out = {}
+  for item in items:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+      raise ValueError(f"--set {item!r}: expected key=value")
+    out[key.strip()] = value.strip()
+  return out
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  """Nested dict -> {"section.field": value}."""
+  out = {}
+  for key, value in d.items():
+    if isinstance(value, dict):
+      out.update(flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _flag_value(value: Any) -> str:
+  if isinstance(value, bool):
+    return str(value).lower()
+  return str(value)
+
+
+def main_command(config_file: str, workdir: Path, config: ml_collections.ConfigDict) -> str:
+  """`python main.py --config=FILE --workdir=DIR --config.X=Y ...` for every field that differs
+  from FILE's config."""
+  base = flatten(load_config(config_file).to_dict())
+  new = flatten(config.to_dict())
+  parts = ["python main.py", f"--config={config_file}", f"--workdir={workdir}"]
+  for key in sorted(new):
+    if new[key] != base.get(key):
+      parts.append(f"--config.{key}={_flag_value(new[key])}")
+  return " ".join(parts)
+
+
+def mean_target_tokens(config: ml_collections.ConfigDict, data_dir: Path, max_len: int) -> float:
+  """Mean target tokens (words + EOS) of the training pairs kept by `data.max_len=max_len`.
+
+  Builds the corpus in `data_dir` if needed. Counts whitespace words, which is what the word
+  tokenizer keeps (a SentencePiece vocabulary makes this an estimate).
+  """
+  corpus = builders.prepare_corpus(config.data, data_dir)
+  lengths = [
+    len(ex.tgt.split()) + 1
+    for ex in corpus.read("train")
+    if len(ex.src.split()) <= max_len and len(ex.tgt.split()) <= max_len
+  ]
+  if not lengths:
+    raise ValueError(f"no training pair of at most {max_len} words in {data_dir}")
+  return float(np.mean(lengths))
+
+
+def cpu_steps(batch_size: int, tokens_per_pair: float, num_models: int) -> int:
+  """Steps that spend one model's share of the cpu preset's training time."""
+  train_s = CPU_BUDGET_MIN * 60 * CPU_TRAIN_FRACTION / num_models
+  return max(1, int(train_s * DEMO_TOKENS_PER_S / (batch_size * tokens_per_pair)))
+
+
+def build_runs(
+  preset: str, corpus: str, with_star: bool, out: Path, sets: dict[str, str]
+) -> list[Run]:
+  """The runs of a preset, in training order (RNNsearch-50 before RNNsearch-50*)."""
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+  if corpus not in CORPORA:
+    raise ValueError(f"unknown corpus {corpus!r}; valid: {', '.join(CORPORA)}")
+  models = [*MODELS, STAR] if with_star else list(MODELS)
+  data_dir = (out / "data").resolve()
+  shared: dict[str, Any] = {"data.corpus": corpus, "data.cache_dir": str(data_dir)}
+  if preset == "smoke":
+    shared |= {
+      "train.num_steps": SMOKE_STEPS,
+      "train.log_every": SMOKE_STEPS // 2,
+      "train.eval_every": SMOKE_STEPS,
+      "train.checkpoint_every": SMOKE_STEPS,
+      "train.valid_bleu": False,
+    }
+  if preset == "cpu":
+    shared["data.synthetic.max_len"] = CPU_LONG_SENTENCES
+  runs = []
+  for model in models:
+    if preset == "paper":
+      file = f"configs/{model.family}.py:maxlen={model.max_len}"
+      overrides = dict(shared)
+    else:
+      file = "configs/tiny.py" if preset == "smoke" else "configs/demo.py"
+      overrides = {**shared, "model.name": model.family, "data.max_len": model.max_len}
+    overrides |= sets  # --set applies to every run and wins.
+    config = apply_overrides(load_config(file), overrides)
+    steps = config.train.num_steps
+    if preset == "cpu" and "train.num_steps" not in sets:
+      tokens = mean_target_tokens(config, data_dir, config.data.max_len)
+      steps = cpu_steps(config.data.batch_size, tokens, len(MODELS))
+      every = max(1, steps // CPU_EVALS_PER_RUN)
+      overrides |= {"train.eval_every": every, "train.checkpoint_every": every}
+    overrides["train.num_steps"] = steps * model.steps_factor
+    runs.append(Run(model.name, file, overrides, out / "runs" / model.dirname))
+  return runs
+
+
+# ---------------------------------------------------------------------- running
+def checkpoint_steps(workdir: Path) -> list[int]:
+  """Steps of the checkpoints kept in WORKDIR/checkpoints."""
+  ckpt = workdir / "checkpoints"
+  if not ckpt.is_dir():
+    return []
+  return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit())
+
+
+def read_results(workdir: Path) -> dict[str, Any] | None:
+  """{"valid": ..., "test": ...} from WORKDIR/eval/SPLIT/results.json, or None if missing."""
+  paths = {split: workdir / "eval" / split / "results.json" for split in SPLITS}
+  if not all(p.exists() for p in paths.values()):
+    return None
+  return {split: json.loads(p.read_text()) for split, p in paths.items()}
+
+
+def is_finished(run: Run, config: ml_collections.ConfigDict) -> bool:
+  """Trained to `train.num_steps` and evaluated (results newer than the last checkpoint)."""
+  steps = checkpoint_steps(run.workdir)
+  results = run.workdir / "eval" / "test" / "results.json"
+  if not steps or steps[-1] != config.train.num_steps or not results.exists():
+    return False
+  last = run.workdir / "checkpoints" / str(steps[-1])
+  return results.stat().st_mtime >= last.stat().st_mtime
+
+
+def seed_from(run: Run, source: Run, config: ml_collections.ConfigDict) -> bool:
+  """Starts `run` as a copy of `source`'s workdir (it then resumes to its own steps); whether
+  it did (not when `run` exists already or `source` has no usable checkpoint)."""
+  steps = checkpoint_steps(source.workdir)
+  if run.workdir.exists() or not steps or steps[-1] > config.train.num_steps:
+    return False
+  shutil.copytree(source.workdir, run.workdir, ignore=shutil.ignore_patterns("eval"))
+  (run.workdir / "wall_time.json").unlink(missing_ok=True)
+  return True
+
+
+def execute(run: Run) -> dict[str, Any]:
+  """Trains/evaluates `run` unless already finished; its results, command and wall time.
+
+  Wall time accumulates over invocations in WORKDIR/wall_time.json (a reused run costs 0 s).
+  """
+  config = run.config()
+  wall_file = run.workdir / "wall_time.json"
+  previous = json.loads(wall_file.read_text())["seconds"] if wall_file.exists() else 0.0
+  reused = is_finished(run, config)
+  start = time.perf_counter()
+  if not reused:
+    print(f"[{run.name}] {run.command()}", flush=True)
+    outcome = train.train_and_evaluate(config, run.workdir)
+    if "preempted_at_step" in outcome:
+      raise SystemExit(f"{run.name} preempted at step {outcome['preempted_at_step']}; rerun")
+  seconds = previous + time.perf_counter() - start
+  if jax.process_index() == 0:
+    wall_file.write_text(json.dumps({"seconds": seconds}) + "\n")
+  results = read_results(run.workdir)
+  if results is None:
+    raise FileNotFoundError(f"{run.workdir}/eval has no results; is train.final_eval off?")
+  return {
+    "name": run.name,
+    "workdir": str(run.workdir),
+    "command": run.command(),
+    "config_file": run.config_file,
+    "overrides": run.overrides,
+    "config": json.loads(config.to_json_best_effort()),
+    "results": results,
+    "wall_s": seconds,
+    "reused": reused,
+  }
+
+
+def enable_compilation_cache(path: str) -> None:
+  """JAX's persistent compilation cache in `path` (every program; "none" leaves it off)."""
+  if path.lower() == "none":
+    return
+  Path(path).mkdir(parents=True, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", str(path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def versions() -> dict[str, str]:
+  """Versions of Python and the packages the results depend on."""
+  out = {"python": platform.python_version()}
+  for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "grain"):
+    out[name] = _version(name)
+  for name in ("tensorflow-datasets", "sacrebleu", "sentencepiece", "matplotlib"):
+    out[name] = _version(name)
+  return out
+
+
+def _version(name: str) -> str:
+  try:
+    return importlib.metadata.version(name)
+  except importlib.metadata.PackageNotFoundError:
+    return "not installed"
+
+
+def environment() -> dict[str, Any]:
+  """Devices, host, package versions and the date: what a reader needs to compare runs."""
+  return {
+    "versions": versions(),
+    "backend": jax.default_backend(),
+    "devices": [repr(d) for d in jax.devices()],
+    "host": platform.platform(),
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "argv": sys.argv,
+  }
+
+
+# ---------------------------------------------------------------------- tables and figures
+def table1(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Rows of Table 1 from the runs' test results (AER only for models that attend)."""
+  rows = []
+  for rec in records:
+    test = rec["results"]["test"]
+    rows.append(
+      {
+        "model": rec["name"],
+        "bleu_all": test["bleu"],
+        "bleu_no_unk": test["bleu_no_unk"],
+        "aer": test.get("aer"),
+        "aer_threshold": test.get("aer_threshold"),
+        "chrf": test["chrf"],
+        "num_sentences": test["num_sentences"],
+        "num_no_unk": test.get("num_no_unk"),
+        "step": test.get("step"),
+        "beam_size": test["beam_size"],
+      }
+    )
+  return rows
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+  return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) -> str:
+  """Table 1 as Markdown: BLEU (All, No UNK) and AER on the test split."""
+  lines = [
+    f"# Table 1: test BLEU ({preset} preset, {corpus} corpus)",
+    "",
+    "| Model | All | No UNK | AER | sentences (No UNK) | step |",
+    "|---|---:|---:|---:|---:|---:|",
+  ]
+  for r in rows:
+    lines.append(
+      f"| {r['model']} | {_fmt(r['bleu_all'])} | {_fmt(r['bleu_no_unk'])} | "
+      f"{_fmt(r['aer'], 3)} | {r['num_sentences']} ({r['num_no_unk']}) | {r['step']} |"
+    )
+  lines += [
+    "",
+    "BLEU: sacrebleu (13a) on the whole test split; No UNK: sentences without unknown words in",
+    "source or reference. AER: teacher-forced attention (argmax) against the gold alignments of",
+    "the embedded corpus (RNNsearch only).",
+  ]
+  return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, records: Sequence[dict[str, Any]], args, total_s: float) -> dict:
+  """table1.{md,json}, bleu_vs_length.png, alignments/ and summary.json in `out`."""
+  rows = table1(records)
+  (out / "table1.json").write_text(
+    json.dumps({"preset": args.preset, "corpus": args.corpus, "rows": rows}, indent=2) + "\n"
+  )
+  (out / "table1.md").write_text(table1_markdown(rows, args.preset, args.corpus))
+  curves = {rec["name"]: rec["results"]["test"]["bleu_by_length"] for rec in records}
+  plots.bleu_vs_length(
+    curves, out / "bleu_vs_length.png", title=f"test BLEU by source length ({args.preset})"
+  )
+  source = Path(next(r["workdir"] for r in records if r["name"] == "RNNsearch-50"))
+  heatmaps = source / "eval" / "test" / "alignments"
+  target = out / "alignments"
+  if target.exists():
+    shutil.rmtree(target)
+  target.mkdir(parents=True)
+  for png in sorted(heatmaps.glob("*.png")) if heatmaps.is_dir() else []:
+    shutil.copy2(png, target / png.name)
+  summary = {
+    "preset": args.preset,
+    "corpus": args.corpus,
+    "with_star": args.with_star,
+    "sets": args.set,
+    "table1": rows,
+    "runs": {rec["name"]: rec for rec in records},
+    "total_wall_s": total_s,  # This invocation.
+    "runs_wall_s": sum(rec["wall_s"] for rec in records),  # Over every invocation.
+    "cpu_budget": {
+      "budget_min": CPU_BUDGET_MIN,
+      "demo_tokens_per_s": DEMO_TOKENS_PER_S,
+      "train_fraction": CPU_TRAIN_FRACTION,
+      "evals_per_run": CPU_EVALS_PER_RUN,
+    }
+    if args.preset == "cpu"
+    else None,
+    **environment(),
+  }
+  (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+  return summary
+
+
+# ---------------------------------------------------------------------- driver
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--out", required=True, help="output folder (runs go to OUT/runs/NAME)")
+  p.add_argument("--preset", default="cpu", choices=PRESETS)
+  p.add_argument("--corpus", default="synthetic", choices=CORPORA)
+  p.add_argument("--with-star", action="store_true", help="also RNNsearch-50* (2x the steps)")
+  p.add_argument(
+    "--set",
+    action="append",
+    default=[],
+    metavar="KEY=VALUE",
+    help="dotted config override applied to every run (repeatable)",
+  )
+  p.add_argument(
+    "--compilation-cache",
+    default=None,
+    help="JAX persistent compilation cache folder (default OUT/jax_cache; 'none': off)",
+  )
+  return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  args = parse_args(argv)
+  out = Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  try:
+    runs = build_runs(args.preset, args.corpus, args.with_star, out, parse_sets(args.set))
+  except (ValueError, FileNotFoundError) as e:
+    raise SystemExit(f"error: {e}") from e
+  enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
+  start = time.perf_counter()
+  records = []
+  by_name = {run.name: run for run in runs}
+  for run in runs:
+    seeded = run.name == STAR.name and seed_from(run, by_name[MODELS[-1].name], run.config())
+    records.append({**execute(run), "seeded_from": MODELS[-1].name if seeded else None})
+  summary = write_outputs(out, records, args, time.perf_counter() - start)
+  print((out / "table1.md").read_text())
+  print(f"wrote {out / 'summary.json'} ({summary['total_wall_s']:.0f} s)")
+  return summary
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,117 @@
+"""Smoke tests of experiments/reproduce_paper.py and experiments/sweep_scores.py (subprocesses).
+
+Both scripts run their `smoke` preset (configs/tiny.py, a few steps) and share one persistent
+compilation cache, so the sweep's additive runs reuse the programs compiled for RNNsearch. XLA's
+backend optimisations are turned down: these tests check the files and keys written, not speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
+
+
+@pytest.fixture(scope="module")
+def compilation_cache(tmp_path_factory) -> Path:
+  return tmp_path_factory.mktemp("jax_cache")
+
+
+def run_script(name: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
+  cmd = [sys.executable, f"experiments/{name}", *args, "--compilation-cache", str(cache)]
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc
+
+
+def _is_score(value: object) -> bool:
+  return isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 100.0
+
+
+def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
+  out = tmp_path / "paper"
+  args = ["--out", str(out), "--preset", "smoke", "--with-star", "--set", "decode.num_heatmaps=1"]
+  proc = run_script("reproduce_paper.py", *args, cache=compilation_cache)
+  assert "RNNsearch-50*" in proc.stdout
+
+  names = ["RNNencdec-30", "RNNsearch-30", "RNNencdec-50", "RNNsearch-50", "RNNsearch-50*"]
+  table = json.loads((out / "table1.json").read_text())
+  assert [r["model"] for r in table["rows"]] == names
+  for row in table["rows"]:
+    assert _is_score(row["bleu_all"]) and _is_score(row["bleu_no_unk"])
+    assert row["num_sentences"] == TEST_SENTENCES and row["beam_size"] == 3
+    if row["model"].startswith("RNNsearch"):
+      assert 0.0 <= row["aer"] <= 1.0
+    else:
+      assert row["aer"] is None
+  md = (out / "table1.md").read_text()
+  assert all(f"| {name} |" in md for name in names)
+  assert (out / "bleu_vs_length.png").stat().st_size > 0
+  assert len(list((out / "alignments").glob("*.png"))) == 1  # --set decode.num_heatmaps=1.
+
+  summary = json.loads((out / "summary.json").read_text())
+  assert {"runs", "table1", "total_wall_s", "runs_wall_s", "versions", "date"} <= set(summary)
+  assert {"jax", "flax", "sacrebleu"} <= set(summary["versions"])
+  assert list(summary["runs"]) == names
+  for name, rec in summary["runs"].items():
+    workdir = Path(rec["workdir"])
+    assert workdir.parent == out / "runs" and (workdir / "metrics.jsonl").exists()
+    assert rec["command"].startswith("python main.py --config=configs/tiny.py")
+    assert f"--workdir={workdir}" in rec["command"]
+    assert rec["wall_s"] > 0 and not rec["reused"]
+    assert set(rec["results"]) == {"valid", "test"}
+    assert rec["results"]["test"]["num_sentences"] == TEST_SENTENCES
+    assert sum(b["count"] for b in rec["results"]["test"]["bleu_by_length"]) == TEST_SENTENCES
+    max_len = 30 if name.endswith("-30") else 50
+    assert rec["config"]["data"]["max_len"] == max_len
+    assert rec["config"]["model"]["name"] == name.split("-")[0].lower()
+    assert rec["config"]["decode"]["num_heatmaps"] == 1  # --set reaches every run.
+  star, base = summary["runs"]["RNNsearch-50*"], summary["runs"]["RNNsearch-50"]
+  assert star["config"]["train"]["num_steps"] == 2 * base["config"]["train"]["num_steps"]
+  assert star["seeded_from"] == "RNNsearch-50"
+  assert star["results"]["test"]["step"] == star["config"]["train"]["num_steps"]
+
+  # A second invocation reuses the finished runs instead of training again.
+  run_script("reproduce_paper.py", *args, cache=compilation_cache)
+  again = json.loads((out / "summary.json").read_text())
+  assert all(rec["reused"] for rec in again["runs"].values())
+  assert again["table1"] == summary["table1"]
+
+
+def test_sweep_scores_smoke(tmp_path: Path, compilation_cache: Path) -> None:
+  out = tmp_path / "sweep"
+  args = ["--out", str(out), "--preset", "smoke", "--scores", "additive,dot", "--seeds", "0"]
+  run_script("sweep_scores.py", *args, "--bootstrap-samples", "200", cache=compilation_cache)
+
+  sweep = json.loads((out / "sweep.json").read_text())
+  assert sweep["baseline"] == "additive" and sweep["seeds"] == [0]
+  rows = {r["name"]: r for r in sweep["configurations"]}
+  assert list(rows) == ["additive", "dot"]
+  for name, row in rows.items():
+    assert row["overrides"]["model.score"] == name
+    assert row["seeds"] == [0] and row["runs"] == [f"{name}-seed0"]
+    assert _is_score(row["bleu_mean"]) and row["bleu_std"] == 0.0
+    assert 0.0 <= row["aer_mean"] <= 1.0 and row["attention_entropy_mean"] >= 0.0
+    assert row["train_tokens_per_s_median"] > 0
+  assert rows["additive"]["p_value_vs_baseline"] is None
+  assert 0.0 < rows["dot"]["p_value_vs_baseline"] <= 1.0
+  sig = sweep["significance"]
+  assert sig["n_samples"] == 200 and sig["per_configuration"]["dot"]["seeds"] == [0]
+  for name in ("additive-seed0", "dot-seed0"):
+    rec = sweep["runs"][name]
+    assert rec["config"]["seed"] == 0
+    assert (Path(rec["workdir"]) / "eval" / "test" / "hypotheses.txt").exists()
+  assert "--config.model.score=dot" in sweep["runs"]["dot-seed0"]["command"]
+  md = (out / "sweep.md").read_text()
+  assert "| additive |" in md and "| dot |" in md
+  assert (out / "sweep.png").stat().st_size > 0

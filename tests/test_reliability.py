@@ -1,0 +1,184 @@
+"""Kills, preemption, non-finite steps and extreme inputs (issue: Reliability)."""
+
+import functools
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import randomise
+from flax import nnx
+from test_main import ROOT, final_params, metrics, run_main
+
+from seq2seq import models, train
+
+FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
+
+
+def start_main(workdir, *overrides):
+  cmd = [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
+  return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, proc, timeout=300.0, poll=0.002):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if predicate():
+      return True
+    if proc.poll() is not None:
+      return False
+    time.sleep(poll)
+  raise AssertionError("timed out waiting")
+
+
+@pytest.fixture(scope="module")
+def reference(trained):
+  """The parameters of an uninterrupted 20-step run."""
+  return final_params(trained)
+
+
+def assert_same_params(workdir, reference):
+  step, params = final_params(workdir)
+  assert step == reference[0]
+  for key, value in reference[1].items():
+    np.testing.assert_array_equal(params[key], value, err_msg=key)
+
+
+def completed_checkpoints(workdir):
+  ckpt = Path(workdir) / "checkpoints"
+  return (
+    [p for p in ckpt.glob("*") if p.name.isdigit() and (p / "commit_success.txt").exists()]
+    if ckpt.exists()
+    else []
+  )
+
+
+def test_sigkill_during_training_then_rerun_matches(reference, tmp_path):
+  workdir = tmp_path / "killed"
+  args = ["--config.train.num_steps=20", *FAST]
+  proc = start_main(workdir, *args)
+  wait_for(lambda: completed_checkpoints(workdir), proc)
+  time.sleep(np.random.default_rng().uniform(0.0, 0.5))
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  run_main(workdir, *args)
+  assert_same_params(workdir, reference)
+  steps = [r["step"] for r in metrics(workdir) if r["split"] == "train"]
+  assert steps == sorted(set(steps))  # No duplicated lines from the killed run.
+
+
+def test_sigkill_during_checkpoint_write_then_rerun_matches(reference, tmp_path):
+  workdir = tmp_path / "killed_in_write"
+  args = ["--config.train.num_steps=20", "--config.train.checkpoint_every=1", *FAST]
+  proc = start_main(workdir, *args)
+  ckpt = workdir / "checkpoints"
+
+  def writing():
+    return ckpt.exists() and any("tmp" in p.name for p in ckpt.iterdir())
+
+  caught = wait_for(writing, proc, poll=0.0005)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert caught, "the run ended before a checkpoint write could be interrupted"
+  run_main(workdir, *args)
+  assert_same_params(workdir, reference)
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+  workdir = tmp_path / "preempted"
+  proc = start_main(workdir, "--config.train.num_steps=100000", *FAST)
+  wait_for(lambda: completed_checkpoints(workdir), proc)
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-2000:]
+  assert "checkpoint saved; rerun the same command to resume" in err
+  saved = max(int(p.name) for p in completed_checkpoints(workdir))
+  assert f"SIGTERM at step {saved}:" in err
+
+
+@pytest.mark.parametrize("mode", ["stop", "skip"])
+def test_nonfinite_step(tmp_path, mode):
+  workdir = tmp_path / mode
+  proc = run_main(
+    workdir,
+    "--config.train.num_steps=10",
+    "--config.train.checkpoint_every=5",
+    "--config.train.inject_nonfinite_step=7",
+    f"--config.train.nonfinite={mode}",
+    *FAST,
+    check=False,
+  )
+  record = json.loads((workdir / "nonfinite" / "step_7_process_0.json").read_text())
+  assert record["step"] == 7 and len(record["train_example_indices"]) == 16
+  if mode == "stop":
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "non-finite loss or gradient at step 7" in line and "step 5" in line
+    assert [int(p.name) for p in completed_checkpoints(workdir)] == [5]
+  else:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = [r for r in metrics(workdir) if r["split"] == "train"][-1]
+    assert last["skipped_updates"] == 1 and np.isfinite(last["loss"])
+
+
+def test_empty_training_set_is_one_error_line(tmp_path):
+  data = tmp_path / "text"
+  data.mkdir()
+  for split in ("train", "val", "test"):
+    for lang in ("en", "fr"):
+      (data / f"{split}.{lang}").write_text("" if split == "train" else "a b\n")
+  proc = run_main(
+    tmp_path / "run",
+    "--config.data.corpus=local",
+    f"--config.data.local.dir={data}",
+    "--config.data.local.test=test",
+    check=False,
+  )
+  assert proc.returncode == 1
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith("error:") and 'split "train": No examples' in line
+  assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("src_len", [1, 200])
+def test_loss_finite_for_extreme_lengths(tiny_config, dtype, src_len):
+  tiny_config.model.dtype = dtype
+  tiny_config.model.max_src_len = 256
+  model = randomise(models.build_model(tiny_config.model, 40, 40, rngs=nnx.Rngs(0)), scale=0.2)
+  rng = np.random.default_rng(0)
+  src = rng.integers(4, 40, (2, src_len)).astype(np.int32)
+  mask = np.ones_like(src)
+  mask[1] = 0  # A fully masked source row as well.
+  tgt = rng.integers(4, 40, (2, 5)).astype(np.int32)
+  tmask = np.ones_like(tgt)
+  tmask[1] = 0
+
+  def loss(params):
+    logits = nnx.merge(nnx.graphdef(model), params)(src, mask, tgt)
+    total, tokens = train.cross_entropy(logits, tgt, tmask)
+    return total / jnp.maximum(tokens, 1.0)
+
+  value, grads = jax.jit(jax.value_and_grad(loss))(nnx.state(model))
+  assert np.isfinite(float(value))
+  assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
+
+
+def test_same_seed_same_result(tiny_config):
+  from conftest import random_batch
+
+  batch = random_batch(seed=3, vocab=30)
+  out = []
+  step = jax.jit(functools.partial(train.train_step, config=tiny_config))
+  for _ in range(2):
+    state = train.create_train_state(tiny_config, jax.random.key(0), 30, 30)
+    state, m = step(state, batch, jax.random.key(1))
+    out.append((float(m["loss"]), np.asarray(jax.tree.leaves(state.params)[0])))
+  assert out[0][0] == out[1][0]
+  np.testing.assert_array_equal(out[0][1], out[1][1])
