@@ -35,7 +35,9 @@ flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 # Errors that describe a user's mistake: reported as one line, exit status 1.
-USER_ERRORS = (ValueError, FileNotFoundError, KeyError, TypeError)
+# OSError covers an unwritable or full workdir (checkpoints are written to a temporary
+# directory and renamed when complete, so a failed write is never loaded).
+USER_ERRORS = (ValueError, KeyError, TypeError, OSError)
 
 
 def main(argv):

@@ -18,13 +18,16 @@ class MetricWriter:
     self.path = Path(workdir) / "metrics.jsonl"
     self._tb = SummaryWriter(str(Path(workdir) / "tensorboard")) if enabled else None
 
-  def write(self, step: int, split: str, scalars: dict[str, Any]) -> dict[str, Any]:
-    """Appends `{"step", "split", **scalars}`; returns the record written."""
+  def write(
+    self, step: int, split: str, scalars: dict[str, Any], *, jsonl: bool = True
+  ) -> dict[str, Any]:
+    """Appends `{"step", "split", **scalars}` (to TensorBoard only with `jsonl=False`)."""
     record = {"step": int(step), "split": split}
     record.update({k: _plain(v) for k, v in scalars.items()})
     if self.enabled:
-      with self.path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+      if jsonl:
+        with self.path.open("a") as f:
+          f.write(json.dumps(record) + "\n")
       for key, value in record.items():
         if key not in ("step", "split") and isinstance(value, int | float):
           self._tb.add_scalar(f"{split}/{key}", value, step)

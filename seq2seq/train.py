@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import signal
 import threading
 import time
@@ -105,7 +106,8 @@ def cross_entropy(
     vocab = logits.shape[-1]
     on, off = 1.0 - label_smoothing, label_smoothing / vocab
     smooth = -jnp.mean(log_probs, axis=-1)
-    entropy = -(on + off) * jnp.log(on + off) - (vocab - 1) * off * jnp.log(off)
+    xlogx = lambda x: x * math.log(x) if x > 0 else 0.0  # Python floats: static settings.
+    entropy = -xlogx(on + off) - (vocab - 1) * xlogx(off)
     nll = on * nll + label_smoothing * smooth - entropy
   mask = mask_BT.astype(jnp.float32)
   return jnp.sum(nll * mask), jnp.sum(mask)
@@ -452,6 +454,9 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
       writer=writer,
       write=jax.process_index() == 0,
     )
+    if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
+      scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
+      writer.write(step, f"eval_{split}", scalars, jsonl=False)
     logging.info(
       "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %.2f)",
       split,

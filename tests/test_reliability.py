@@ -8,12 +8,15 @@ import sys
 import time
 from pathlib import Path
 
+import hypothesis.extra.numpy as hnp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import randomise
 from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_main import ROOT, final_params, metrics, run_main
 
 from seq2seq import models, train
@@ -144,6 +147,31 @@ def test_empty_training_set_is_one_error_line(tmp_path):
   line = proc.stderr.strip().splitlines()[-1]
   assert line.startswith("error:") and 'split "train": No examples' in line
   assert "Traceback" not in proc.stderr
+
+
+def test_unusable_workdir_is_one_error_line(tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("not a directory")
+  proc = run_main(blocker / "run", check=False)
+  assert proc.returncode == 1
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith("error:") and "a_file" in line and "Traceback" not in proc.stderr
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+  hnp.arrays(np.bool_, st.tuples(st.integers(1, 3), st.integers(1, 6))),
+  st.sampled_from([jnp.float32, jnp.bfloat16]),
+  st.floats(0.0, 0.3),
+)
+def test_loss_is_finite_for_any_mask(mask, dtype, smoothing):
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(*mask.shape, 7)) * 30, dtype)
+  targets = rng.integers(0, 7, mask.shape)
+  total, tokens = train.cross_entropy(logits, targets, mask, smoothing)
+  assert np.isfinite(float(total)) and float(tokens) == mask.sum()
+  if not mask.any():
+    assert float(total) == 0.0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
