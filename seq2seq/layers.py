@@ -131,4 +131,6 @@ def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
 
 def maxout(x: jax.Array) -> jax.Array:
   """Maximum over adjacent pairs of the last axis: [..., 2M] -> [..., M]."""
-  return jnp.max(x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2), axis=-1)
+  # Strided slices rather than a reshape to [..., M, 2] and a max: the same pairs, and about
+  # half the forward+backward time of the deep output on CPU (experiments/benchmark.py).
+  return jnp.maximum(x[..., 0::2], x[..., 1::2])

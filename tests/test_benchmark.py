@@ -21,7 +21,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   out = tmp_path / "bench.json"
   env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
   cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--preset", "tiny"]
-  cmd += ["--repeats", "2", "--steps", "2"]
+  cmd += ["--repeats", "2", "--steps", "2", "--peer"]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "tokens/s" in proc.stdout
@@ -63,4 +63,4 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   model = res["config"]["model"]
   assert (model["emb_dim"], model["dec_hidden"]) == (16, 32)  # configs/tiny.py sizes.
   assert {"python", "jax", "jaxlib", "flax", "optax", "numpy"} <= set(res["versions"])
-  assert "peer" not in res  # Only with --peer.
+  assert "skipped" in res["peer"]  # The peer has no tiny size: a note, no figures.

@@ -135,3 +135,10 @@ def test_unknown_model_name(tiny_config):
   tiny_config.model.name = "transformer"
   with pytest.raises(ValueError, match="unknown model 'transformer'.*rnnencdec, rnnsearch"):
     models.build_model(tiny_config.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+
+
+def test_maxout_takes_the_max_of_adjacent_pairs():
+  from seq2seq import layers
+
+  x = jnp.asarray([[1.0, 5.0, 3.0, 2.0, -1.0, -4.0]])
+  np.testing.assert_array_equal(np.asarray(layers.maxout(x)), [[5.0, 3.0, -1.0]])
