@@ -356,20 +356,39 @@ def measure_training(bench: TrainBench, *, steps: int, repeats: int, warmup: int
 
 
 def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
-  """Greedy and beam decoding figures: the place for them once `seq2seq/decode.py` exists.
+  """Greedy and beam-10 decoding of `bench.batch["src"]` with the trained `bench.state`.
 
-  Until then this only records whether the module is there. The figures belong in the returned
-  dict as `greedy_sentences_per_s` and `beam_sentences_per_s` ({median, min, max}), decoding
-  `bench.batch["src"]` with the trained `bench.state`; `peer_ratios` picks up the greedy one.
+  `seq2seq.decode.jit_decode` with max_len = the source length (30 on `bench`, the peer's fixed
+  30 steps). Decoding stops early once every hypothesis has emitted EOS, so the mean output
+  length is recorded next to each figure: with it equal to max_len, both sides did the same work.
+  Sentences/s are {median, min, max} over `repeats` timed calls after the compiling one.
   """
-  del repeats  # Used once the decoder exists.
-  if importlib.util.find_spec("seq2seq.decode") is None:
-    return {"available": False, "note": "seq2seq/decode.py does not exist yet"}
-  return {
-    "available": True,
-    "note": "seq2seq/decode.py exists but is not wired into the benchmark yet",
-    "beam_size": bench.cfg.decode.beam_size,
-  }
+  from seq2seq import decode
+
+  src, mask = bench.batch["src"], bench.batch["src_mask"]
+  batch_size, max_len = int(src.shape[0]), int(src.shape[1])
+  out: dict[str, Any] = {"available": True, "batch_size": batch_size, "max_len": max_len}
+  for name, beam in (("greedy", 1), ("beam10", 10)):
+
+    def run(beam=beam):
+      return decode.jit_decode(
+        bench.state.graphdef, bench.state.params, src, mask, beam_size=beam, max_len=max_len
+      )
+
+    t0 = time.perf_counter()
+    result = jax.block_until_ready(run())
+    out[f"{name}_compile_s"] = time.perf_counter() - t0
+    rates = []
+    for _ in range(max(repeats, 1)):
+      t0 = time.perf_counter()
+      jax.block_until_ready(run())
+      rates.append(batch_size / (time.perf_counter() - t0))
+    out[f"{name}_sentences_per_s"] = _spread(rates)
+    out[f"{name}_mean_output_length"] = float(np.mean(np.asarray(result.lengths)))
+  out["beam10_cost_per_sentence_vs_greedy"] = (
+    out["greedy_sentences_per_s"]["median"] / out["beam10_sentences_per_s"]["median"]
+  )
+  return out
 
 
 # ---------------------------------------------------------------------- the PyTorch peer
@@ -556,6 +575,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     "train_mfu": achieved / (matmul["float32"]["median"] * 1e9),
     "train_mfu_vs_compute_dtype": achieved / (matmul[args.dtype]["median"] * 1e9),
     "decode": decode,
+    "greedy_sentences_per_s": decode["greedy_sentences_per_s"]["median"],
+    "beam10_sentences_per_s": decode["beam10_sentences_per_s"]["median"],
     "config": cfg.to_dict(),
     "versions": versions(),
     "device": device_info(),
@@ -603,6 +624,9 @@ def summary(results: dict[str, Any]) -> str:
     f"  matmul       {mm['float32']:9.1f} GFLOP/s float32, {mm['bfloat16']:.1f} bfloat16",
     f"  model        {results['flops_per_token'] / 1e6:9.2f} fwd MFLOP/token, training "
     f"{results['train_gflops']:.1f} GFLOP/s, MFU {results['train_mfu']:.3f}",
+    f"  decoding     greedy {results['greedy_sentences_per_s']:.1f} sentences/s, beam 10 "
+    f"{results['beam10_sentences_per_s']:.1f} ("
+    f"{results['decode']['beam10_cost_per_sentence_vs_greedy']:.1f}x greedy's cost per sentence)",
   ]
   peer = results.get("peer")
   if peer is not None and "skipped" in peer:

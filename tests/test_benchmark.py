@@ -47,7 +47,14 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
     stats = res[key]
     assert all(_positive_finite(stats[s]) for s in ("median", "min", "max")), stats
     assert stats["min"] <= stats["median"] <= stats["max"]
-  for key in ("compile_s", "peak_rss_mb", "flops_per_token", "train_mfu"):
+  for key in (
+    "compile_s",
+    "peak_rss_mb",
+    "flops_per_token",
+    "train_mfu",
+    "greedy_sentences_per_s",
+    "beam10_sentences_per_s",
+  ):
     assert _positive_finite(res[key]), (key, res[key])
   assert all(_positive_finite(res["matmul_gflops"][d]) for d in ("float32", "bfloat16"))
   assert math.isfinite(res["loss_last"])
