@@ -73,6 +73,9 @@ def get_config() -> ml_collections.ConfigDict:
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
   t.num_steps = 10_000  # Updates to run.
+  t.max_minutes = (
+    0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.
+  )
   t.log_every = 100  # Steps between train metric lines.
   t.eval_every = 1000  # Steps between validation passes.
   t.checkpoint_every = 1000  # Steps between checkpoints (and one at the end).

@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 # Fields that may change between runs on the same workdir.
 RESUMABLE_FIELDS = (
   "train.num_steps",
+  "train.max_minutes",
   "train.log_every",
   "train.eval_every",
   "train.checkpoint_every",

@@ -236,6 +236,13 @@ def initial_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> T
   return jax.jit(init, out_shardings=runtime.replicated)(rng)
 
 
+def _all_agree(flag: bool) -> bool:
+  """Process 0's `flag` on every process (so all of them stop at the same step)."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
+
+
 class NonFiniteError(ValueError):
   """Training met a non-finite loss or gradient with `train.nonfinite="stop"`."""
 
@@ -302,9 +309,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
   it = input_pipeline.train_iterator(
     data, config, process_index=jax.process_index(), process_count=jax.process_count()
   )
+  elapsed_before = 0.0  # Wall-clock seconds spent by earlier invocations of this run.
   if ckpt.latest_step() is not None:
     state, data_state = ckpt.restore(state)
-    it.set_state(data_state)
+    it.set_state(data_state["iterator"])
+    elapsed_before = data_state["elapsed_s"]
     logging.info("resumed from step %d", int(state.step))
   start = int(jax.device_get(state.step))
   writer.truncate_after(start)  # Lines logged after the checkpoint by a killed run go.
@@ -318,6 +327,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     )
 
   window_tokens, tick, t_begin = 0.0, time.perf_counter(), time.perf_counter()
+  budget_s = 60.0 * tcfg.max_minutes
+
+  def elapsed() -> float:
+    return elapsed_before + time.perf_counter() - t_begin
+
+  def loop_state() -> dict[str, Any]:
+    return {"iterator": it.get_state(), "elapsed_s": elapsed()}
+
   preemption = PreemptionHandler()
   for step in range(start, num_steps):
     host_batch = next(it)
@@ -330,7 +347,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
       skipped += 1
       handle_nonfinite(workdir, done, host_batch, config, ckpt.latest_step())
     if preemption.requested:
-      ckpt.save(state, it.get_state())
+      ckpt.save(state, loop_state())
       preemption.restore()
       logging.warning(
         "received %s at step %d: checkpoint saved; rerun the same command to resume",
@@ -351,6 +368,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
           "grad_norm": float(m["grad_norm"]),
           "tokens_per_s": float(window_tokens) / max(now - tick, 1e-9),
           "skipped_updates": skipped,
+          "elapsed_s": elapsed(),
         },
       )
       eta = (now - t_begin) / max(done - start, 1) * (num_steps - done)
@@ -366,6 +384,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     if done % tcfg.eval_every == 0 or done == num_steps:
       result = evaluate_loss(eval_fn, state, valid_batches(), runtime)
       scalars = {"loss": result["loss"], "perplexity": result["perplexity"]}
+      scalars["elapsed_s"] = elapsed()
       if tcfg.valid_bleu:
         scalars["bleu"] = valid_bleu(state, data, config)
         if scalars["bleu"] >= best_bleu:  # Ties go to the later checkpoint.
@@ -375,10 +394,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
       logging.info("step %d  valid %s", done, json.dumps(scalars))
       window_tokens, tick = 0.0, time.perf_counter()
     if done % tcfg.checkpoint_every == 0 or done == num_steps:
-      ckpt.save(state, it.get_state())
+      ckpt.save(state, loop_state())
       window_tokens, tick = 0.0, time.perf_counter()
+    if budget_s > 0 and _all_agree(elapsed() >= budget_s):
+      logging.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, done)
+      break
   if ckpt.latest_step() != int(jax.device_get(state.step)):
-    ckpt.save(state, it.get_state())
+    ckpt.save(state, loop_state())
   preemption.restore()
   ckpt.close()
   best.close()

@@ -123,7 +123,8 @@ def test_resume_equals_uninterrupted_run(trained, tmp_path):
     np.testing.assert_array_equal(resumed[key], full[key], err_msg=key)
 
   def strip(rows):
-    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
+    timing = ("tokens_per_s", "elapsed_s")
+    return [{k: v for k, v in r.items() if k not in timing} for r in rows]
 
   assert strip(metrics(workdir)) == strip(metrics(trained))
 
@@ -139,6 +140,28 @@ def test_changed_model_is_refused_with_the_field_names(trained, tmp_path):
   assert proc.returncode == 1
   line = proc.stderr.strip().splitlines()[-1]
   assert line.startswith("error:") and "model.emb_dim" in line and "model.score" in line
+
+
+def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
+  workdir = tmp_path / "budget"
+  args = ["--config.train.num_steps=100000", "--config.train.max_minutes=0.1"]
+  proc = run_main(workdir, *args, "--config.train.valid_bleu=false")
+  assert "max_minutes=0.1 reached" in proc.stderr
+  rows = metrics(workdir)
+  last = max(r["step"] for r in rows)
+  assert 0 < last < 100000 and rows[-1]["elapsed_s"] >= 6.0
+  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps[-1] == last  # The stopping step was checkpointed.
+  assert json.loads((workdir / "eval" / "test" / "results.json").read_text())["step"] == last
+  # A larger budget continues the same run from there.
+  proc = run_main(
+    workdir,
+    "--config.train.num_steps=100000",
+    "--config.train.max_minutes=0.2",
+    "--config.train.valid_bleu=false",
+    "--config.train.final_eval=false",
+  )
+  assert f"resumed from step {last}" in proc.stderr
 
 
 @pytest.mark.parametrize(
