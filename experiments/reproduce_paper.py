@@ -65,6 +65,7 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
 from seq2seq import plots, train  # noqa: E402
+from seq2seq.checkpoints import flatten  # noqa: E402
 from seq2seq.data import builders  # noqa: E402
 
 PRESETS = ("smoke", "cpu", "paper")
@@ -172,17 +173,6 @@ def parse_sets(items: Sequence[str]) -> dict[str, str]:
     if not sep or not key:
       raise ValueError(f"--set {item!r}: expected key=value")
     out[key.strip()] = value.strip()
-  return out
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-  """Nested dict -> {"section.field": value}."""
-  out = {}
-  for key, value in d.items():
-    if isinstance(value, dict):
-      out.update(flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
   return out
 
 

@@ -35,11 +35,12 @@ class IncompatibleRunError(ValueError):
   """The workdir holds a run whose config differs in fields that matter."""
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  """A nested config dict as {"section.field": value}."""
   out = {}
   for key, value in d.items():
     if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
+      out.update(flatten(value, f"{prefix}{key}."))
     else:
       out[f"{prefix}{key}"] = value
   return out
@@ -47,7 +48,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """Dotted names of fields that differ between two config dicts and may not change on resume."""
-  a, b = _flatten(old), _flatten(new)
+  a, b = flatten(old), flatten(new)
   names = sorted(set(a) | set(b))
   changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]
   return [n for n in changed if not any(n.startswith(f) for f in RESUMABLE_FIELDS)]
