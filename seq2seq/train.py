@@ -356,7 +356,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
       )
       writer.close()
       return {"preempted_at_step": done}
-    if done % tcfg.log_every == 0 or done == num_steps:
+    # The last step: num_steps, or the wall-clock budget (logged, evaluated, checkpointed alike).
+    last = done == num_steps or (budget_s > 0 and _all_agree(elapsed() >= budget_s))
+    if done % tcfg.log_every == 0 or last:
       m = jax.device_get(metrics)  # Synchronises once per logging window.
       now = time.perf_counter()
       record = writer.write(
@@ -381,7 +383,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         eta,
       )
       window_tokens, tick = 0.0, time.perf_counter()
-    if done % tcfg.eval_every == 0 or done == num_steps:
+    if done % tcfg.eval_every == 0 or last:
       result = evaluate_loss(eval_fn, state, valid_batches(), runtime)
       scalars = {"loss": result["loss"], "perplexity": result["perplexity"]}
       scalars["elapsed_s"] = elapsed()
@@ -393,10 +395,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
       writer.write(done, "valid", scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
       window_tokens, tick = 0.0, time.perf_counter()
-    if done % tcfg.checkpoint_every == 0 or done == num_steps:
+    if done % tcfg.checkpoint_every == 0 or last:
       ckpt.save(state, loop_state())
       window_tokens, tick = 0.0, time.perf_counter()
-    if budget_s > 0 and _all_agree(elapsed() >= budget_s):
+    if last and done < num_steps:
       logging.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, done)
       break
   if ckpt.latest_step() != int(jax.device_get(state.step)):
