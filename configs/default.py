@@ -33,6 +33,7 @@ def get_config() -> ml_collections.ConfigDict:
   d.src_vocab_size = 30_000  # Source ids including the 4 specials (pad, bos, eos, unk).
   d.tgt_vocab_size = 30_000  # Target ids including the 4 specials (paper: 30k shortlist).
   d.tokenizer = "word"  # "word" (shortlist + <unk>) or "sentencepiece".
+  d.pretokenizer = "none"  # Word splitting: "none" (whitespace) or "moses" (sacremoses, per lang).
   d.sp_model_type = (
     "unigram"  # SentencePiece model: "unigram" or "bpe" (tokenizer="sentencepiece" only).
   )

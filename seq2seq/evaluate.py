@@ -125,6 +125,21 @@ class Translation:
   alpha: np.ndarray
 
 
+def output_text(
+  tr: Translation,
+  src_text: str,
+  src_tok: tok.Tokenizer,
+  tgt_tok: tok.Tokenizer,
+  replace_unk: bool = False,
+) -> str:
+  """The plain text of one translation (detokenised; UNKs replaced by attention if asked)."""
+  tokens = tgt_tok.decode_tokens(tr.ids)
+  if replace_unk and tr.alpha.size:
+    src_tokens = src_tok.tokenize(src_text) + [tok.EOS]
+    tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
+  return tgt_tok.detokenize(tokens)
+
+
 def translate_split(state, split: input_pipeline.Split, config) -> list[Translation]:
   """Decodes every sentence of `split` in order with the `config.decode` settings."""
   out: list[Translation | None] = [None] * len(split)
@@ -175,13 +190,10 @@ def evaluate_split(
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer
   translations = translate_split(state, split, config)
-  hyps = []
-  for tr, (src_text, _, _) in zip(translations, raw, strict=True):
-    words = tgt_tok.decode_tokens(tr.ids)
-    if config.decode.replace_unk and tr.alpha.size:
-      src_words = src_text.split() + [tok.SPECIALS[tok.EOS_ID]]
-      words = replace_unknowns(words, tr.alpha, src_words, unk_id=tok.SPECIALS[tok.UNK_ID])
-    hyps.append(" ".join(words))
+  hyps = [
+    output_text(tr, src, data.src_tokenizer, tgt_tok, config.decode.replace_unk)
+    for tr, (src, _, _) in zip(translations, raw, strict=True)
+  ]
   refs = [r[1] for r in raw]
   src_lengths = [len(r[0].split()) for r in raw]
   score, signature = bleu(hyps, refs)
@@ -220,8 +232,8 @@ def evaluate_split(
   step = int(jax.device_get(state.step))
   for i in range(min(config.decode.num_heatmaps, len(hyps))):
     tr = translations[i]
-    src_words = raw[i][0].split() + [tok.SPECIALS[tok.EOS_ID]]
-    out_words = tgt_tok.decode_tokens(tr.ids) + [tok.SPECIALS[tok.EOS_ID]]
+    src_words = data.src_tokenizer.tokenize(raw[i][0]) + [tok.EOS]
+    out_words = tgt_tok.decode_tokens(tr.ids) + [tok.EOS]
     if tr.alpha.size and state.model().uses_attention:
       image = plots.alignment_heatmap(
         tr.alpha, src_words, out_words[: len(tr.alpha)], out_dir / "alignments" / f"{i:03d}.png"

@@ -125,6 +125,13 @@ class Data:
     return [(ex.src, ex.tgt, ex.align) for ex in self.corpus.read(split)]
 
 
+def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
+  """Source and target language codes of `data.corpus` (Moses splits words per language)."""
+  if data_config.corpus == "local":
+    return data_config.local.src_lang, data_config.local.tgt_lang
+  return "en", "fr"
+
+
 def data_dir(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Path:
   """Where built datasets live: `data.cache_dir`, or WORKDIR/data when that is empty."""
   return Path(config.data.cache_dir or Path(workdir) / "data")
@@ -169,18 +176,20 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   train = examples["train"]
   origin = f"{corpus.builder.name}/{corpus.builder.builder_config.name} train"
 
-  def vocabulary(side: str, size: int, name: str) -> tokenizer_lib.Tokenizer:
+  def vocabulary(side: str, size: int, name: str, lang: str) -> tokenizer_lib.Tokenizer:
     return tokenizer_lib.load_or_build(
       vocab_dir / side,
       d.tokenizer,
       size,
       lambda: (getattr(ex, side) for ex in train),
       sp_model_type=d.sp_model_type,
+      pretokenizer=tokenizer_lib.Pretokenizer(d.pretokenizer, lang),
       origin=f"{origin} {name}",
     )
 
-  src_tok = vocabulary("src", d.src_vocab_size, "source")
-  tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target")
+  src_lang, tgt_lang = languages(d)
+  src_tok = vocabulary("src", d.src_vocab_size, "source", src_lang)
+  tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
   splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
   tokenized = time.perf_counter()
 

@@ -1,5 +1,10 @@
 """Tokenizers: the paper's word shortlist and a SentencePiece option, with shared special ids.
 
+Word-level vocabularies split text with a pretokenizer: "none" (whitespace, for the embedded
+corpus, which is written pre-split) or "moses" (sacremoses, per language, so punctuation and
+elisions such as "l'homme" become tokens of their own). `detokenize` undoes the split, so
+outputs are scored as plain text against the raw references.
+
 Both kinds map text to ids in `[0, size)` where the first four ids are fixed:
 
   PAD_ID = 0 "<pad>", BOS_ID = 1 "<s>", EOS_ID = 2 "</s>", UNK_ID = 3 "<unk>".
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import sacremoses
 import sentencepiece as spm
 from absl import logging
 
@@ -39,6 +45,7 @@ NUM_SPECIALS = len(SPECIALS)
 META_FILE = "tokenizer.json"
 KINDS = ("word", "sentencepiece")
 SP_MODEL_TYPES = ("unigram", "bpe")
+PRETOKENIZERS = ("none", "moses")
 
 Ids = Sequence[int] | np.ndarray
 
@@ -55,6 +62,28 @@ def strip_specials(ids: Ids) -> list[int]:
     if i not in (PAD_ID, BOS_ID):
       out.append(i)
   return out
+
+
+class Pretokenizer:
+  """Splits raw text into word tokens and joins them back: whitespace ("none") or Moses."""
+
+  def __init__(self, name: str = "none", lang: str = ""):
+    if name not in PRETOKENIZERS:
+      raise ValueError(f"unknown pretokenizer {name!r}; known pretokenizers: {PRETOKENIZERS}")
+    self.name, self.lang = name, lang if name == "moses" else ""
+    if name == "moses":
+      self._tok = sacremoses.MosesTokenizer(lang or "en")
+      self._detok = sacremoses.MosesDetokenizer(lang or "en")
+
+  def split(self, text: str) -> list[str]:
+    if self.name == "none":
+      return text.split()
+    return self._tok.tokenize(text, escape=False)
+
+  def join(self, tokens: Sequence[str]) -> str:
+    if self.name == "none":
+      return " ".join(tokens)
+    return self._detok.detokenize(list(tokens))
 
 
 class Tokenizer(abc.ABC):
@@ -92,6 +121,14 @@ class Tokenizer(abc.ABC):
     """Returns the text of `ids` [L], cut at the first EOS, PAD and BOS dropped."""
 
   @abc.abstractmethod
+  def tokenize(self, text: str) -> list[str]:
+    """The tokens (words or pieces) of `text`, one per id of `encode(text)`."""
+
+  @abc.abstractmethod
+  def detokenize(self, tokens: Sequence[str]) -> str:
+    """Plain text from tokens (the inverse of `tokenize` up to whitespace normalisation)."""
+
+  @abc.abstractmethod
   def encode_tokens(self, tokens: Sequence[str]) -> list[int]:
     """Returns the ids [L] of already split tokens (words or pieces); unknown ones -> UNK."""
 
@@ -126,7 +163,7 @@ class Tokenizer(abc.ABC):
 
 
 class WordVocab(Tokenizer):
-  """Whitespace-separated words; the `size - 4` most frequent training words get ids.
+  """Words (split by a `Pretokenizer`); the `size - 4` most frequent training words get ids.
 
   Every other word (and the literal text "<unk>") maps to UNK. The literal texts "<pad>", "<s>"
   and "</s>" are not control symbols on input: they map to UNK as well.
@@ -135,9 +172,10 @@ class WordVocab(Tokenizer):
   kind = "word"
   VOCAB_FILE = "vocab.txt"
 
-  def __init__(self, words: Sequence[str], size: int):
+  def __init__(self, words: Sequence[str], size: int, pretokenizer: Pretokenizer | None = None):
     """`words`: the shortlist in id order (without specials), at most `size - 4` of them."""
     super().__init__(size)
+    self.pretokenizer = pretokenizer or Pretokenizer()
     words = list(words)
     if len(words) > size - NUM_SPECIALS:
       raise ValueError(f"{len(words)} words do not fit a vocabulary of size {size}")
@@ -151,19 +189,22 @@ class WordVocab(Tokenizer):
     self._ids[UNK] = UNK_ID
 
   @classmethod
-  def build(cls, texts: Iterable[str], size: int) -> WordVocab:
+  def build(
+    cls, texts: Iterable[str], size: int, pretokenizer: Pretokenizer | None = None
+  ) -> WordVocab:
     """Counts the words of `texts` and keeps the `size - 4` most frequent.
 
     Ties are broken by the word itself (Unicode code point order), so the ids are a pure
     function of the corpus. The special pieces are never counted.
     """
+    pretokenizer = pretokenizer or Pretokenizer()
     counts: collections.Counter[str] = collections.Counter()
     for text in texts:
-      counts.update(text.split())
+      counts.update(pretokenizer.split(text))
     for special in SPECIALS:
       counts.pop(special, None)
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return cls([w for w, _ in ranked[: size - NUM_SPECIALS]], size)
+    return cls([w for w, _ in ranked[: size - NUM_SPECIALS]], size, pretokenizer)
 
   @property
   def num_words(self) -> int:
@@ -175,8 +216,14 @@ class WordVocab(Tokenizer):
     token_id = self._check_id(int(token_id))
     return self._pieces[token_id] if token_id < len(self._pieces) else UNK
 
+  def tokenize(self, text: str) -> list[str]:
+    return self.pretokenizer.split(text)
+
+  def detokenize(self, tokens: Sequence[str]) -> str:
+    return self.pretokenizer.join(tokens)
+
   def encode(self, text: str) -> list[int]:
-    return self.encode_tokens(text.split())
+    return self.encode_tokens(self.tokenize(text))
 
   def encode_tokens(self, tokens: Sequence[str]) -> list[int]:
     get = self._ids.get
@@ -186,10 +233,14 @@ class WordVocab(Tokenizer):
     return [self.id_to_piece(i) for i in strip_specials(ids)]
 
   def decode(self, ids: Ids) -> str:
-    return " ".join(self.decode_tokens(ids))
+    return self.detokenize(self.decode_tokens(ids))
 
   def _metadata(self) -> dict[str, Any]:
-    return {"num_words": self.num_words}
+    return {
+      "num_words": self.num_words,
+      "pretokenizer": self.pretokenizer.name,
+      "lang": self.pretokenizer.lang,
+    }
 
   def _save_files(self, directory: Path) -> None:
     text = "".join(p + "\n" for p in self._pieces)
@@ -204,7 +255,8 @@ class WordVocab(Tokenizer):
       lines.pop()
     if tuple(lines[:NUM_SPECIALS]) != SPECIALS:
       raise ValueError(f"{directory / cls.VOCAB_FILE} does not start with the specials {SPECIALS}")
-    return cls(lines[NUM_SPECIALS:], meta["size"])
+    pretokenizer = Pretokenizer(meta.get("pretokenizer", "none"), meta.get("lang", ""))
+    return cls(lines[NUM_SPECIALS:], meta["size"], pretokenizer)
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -289,6 +341,12 @@ class SentencePieceTokenizer(Tokenizer):
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
     return self._sp.encode(list(texts), out_type=int)
 
+  def tokenize(self, text: str) -> list[str]:
+    return self._sp.encode(text, out_type=str)
+
+  def detokenize(self, tokens: Sequence[str]) -> str:
+    return self._sp.decode_pieces(list(tokens))
+
   def encode_tokens(self, tokens: Sequence[str]) -> list[int]:
     return [self._sp.piece_to_id(t) for t in tokens]
 
@@ -341,11 +399,19 @@ def load(directory: str | os.PathLike[str]) -> Tokenizer:
 
 
 def build(
-  kind: str, size: int, texts: Iterable[str], *, sp_model_type: str = "unigram"
+  kind: str,
+  size: int,
+  texts: Iterable[str],
+  *,
+  sp_model_type: str = "unigram",
+  pretokenizer: Pretokenizer | None = None,
 ) -> Tokenizer:
-  """Builds a tokenizer of `kind` ("word" or "sentencepiece") from training `texts`."""
+  """Builds a tokenizer of `kind` ("word" or "sentencepiece") from training `texts`.
+
+  `pretokenizer` splits words for the word kind (SentencePiece reads raw text).
+  """
   if kind == WordVocab.kind:
-    return WordVocab.build(texts, size)
+    return WordVocab.build(texts, size, pretokenizer)
   if kind == SentencePieceTokenizer.kind:
     return SentencePieceTokenizer.train(texts, size, model_type=sp_model_type)
   raise ValueError(f"unknown tokenizer kind {kind!r}; known kinds: {KINDS}")
@@ -358,6 +424,7 @@ def load_or_build(
   texts_fn: Callable[[], Iterable[str]],
   *,
   sp_model_type: str = "unigram",
+  pretokenizer: Pretokenizer | None = None,
   origin: str = "",
 ) -> Tokenizer:
   """Loads the vocabulary in `vocab_dir`, or builds it from `texts_fn()` and saves it there.
@@ -372,6 +439,7 @@ def load_or_build(
     size: id space including the four specials.
     texts_fn: returns the training texts; only called when building.
     sp_model_type: SentencePiece model, "unigram" or "bpe".
+    pretokenizer: word splitting of the word kind (default whitespace); part of the check.
     origin: names the training data (e.g. a dataset name and config); stored with a new
       vocabulary, and a loaded one built from another origin logs a warning (its ids are kept).
   """
@@ -382,8 +450,13 @@ def load_or_build(
     wanted = {"kind": kind, "size": size}
     if kind == SentencePieceTokenizer.kind:
       wanted["model_type"] = sp_model_type
+    else:
+      pretokenizer = pretokenizer or Pretokenizer()
+      wanted["pretokenizer"] = pretokenizer.name
+      wanted["lang"] = pretokenizer.lang
+    saved = {"pretokenizer": "none", "lang": "", **meta}  # Vocabularies older than the field.
     diffs = [
-      f"{k}={meta.get(k)!r} (requested {v!r})" for k, v in wanted.items() if meta.get(k) != v
+      f"{k}={saved.get(k)!r} (requested {v!r})" for k, v in wanted.items() if saved.get(k) != v
     ]
     if diffs:
       raise ValueError(
@@ -398,7 +471,7 @@ def load_or_build(
         origin,
       )
     return load(vocab_dir)
-  tokenizer = build(kind, size, texts_fn(), sp_model_type=sp_model_type)
+  tokenizer = build(kind, size, texts_fn(), sp_model_type=sp_model_type, pretokenizer=pretokenizer)
   tokenizer.save(vocab_dir, origin=origin)
   return tokenizer
 

@@ -427,8 +427,12 @@ def valid_bleu(state: TrainState, data, config: ml_collections.ConfigDict) -> fl
   greedy = config.copy_and_resolve_references()
   greedy.decode.beam_size = 1
   translations = evaluate.translate_split(host_local(state), data.splits["valid"], greedy)
-  hyps = [" ".join(data.tgt_tokenizer.decode_tokens(t.ids)) for t in translations]
-  return evaluate.bleu(hyps, [r[1] for r in data.raw("valid")])[0]
+  raw = data.raw("valid")
+  hyps = [
+    evaluate.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
+    for t, r in zip(translations, raw, strict=True)
+  ]
+  return evaluate.bleu(hyps, [r[1] for r in raw])[0]
 
 
 def restore_for_eval(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> TrainState:

@@ -81,11 +81,7 @@ def translate_file(
   outputs = [""] * len(lines)
   records = [{"source": line, "target": "", "attention": []} for line in lines]
   for i, tr in zip(keep, translations, strict=True):
-    words = tgt_tok.decode_tokens(tr.ids)
-    if config.decode.replace_unk and tr.alpha.size:
-      src_words = lines[i].split() + [tok.SPECIALS[tok.EOS_ID]]
-      words = evaluate.replace_unknowns(words, tr.alpha, src_words, tok.SPECIALS[tok.UNK_ID])
-    outputs[i] = " ".join(words)
+    outputs[i] = evaluate.output_text(tr, lines[i], src_tok, tgt_tok, config.decode.replace_unk)
     records[i].update(target=outputs[i], attention=np.round(tr.alpha, 4).tolist())
   text = "".join(o + "\n" for o in outputs)
   if output_path == "-":

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from seq2seq import evaluate, plots
+from seq2seq import tokenizer as tk
 
 REFS = [
   "the cat sat on the mat .",
@@ -65,3 +66,26 @@ def test_plots_write_pngs(tmp_path):
   rows = [{"min_len": 1, "max_len": 10, "count": 3, "bleu": 20.0}]
   plots.bleu_vs_length({"RNNsearch": rows}, tmp_path / "b.png")
   assert (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_bleu_is_on_detokenised_text(tmp_path):
+  """Outputs equal to the references, written to a hypothesis file, score 100 against raw text."""
+  refs = [
+    "L'homme regarde aujourd'hui 3 chiens, qui courent.",
+    "« Où est-il ? » demande l'enfant d'un air inquiet.",
+    "Deux femmes, l'une en rouge, marchent.",
+  ]
+  vocab = tk.WordVocab.build(refs, 100, tk.Pretokenizer("moses", "fr"))
+  src_vocab = tk.WordVocab.build(["x"], 10)
+  hyps = [
+    evaluate.output_text(
+      evaluate.Translation(vocab.encode(r), np.zeros((0, 0))), "x", src_vocab, vocab
+    )
+    for r in refs
+  ]
+  path = tmp_path / "hypotheses.txt"
+  path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+  score, _ = evaluate.bleu(path.read_text(encoding="utf-8").splitlines(), refs)
+  assert score == pytest.approx(100.0, abs=1e-6)
+  joined = [" ".join(vocab.tokenize(r)) for r in refs]  # What scoring token ids would see.
+  assert evaluate.bleu(joined, refs)[0] < 90.0

@@ -136,3 +136,50 @@ def test_load_or_build_refuses_other_sentencepiece_model_type(tmp_path):
 def test_unknown_kind_raises(tmp_path):
   with pytest.raises(ValueError, match="unknown tokenizer kind 'chars'"):
     tk.load_or_build(tmp_path, "chars", 10, lambda: SMALL_CORPUS)
+
+
+MOSES_EXAMPLES = {
+  "fr": [
+    "L'homme regarde aujourd'hui 3 chiens, qui courent.",
+    "Une femme (en rouge) porte 2,5 kg de pommes !",
+    "« Où est-il ? » demande l'enfant.",
+  ],
+  "en": [
+    "The man's dog isn't running; it's 3.5 metres away.",
+    'A woman says "hello" to 2 children, then leaves.',
+  ],
+}
+
+
+@pytest.mark.parametrize("lang", sorted(MOSES_EXAMPLES))
+def test_moses_splits_punctuation_and_round_trips(lang):
+  pre = tk.Pretokenizer("moses", lang)
+  for text in MOSES_EXAMPLES[lang]:
+    tokens = pre.split(text)
+    assert pre.join(tokens) == text
+    assert not any(t[-1] in ",.;!?" and len(t) > 1 and not t[0].isdigit() for t in tokens), tokens
+  assert pre.split(MOSES_EXAMPLES["fr"][0] if lang == "fr" else "it's 3.5 metres")[:2] == (
+    ["L'", "homme"] if lang == "fr" else ["it", "'s"]
+  )
+  if lang == "fr":
+    assert pre.join(["aujourd'", "hui"]) == "aujourd'hui"  # Moses splits the elision too.
+    assert "2,5" in pre.split(MOSES_EXAMPLES["fr"][1])
+
+
+def test_moses_word_vocab_encodes_tokens_and_saves_its_pretokenizer(tmp_path):
+  texts = MOSES_EXAMPLES["fr"]
+  vocab = tk.load_or_build(
+    tmp_path / "v", "word", 100, lambda: texts, pretokenizer=tk.Pretokenizer("moses", "fr")
+  )
+  assert tk.UNK_ID not in vocab.encode(texts[0])
+  assert vocab.decode(vocab.encode(texts[0])) == texts[0]
+  loaded = tk.load(tmp_path / "v")
+  assert (loaded.pretokenizer.name, loaded.pretokenizer.lang) == ("moses", "fr")
+  assert loaded.encode(texts[2]) == vocab.encode(texts[2])
+  with pytest.raises(ValueError, match=r"pretokenizer='moses' \(requested 'none'\)"):
+    tk.load_or_build(tmp_path / "v", "word", 100, lambda: texts)
+
+
+def test_unknown_pretokenizer_raises():
+  with pytest.raises(ValueError, match="unknown pretokenizer 'spacy'"):
+    tk.Pretokenizer("spacy", "en")
