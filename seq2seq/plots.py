@@ -1,4 +1,5 @@
-"""Figures: alignment heatmaps (the paper's Fig. 3) and BLEU against sentence length (Fig. 2)."""
+"""Figures: alignment heatmaps (the paper's Fig. 3), BLEU against sentence length (Fig. 2) and
+validation BLEU against training minutes."""
 
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ def bleu_vs_length(curves: dict[str, list[dict]], path: str | Path, title: str =
   if title:
     ax.set_title(title)
   ax.legend()
+  fig.tight_layout()
+  return _save(fig, path)
+
+
+def bleu_vs_minutes(curves: dict[str, list[dict]], path: str | Path) -> np.ndarray:
+  """Validation BLEU against wall-clock minutes, one line per run: {name: [{minutes, bleu}]}."""
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for name, rows in curves.items():
+    ax.plot([r["minutes"] for r in rows], [r["bleu"] for r in rows], marker=".", label=name)
+  ax.set_xlabel("training wall-clock minutes")
+  ax.set_ylabel("validation BLEU")
+  ax.set_ylim(bottom=0)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
   fig.tight_layout()
   return _save(fig, path)
 

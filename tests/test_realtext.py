@@ -1,0 +1,116 @@
+"""experiments/realtext.py (smoke preset on a small local corpus) and configs/multi30k.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from configs import multi30k
+from seq2seq import summary, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+NOUNS = [("man", "homme"), ("dog", "chien"), ("child", "enfant"), ("cat", "chat")]
+VERBS = [("sees", "voit"), ("follows", "suit"), ("likes", "aime")]
+
+
+def _write_corpus(directory: Path) -> None:
+  """Caption-like English/French pairs with punctuation and elisions, Multi30k file names."""
+  pairs = []
+  for a, fa in NOUNS:
+    for v, fv in VERBS:
+      for b, fb in NOUNS:
+        en = f"The {a} {v} the {b}, and it's happy."
+        fr = (
+          f"L'{fa} {fv} le {fb}, et il est content."
+          if fa[0] in "ae"
+          else (
+            f"Le {fa} {fv} l'{fb}, et il est content."
+            if fb[0] in "ae"
+            else f"Le {fa} {fv} le {fb}, et il est content."
+          )
+        )
+        pairs.append((en, fr))
+  directory.mkdir(parents=True)
+  for prefix, rows in (("train", pairs), ("val", pairs[:12]), ("test_2016_flickr", pairs[-10:])):
+    (directory / f"{prefix}.en").write_text("".join(e + "\n" for e, _ in rows), encoding="utf-8")
+    (directory / f"{prefix}.fr").write_text("".join(f + "\n" for _, f in rows), encoding="utf-8")
+
+
+def test_language_pair_argument():
+  config = multi30k.get_config("fr-de")
+  assert (config.data.local.src_lang, config.data.local.tgt_lang) == ("fr", "de")
+  assert config.data.pretokenizer == "moses" and config.train.max_minutes == 30.0
+  with pytest.raises(ValueError, match="language pair 'en-en'"):
+    multi30k.get_config("en-en")
+
+
+def test_realtext_smoke(tmp_path):
+  data_dir = tmp_path / "corpus"
+  _write_corpus(data_dir)
+  out, work = tmp_path / "results", tmp_path / "work"
+  args = [
+    "--workdir",
+    str(work),
+    "--out",
+    str(out),
+    "--preset",
+    "smoke",
+    "--data-dir",
+    str(data_dir),
+  ]
+  args += ["--explore-minutes", "0.05", "--minutes", "0.05", "--only", "base", "dropout-0.5"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
+  cmd = [sys.executable, "experiments/realtext.py", *args]
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+  result = json.loads((out / "multi30k.json").read_text())
+  for key in ("test_bleu", "test_chrf", "train_minutes", "tokens_per_s"):
+    assert math.isfinite(result[key]) and result[key] >= 0, key
+  assert 0.0 <= result["test_bleu"] <= 100.0
+  assert (
+    result["sacrebleu_signature"].startswith("nrefs:1")
+    and "tok:13a" in result["sacrebleu_signature"]
+  )
+  assert 0.05 <= result["train_minutes"] < 1.0 and result["steps"] >= 1
+  assert list(result["exploration"]) == ["base", "dropout-0.5"]
+  assert result["exploration"]["dropout-0.5"]["overrides"] == {"model.dropout": 0.5}
+  assert all(e["curve"] for e in result["exploration"].values())
+  assert len(result["decode_grid"]) == 10
+  best = max(g["valid_bleu"] for g in result["decode_grid"])
+  assert result["chosen_decode"]["valid_bleu"] == best
+  test = json.loads((work / "final" / "eval" / "test" / "results.json").read_text())
+  assert test["bleu"] == result["test_bleu"] and test["num_sentences"] == 10
+  assert test["beam_size"] == result["chosen_decode"]["beam_size"]
+  # The hypotheses are detokenised text: no space before a comma, elisions glued.
+  hyps = (work / "final" / "eval" / "test" / "hypotheses.txt").read_text(encoding="utf-8")
+  assert " ," not in hyps and "L' " not in hyps and "l' " not in hyps
+  md = (out / "multi30k.md").read_text()
+  assert "| base |" in md and "| dropout-0.5 |" in md and "41.8" in md
+  assert (out / "multi30k_bleu_vs_minutes.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="../shared/data/multi30k is absent")
+def test_multi30k_config_builds_and_trains_one_step(tmp_path):
+  config = multi30k.get_config()
+  config.data.local.dir = str(SHARED_MULTI30K)
+  config.train.num_steps = 1
+  config.train.max_minutes = 0.0
+  config.train.valid_bleu = False
+  config.train.final_eval = False
+  config.train.eval_every = 1
+  train.train_and_evaluate(config, tmp_path)
+  rows = summary.read_metrics(tmp_path)
+  assert [r["step"] for r in rows if r["split"] == "train"] == [1]
+  assert all(math.isfinite(r["loss"]) for r in rows)
+  vocab = json.loads((tmp_path / "vocab" / "tgt" / "tokenizer.json").read_text())
+  assert (vocab["pretokenizer"], vocab["lang"]) == ("moses", "fr")
