@@ -6,13 +6,18 @@
   paper's "No UNK" column).
 * `bleu_by_length`: BLEU per bin of source length (bins of 10 words, the paper's Fig. 2).
 * `alignment_error_rate`: AER of attention-derived links against gold links (Och and Ney), with
-  argmax and thresholded attention; `attention_entropy`.
+  argmax and thresholded attention, and after `shift_links` moves them one target position
+  either way (Koehn and Knowles 2017: attention often points at the word before or after);
+  `attention_entropy`.
+* `over_translation` (output words repeated beyond their count in the reference) and
+  `under_translation` (source content words that no output word attends to most).
 
 Alignment links are (source index, target index) pairs, 0-based, as the corpus writes them.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
@@ -103,6 +108,35 @@ def alignment_error_rate(
     a += len(pred)
     s += len(gold_s)
   return 1.0 - (a_s + a_p) / max(a + s, 1)
+
+
+def shift_links(links: Iterable[Link], shift: int, num_target: int) -> set[Link]:
+  """Links moved `shift` target positions, (s, t) -> (s, t + shift); those leaving
+  [0, num_target) are dropped."""
+  return {(s, t + shift) for s, t in links if 0 <= t + shift < num_target}
+
+
+def over_translation(hypothesis: Sequence[str], reference: Sequence[str]) -> int:
+  """Repeated output words beyond the reference: sum_w max(0, n_hyp(w) - max(1, n_ref(w)))."""
+  hyp, ref = collections.Counter(hypothesis), collections.Counter(reference)
+  return sum(max(0, n - max(1, ref[w])) for w, n in hyp.items())
+
+
+CONTENT_RANK = 50  # Word ids past the specials and the 50 most frequent words: content words.
+
+
+def under_translation(alpha_TS: np.ndarray, src_ids: Sequence[int]) -> int:
+  """Source content words (id >= 4 + CONTENT_RANK, i.e. outside the most frequent words of a
+  frequency-ranked word vocabulary) that are the argmax of no output word's attention.
+
+  alpha_TS: attention of the output words [T, S'] (S' >= len(src_ids); extra columns ignored).
+  """
+  src = np.asarray(src_ids)
+  if not len(src):
+    return 0
+  attended = set(np.argmax(np.asarray(alpha_TS)[:, : len(src)], axis=1).tolist())
+  content = np.flatnonzero(src >= tok.NUM_SPECIALS + CONTENT_RANK)
+  return int(sum(j not in attended for j in content.tolist()))
 
 
 def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
@@ -215,10 +249,24 @@ def evaluate_split(
       "bleu_by_length": bleu_by_length(hyps, refs, src_lengths),
     }
   )
+  if state.model().uses_attention:
+    results["over_translation"] = sum(
+      over_translation(tgt_tok.decode_tokens(tr.ids), tgt_tok.tokenize(r[1]))
+      for tr, r in zip(translations, raw, strict=True)
+    )
+    results["under_translation"] = sum(
+      under_translation(tr.alpha[: len(tr.ids)], split.src.row(i))
+      for i, tr in enumerate(translations)
+    )
+    results["source_words"] = int(split.src.values.size)
   if all(r[2] is not None for r in raw) and state.model().uses_attention:
     gold = [set(synthetic.parse_alignment(r[2])) for r in raw]
     forced = teacher_forced_attention(state, split, config)
-    results["aer"] = alignment_error_rate([argmax_links(a) for a in forced], gold)
+    links = [argmax_links(a) for a in forced]
+    results["aer"] = alignment_error_rate(links, gold)
+    for name, shift in (("aer_shift_minus1", -1), ("aer_shift_plus1", 1)):
+      shifted = [shift_links(x, shift, len(a)) for x, a in zip(links, forced, strict=True)]
+      results[name] = alignment_error_rate(shifted, gold)
     results["aer_threshold"] = alignment_error_rate([threshold_links(a) for a in forced], gold)
     results["attention_entropy"] = attention_entropy(forced)
   if not write:

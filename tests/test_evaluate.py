@@ -89,3 +89,36 @@ def test_bleu_is_on_detokenised_text(tmp_path):
   assert score == pytest.approx(100.0, abs=1e-6)
   joined = [" ".join(vocab.tokenize(r)) for r in refs]  # What scoring token ids would see.
   assert evaluate.bleu(joined, refs)[0] < 90.0
+
+
+def test_shifted_links_and_their_aer():
+  gold = [{(0, 0), (1, 1), (2, 2)}]
+  late = {(0, 1), (1, 2), (2, 3)}  # Each source word is linked one target position too late.
+  assert evaluate.alignment_error_rate([late], gold) == 1.0
+  assert evaluate.shift_links(late, -1, num_target=4) == {(0, 0), (1, 1), (2, 2)}
+  assert evaluate.alignment_error_rate([evaluate.shift_links(late, -1, 4)], gold) == 0.0
+  assert evaluate.shift_links({(0, 0), (1, 3)}, 1, num_target=4) == {(0, 1)}  # t=4 drops.
+  assert evaluate.shift_links({(0, 0)}, -1, num_target=3) == set()  # t=-1 drops.
+  # Forward instead: {(0, 2), (1, 3)} (t=4 drops): |A|=2, |S|=3, no overlap -> 1.
+  assert evaluate.alignment_error_rate([evaluate.shift_links(late, 1, 4)], gold) == 1.0
+  # A partial match: {(0, 0), (1, 2)} vs gold -> 1 - 2 * 1 / (2 + 3).
+  pred = evaluate.shift_links({(0, 1), (1, 3)}, -1, 4)
+  assert evaluate.alignment_error_rate([pred], gold) == pytest.approx(1 - 2 / 5)
+
+
+def test_over_translation_counts_repeats_beyond_the_reference():
+  assert evaluate.over_translation("le chat chat chat dort".split(), "le chat dort".split()) == 2
+  assert evaluate.over_translation("le le chat".split(), "le chat voit le chien".split()) == 0
+  assert evaluate.over_translation("un un".split(), "le chat".split()) == 1
+  assert evaluate.over_translation([], "le chat".split()) == 0
+
+
+def test_under_translation_counts_unattended_content_words():
+  content = tk.NUM_SPECIALS + evaluate.CONTENT_RANK
+  src = [content + 1, 5, content + 7, content + 2]  # Position 1 is a frequent word.
+  alpha = np.zeros((3, 5))  # One extra column (EOS) is ignored.
+  alpha[0, 0] = alpha[1, 1] = alpha[2, 4] = 1.0  # Positions 2 and 3 never get an argmax.
+  assert evaluate.under_translation(alpha, src) == 2
+  alpha[2, 4], alpha[2, 2] = 0.0, 1.0
+  assert evaluate.under_translation(alpha, src) == 1
+  assert evaluate.under_translation(np.zeros((0, 1)), []) == 0

@@ -72,6 +72,9 @@ def test_run_writes_every_promised_file(trained):
     keys = {"bleu", "bleu_no_unk", "chrf", "num_sentences", "beam_size", "bleu_by_length", "aer"}
     assert keys <= set(result)
     assert result["num_sentences"] == 64 and 0.0 <= result["aer"] <= 1.0
+    assert 0.0 <= result["aer_shift_minus1"] <= 1.0 and 0.0 <= result["aer_shift_plus1"] <= 1.0
+    assert 0 <= result["under_translation"] <= result["source_words"]
+    assert result["over_translation"] >= 0
     assert sum(r["count"] for r in result["bleu_by_length"]) == 64
     assert all({"min_len", "max_len", "count", "bleu"} <= set(r) for r in result["bleu_by_length"])
     assert len((out / "hypotheses.txt").read_text().splitlines()) == 64
