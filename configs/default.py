@@ -23,6 +23,12 @@ def get_config() -> ml_collections.ConfigDict:
   m.score = "additive"  # Alignment model: additive, dot, general, scaled, cosine, location.
   m.cosine_sharpness = 10.0  # Initial sharpness (beta) of the cosine score; learned.
   m.max_src_len = 100  # Longest source the `location` score can address (its output size).
+  # Alignment features of the additive score (Tu et al. 2016, Cohn et al. 2016); all off.
+  m.coverage = False  # Running sum of past attention per source word enters the score.
+  m.fertility = False  # Divide that coverage by a learned fertility N_j (needs coverage).
+  m.fertility_max = 2.0  # N in N_j = N * sigmoid(U_f h_j).
+  m.prev_attention_filters = 0  # Filters over the previous step's attention (0: off).
+  m.prev_attention_width = 5  # Width (odd) of those filters.
   m.dropout = 0.0  # Dropout on embeddings and the deep-output layer (paper: none).
   m.dtype = "float32"  # Compute dtype: "float32" or "bfloat16" (parameters stay float32).
   m.init = "paper"  # "paper": orthogonal recurrent, N(0, 0.001^2) W_a/U_a, 0 v_a/biases, else N(0, 0.01^2).
@@ -73,6 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.decay = "constant"  # Schedule after warm-up: "constant" or "rsqrt".
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
+  t.fertility_weight = 0.0  # Weight of the fertility penalty sum_j (sum_i alpha_ij - N_j)^2.
   t.num_steps = 10_000  # Updates to run.
   t.max_minutes = (
     0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.
@@ -93,6 +100,7 @@ def get_config() -> ml_collections.ConfigDict:
   dec.beam_size = 12  # Beam width (paper: 12); 1 is greedy.
   dec.max_len_ratio = 2.0  # Longest output as a multiple of the source length (plus 10).
   dec.length_norm_alpha = 1.0  # Divide scores by length**alpha (1: GroundHog; 0: off).
+  dec.coverage_penalty = 0.0  # GNMT coverage penalty beta (0: off).
   dec.batch_size = 64  # Sentences decoded together.
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).

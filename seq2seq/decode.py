@@ -4,8 +4,9 @@ Axes: B batch, K beam, S source positions, L output positions (the static `max_l
 vocabulary, D decoder units.
 
 `greedy` and `beam_search` take any `model` with the decoding API of `models.Seq2Seq`:
-`encode(src_BS, src_mask_BS) -> Encoded` and `decoder_step(enc, state_BD, y_prev_B) ->
-(new_state_BD, logits_BV, alpha_BS or None)`. They are pure and traceable: the source is encoded
+`encode(src_BS, src_mask_BS) -> Encoded` and `decoder_step(enc, state, y_prev_B) ->
+(new_state, logits_BV, alpha_BS or None)`, where the state (starting at `enc.init_state`) is any
+pytree of arrays with the batch as leading axis. They are pure and traceable: the source is encoded
 once, the time loop is one `jax.lax.while_loop` that exits as soon as every hypothesis has ended,
 and nothing happens on the host. They run eagerly as they are; to compile them with an NNX model,
 pass the split model to `jit_decode(graphdef, params, ...)` (a `jax.jit` with the graph definition
@@ -16,7 +17,10 @@ Scores are sums of the model's log-probabilities (log-softmax over the full voca
 BOS are never produced: their log-probabilities are set to -inf before choosing. A hypothesis ends
 when it emits EOS; afterwards it only extends with PAD at zero cost. Beam search ranks by
 score / length**alpha (GroundHog-style length normalisation for alpha = 1, raw log-probability for
-alpha = 0), where the length counts the tokens up to and including EOS.
+alpha = 0), where the length counts the tokens up to and including EOS, plus GNMT's coverage
+penalty beta * sum_j log(min(sum_i alpha_ij, 1)) over the real source positions (Wu et al. 2016;
+beta = `decode.coverage_penalty`, 0 by default; coverage is floored at 1e-6 so an unattended word
+costs a finite beta * log(1e-6)).
 """
 
 from __future__ import annotations
@@ -79,8 +83,8 @@ def greedy(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, *, max_len: in
     return (t < max_len) & ~jnp.all(ended)
 
   def body(carry):
-    t, tokens_BL, alpha_BLS, scores_B, ended_B, lengths_B, state_BD, y_prev_B = carry
-    new_state, logits, alpha_BS = model.decoder_step(enc, state_BD, y_prev_B)
+    t, tokens_BL, alpha_BLS, scores_B, ended_B, lengths_B, state_B, y_prev_B = carry
+    new_state, logits, alpha_BS = model.decoder_step(enc, state_B, y_prev_B)
     cand_BV = _candidates(_step_log_probs(logits), scores_B, ended_B)
     tok_B = jnp.argmax(cand_BV, axis=-1).astype(jnp.int32)
     scores_B = jnp.take_along_axis(cand_BV, tok_B[:, None], axis=-1)[:, 0]
@@ -118,6 +122,15 @@ def _normalise(scores: jax.Array, lengths: jax.Array, length_norm_alpha: float) 
   return scores / denom
 
 
+COVERAGE_FLOOR = 1e-6
+
+
+def coverage_penalty(coverage_NS: jax.Array, mask_NS: jax.Array, beta: float) -> jax.Array:
+  """GNMT's beta * sum_j log(min(coverage_j, 1)) over real positions [N, S] -> [N] (<= 0)."""
+  covered = jnp.clip(coverage_NS, COVERAGE_FLOOR, 1.0)
+  return beta * jnp.sum(jnp.where(mask_NS.astype(bool), jnp.log(covered), 0.0), axis=-1)
+
+
 def beam_search(
   model: Any,
   src_BS: jax.Array,
@@ -126,6 +139,7 @@ def beam_search(
   beam_size: int,
   max_len: int,
   length_norm_alpha: float = 1.0,
+  coverage_beta: float = 0.0,
 ) -> DecodeResult:
   """Beam search of width `beam_size` (static) for at most `max_len` (static) steps.
 
@@ -135,11 +149,18 @@ def beam_search(
   every hypothesis has ended, or earlier when for every sentence no live hypothesis can still beat
   the best ended one (with log-probs <= 0, score s can reach at most s / max_len**alpha). The
   result is the best ended hypothesis by normalised score, or the best unended one where none
-  ended.
+  ended. With `coverage_beta` > 0 the ranking adds `coverage_penalty` of each hypothesis's summed
+  attention (0 at best, so the early-stopping bound still holds).
   """
   batch, src_len = src_BS.shape
   k, n = beam_size, src_BS.shape[0] * beam_size
   enc = _tile(model.encode(src_BS, src_mask_BS), k)
+  mask_BKS = enc.mask.reshape(batch, k, src_len)
+
+  def penalty(coverage_BKS):
+    if coverage_beta == 0:
+      return 0.0
+    return coverage_penalty(coverage_BKS, mask_BKS, coverage_beta)
 
   def cond(carry):
     t, scores_BK, ended_BK, lengths_BK = carry[0], carry[3], carry[4], carry[5]
@@ -148,13 +169,13 @@ def beam_search(
     live_BK = ~ended_BK & jnp.isfinite(scores_BK)
     reachable_BK = _normalise(scores_BK, jnp.full_like(lengths_BK, max_len), length_norm_alpha)
     bound_B = jnp.max(jnp.where(live_BK, reachable_BK, -jnp.inf), axis=1)
-    norm_BK = _normalise(scores_BK, lengths_BK, length_norm_alpha)
+    norm_BK = _normalise(scores_BK, lengths_BK, length_norm_alpha) + penalty(carry[2].sum(2))
     best_ended_B = jnp.max(jnp.where(ended_BK, norm_BK, -jnp.inf), axis=1)
     return (t < max_len) & ~jnp.all(best_ended_B >= bound_B)
 
   def body(carry):
-    t, tokens_BKL, alpha_BKLS, scores_BK, ended_BK, lengths_BK, state_ND, y_prev_N = carry
-    new_state_ND, logits_NV, alpha_NS = model.decoder_step(enc, state_ND, y_prev_N)
+    t, tokens_BKL, alpha_BKLS, scores_BK, ended_BK, lengths_BK, state_N, y_prev_N = carry
+    new_state_N, logits_NV, alpha_NS = model.decoder_step(enc, state_N, y_prev_N)
     logp_NV = _step_log_probs(logits_NV)
     vocab = logp_NV.shape[-1]
     cand_BKV = _candidates(logp_NV, scores_BK.reshape(n), ended_BK.reshape(n)).reshape(
@@ -162,6 +183,11 @@ def beam_search(
     )
     cand_len_BK = jnp.where(ended_BK, lengths_BK, t + 1)
     rank_BKV = _normalise(cand_BKV, cand_len_BK[..., None], length_norm_alpha)
+    if coverage_beta != 0:
+      step_BKS = jnp.where(
+        ended_BK[..., None], 0.0, _attention(alpha_NS, enc).reshape(batch, k, src_len)
+      )
+      rank_BKV = rank_BKV + penalty(alpha_BKLS.sum(2) + step_BKS)[..., None]
     _, flat_BK = jax.lax.top_k(rank_BKV.reshape(batch, k * vocab), k)
     origin_BK, tok_BK = flat_BK // vocab, (flat_BK % vocab).astype(jnp.int32)
 
@@ -177,10 +203,10 @@ def beam_search(
     tokens_BKL = pick(tokens_BKL).at[:, :, t].set(tok_BK)
     alpha_BKLS = pick(alpha_BKLS).at[:, :, t].set(step_alpha_BKS)
     ended_BK = was_ended_BK | (tok_BK == EOS_ID)
-    state_ND = pick(new_state_ND.reshape((batch, k) + new_state_ND.shape[1:])).reshape(
-      new_state_ND.shape
+    state_N = jax.tree.map(
+      lambda x: pick(x.reshape((batch, k) + x.shape[1:])).reshape(x.shape), new_state_N
     )
-    return t + 1, tokens_BKL, alpha_BKLS, scores_BK, ended_BK, lengths_BK, state_ND, tok_BK.ravel()
+    return t + 1, tokens_BKL, alpha_BKLS, scores_BK, ended_BK, lengths_BK, state_N, tok_BK.ravel()
 
   init = (
     jnp.zeros((), jnp.int32),
@@ -196,7 +222,7 @@ def beam_search(
   out = jax.lax.while_loop(cond, body, init)
   _, tokens_BKL, alpha_BKLS, scores_BK, ended_BK, lengths_BK, _, _ = out
 
-  norm_BK = _normalise(scores_BK, lengths_BK, length_norm_alpha)
+  norm_BK = _normalise(scores_BK, lengths_BK, length_norm_alpha) + penalty(alpha_BKLS.sum(2))
   any_ended_B1 = jnp.any(ended_BK, axis=1, keepdims=True)
   final_BK = jnp.where(any_ended_B1 & ~ended_BK, -jnp.inf, norm_BK)
   best_B1 = jnp.argmax(final_BK, axis=1)[:, None]
@@ -211,7 +237,8 @@ def beam_search(
 
 
 @functools.partial(
-  jax.jit, static_argnames=("graphdef", "beam_size", "max_len", "length_norm_alpha")
+  jax.jit,
+  static_argnames=("graphdef", "beam_size", "max_len", "length_norm_alpha", "coverage_beta"),
 )
 def jit_decode(
   graphdef: nnx.GraphDef,
@@ -222,10 +249,11 @@ def jit_decode(
   beam_size: int,
   max_len: int,
   length_norm_alpha: float = 1.0,
+  coverage_beta: float = 0.0,
 ) -> DecodeResult:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1.
 
-  `graphdef`, `beam_size`, `max_len` and `length_norm_alpha` are static (one compilation each);
+  `graphdef`, `beam_size`, `max_len`, `length_norm_alpha` and `coverage_beta` are static;
   `params` is the model state, merged with `graphdef` inside the trace.
   """
   model = nnx.merge(graphdef, params)
@@ -238,6 +266,7 @@ def jit_decode(
     beam_size=beam_size,
     max_len=max_len,
     length_norm_alpha=length_norm_alpha,
+    coverage_beta=coverage_beta,
   )
 
 
@@ -267,6 +296,7 @@ def decode_batch(
     beam_size=int(cfg.beam_size),
     max_len=max_output_len(src.shape[1], cfg.max_len_ratio),
     length_norm_alpha=float(cfg.length_norm_alpha),
+    coverage_beta=float(cfg.coverage_penalty),
   )
 
 

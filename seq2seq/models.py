@@ -12,6 +12,16 @@ s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{
   s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])
   t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
 
+Alignment features (Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016; Chorowski et al. 2015),
+all off by default, enter the additive score through its keys:
+
+  e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + V_c cov_{i-1,j} / N_j + V_p conv(alpha_{i-1})_j)
+
+with cov_{i-1,j} = sum_{k<i} alpha_kj carried in the decoder state (`model.coverage`), the
+learned fertility N_j = `model.fertility_max` * sigmoid(U_f h_j) (`model.fertility`, else
+N_j = 1), and `model.prev_attention_filters` filters of width `model.prev_attention_width`
+over the previous step's attention (`model.prev_attention_filters` > 0).
+
 Training (`__call__`) hoists everything that does not depend on the recurrence out of the
 `lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep
 output over all steps after the scan. Decoding uses `decoder_step`, one position at a time,
@@ -30,14 +40,24 @@ from flax import nnx
 from seq2seq import attention, layers, scores
 
 
+class DecoderState(NamedTuple):
+  """What one decoder step hands to the next."""
+
+  s: jax.Array  # [B, D] s_{i-1}, float32.
+  coverage: jax.Array  # [B, S] sum of the attention so far (`model.coverage`; else zeros).
+  prev_alpha: jax.Array  # [B, S] the previous step's attention (with previous-attention
+  # features; else zeros), zeros before the first step.
+
+
 class Encoded(NamedTuple):
   """What the decoder needs from the source, computed once per sentence."""
 
   annotations: jax.Array  # [B, S, H]
   keys: jax.Array  # [B, S, K]: the score function's precomputed keys (U_a h_j for additive).
   mask: jax.Array  # [B, S] 1 for real tokens.
-  init_state: jax.Array  # [B, D] s_0 = tanh(W_s bwd h_1), float32.
+  init_state: DecoderState  # s_0 = tanh(W_s bwd h_1), zero coverage and previous attention.
   fixed_context: jax.Array  # [B, H] the RNNencdec context (also computed for RNNsearch).
+  fertility: jax.Array  # [B, S] N_j dividing the coverage (ones without `model.fertility`).
 
 
 class BiGRUEncoder(nnx.Module):
@@ -88,6 +108,31 @@ class Seq2Seq(nnx.Module):
     self.context_proj = layers.dense(annot, 3 * cfg.dec_hidden, cfg, rngs=rngs)
     if self.uses_attention:
       self.score = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+    self.coverage, self.fertility = bool(cfg.coverage), bool(cfg.fertility)
+    self.prev_width = int(cfg.prev_attention_width)
+    self.fertility_max = float(cfg.fertility_max)
+    features = self.coverage or cfg.prev_attention_filters > 0
+    if features and not (self.uses_attention and cfg.score == "additive"):
+      raise ValueError(
+        "model.coverage and model.prev_attention_filters extend the additive score: set "
+        f"model.score=additive and model.name=rnnsearch (got {cfg.score!r}, {cfg.name!r})"
+      )
+    if self.fertility and not self.coverage:
+      raise ValueError("model.fertility divides the coverage: set model.coverage=true too")
+    if self.coverage:
+      self.cov_proj = layers.dense(1, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    if self.fertility:
+      self.fert_proj = layers.dense(annot, 1, cfg, rngs=rngs, role="attention", use_bias=True)
+    self.prev_filters = int(cfg.prev_attention_filters)
+    if self.prev_filters > 0:
+      if self.prev_width < 1 or self.prev_width % 2 == 0:
+        raise ValueError(f"model.prev_attention_width must be odd, got {self.prev_width}")
+      self.prev_conv = layers.dense(
+        self.prev_width, cfg.prev_attention_filters, cfg, rngs=rngs, role="attention"
+      )
+      self.prev_proj = layers.dense(
+        cfg.prev_attention_filters, cfg.attn_dim, cfg, rngs=rngs, role="attention"
+      )
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     self.c_o = layers.dense(annot, 2 * cfg.maxout_dim, cfg, rngs=rngs)
@@ -98,20 +143,45 @@ class Seq2Seq(nnx.Module):
     """Runs the encoder and precomputes everything the decoder reuses at every step."""
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
     keys = self.score.keys(annotations) if self.uses_attention else annotations[..., :0]
-    init_state = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
+    s0 = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
+    zeros = jnp.zeros(src_mask_BS.shape, jnp.float32)
     fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
-    return Encoded(annotations, keys, src_mask_BS, init_state, fixed)
+    fertility = zeros + 1.0
+    if self.fertility:
+      gate = jax.nn.sigmoid(self.fert_proj(annotations).astype(jnp.float32)[..., 0])
+      fertility = self.fertility_max * gate
+    state = DecoderState(s0, zeros, zeros)
+    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility)
 
-  def _context(self, enc: Encoded, state_BD: jax.Array):
-    """(c_i [B, H] float32, alpha_i [B, S] float32 or None) from s_{i-1}."""
+  def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
+    """The keys of this step: U_a h_j plus the coverage and previous-attention terms."""
+    keys = enc.keys
+    if self.coverage:
+      keys = keys + self.cov_proj((state.coverage / enc.fertility)[..., None])
+    if self.prev_filters > 0:
+      half = self.prev_width // 2
+      padded = jnp.pad(state.prev_alpha, ((0, 0), (half, half)))
+      src_len = state.prev_alpha.shape[1]
+      windows_BSW = jnp.stack([padded[:, w : w + src_len] for w in range(self.prev_width)], -1)
+      keys = keys + self.prev_proj(self.prev_conv(windows_BSW))
+    return keys
+
+  def _context(self, enc: Encoded, state: DecoderState):
+    """(c_i [B, H] float32, alpha_i [B, S] float32 or None) from the state before step i."""
     if not self.uses_attention:
       return enc.fixed_context, None
-    return attention.attend(self.score, state_BD, enc.keys, enc.annotations, enc.mask)
+    keys = self._feature_keys(enc, state)
+    return attention.attend(self.score, state.s, keys, enc.annotations, enc.mask)
 
-  def _recur(self, enc: Encoded, state_BD, x3_B3D):
-    """One decoder recurrence given the projected word input: (s_i, c_i, alpha_i)."""
-    ctx_BH, alpha_BS = self._context(enc, state_BD)
-    new_state = self.cell(state_BD, x3_B3D + self.context_proj(ctx_BH))
+  def _recur(self, enc: Encoded, state: DecoderState, x3_B3D):
+    """One decoder recurrence given the projected word input: (state_i, c_i, alpha_i)."""
+    ctx_BH, alpha_BS = self._context(enc, state)
+    new_s = self.cell(state.s, x3_B3D + self.context_proj(ctx_BH))
+    new_state = state._replace(s=new_s)  # The features' state moves only when they are on.
+    if self.coverage:
+      new_state = new_state._replace(coverage=state.coverage + alpha_BS)
+    if self.prev_filters > 0:
+      new_state = new_state._replace(prev_alpha=alpha_BS)
     return new_state, ctx_BH, alpha_BS
 
   def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None):
@@ -121,17 +191,20 @@ class Seq2Seq(nnx.Module):
     return self.w_o(t).astype(jnp.float32)
 
   # ------------------------------------------------------------------ decoding API
-  def decoder_step(self, enc: Encoded, state_BD: jax.Array, y_prev_B: jax.Array):
-    """One target position: (s_{i-1}, y_{i-1}) -> (s_i, logits_i [B, V], alpha_i [B, S])."""
+  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
+    """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S])."""
     emb = self.embed(y_prev_B)
-    new_state, ctx, alpha = self._recur(enc, state_BD, self.cell.project(emb))
-    return new_state, self._readout(state_BD, emb, ctx), alpha
+    new_state, ctx, alpha = self._recur(enc, state, self.cell.project(emb))
+    return new_state, self._readout(state.s, emb, ctx), alpha
 
   # ------------------------------------------------------------------ training API
-  def __call__(self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, dropout_rng=None):
+  def __call__(
+    self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, return_aux=False, dropout_rng=None
+  ):
     """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked.
 
     `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks.
+    `return_aux`: return (logits, {"alpha": [B, T, S], "fertility": N_j [B, S]}) instead.
     """
     rngs = jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None,) * 3
     enc = self.encode(src_BS, src_mask_BS, rngs[0])
@@ -140,16 +213,19 @@ class Seq2Seq(nnx.Module):
 
     def step(state, x3):
       new_state, ctx, alpha = self._recur(enc, state, x3)
-      return new_state, (state, ctx, alpha)
+      return new_state, (state.s, ctx, alpha)
 
     _, (prev_TBD, ctx_TBH, alpha_TBS) = jax.lax.scan(step, enc.init_state, x3_TB3D)
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
     logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2])
-    if not return_alpha:
+    if not (return_alpha or return_aux):
       return logits
     if alpha_TBS is None:
       raise ValueError("RNNencdec has no attention weights to return")
-    return logits, jnp.swapaxes(alpha_TBS, 0, 1)
+    alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
+    if return_aux:
+      return logits, {"alpha": alpha_BTS, "fertility": enc.fertility}
+    return logits, alpha_BTS
 
 
 class RNNsearch(Seq2Seq):

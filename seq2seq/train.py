@@ -113,14 +113,41 @@ def cross_entropy(
   return jnp.sum(nll * mask), jnp.sum(mask)
 
 
+def fertility_loss(
+  alpha_BTS: jax.Array, fertility_BS: jax.Array, src_mask_BS: jax.Array, tgt_mask_BT: jax.Array
+) -> jax.Array:
+  """Cohn et al.'s fertility penalty: sum over real source positions of (sum_i alpha_ij - N_j)^2.
+
+  Summed over the batch (divide it like the cross-entropy). N_j is 1, or the learned fertility.
+  """
+  received_BS = jnp.einsum("bts,bt->bs", alpha_BTS, tgt_mask_BT.astype(alpha_BTS.dtype))
+  return jnp.sum(jnp.where(src_mask_BS.astype(bool), (received_BS - fertility_BS) ** 2, 0.0))
+
+
 def loss_fn(
-  params: nnx.State, state: TrainState, batch: dict[str, jax.Array], rng, label_smoothing
+  params: nnx.State,
+  state: TrainState,
+  batch: dict[str, jax.Array],
+  rng,
+  label_smoothing,
+  fertility_weight: float = 0.0,
 ):
-  """Mean token loss of `batch` under `params`, and (summed loss, tokens) for the metrics."""
+  """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens) for metrics.
+
+  With `fertility_weight` > 0 the loss adds that weight times `fertility_loss` per target token.
+  """
   model = nnx.merge(state.graphdef, params)
-  logits = model(batch["src"], batch["src_mask"], batch["tgt_in"], dropout_rng=rng)
+  args = (batch["src"], batch["src_mask"], batch["tgt_in"])
+  if fertility_weight > 0:
+    logits, aux = model(*args, return_aux=True, dropout_rng=rng)
+  else:
+    logits = model(*args, dropout_rng=rng)
   total, tokens = cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"], label_smoothing)
-  return total / jnp.maximum(tokens, 1.0), (total, tokens)
+  objective = total
+  if fertility_weight > 0:
+    penalty = fertility_loss(aux["alpha"], aux["fertility"], batch["src_mask"], batch["tgt_mask"])
+    objective = total + fertility_weight * penalty
+  return objective / jnp.maximum(tokens, 1.0), (total, tokens)
 
 
 def train_step(
@@ -138,7 +165,12 @@ def train_step(
   dropout_rng = rng if config.model.dropout > 0 else None
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   (loss, (_, tokens)), grads = grad_fn(
-    state.params, state, batch, dropout_rng, config.train.label_smoothing
+    state.params,
+    state,
+    batch,
+    dropout_rng,
+    config.train.label_smoothing,
+    config.train.fertility_weight,
   )
   if config.train.inject_nonfinite_step >= 0:  # Test hook: poison one step's gradients.
     poison = jnp.where(state.step + 1 == config.train.inject_nonfinite_step, jnp.nan, 1.0)

@@ -56,7 +56,8 @@ class TableModel:
     batch, src_len = src_BS.shape
     annotations = jnp.zeros((batch, src_len, 2), jnp.float32)
     row = jnp.arange(batch, dtype=jnp.float32)[:, None]
-    return Encoded(annotations, annotations[..., :0], src_mask_BS, row, jnp.zeros((batch, 2)))
+    ones = jnp.ones(src_mask_BS.shape)
+    return Encoded(annotations, annotations[..., :0], src_mask_BS, row, jnp.zeros((batch, 2)), ones)
 
   def decoder_step(self, enc, state_BD, y_prev_B):
     if self.on_step is not None:

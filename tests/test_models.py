@@ -26,7 +26,7 @@ def test_output_shapes(tiny_config, name):
   assert logits.shape == (4, 6, VOCAB + 3) and logits.dtype == jnp.float32
   enc = model.encode(b["src"], b["src_mask"])
   assert enc.annotations.shape == (4, 7, 2 * tiny_config.model.enc_hidden)
-  assert enc.init_state.shape == (4, tiny_config.model.dec_hidden)
+  assert enc.init_state.s.shape == (4, tiny_config.model.dec_hidden)
   if name == "rnnsearch":
     logits2, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
     assert alpha.shape == (4, 6, 7)
@@ -63,7 +63,7 @@ def test_initial_state_is_tanh_of_backward_first_annotation(tiny_config):
   he = tiny_config.model.enc_hidden
   bwd_h1 = np.asarray(enc.annotations[:, 0, he:], np.float64)
   w, bias = np.asarray(model.init_proj.kernel[...]), np.asarray(model.init_proj.bias[...])
-  np.testing.assert_allclose(np.asarray(enc.init_state), np.tanh(bwd_h1 @ w + bias), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(enc.init_state.s), np.tanh(bwd_h1 @ w + bias), atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec"])

@@ -1,0 +1,173 @@
+"""Coverage, fertility and previous-attention features, the fertility penalty and GNMT's beam
+coverage penalty: each checked against a direct computation written here."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch, randomise
+from flax import nnx
+from test_decode import TableModel
+
+from configs import tiny
+from seq2seq import decode, models, train
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+VOCAB = 40
+NEW_WEIGHTS = ("cov_proj", "fert_proj", "prev_conv", "prev_proj")
+
+
+def featured_config(coverage=True, fertility=True, filters=3):
+  cfg = tiny.get_config()
+  cfg.model.coverage, cfg.model.fertility = coverage, fertility
+  cfg.model.prev_attention_filters, cfg.model.prev_attention_width = filters, 3
+  return cfg
+
+
+def build(cfg, seed=0):
+  return randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
+
+
+def test_coverage_is_the_running_sum_of_the_attention():
+  model = build(featured_config())
+  b = random_batch(seed=2, vocab=VOCAB)
+  enc = model.encode(jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]))
+  state, total, alphas = enc.init_state, np.zeros(b["src"].shape), []
+  for t in range(b["tgt_in"].shape[1]):
+    state, _, alpha = model.decoder_step(enc, state, jnp.asarray(b["tgt_in"][:, t]))
+    total += np.asarray(alpha, np.float64)
+    alphas.append(np.asarray(alpha))
+    np.testing.assert_allclose(np.asarray(state.coverage), total, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(state.prev_alpha), np.asarray(alpha))
+  # The scan (training) sees the same attention as the step loop.
+  _, alpha_BTS = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+  np.testing.assert_allclose(np.asarray(alpha_BTS), np.stack(alphas, 1), rtol=1e-5, atol=1e-6)
+  # The features matter once their weights are not zero.
+  plain = nnx.merge(*_zeroed(model))
+  assert not np.allclose(
+    np.asarray(plain(b["src"], b["src_mask"], b["tgt_in"])),
+    np.asarray(model(b["src"], b["src_mask"], b["tgt_in"])),
+  )
+
+
+def _train_state(model, cfg):
+  graphdef, params = nnx.split(model, nnx.Param)
+  tx = train.make_optimizer(cfg.train)
+  return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
+
+
+def _zeroed(model, names=NEW_WEIGHTS):
+  """(graphdef, state) of a copy of `model` with the feature weights set to zero."""
+  graphdef, state = nnx.split(nnx.clone(model))
+  flat = dict(nnx.to_flat_state(state))
+  for path in flat:
+    if path[0] in names and path[-1] in ("kernel", "bias"):
+      flat[path].value = jnp.zeros_like(flat[path].value)
+  return graphdef, nnx.from_flat_state(flat)
+
+
+@pytest.mark.parametrize(
+  "features", [dict(), dict(fertility=False), dict(filters=0, fertility=False)]
+)
+def test_zero_feature_weights_give_plain_rnnsearch_exactly(features):
+  cfg = featured_config(**features)
+  plain_cfg = tiny.get_config()
+  plain = build(plain_cfg)
+  featured = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(5))
+  graphdef, state = _zeroed(featured)
+  flat = dict(nnx.to_flat_state(state))
+  for path, value in nnx.to_flat_state(nnx.state(plain)):
+    flat[path].value = value.value  # Every plain weight is shared; only the new ones are extra.
+  featured = nnx.merge(graphdef, nnx.from_flat_state(flat))
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=4, vocab=VOCAB).items()}
+  losses = []
+  for model in (plain, featured):
+    ts = _train_state(model, plain_cfg)
+    losses.append(train.loss_fn(ts.params, ts, b, None, 0.0)[0])
+  assert float(losses[0]) == float(losses[1])
+
+
+def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
+  rng = np.random.default_rng(0)
+  alpha = rng.dirichlet(np.ones(5), size=(2, 4)).astype(np.float32)  # [B=2, T=4, S=5]
+  fert = rng.uniform(0.5, 2.0, (2, 5)).astype(np.float32)
+  src_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
+  tgt_mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], np.int32)
+  expected = 0.0
+  for b in range(2):
+    for j in range(5):
+      if src_mask[b, j]:
+        got = sum(alpha[b, i, j] for i in range(4) if tgt_mask[b, i])
+        expected += (got - fert[b, j]) ** 2
+  value = train.fertility_loss(alpha, fert, src_mask, tgt_mask)
+  assert float(value) == pytest.approx(expected, rel=1e-5)
+
+  cfg = featured_config()
+  cfg.train.fertility_weight = 0.5
+  model = build(cfg)
+  ts = _train_state(model, cfg)
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
+  grads = jax.grad(lambda p: train.loss_fn(p, ts, b, None, 0.0, 0.5)[0])(ts.params)
+  assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
+  fert_grad = dict(nnx.to_flat_state(grads))[("fert_proj", "kernel")].value
+  assert float(jnp.abs(fert_grad).sum()) > 0  # The learned fertility is trained by the penalty.
+
+
+def test_features_need_the_additive_score():
+  cfg = featured_config()
+  cfg.model.score = "general"
+  with pytest.raises(ValueError, match="model.score=additive"):
+    models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+  cfg = featured_config(coverage=False, fertility=True, filters=0)
+  with pytest.raises(ValueError, match="model.coverage=true"):
+    models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+
+
+def test_coverage_penalty_values():
+  cov = jnp.array([[1.5, 0.5, 0.0, 0.25]])
+  mask = jnp.array([[1, 1, 1, 0]])
+  expected = 0.2 * (np.log(1.0) + np.log(0.5) + np.log(decode.COVERAGE_FLOOR))
+  assert float(decode.coverage_penalty(cov, mask, 0.2)[0]) == pytest.approx(expected, rel=1e-6)
+
+
+def _best_with_coverage(table_VV, src_len, max_len, alpha, beta):
+  """Exhaustive best output of a TableModel sentence under length norm and coverage penalty."""
+  logp = np.asarray(table_VV, np.float64)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  words = [w for w in range(logp.shape[0]) if w not in (PAD_ID, BOS_ID, EOS_ID)]
+  best = (None, -np.inf)
+  for length in range(1, max_len + 1):
+    for prefix in itertools.product(words, repeat=length - 1):
+      seq = (*prefix, EOS_ID)
+      prev = (BOS_ID, *seq[:-1])
+      score = sum(logp[p, w] for p, w in zip(prev, seq, strict=True))
+      coverage = np.zeros(src_len)
+      for p in prev:  # TableModel attends one-hot to y_prev % S.
+        coverage[p % src_len] += 1.0
+      cp = beta * np.log(np.clip(coverage, decode.COVERAGE_FLOOR, 1.0)).sum()
+      if score / length**alpha + cp > best[1]:
+        best = (seq, score / length**alpha + cp)
+  return best[0]
+
+
+def test_beam_coverage_penalty_changes_the_ranking_as_computed():
+  vocab, src_len = 6, 3
+  table = np.full((vocab, vocab), -8.0)
+  table[BOS_ID, 4], table[BOS_ID, 3] = 2.0, 0.5  # "4" is the likelier first word...
+  table[4, EOS_ID] = 3.0  # ... and "4 </s>" attends to position 1 twice.
+  table[3, 5], table[5, EOS_ID] = 3.0, 3.0  # "3 5 </s>" attends to positions 1, 0 and 2.
+  model = TableModel(np.stack([table, table]))
+  src = jnp.full((2, src_len), 7, jnp.int32)
+  mask = jnp.ones((2, src_len), jnp.int32)
+  outputs = {}
+  for beta in (0.0, 0.3):
+    want = _best_with_coverage(table, src_len, 3, 1.0, beta)
+    res = decode.beam_search(
+      model, src, mask, beam_size=4, max_len=3, length_norm_alpha=1.0, coverage_beta=beta
+    )
+    got = tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])])
+    assert got == want
+    outputs[beta] = got
+  assert outputs[0.0] == (4, EOS_ID) and outputs[0.3] == (3, 5, EOS_ID)
