@@ -68,6 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
   d.local.train = "train"  # Training split prefix.
   d.local.valid = "val"  # Validation split prefix.
   d.local.test = "test_2016_flickr"  # Test split prefix.
+  d.local.align = ""  # Suffix of the training alignment file DIR/TRAIN.SUFFIX (Pharaoh), if any.
 
   # ---------------------------------------------------------------- training
   t = c.train = ml_collections.ConfigDict()
@@ -80,6 +81,8 @@ def get_config() -> ml_collections.ConfigDict:
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
   t.fertility_weight = 0.0  # Weight of the fertility penalty sum_j (sum_i alpha_ij - N_j)^2.
+  t.attention_supervision = 0.0  # Weight of the loss between attention and gold alignments.
+  t.attention_supervision_loss = "ce"  # "ce" (cross-entropy, default) or "mse".
   t.num_steps = 10_000  # Updates to run.
   t.max_minutes = (
     0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.

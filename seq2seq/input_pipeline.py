@@ -83,6 +83,8 @@ class Split:
   tgt: Ragged
   line: np.ndarray  # [N] int64: 0-based line of the pair in the corpus files (local text keeps
   # the original numbering across skipped lines; otherwise equal to the index).
+  align: Ragged | None = None  # Gold links per pair, flattened (s0, t0, s1, t1, ...): loaded
+  # for the training split when attention is supervised (`train.attention_supervision` > 0).
 
   def __len__(self) -> int:
     return len(self.src)
@@ -130,6 +132,59 @@ def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
   if data_config.corpus == "local":
     return data_config.local.src_lang, data_config.local.tgt_lang
   return "en", "fr"
+
+
+def parse_links(text: str, src_len: int, tgt_len: int, where: str) -> list[int]:
+  """Pharaoh "s-t" pairs as a flat list (s0, t0, s1, t1, ...), each checked against the lengths.
+
+  Raises ValueError naming `where` (file and line), the pair and the sentence lengths.
+  """
+  out = []
+  for item in text.split():
+    s, sep, t = item.partition("-")
+    if not (sep and s.isdigit() and t.isdigit() and s.isascii() and t.isascii()):
+      raise ValueError(f"{where}: malformed alignment pair {item!r}: expected 'i-j'")
+    if int(s) >= src_len or int(t) >= tgt_len:
+      raise ValueError(
+        f"{where}: alignment pair {item!r} is out of range for a source of {src_len} and a "
+        f"target of {tgt_len} tokens"
+      )
+    out += [int(s), int(t)]
+  return out
+
+
+def load_alignments(
+  config: ml_collections.ConfigDict, examples: Sequence[builders.Example], split: Split
+) -> Ragged:
+  """The gold links of the training split: the corpus's own (embedded corpus) or, for local
+  text, the file DIR/PREFIX.`data.local.align` (one Pharaoh line per line of the text files).
+
+  Positions index the tokens of the configured word tokenizer.
+  """
+  d = config.data
+  if d.tokenizer != "word":
+    raise ValueError("train.attention_supervision needs data.tokenizer=word (links index words)")
+  if d.corpus == "local":
+    if not d.local.align:
+      raise ValueError(
+        "train.attention_supervision on local text needs data.local.align: the suffix of the "
+        "alignment file DIR/PREFIX.SUFFIX (one 'i-j ...' line per sentence pair)"
+      )
+    path = Path(d.local.dir) / f"{d.local.train}.{d.local.align}"
+    if not path.is_file():
+      raise FileNotFoundError(f"alignment file {path} not found (data.local.align)")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    texts = [
+      (lines[ex.line] if ex.line < len(lines) else "", f"{path}:{ex.line + 1}") for ex in examples
+    ]
+  elif all(ex.align is not None for ex in examples):
+    texts = [(ex.align, f"{d.corpus} train pair {i}") for i, ex in enumerate(examples)]
+  else:
+    raise ValueError(f"the {d.corpus} corpus has no alignments for train.attention_supervision")
+  src_len, tgt_len = split.src_lengths, split.tgt_lengths
+  return Ragged.from_lists(
+    [parse_links(text, src_len[i], tgt_len[i], where) for i, (text, where) in enumerate(texts)]
+  )
 
 
 def data_dir(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Path:
@@ -191,6 +246,9 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   src_tok = vocabulary("src", d.src_vocab_size, "source", src_lang)
   tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
   splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
+  if config.train.attention_supervision > 0:
+    links = load_alignments(config, train, splits["train"])
+    splits["train"] = dataclasses.replace(splits["train"], align=links)
   tokenized = time.perf_counter()
 
   too_long = int(np.sum(~length_filter(splits["train"], d.max_len)))
@@ -280,7 +338,7 @@ def make_batch(split: Split, ids: np.ndarray, bucket_step: int, rows: slice = sl
   tgt_in[live_rows, 0] = tokenizer_lib.BOS_ID
   _fill(tgt_in, split.tgt, live, live_rows, 1, eos_after=False)
   _fill(tgt_out, split.tgt, live, live_rows, 0, eos_after=True)
-  return {
+  batch = {
     "src": src,
     "src_mask": (np.arange(s) < src_len[:, None]).astype(np.int32),
     "tgt_in": tgt_in,
@@ -288,6 +346,14 @@ def make_batch(split: Split, ids: np.ndarray, bucket_step: int, rows: slice = sl
     "tgt_mask": (np.arange(t) < tgt_len[:, None]).astype(np.int32),
     "index": ids.astype(np.int32),
   }
+  if split.align is not None:  # Gold links as a 0/1 matrix [b, T, S]: align[t, s] = 1.
+    align = np.zeros((len(ids), t, s), np.float32)
+    counts = split.align.lengths[live] // 2
+    pairs = np.concatenate([split.align.row(i) for i in live]).reshape(-1, 2) if len(live) else []
+    if len(pairs):
+      align[np.repeat(live_rows, counts), pairs[:, 1], pairs[:, 0]] = 1.0
+    batch["align"] = align
+  return batch
 
 
 def process_rows(batch_size: int, process_index: int, process_count: int) -> slice:

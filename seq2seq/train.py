@@ -124,6 +124,32 @@ def fertility_loss(
   return jnp.sum(jnp.where(src_mask_BS.astype(bool), (received_BS - fertility_BS) ** 2, 0.0))
 
 
+SUPERVISION_LOSSES = ("ce", "mse")
+
+
+def attention_supervision_loss(
+  alpha_BTS: jax.Array, gold_BTS: jax.Array, kind: str = "ce", eps: float = 1e-8
+) -> jax.Array:
+  """Guided attention (Mi et al. 2016; Chen et al. 2016), summed over target words with links.
+
+  gold [B, T, S] is 0/1 (row t: the source words target word t is aligned to), normalised per
+  row. "ce": -sum_j g_tj log alpha_tj, the default, because its gradient stays large while the
+  attention is far from the links (squared error's shrinks with the attention weight);
+  "mse": sum_j (alpha_tj - g_tj)^2. Rows without links (unaligned words, padding) add nothing.
+  """
+  if kind not in SUPERVISION_LOSSES:
+    raise ValueError(
+      f"train.attention_supervision_loss={kind!r} is not one of {SUPERVISION_LOSSES}"
+    )
+  links_BT1 = jnp.sum(gold_BTS, axis=-1, keepdims=True)
+  target = gold_BTS / jnp.maximum(links_BT1, 1.0)
+  if kind == "ce":
+    per_row = -jnp.sum(target * jnp.log(alpha_BTS + eps), axis=-1)
+  else:
+    per_row = jnp.sum((alpha_BTS - target) ** 2, axis=-1)
+  return jnp.sum(jnp.where(links_BT1[..., 0] > 0, per_row, 0.0))
+
+
 def loss_fn(
   params: nnx.State,
   state: TrainState,
@@ -131,14 +157,17 @@ def loss_fn(
   rng,
   label_smoothing,
   fertility_weight: float = 0.0,
+  supervision_weight: float = 0.0,
+  supervision_loss: str = "ce",
 ):
   """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens) for metrics.
 
-  With `fertility_weight` > 0 the loss adds that weight times `fertility_loss` per target token.
+  The loss adds `fertility_weight` x `fertility_loss` and `supervision_weight` x
+  `attention_supervision_loss` (against `batch["align"]`), both per target token.
   """
   model = nnx.merge(state.graphdef, params)
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
-  if fertility_weight > 0:
+  if fertility_weight > 0 or supervision_weight > 0:
     logits, aux = model(*args, return_aux=True, dropout_rng=rng)
   else:
     logits = model(*args, dropout_rng=rng)
@@ -146,7 +175,10 @@ def loss_fn(
   objective = total
   if fertility_weight > 0:
     penalty = fertility_loss(aux["alpha"], aux["fertility"], batch["src_mask"], batch["tgt_mask"])
-    objective = total + fertility_weight * penalty
+    objective = objective + fertility_weight * penalty
+  if supervision_weight > 0:
+    guided = attention_supervision_loss(aux["alpha"], batch["align"], supervision_loss)
+    objective = objective + supervision_weight * guided
   return objective / jnp.maximum(tokens, 1.0), (total, tokens)
 
 
@@ -171,6 +203,8 @@ def train_step(
     dropout_rng,
     config.train.label_smoothing,
     config.train.fertility_weight,
+    config.train.attention_supervision,
+    config.train.attention_supervision_loss,
   )
   if config.train.inject_nonfinite_step >= 0:  # Test hook: poison one step's gradients.
     poison = jnp.where(state.step + 1 == config.train.inject_nonfinite_step, jnp.nan, 1.0)
@@ -204,7 +238,7 @@ def eval_step(state: TrainState, batch: dict[str, jax.Array]) -> dict[str, jax.A
 
 # ---------------------------------------------------------------------------- the training loop
 
-MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
+MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
 
 
 class Runtime:
@@ -217,7 +251,11 @@ class Runtime:
 
   def put_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """This process's rows of a batch -> global arrays sharded over the data axis."""
-    return {k: jax.make_array_from_process_local_data(self.batch, batch[k]) for k in MODEL_KEYS}
+    return {
+      k: jax.make_array_from_process_local_data(self.batch, batch[k])
+      for k in MODEL_KEYS
+      if k in batch
+    }
 
   def check_batch_size(self, batch_size: int) -> None:
     devices = jax.device_count()
