@@ -4,7 +4,8 @@ Reads `../shared/data/multi30k/{train,val,test_2016_flickr}.{en,fr,de}` (`data.l
 points elsewhere). The variant argument picks the language pair, English->French by default:
 `--config=configs/multi30k.py:fr-en`, or set `data.local.src_lang` / `data.local.tgt_lang`.
 
-The sizes and optimiser below were chosen on the validation split by
+The settings below (batch 128, Adam 2e-3 won: 48.1 validation BLEU after 10 minutes) were
+chosen on the validation split by
 `experiments/realtext.py` (its exploration is recorded in experiments/results/multi30k.md).
 """
 
@@ -35,16 +36,16 @@ def get_config(arg: str = "en-fr") -> ml_collections.ConfigDict:
   c.data.src_vocab_size = 8_004
   c.data.tgt_vocab_size = 8_004
   c.data.max_len = 50
-  c.data.batch_size = 64
+  c.data.batch_size = 128
   c.data.bucket_step = 5
 
   c.train.optimizer = "adam"
-  c.train.learning_rate = 1e-3
+  c.train.learning_rate = 2e-3
   c.train.label_smoothing = 0.1
   c.train.num_steps = 1_000_000  # The wall-clock budget ends training.
   c.train.max_minutes = 30.0
   c.train.log_every = 100
-  c.train.eval_every = 500  # About every 2.5 minutes: the BLEU-against-minutes curve.
+  c.train.eval_every = 300  # About every 2.5 minutes: the BLEU-against-minutes curve.
   c.train.checkpoint_every = 1_000
   c.train.keep_checkpoints = 1
 
