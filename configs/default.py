@@ -29,6 +29,14 @@ def get_config() -> ml_collections.ConfigDict:
   m.fertility_max = 2.0  # N in N_j = N * sigmoid(U_f h_j).
   m.prev_attention_filters = 0  # Filters over the previous step's attention (0: off).
   m.prev_attention_width = 5  # Width (odd) of those filters.
+  # Where attention may look (seq2seq/structures.py); "soft" is the paper's global attention.
+  m.attention = "soft"  # soft, local_m, local_p, monotonic, conv, multihead or hard.
+  m.local_window = 10  # D of local_m / local_p: the window is p_i - D .. p_i + D (Luong: 10).
+  m.monotonic_bias_init = 0.0  # Initial r in p_ij = sigmoid(e_ij + r) (0: one word on per step).
+  m.monotonic_noise = 1.0  # Std of the noise added to monotonic energies in training (0: none).
+  m.conv_filters = 32  # Feature maps of the convolutional attention's convolutions.
+  m.conv_width = 3  # Width (odd) of those convolutions.
+  m.num_heads = 4  # Heads of the multihead attention (must divide attn_dim).
   m.dropout = 0.0  # Dropout on embeddings and the deep-output layer (paper: none).
   m.dtype = "float32"  # Compute dtype: "float32" or "bfloat16" (parameters stay float32).
   m.init = "paper"  # "paper": orthogonal recurrent, N(0, 0.001^2) W_a/U_a, 0 v_a/biases, else N(0, 0.01^2).
@@ -83,6 +91,10 @@ def get_config() -> ml_collections.ConfigDict:
   t.fertility_weight = 0.0  # Weight of the fertility penalty sum_j (sum_i alpha_ij - N_j)^2.
   t.attention_supervision = 0.0  # Weight of the loss between attention and gold alignments.
   t.attention_supervision_loss = "ce"  # "ce" (cross-entropy, default) or "mse".
+  # Hard attention (model.attention="hard") is trained with REINFORCE (Xu et al. 2015).
+  t.reinforce_weight = 1.0  # lambda_r: weight of the score-function (REINFORCE) term.
+  t.entropy_weight = 0.01  # lambda_e: weight of the attention-entropy bonus.
+  t.baseline_decay = 0.9  # The reward baseline b <- decay * b + (1 - decay) * mean reward.
   t.num_steps = 10_000  # Updates to run.
   t.max_minutes = (
     0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.

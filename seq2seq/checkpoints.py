@@ -69,6 +69,15 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
     path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
+def _tree(state: Any) -> dict[str, Any]:
+  """What a checkpoint holds: step, parameters, optimiser state, and hard attention's reward
+  baseline when the state has one (so every other run's checkpoints keep their layout)."""
+  tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
+  if getattr(state, "baseline", None) is not None:
+    tree["baseline"] = state.baseline
+  return tree
+
+
 class Checkpointer:
   """`ocp.CheckpointManager` over WORKDIR/checkpoints: the train state and the data iterator."""
 
@@ -93,8 +102,7 @@ class Checkpointer:
 
   def save(self, state: Any, data_state: dict[str, Any] | None) -> None:
     step = int(jax.device_get(state.step))
-    tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
-    args = {"state": ocp.args.StandardSave(tree)}
+    args = {"state": ocp.args.StandardSave(_tree(state))}
     if data_state is not None:
       args["data"] = ocp.args.JsonSave(data_state)
     self.manager.save(step, args=ocp.args.Composite(**args), force=True)
@@ -105,14 +113,15 @@ class Checkpointer:
   ) -> tuple[Any, dict[str, Any] | None]:
     """State (shaped and sharded like `state`) and the data iterator state of checkpoint `step`."""
     step = self.latest_step() if step is None else step
-    tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _tree(state))
     args = {"state": ocp.args.StandardRestore(abstract)}
     if with_data:
       args["data"] = ocp.args.JsonRestore()
     restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     got = restored["state"]
     new_state = state.replace(step=got["step"], params=got["params"], opt_state=got["opt_state"])
+    if "baseline" in got:
+      new_state = new_state.replace(baseline=got["baseline"])
     return new_state, (restored["data"] if with_data else None)
 
   def close(self) -> None:

@@ -22,6 +22,13 @@ learned fertility N_j = `model.fertility_max` * sigmoid(U_f h_j) (`model.fertili
 N_j = 1), and `model.prev_attention_filters` filters of width `model.prev_attention_width`
 over the previous step's attention (`model.prev_attention_filters` > 0).
 
+Where attention may look (`model.attention`: soft, local_m, local_p, monotonic, conv, multihead,
+hard) is a `seq2seq.structures` module between the score and the context: `_context` hands it
+the score function, the step's keys and its own state (`DecoderState.structure`, e.g. the
+previous monotonic alignment), and gets back an `Attended` (context, attention, next state and
+per-step extras such as hard attention's sampled log-probabilities). The default `soft` is
+exactly the paper's attention and adds no parameter.
+
 Training (`__call__`) hoists everything that does not depend on the recurrence out of the
 `lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep
 output over all steps after the scan. Decoding uses `decoder_step`, one position at a time,
@@ -30,14 +37,14 @@ built from the same pieces.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import attention, layers, scores
+from seq2seq import layers, scores, structures
 
 
 class DecoderState(NamedTuple):
@@ -47,13 +54,14 @@ class DecoderState(NamedTuple):
   coverage: jax.Array  # [B, S] sum of the attention so far (`model.coverage`; else zeros).
   prev_alpha: jax.Array  # [B, S] the previous step's attention (with previous-attention
   # features; else zeros), zeros before the first step.
+  structure: Any = ()  # What the attention structure carries across steps (soft: nothing).
 
 
 class Encoded(NamedTuple):
   """What the decoder needs from the source, computed once per sentence."""
 
   annotations: jax.Array  # [B, S, H]
-  keys: jax.Array  # [B, S, K]: the score function's precomputed keys (U_a h_j for additive).
+  keys: jax.Array  # [B, S, K]: the attention's precomputed keys (U_a h_j for additive).
   mask: jax.Array  # [B, S] 1 for real tokens.
   init_state: DecoderState  # s_0 = tanh(W_s bwd h_1), zero coverage and previous attention.
   fixed_context: jax.Array  # [B, H] the RNNencdec context (also computed for RNNsearch).
@@ -100,14 +108,29 @@ class Seq2Seq(nnx.Module):
 
   def __init__(self, cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs):
     annot = 2 * cfg.enc_hidden
+    structure = structures.get(cfg.attention)
+    if not self.uses_attention and cfg.attention != "soft":
+      raise ValueError(f"model.attention={cfg.attention!r} needs model.name=rnnsearch")
+    if not structure.uses_score and cfg.score != "additive":
+      raise ValueError(
+        f"model.attention={cfg.attention!r} scores with its own parameters; leave model.score "
+        f"at 'additive' (got {cfg.score!r})"
+      )
     self.dropout_rate = cfg.dropout
     self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs)
     self.embed = layers.embed(tgt_vocab, cfg.emb_dim, cfg, rngs=rngs)
     self.init_proj = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs, use_bias=True)
     self.cell = layers.GRUCell(cfg.emb_dim, cfg.dec_hidden, cfg, rngs=rngs)
     self.context_proj = layers.dense(annot, 3 * cfg.dec_hidden, cfg, rngs=rngs)
-    if self.uses_attention:
-      self.score = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+    if self.uses_attention:  # `conv` and `multihead` score with their own parameters.
+      self.score = (
+        scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+        if structure.uses_score
+        else None
+      )
+      self.structure = structures.make_structure(
+        cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs
+      )
     self.coverage, self.fertility = bool(cfg.coverage), bool(cfg.fertility)
     self.prev_width = int(cfg.prev_attention_width)
     self.fertility_max = float(cfg.fertility_max)
@@ -116,6 +139,11 @@ class Seq2Seq(nnx.Module):
       raise ValueError(
         "model.coverage and model.prev_attention_filters extend the additive score: set "
         f"model.score=additive and model.name=rnnsearch (got {cfg.score!r}, {cfg.name!r})"
+      )
+    if features and not structure.uses_score:
+      raise ValueError(
+        f"model.attention={cfg.attention!r} has its own score: the alignment features "
+        "(model.coverage, model.prev_attention_filters) need one that uses model.score"
       )
     if self.fertility and not self.coverage:
       raise ValueError("model.fertility divides the coverage: set model.coverage=true too")
@@ -142,7 +170,10 @@ class Seq2Seq(nnx.Module):
   def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
     """Runs the encoder and precomputes everything the decoder reuses at every step."""
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
-    keys = self.score.keys(annotations) if self.uses_attention else annotations[..., :0]
+    keys, attention_state = annotations[..., :0], ()
+    if self.uses_attention:
+      keys = self.structure.keys(self.score, annotations, src_mask_BS)
+      attention_state = self.structure.init_state(src_mask_BS)
     s0 = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
     zeros = jnp.zeros(src_mask_BS.shape, jnp.float32)
     fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
@@ -150,7 +181,7 @@ class Seq2Seq(nnx.Module):
     if self.fertility:
       gate = jax.nn.sigmoid(self.fert_proj(annotations).astype(jnp.float32)[..., 0])
       fertility = self.fertility_max * gate
-    state = DecoderState(s0, zeros, zeros)
+    state = DecoderState(s0, zeros, zeros, attention_state)
     return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility)
 
   def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
@@ -166,23 +197,36 @@ class Seq2Seq(nnx.Module):
       keys = keys + self.prev_proj(self.prev_conv(windows_BSW))
     return keys
 
-  def _context(self, enc: Encoded, state: DecoderState):
-    """(c_i [B, H] float32, alpha_i [B, S] float32 or None) from the state before step i."""
-    if not self.uses_attention:
-      return enc.fixed_context, None
-    keys = self._feature_keys(enc, state)
-    return attention.attend(self.score, state.s, keys, enc.annotations, enc.mask)
+  def _context(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
+    """The `structures.Attended` of step i (context [B, H] float32, attention [B, S] float32 or
+    None for RNNencdec, the structure's next state, extras) from the state before it.
 
-  def _recur(self, enc: Encoded, state: DecoderState, x3_B3D):
-    """One decoder recurrence given the projected word input: (state_i, c_i, alpha_i)."""
-    ctx_BH, alpha_BS = self._context(enc, state)
-    new_s = self.cell(state.s, x3_B3D + self.context_proj(ctx_BH))
-    new_state = state._replace(s=new_s)  # The features' state moves only when they are on.
+    `rng`: the step's key for structures that sample (training); `decoding`: take the
+    structure's test-time decisions (hard monotonic attention)."""
+    if not self.uses_attention:
+      return structures.Attended(enc.fixed_context, None, state.structure, {})
+    keys = self._feature_keys(enc, state)
+    return self.structure(
+      self.score,
+      state.s,
+      keys,
+      enc.annotations,
+      enc.mask,
+      state.structure,
+      rng=rng,
+      decoding=decoding,
+    )
+
+  def _recur(self, enc: Encoded, state: DecoderState, x3_B3D, rng=None, decoding=False):
+    """One decoder recurrence given the projected word input: (state_i, Attended_i)."""
+    att = self._context(enc, state, rng, decoding)
+    new_s = self.cell(state.s, x3_B3D + self.context_proj(att.context))
+    new_state = state._replace(s=new_s, structure=att.state)  # Features move only when on.
     if self.coverage:
-      new_state = new_state._replace(coverage=state.coverage + alpha_BS)
+      new_state = new_state._replace(coverage=state.coverage + att.alpha)
     if self.prev_filters > 0:
-      new_state = new_state._replace(prev_alpha=alpha_BS)
-    return new_state, ctx_BH, alpha_BS
+      new_state = new_state._replace(prev_alpha=att.alpha)
+    return new_state, att
 
   def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None):
     """Deep output: logits [..., V] (float32) from s_{i-1}, E y_{i-1} and c_i, any leading axes."""
@@ -194,8 +238,8 @@ class Seq2Seq(nnx.Module):
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
     """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S])."""
     emb = self.embed(y_prev_B)
-    new_state, ctx, alpha = self._recur(enc, state, self.cell.project(emb))
-    return new_state, self._readout(state.s, emb, ctx), alpha
+    new_state, att = self._recur(enc, state, self.cell.project(emb), decoding=True)
+    return new_state, self._readout(state.s, emb, att.context), att.alpha
 
   # ------------------------------------------------------------------ training API
   def __call__(
@@ -203,19 +247,29 @@ class Seq2Seq(nnx.Module):
   ):
     """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked.
 
-    `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks.
-    `return_aux`: return (logits, {"alpha": [B, T, S], "fertility": N_j [B, S]}) instead.
+    `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks; a
+    sampling attention structure draws step i's key as fold_in(fold_in(dropout_rng, 3), i).
+    `return_aux`: return (logits, aux) instead, aux = {"alpha": [B, T, S], "fertility": N_j
+    [B, S]} plus the structure's per-step extras [B, T, ...] (e.g. hard attention's
+    "sample_logp" and "entropy", multi-head's "alpha_heads").
     """
     rngs = jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None,) * 3
+    attention_rng = None
+    if dropout_rng is not None and self.uses_attention:
+      attention_rng = jax.random.fold_in(dropout_rng, 3)
     enc = self.encode(src_BS, src_mask_BS, rngs[0])
     emb_BTE = layers.dropout(self.embed(tgt_in_BT), self.dropout_rate, rngs[1])
     x3_TB3D = jnp.swapaxes(self.cell.project(emb_BTE), 0, 1)
 
-    def step(state, x3):
-      new_state, ctx, alpha = self._recur(enc, state, x3)
-      return new_state, (state.s, ctx, alpha)
+    def step(state, inputs):
+      x3, i = inputs
+      rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
+      new_state, att = self._recur(enc, state, x3, rng)
+      return new_state, (state.s, att.context, att.alpha, att.extras)
 
-    _, (prev_TBD, ctx_TBH, alpha_TBS) = jax.lax.scan(step, enc.init_state, x3_TB3D)
+    positions_T = jnp.arange(x3_TB3D.shape[0])
+    _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T))
+    prev_TBD, ctx_TBH, alpha_TBS, extras_T = outputs
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
     logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2])
     if not (return_alpha or return_aux):
@@ -224,8 +278,15 @@ class Seq2Seq(nnx.Module):
       raise ValueError("RNNencdec has no attention weights to return")
     alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
     if return_aux:
-      return logits, {"alpha": alpha_BTS, "fertility": enc.fertility}
+      aux = {"alpha": alpha_BTS, "fertility": enc.fertility}
+      aux.update({k: jnp.swapaxes(v, 0, 1) for k, v in extras_T.items()})
+      return logits, aux
     return logits, alpha_BTS
+
+  @property
+  def samples_attention(self) -> bool:
+    """Whether the attention samples where to look (trained with `train.reinforce_loss`)."""
+    return self.uses_attention and self.structure.sampled
 
 
 class RNNsearch(Seq2Seq):

@@ -25,7 +25,7 @@ from absl import logging
 from flax import nnx, struct
 from jax.experimental import multihost_utils
 
-from seq2seq import checkpoints, evaluate, input_pipeline, models, summary
+from seq2seq import checkpoints, evaluate, input_pipeline, models, structures, summary
 
 
 @struct.dataclass
@@ -37,6 +37,9 @@ class TrainState:
   opt_state: optax.OptState
   graphdef: nnx.GraphDef = struct.field(pytree_node=False)
   tx: optax.GradientTransformation = struct.field(pytree_node=False)
+  # float32 scalar: hard attention's moving-average reward baseline (checkpointed with the rest);
+  # None for every model that does not sample its attention.
+  baseline: jax.Array | None = None
 
   def model(self) -> models.Seq2Seq:
     """The NNX model holding these parameters."""
@@ -87,7 +90,8 @@ def create_train_state(
   model = models.build_model(config.model, src_vocab, tgt_vocab, rngs=nnx.Rngs(params=rng))
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(config.train)
-  return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
+  baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None
+  return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline)
 
 
 def cross_entropy(
@@ -150,6 +154,39 @@ def attention_supervision_loss(
   return jnp.sum(jnp.where(links_BT1[..., 0] > 0, per_row, 0.0))
 
 
+def sentence_log_likelihood(
+  logits_BTV: jax.Array, targets_BT: jax.Array, mask_BT: jax.Array
+) -> jax.Array:
+  """log p(y | x) of every sentence [B] (float32): the negative of its summed cross-entropy."""
+  log_probs = jax.nn.log_softmax(logits_BTV.astype(jnp.float32), axis=-1)
+  ll_BT = jnp.take_along_axis(log_probs, targets_BT[..., None], axis=-1)[..., 0]
+  return jnp.sum(ll_BT * mask_BT.astype(jnp.float32), axis=-1)
+
+
+def reinforce_loss(
+  reward_B: jax.Array,
+  baseline: jax.Array,
+  sample_logp_BT: jax.Array,
+  entropy_BT: jax.Array,
+  tgt_mask_BT: jax.Array,
+  reinforce_weight: float,
+  entropy_weight: float,
+) -> jax.Array:
+  """Xu et al.'s score-function estimator for hard attention, as a surrogate loss (summed over
+  the batch; divide it like the cross-entropy).
+
+  Its gradient is -lambda_r sum_b (R_b - b) grad log p(sampled positions of b) - lambda_e grad
+  sum H(alpha_i): REINFORCE with reward R_b = log p(y_b | x_b, sampled positions) [B] and the
+  moving-average baseline b, plus an entropy bonus. The reward and baseline are constants.
+  sample_logp_BT, entropy_BT: log alpha_ij of the sampled j and the entropy of alpha_i per step.
+  """
+  mask = tgt_mask_BT.astype(jnp.float32)
+  advantage_B = jax.lax.stop_gradient(reward_B - baseline)
+  logp_B = jnp.sum(sample_logp_BT * mask, axis=-1)
+  bonus = jnp.sum(entropy_BT * mask)
+  return -reinforce_weight * jnp.sum(advantage_B * logp_B) - entropy_weight * bonus
+
+
 def loss_fn(
   params: nnx.State,
   state: TrainState,
@@ -159,15 +196,22 @@ def loss_fn(
   fertility_weight: float = 0.0,
   supervision_weight: float = 0.0,
   supervision_loss: str = "ce",
+  reinforce_weight: float = 0.0,
+  entropy_weight: float = 0.0,
 ):
-  """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens) for metrics.
+  """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens, mean reward).
 
   The loss adds `fertility_weight` x `fertility_loss` and `supervision_weight` x
-  `attention_supervision_loss` (against `batch["align"]`), both per target token.
+  `attention_supervision_loss` (against `batch["align"]`), both per target token. A model whose
+  attention samples (hard attention) and is given a key adds `reinforce_loss`, per target token,
+  with the sentences' log-likelihoods as rewards against `state.baseline` (at step 0, or without
+  a baseline, against the batch's mean reward); the mean reward over sentences is returned to
+  update the baseline (0 otherwise).
   """
   model = nnx.merge(state.graphdef, params)
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
-  if fertility_weight > 0 or supervision_weight > 0:
+  reinforce = model.samples_attention and rng is not None
+  if fertility_weight > 0 or supervision_weight > 0 or reinforce:
     logits, aux = model(*args, return_aux=True, dropout_rng=rng)
   else:
     logits = model(*args, dropout_rng=rng)
@@ -179,7 +223,26 @@ def loss_fn(
   if supervision_weight > 0:
     guided = attention_supervision_loss(aux["alpha"], batch["align"], supervision_loss)
     objective = objective + supervision_weight * guided
-  return objective / jnp.maximum(tokens, 1.0), (total, tokens)
+  mean_reward = jnp.zeros((), jnp.float32)
+  if reinforce:
+    reward_B = jax.lax.stop_gradient(
+      sentence_log_likelihood(logits, batch["tgt_out"], batch["tgt_mask"])
+    )
+    real_B = (jnp.sum(batch["tgt_mask"], axis=-1) > 0).astype(jnp.float32)
+    mean_reward = jnp.sum(reward_B * real_B) / jnp.maximum(jnp.sum(real_B), 1.0)
+    baseline = mean_reward
+    if state.baseline is not None:
+      baseline = jnp.where(state.step == 0, mean_reward, state.baseline)
+    objective = objective + reinforce_loss(
+      reward_B,
+      baseline,
+      aux["sample_logp"],
+      aux["entropy"],
+      batch["tgt_mask"],
+      reinforce_weight,
+      entropy_weight,
+    )
+  return objective / jnp.maximum(tokens, 1.0), (total, tokens, mean_reward)
 
 
 def train_step(
@@ -192,11 +255,15 @@ def train_step(
   """One update. `rng` is this step's key (derive it with `jax.random.fold_in(base, step)`).
 
   Bind `config` with `functools.partial` before jitting. Metrics: loss (mean per target token),
-  tokens, grad_norm (before clipping), learning_rate, finite (false: the update was not applied).
+  tokens, grad_norm (before clipping), learning_rate, finite (false: the update was not applied);
+  with a reward baseline (hard attention) also reward (the batch's mean sentence log-likelihood)
+  and baseline (after this step's update b <- decay * b + (1 - decay) * reward; at step 0,
+  b <- reward).
   """
-  dropout_rng = rng if config.model.dropout > 0 else None
+  keyed = config.model.dropout > 0 or structures.uses_rng(config.model)
+  dropout_rng = rng if keyed else None
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-  (loss, (_, tokens)), grads = grad_fn(
+  (loss, (_, tokens, reward)), grads = grad_fn(
     state.params,
     state,
     batch,
@@ -205,6 +272,8 @@ def train_step(
     config.train.fertility_weight,
     config.train.attention_supervision,
     config.train.attention_supervision_loss,
+    config.train.reinforce_weight,
+    config.train.entropy_weight,
   )
   if config.train.inject_nonfinite_step >= 0:  # Test hook: poison one step's gradients.
     poison = jnp.where(state.step + 1 == config.train.inject_nonfinite_step, jnp.nan, 1.0)
@@ -222,10 +291,17 @@ def train_step(
     "learning_rate": learning_rate_schedule(config.train)(state.step),
     "finite": finite,
   }
+  baseline = state.baseline
+  if baseline is not None:
+    decay = config.train.baseline_decay
+    moved = jnp.where(state.step == 0, reward, decay * baseline + (1.0 - decay) * reward)
+    baseline = keep_if_finite(moved, baseline)
+    metrics.update(reward=reward, baseline=baseline)
   return state.replace(
     step=state.step + 1,
     params=keep_if_finite(params, state.params),
     opt_state=keep_if_finite(opt_state, state.opt_state),
+    baseline=baseline,
   ), metrics
 
 
@@ -441,6 +517,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
           "tokens_per_s": float(window_tokens) / max(now - tick, 1e-9),
           "skipped_updates": skipped,
           "elapsed_s": elapsed(),
+          **{k: float(m[k]) for k in ("reward", "baseline") if k in m},
         },
       )
       eta = (now - t_begin) / max(done - start, 1) * (num_steps - done)

@@ -1,0 +1,456 @@
+"""Where attention may look: the attention structures around the score function.
+
+Axes: B batch, S source positions, H annotation size, D decoder units, K key size, F feature maps
+(conv), N heads (multihead), A attention units.
+
+A structure turns the decoder state s_{i-1} and the encoded source into the context c_i and the
+attention alpha_i of one decoder step. `model.attention` names it:
+
+* `soft`: the paper's global soft attention, alpha_i = masked softmax_j e_ij (the default).
+* `local_m`, `local_p`: Luong et al. (2015). The softmax only covers the window
+  |j - p_i| <= D (`model.local_window`); local-m centres it on the target position,
+  p_i = min(i, |x| - 1), local-p predicts p_i = |x| sigmoid(v_p^T tanh(W_p s_{i-1})) and weights
+  the window by exp(-(j - p_i)^2 / (2 sigma^2)), sigma = D / 2 (so its rows sum to at most 1).
+* `monotonic`: Raffel et al. (2017). Position j "emits" with p_ij = sigmoid(e_ij + r) (learned r,
+  Gaussian noise during training); reading moves left to right only (Yu et al. 2016's "read
+  more or emit"). Training uses the expected alignment in closed form, in log space
+  (`expected_alignment`), decoding the hard choice (`hard_monotonic`).
+* `conv`: Allamanis et al. (2016). Features from two 1-D convolutions over the annotations,
+  gated by the decoder state, L2-normalised and scored by a third convolution, so a position's
+  score can depend on its neighbours ("attend to the word after X").
+* `multihead`: additive attention with N heads over split projections W_a, U_a; the N head
+  contexts are concatenated and projected (W_o starts as the mean of the heads).
+* `hard`: Xu et al. (2015). One position j ~ alpha_i is sampled per step and c_i = h_j; trained
+  with REINFORCE (`seq2seq.train.reinforce_loss`), decoded with the argmax position.
+
+Every structure is an NNX module with
+* `keys(score, annotations_BSH, mask_BS) -> keys`: computed once per sentence (by default the
+  score function's keys, U_a h_j for `additive`);
+* `init_state(mask_BS)`: what it carries across decoder steps (`DecoderState.structure`);
+* `__call__(score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng, decoding)
+  -> Attended`, one step for the whole batch; scores of one query are lifted with `jax.vmap`.
+
+Structures with `uses_score = True` score through the model's registered score function (and
+its alignment features); `conv` and `multihead` bring their own. Register a new one with
+`@register("name")`; `make_structure` lists the valid names when the name is unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from seq2seq import attention, layers
+
+_REGISTRY: dict[str, type[Structure]] = {}
+
+
+def register(name: str) -> Callable[[type[Structure]], type[Structure]]:
+  """Class decorator adding an attention structure to the registry under `name`."""
+
+  def add(cls: type[Structure]) -> type[Structure]:
+    if name in _REGISTRY:
+      raise ValueError(f"attention structure {name!r} is registered twice")
+    _REGISTRY[name] = cls
+    cls.name = name
+    return cls
+
+  return add
+
+
+def names() -> list[str]:
+  """The registered structure names, in registration order (`soft` first)."""
+  return list(_REGISTRY)
+
+
+def get(name: str) -> type[Structure]:
+  """The structure class registered as `name`."""
+  if name not in _REGISTRY:
+    raise ValueError(f"unknown model.attention {name!r}; valid: {', '.join(names())}")
+  return _REGISTRY[name]
+
+
+def make_structure(
+  name: str, query_dim: int, annot_dim: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs
+) -> Structure:
+  """Builds structure `name` for queries of size D and annotations of size H."""
+  return get(name)(query_dim, annot_dim, cfg, rngs=rngs)
+
+
+def uses_rng(cfg: ml_collections.ConfigDict) -> bool:
+  """Whether training must hand the model a random key for the attention of `cfg` (a
+  `config.model` section), even without dropout."""
+  return cfg.name == "rnnsearch" and get(cfg.attention).uses_rng(cfg)
+
+
+class Attended(NamedTuple):
+  """One decoder step's reading of the source."""
+
+  context: jax.Array  # [B, H] float32: c_i.
+  alpha: jax.Array  # [B, S] float32: alpha_i (multihead: the mean over heads).
+  state: Any  # The structure's state after this step (`DecoderState.structure`).
+  extras: dict[str, jax.Array]  # Per-step outputs [B, ...] returned by training (`return_aux`).
+
+
+class Structure(nnx.Module):
+  """Base class: soft attention's keys, no state across steps, no randomness."""
+
+  name = "base"
+  uses_score = True  # Scores through the model's score function (and its alignment features).
+  sampled = False  # Samples where to look: training adds `train.reinforce_loss`.
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    pass
+
+  @classmethod
+  def uses_rng(cls, cfg: ml_collections.ConfigDict) -> bool:
+    """Whether training under `cfg` (a `config.model` section) needs a random key."""
+    return False
+
+  def keys(self, score, annotations_BSH: jax.Array, mask_BS: jax.Array) -> Any:
+    return score.keys(annotations_BSH)
+
+  def init_state(self, mask_BS: jax.Array) -> Any:
+    return ()
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ) -> Attended:
+    raise TypeError(f"{type(self).__name__} must define __call__")
+
+
+def _scores(score, query_BD, keys_BSK, annotations_BSH) -> jax.Array:
+  """e [B, S] float32: the score of each sentence's query, lifted over the batch."""
+  return jax.vmap(score)(query_BD, keys_BSK, annotations_BSH).astype(jnp.float32)
+
+
+@register("soft")
+class Soft(Structure):
+  """Global soft attention over every source position (Bahdanau et al.)."""
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    context, alpha = attention.attend(score, query_BD, keys, annotations_BSH, mask_BS)
+    return Attended(context, alpha, state, {})
+
+
+def _window_size(cfg: ml_collections.ConfigDict, minimum: int) -> int:
+  window = int(cfg.local_window)
+  if window < minimum:
+    raise ValueError(f"model.local_window must be at least {minimum}, got {window}")
+  return window
+
+
+@register("local_m")
+class LocalM(Structure):
+  """Luong et al.'s local-m: softmax over |j - p_i| <= D with p_i = min(i, |x| - 1).
+
+  The state is the target position i [B] int32. Clipping the centre to the last real source
+  position keeps the window non-empty when the output outgrows the source.
+  """
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.window = _window_size(cfg, 0)
+
+  def init_state(self, mask_BS):
+    return jnp.zeros(mask_BS.shape[:1], jnp.int32)
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    e_BS = _scores(score, query_BD, keys, annotations_BSH)
+    last_B = jnp.maximum(jnp.sum(mask_BS, axis=-1).astype(jnp.int32) - 1, 0)
+    centre_B = jnp.minimum(state, last_B)
+    offset_BS = jnp.arange(e_BS.shape[-1])[None, :] - centre_B[:, None]
+    in_window = mask_BS.astype(bool) & (jnp.abs(offset_BS) <= self.window)
+    alpha_BS = attention.masked_softmax(e_BS, in_window)
+    return Attended(attention.context(alpha_BS, annotations_BSH, mask_BS), alpha_BS, state + 1, {})
+
+
+@register("local_p")
+class LocalP(Structure):
+  """Luong et al.'s local-p: predicted centre p_i = |x| sigmoid(v_p^T tanh(W_p s_{i-1})).
+
+  alpha_ij = softmax over the window |j - p_i| <= D of e_ij, times exp(-(j - p_i)^2 / (2 sigma^2))
+  with sigma = D / 2 (not renormalised, as in the paper).
+  """
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.window = _window_size(cfg, 1)
+    self.w_p = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    self.v_p = layers.dense(cfg.attn_dim, 1, cfg, rngs=rngs, role="attention")
+
+  def centre(self, query_BD: jax.Array, mask_BS: jax.Array) -> jax.Array:
+    """p_i [B] float32, in [0, |x|]."""
+    gate_B = jax.nn.sigmoid(self.v_p(jnp.tanh(self.w_p(query_BD))).astype(jnp.float32)[:, 0])
+    return jnp.sum(mask_BS, axis=-1).astype(jnp.float32) * gate_B
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    e_BS = _scores(score, query_BD, keys, annotations_BSH)
+    offset_BS = (
+      jnp.arange(e_BS.shape[-1], dtype=jnp.float32)[None] - self.centre(query_BD, mask_BS)[:, None]
+    )
+    in_window = mask_BS.astype(bool) & (jnp.abs(offset_BS) <= self.window)
+    sigma = self.window / 2.0
+    alpha_BS = attention.masked_softmax(e_BS, in_window) * jnp.exp(
+      -jnp.square(offset_BS) / (2.0 * sigma * sigma)
+    )
+    return Attended(attention.context(alpha_BS, annotations_BSH, mask_BS), alpha_BS, state, {})
+
+
+# A floor on the previous alignment inside the logarithm: positions it never reached
+# contribute at most S * _TINY, and no log(0) reaches the gradient.
+_TINY = 1e-30
+
+
+def _compose_log_affine(first, second):
+  """Log-space composition of q -> a q + b maps, `first` applied before `second`:
+  (log a1 + log a2, log(a2 b1 + b2))."""
+  log_a1, log_b1 = first
+  log_a2, log_b2 = second
+  return log_a1 + log_a2, jnp.logaddexp(log_a2 + log_b1, log_b2)
+
+
+def expected_alignment(
+  energy_BS: jax.Array, prev_alpha_BS: jax.Array, mask_BS: jax.Array
+) -> jax.Array:
+  """Raffel et al.'s expected monotonic alignment alpha_i [B, S] (float32, or float64 input).
+
+  With p_ij = sigmoid(energy_ij) the probability that reading stops (emits) at j:
+    alpha_ij = p_ij q_ij,  q_ij = sum_{k <= j} alpha_{i-1,k} prod_{l=k}^{j-1} (1 - p_il),
+  i.e. q_ij = (1 - p_i,j-1) q_i,j-1 + alpha_{i-1,j}. The cumulative products are cumulative
+  sums of log(1 - p), and q comes in closed form from a parallel prefix (`associative_scan`)
+  of these affine maps in log space. No cumulative product is divided by another (the usual
+  cumprod form, whose quotients overflow on long sources) and no two large logarithms are
+  subtracted, so the result keeps float32 precision on 80-word sources. Padding has p = 0.
+  Each row sums to at most the previous one (the rest is the chance of reading past the end).
+  """
+  dtype = jnp.promote_types(energy_BS.dtype, jnp.float32)
+  mask = mask_BS.astype(bool)
+  energy = jnp.where(mask, energy_BS.astype(dtype), 0.0)
+  log_skip = jnp.where(mask, jax.nn.log_sigmoid(-energy), 0.0)  # log(1 - p_ij).
+  log_carry = jnp.pad(log_skip[..., :-1], [(0, 0)] * (energy.ndim - 1) + [(1, 0)])
+  log_prev = jnp.log(jnp.maximum(prev_alpha_BS.astype(dtype), _TINY))
+  _, log_q = jax.lax.associative_scan(
+    _compose_log_affine, (log_carry, log_prev), axis=energy.ndim - 1
+  )
+  return jnp.where(mask, jnp.exp(jax.nn.log_sigmoid(energy) + log_q), 0.0)
+
+
+def hard_monotonic(energy_BS: jax.Array, prev_alpha_BS: jax.Array, mask_BS: jax.Array) -> jax.Array:
+  """The test-time choice [B, S]: one-hot at the first real j >= t_{i-1} with p_ij >= 0.5
+  (energy >= 0), where t_{i-1} is where the previous step attended; zeros when there is none (the
+  reading ran past the end), and from then on."""
+  mask = mask_BS.astype(bool)
+  attended = prev_alpha_BS > 0
+  start_B = jnp.argmax(attended, axis=-1)
+  positions = jnp.arange(energy_BS.shape[-1])[None, :]
+  allowed = mask & (positions >= start_B[:, None]) & jnp.any(attended, axis=-1, keepdims=True)
+  stops = allowed & (energy_BS >= 0)
+  chosen_BS = positions == jnp.argmax(stops, axis=-1)[:, None]
+  return (chosen_BS & jnp.any(stops, axis=-1, keepdims=True)).astype(jnp.float32)
+
+
+@register("monotonic")
+class Monotonic(Structure):
+  """Monotonic attention: energies e_ij + r from the score function, r learned
+  (`model.monotonic_bias_init`), N(0, `model.monotonic_noise`^2) noise added to them in
+  training. The state is the previous alignment [B, S], one-hot at the first word before the
+  first step; training carries the expected alignment, decoding the hard choice."""
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.bias = nnx.Param(jnp.asarray(cfg.monotonic_bias_init, jnp.float32))
+    self.noise = float(cfg.monotonic_noise)
+
+  @classmethod
+  def uses_rng(cls, cfg):
+    return cfg.monotonic_noise > 0
+
+  def init_state(self, mask_BS):
+    first = jnp.arange(mask_BS.shape[-1]) == 0
+    return (first[None, :] & mask_BS.astype(bool)).astype(jnp.float32)
+
+  def energy(self, score, query_BD, keys, annotations_BSH) -> jax.Array:
+    """e_ij + r [B, S] float32."""
+    return _scores(score, query_BD, keys, annotations_BSH) + self.bias[...]
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    energy_BS = self.energy(score, query_BD, keys, annotations_BSH)
+    if decoding:
+      alpha_BS = hard_monotonic(energy_BS, state, mask_BS)
+    else:
+      if rng is not None and self.noise > 0:
+        energy_BS = energy_BS + self.noise * jax.random.normal(rng, energy_BS.shape)
+      alpha_BS = expected_alignment(energy_BS, state, mask_BS)
+    context = attention.context(alpha_BS, annotations_BSH, mask_BS)
+    return Attended(context, alpha_BS, alpha_BS, {})
+
+
+def _unit(x: jax.Array, eps: float = 1e-6) -> jax.Array:
+  """x / |x| over the last axis (float32)."""
+  x = x.astype(jnp.float32)
+  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _conv(in_features, out_features, cfg, *, rngs, role, use_bias=True) -> nnx.Conv:
+  """A 1-D convolution over source positions, width `model.conv_width`, zero-padded at the
+  borders ("SAME"), [B, S, in] -> [B, S, out] in the compute dtype."""
+  return nnx.Conv(
+    in_features,
+    out_features,
+    kernel_size=(cfg.conv_width,),
+    padding="SAME",
+    use_bias=use_bias,
+    dtype=layers.compute_dtype(cfg),
+    param_dtype=jnp.float32,
+    kernel_init=layers.kernel_init(cfg.init, role),
+    bias_init=nnx.initializers.zeros_init(),
+    rngs=rngs,
+  )
+
+
+@register("conv")
+class Convolutional(Structure):
+  """Allamanis et al.'s convolutional attention over the annotations h [B, S, H]:
+
+    L1 = relu(conv1(h)),  L2 = conv2(L1)                      (once per sentence: the keys)
+    f_j = unit(L2_j * W_g s_{i-1}),  e_i = conv_att(f)        (every step)
+
+  Padding is zeroed before every convolution, so it never leaks into real positions. With
+  width-1 kernels e_ij = k_att . unit((W2 relu(W1 h_j + b1) + b2) * W_g s_{i-1}).
+  """
+
+  uses_score = False
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    if cfg.conv_width < 1 or cfg.conv_width % 2 == 0:
+      raise ValueError(f"model.conv_width must be odd, got {cfg.conv_width}")
+    filters = cfg.conv_filters
+    self.conv1 = _conv(annot_dim, filters, cfg, rngs=rngs, role="other")
+    self.conv2 = _conv(filters, filters, cfg, rngs=rngs, role="other")
+    self.gate = layers.dense(query_dim, filters, cfg, rngs=rngs)
+    self.conv_att = _conv(filters, 1, cfg, rngs=rngs, role="zeros", use_bias=False)
+
+  def keys(self, score, annotations_BSH, mask_BS):
+    """L2 [B, S, F] (compute dtype), zero at padding."""
+    real = mask_BS.astype(bool)[..., None]
+    hidden = jax.nn.relu(self.conv1(jnp.where(real, annotations_BSH, 0.0)))
+    return jnp.where(real, self.conv2(jnp.where(real, hidden, 0.0)), 0.0)
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    real = mask_BS.astype(bool)[..., None]
+    gate_BF = self.gate(query_BD)
+    features_BSF = jnp.where(real, _unit(keys * gate_BF[:, None, :].astype(keys.dtype)), 0.0)
+    e_BS = self.conv_att(features_BSF.astype(keys.dtype))[..., 0]
+    alpha_BS = attention.masked_softmax(e_BS, mask_BS)
+    return Attended(attention.context(alpha_BS, annotations_BSH, mask_BS), alpha_BS, state, {})
+
+
+def _mean_of_heads(num_heads: int) -> nnx.Initializer:
+  """W_o [N H, H] = [I; ...; I] / N: the projected context starts as the mean head context."""
+
+  def init(key, shape, dtype=jnp.float32):
+    size = shape[1]
+    if shape[0] != num_heads * size:
+      raise ValueError(f"kernel {shape} is not [{num_heads} * H, H]")
+    return jnp.tile(jnp.eye(size, dtype=dtype), (num_heads, 1)) / num_heads
+
+  return init
+
+
+@register("multihead")
+class MultiHead(Structure):
+  """Additive attention with N heads: e^n_j = v_n^T tanh(W_a^n s + U_a^n h_j), W_a and U_a split
+  into N blocks of A / N units; c = W_o [c^1; ...; c^N] with c^n = sum_j alpha^n_j h_j.
+
+  `Attended.alpha` is the mean of the heads; `extras["alpha_heads"]` [B, N, S] has each head.
+  With one head (and W_o = I, its initial value) this is the additive score's soft attention.
+  """
+
+  uses_score = False
+
+  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+    self.num_heads = int(cfg.num_heads)
+    if self.num_heads < 1 or cfg.attn_dim % self.num_heads:
+      raise ValueError(
+        f"model.num_heads={cfg.num_heads} must be positive and divide model.attn_dim={cfg.attn_dim}"
+      )
+    self.dtype = layers.compute_dtype(cfg)
+    self.w_a = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    self.u_a = layers.dense(annot_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    head_units = cfg.attn_dim // self.num_heads
+    self.v_a = nnx.Param(jnp.zeros((self.num_heads, head_units), jnp.float32))  # Like v_a: 0.
+    self.w_o = nnx.Linear(
+      self.num_heads * annot_dim,
+      annot_dim,
+      use_bias=False,
+      dtype=self.dtype,
+      param_dtype=jnp.float32,
+      kernel_init=_mean_of_heads(self.num_heads),
+      rngs=rngs,
+    )
+
+  def keys(self, score, annotations_BSH, mask_BS):
+    return self.u_a(annotations_BSH)
+
+  def head_scores(self, query_D, keys_SA, annotations_SH):
+    """e [N, S] of one query against every position, for every head."""
+    hidden_SA = jnp.tanh(self.w_a(query_D)[None, :] + keys_SA)
+    hidden_SNU = hidden_SA.reshape(hidden_SA.shape[0], self.num_heads, -1)
+    return jnp.einsum("snu,nu->ns", hidden_SNU, self.v_a[...].astype(hidden_SNU.dtype))
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    e_BNS = jax.vmap(self.head_scores)(query_BD, keys, annotations_BSH)
+    alpha_BNS = attention.masked_softmax(e_BNS, mask_BS[:, None, :])
+    values = jnp.where(mask_BS.astype(bool)[..., None], annotations_BSH.astype(jnp.float32), 0.0)
+    heads_BNH = jnp.einsum("bns,bsh->bnh", alpha_BNS, values)
+    context = self.w_o(heads_BNH.reshape(heads_BNH.shape[0], -1)).astype(jnp.float32)
+    return Attended(context, jnp.mean(alpha_BNS, axis=1), state, {"alpha_heads": alpha_BNS})
+
+
+@register("hard")
+class Hard(Structure):
+  """Xu et al.'s hard attention: j ~ Categorical(alpha_i) given a key (training), else
+  j = argmax_j alpha_ij; c_i = h_j. `Attended.alpha` is the distribution alpha_i; the extras are
+  the chosen j ("position" [B] int32), log alpha_ij of it ("sample_logp" [B]) and the entropy of
+  alpha_i ("entropy" [B]), the last two the inputs of `seq2seq.train.reinforce_loss`. The
+  context carries no gradient to the score: only that loss trains it."""
+
+  sampled = True
+
+  @classmethod
+  def uses_rng(cls, cfg):
+    return True
+
+  def __call__(
+    self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
+  ):
+    alpha_BS = attention.masked_softmax(_scores(score, query_BD, keys, annotations_BSH), mask_BS)
+    seen = alpha_BS > 0
+    log_alpha_BS = jnp.log(jnp.where(seen, alpha_BS, 1.0))
+    if rng is not None and not decoding:
+      chosen_B = jax.random.categorical(rng, jnp.where(seen, log_alpha_BS, -jnp.inf), axis=-1)
+    else:
+      chosen_B = jnp.argmax(alpha_BS, axis=-1)
+    one_hot_BS = jax.nn.one_hot(chosen_B, alpha_BS.shape[-1], dtype=jnp.float32)
+    extras = {
+      "position": chosen_B.astype(jnp.int32),
+      "sample_logp": jnp.sum(one_hot_BS * jnp.where(seen, log_alpha_BS, 0.0), axis=-1),
+      "entropy": -jnp.sum(jnp.where(seen, alpha_BS * log_alpha_BS, 0.0), axis=-1),
+    }
+    context = attention.context(jax.lax.stop_gradient(one_hot_BS), annotations_BSH, mask_BS)
+    return Attended(context, alpha_BS, state, extras)
