@@ -14,7 +14,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   # ---------------------------------------------------------------- model
   m = c.model = ml_collections.ConfigDict()
-  m.name = "rnnsearch"  # "rnnsearch" (attention) or "rnnencdec" (one fixed context vector).
+  m.name = "rnnsearch"  # "rnnsearch", "rnnencdec" (fixed context) or "agreement" (x->y and y->x).
+  m.direction = "forward"  # Agreement: the model eval/translate use: "forward" (x->y), "reverse".
   m.emb_dim = 620  # Word embedding size, both languages (paper: 620).
   m.enc_hidden = 1000  # Encoder GRU units per direction; annotations have 2x this (paper: 1000).
   m.dec_hidden = 1000  # Decoder GRU units (paper: 1000).
@@ -59,6 +60,8 @@ def get_config() -> ml_collections.ConfigDict:
   d.bucket_step = 10  # Pad lengths up to a multiple of this, bounding the compiled shapes.
   d.shuffle_seed = 0  # Seed of the training-order shuffle (folded with `seed`).
   d.cache_dir = ""  # Where built datasets go; "" means WORKDIR/data.
+  d.long_test_min_words = 0  # Also evaluate test pairs of >= this many source words: test_long.
+  d.long_test_max_words = 80  # ... and of at most this many (test_long is off while min is 0).
   # The embedded corpus (seq2seq/data/synthetic.py).
   d.synthetic = ml_collections.ConfigDict()
   d.synthetic.train_pairs = 100_000  # Training pairs generated.
@@ -95,6 +98,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.reinforce_weight = 1.0  # lambda_r: weight of the score-function (REINFORCE) term.
   t.entropy_weight = 0.01  # lambda_e: weight of the attention-entropy bonus.
   t.baseline_decay = 0.9  # The reward baseline b <- decay * b + (1 - decay) * mean reward.
+  t.agreement_weight = 1.0  # Agreement: weight of the bonus sum A_fwd[t,s] A_rev[s,t] (0: none).
   t.num_steps = 10_000  # Updates to run.
   t.max_minutes = (
     0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.

@@ -28,6 +28,8 @@ RESUMABLE_FIELDS = (
   "train.final_eval",
   "train.nonfinite",
   "train.inject_nonfinite_step",
+  "model.direction",
+  "data.long_test_",
 )
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from absl import logging
 
 from seq2seq import tokenizer as tokenizer_lib
-from seq2seq.data import builders
+from seq2seq.data import builders, synthetic
 
 SPLIT_NAMES = tuple(builders.SPLITS)  # "train", "valid", "test"
 BATCH_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "index")
@@ -116,15 +116,72 @@ class Data:
   splits: dict[str, Split]
   corpus: builders.Corpus
   stats: dict[str, Any]
+  # Evaluation splits drawn from another: name -> (corpus split, indices of its examples).
+  subsets: dict[str, tuple[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+  reverse: bool = False  # The corpus read target -> source (`reversed_data`).
 
   def raw(self, split: str) -> list[tuple[str, str, str | None]]:
     """`(src_text, tgt_text, align_text or None)` of every example of `split`, in order.
 
     The i-th entry is the example with `index == i` in `eval_batches(split)`. Alignments are
     Pharaoh "i-j" pairs (0-based source-target word positions); only the synthetic corpus has
-    them.
+    them. With `reverse`, sides are swapped and links transposed.
     """
-    return [(ex.src, ex.tgt, ex.align) for ex in self.corpus.read(split)]
+    parent, keep = self.subsets.get(split, (split, None))
+    rows = [(ex.src, ex.tgt, ex.align) for ex in self.corpus.read(parent)]
+    if keep is not None:
+      rows = [rows[i] for i in keep]
+    if self.reverse:
+      rows = [(t, s, None if a is None else _transpose_links(a)) for s, t, a in rows]
+    return rows
+
+
+def _transpose_links(text: str) -> str:
+  """Pharaoh "s-t" links as "t-s", sorted."""
+  links = sorted((t, s) for s, t in synthetic.parse_alignment(text))
+  return synthetic.format_alignment(links)
+
+
+def reversed_data(data: Data) -> Data:
+  """The same corpus read target -> source: tokenizers, split sides and gold links swapped (for
+  the reverse model of an agreement run)."""
+
+  def swap(split: Split) -> Split:
+    align = split.align
+    if align is not None:
+      pairs = align.values.reshape(-1, 2)[:, ::-1]
+      align = Ragged(np.ascontiguousarray(pairs).reshape(-1), align.offsets)
+    return Split(split.name, split.tgt, split.src, split.line, align)
+
+  return dataclasses.replace(
+    data,
+    src_tokenizer=data.tgt_tokenizer,
+    tgt_tokenizer=data.src_tokenizer,
+    splits={name: swap(split) for name, split in data.splits.items()},
+    reverse=not data.reverse,
+  )
+
+
+def subset(split: Split, name: str, keep: np.ndarray) -> Split:
+  """The examples `keep` [N'] of `split`, in that order, as a split called `name`."""
+  align = None if split.align is None else Ragged.from_lists([split.align.row(i) for i in keep])
+  return Split(
+    name,
+    Ragged.from_lists([split.src.row(i) for i in keep]),
+    Ragged.from_lists([split.tgt.row(i) for i in keep]),
+    split.line[keep],
+    align,
+  )
+
+
+LONG_TEST = "test_long"  # The long-sentence evaluation split (`data.long_test_min_words`).
+
+
+def long_test_indices(examples: Sequence[builders.Example], lo: int, hi: int) -> np.ndarray:
+  """Indices of the examples whose source has between `lo` and `hi` whitespace words."""
+  return np.asarray(
+    [i for i, ex in enumerate(examples) if lo <= len(ex.src.split()) <= hi], np.int64
+  )
 
 
 def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
@@ -249,6 +306,17 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   if config.train.attention_supervision > 0:
     links = load_alignments(config, train, splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
+  subsets = {}
+  if d.long_test_min_words > 0:
+    lo, hi = d.long_test_min_words, d.long_test_max_words
+    keep = long_test_indices(examples["test"], lo, hi)
+    if keep.size == 0:
+      raise ValueError(
+        f"no test pair has {lo} to {hi} source words (data.long_test_min_words/max_words); "
+        "the embedded corpus makes longer sentences with data.synthetic.max_len"
+      )
+    splits[LONG_TEST] = subset(splits["test"], LONG_TEST, keep)
+    subsets[LONG_TEST] = ("test", keep)
   tokenized = time.perf_counter()
 
   too_long = int(np.sum(~length_filter(splits["train"], d.max_len)))
@@ -279,7 +347,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
     built - start,
     tokenized - built,
   )
-  return Data(src_tok, tgt_tok, splits, corpus, stats)
+  return Data(src_tok, tgt_tok, splits, corpus, stats, subsets)
 
 
 # ------------------------------------------------------------------------------ batch assembly

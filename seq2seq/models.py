@@ -29,6 +29,16 @@ previous monotonic alignment), and gets back an `Attended` (context, attention, 
 per-step extras such as hard attention's sampled log-probabilities). The default `soft` is
 exactly the paper's attention and adds no parameter.
 
+Bidirectional agreement (Cohn et al. 2016), `model.name="agreement"`: `Agreement` holds two
+RNNsearch models with the same settings, `forward` (source -> target) and `reverse` (target ->
+source, vocabularies swapped), trained jointly on the same batches (`train.agreement_loss`). It
+is a model name rather than a training switch because it changes what the model *is*: the
+parameter tree becomes {"forward": ..., "reverse": ...}, saved whole in the ordinary checkpoint,
+while every other name keeps its tree untouched. For everything downstream (validation, beam
+search, evaluation, translation) an `Agreement` is its forward model: `encode`, `decoder_step`
+and `__call__` delegate to `forward`, so a workdir evaluates exactly as a plain RNNsearch would;
+`train.direction_state` extracts either direction as a plain RNNsearch state.
+
 Training (`__call__`) hoists everything that does not depend on the recurrence out of the
 `lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep
 output over all steps after the scan. Decoding uses `decoder_step`, one position at a time,
@@ -138,7 +148,7 @@ class Seq2Seq(nnx.Module):
     if features and not (self.uses_attention and cfg.score == "additive"):
       raise ValueError(
         "model.coverage and model.prev_attention_filters extend the additive score: set "
-        f"model.score=additive and model.name=rnnsearch (got {cfg.score!r}, {cfg.name!r})"
+        f"model.score=additive and model.name=rnnsearch|agreement (got {cfg.score!r}, {cfg.name!r})"
       )
     if features and not structure.uses_score:
       raise ValueError(
@@ -301,12 +311,49 @@ class RNNencdec(Seq2Seq):
   uses_attention = False
 
 
-MODELS: dict[str, type[Seq2Seq]] = {"rnnsearch": RNNsearch, "rnnencdec": RNNencdec}
+class Agreement(nnx.Module):
+  """Two RNNsearch models trained to agree (Cohn et al. 2016); see the module docstring.
+
+  `forward` is built first from the same `rngs`, so it starts from exactly the parameters a plain
+  RNNsearch of the same seed gets; `reverse` maps target ids to source ids.
+  """
+
+  uses_attention = True
+
+  samples_attention = False  # Hard attention's REINFORCE is not wired into the joint loss.
+
+  def __init__(self, cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs):
+    if structures.get(cfg.attention).sampled:
+      raise ValueError(
+        f"model.name=agreement trains with a differentiable attention; model.attention="
+        f"{cfg.attention!r} samples its positions (REINFORCE), which the joint loss lacks"
+      )
+    self.forward = RNNsearch(cfg, src_vocab, tgt_vocab, rngs=rngs)
+    self.reverse = RNNsearch(cfg, tgt_vocab, src_vocab, rngs=rngs)
+
+  def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
+    """The forward model's `encode`."""
+    return self.forward.encode(src_BS, src_mask_BS, dropout_rng)
+
+  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
+    """The forward model's `decoder_step`."""
+    return self.forward.decoder_step(enc, state, y_prev_B)
+
+  def __call__(self, src_BS, src_mask_BS, tgt_in_BT, **kwargs):
+    """The forward model's teacher-forced pass (the joint loss calls both models itself)."""
+    return self.forward(src_BS, src_mask_BS, tgt_in_BT, **kwargs)
+
+
+MODELS: dict[str, type[nnx.Module]] = {
+  "rnnsearch": RNNsearch,
+  "rnnencdec": RNNencdec,
+  "agreement": Agreement,
+}
 
 
 def build_model(
   cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs: nnx.Rngs
-) -> Seq2Seq:
+) -> Seq2Seq | Agreement:
   """The model named by `cfg.name` (a `config.model` section)."""
   if cfg.name not in MODELS:
     raise ValueError(f"unknown model {cfg.name!r}; valid: {', '.join(sorted(MODELS))}")

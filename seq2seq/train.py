@@ -25,7 +25,7 @@ from absl import logging
 from flax import nnx, struct
 from jax.experimental import multihost_utils
 
-from seq2seq import checkpoints, evaluate, input_pipeline, models, structures, summary
+from seq2seq import checkpoints, evaluate, input_pipeline, models, structures, summary, tokenizer
 
 
 @struct.dataclass
@@ -187,6 +187,152 @@ def reinforce_loss(
   return -reinforce_weight * jnp.sum(advantage_B * logp_B) - entropy_weight * bonus
 
 
+def direction_objective(
+  model: models.Seq2Seq,
+  batch: dict[str, jax.Array],
+  rng,
+  label_smoothing: float,
+  fertility_weight: float = 0.0,
+  supervision_weight: float = 0.0,
+  supervision_loss: str = "ce",
+  *,
+  need_alpha: bool = False,
+  reinforce: tuple | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None, dict[str, jax.Array]]:
+  """One translation direction's summed objective on `batch`.
+
+  Returns (cross-entropy + `fertility_weight` x `fertility_loss` + `supervision_weight` x
+  `attention_supervision_loss` (against `batch["align"]`), summed cross-entropy, target tokens,
+  alpha [B, T, S] when computed (with those terms or `need_alpha`), else None, extra metrics).
+  `reinforce` = (baseline or None, is_first_step, reinforce_weight, entropy_weight): for a
+  model whose attention samples (hard attention), given a key, the objective adds
+  `reinforce_loss` with each sentence's log-likelihood as reward, against the baseline (the
+  batch's mean reward at the first step or without one); extras then hold "reward", that mean.
+  """
+  args = (batch["src"], batch["src_mask"], batch["tgt_in"])
+  sampled = reinforce is not None and model.samples_attention and rng is not None
+  alpha, extras = None, {}
+  if fertility_weight > 0 or supervision_weight > 0 or need_alpha or sampled:
+    logits, aux = model(*args, return_aux=True, dropout_rng=rng)
+    alpha = aux["alpha"]
+  else:
+    logits = model(*args, dropout_rng=rng)
+  total, tokens = cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"], label_smoothing)
+  objective = total
+  if fertility_weight > 0:
+    penalty = fertility_loss(alpha, aux["fertility"], batch["src_mask"], batch["tgt_mask"])
+    objective = objective + fertility_weight * penalty
+  if supervision_weight > 0:
+    guided = attention_supervision_loss(alpha, batch["align"], supervision_loss)
+    objective = objective + supervision_weight * guided
+  if sampled:
+    baseline, first_step, reinforce_weight, entropy_weight = reinforce
+    reward_B = jax.lax.stop_gradient(
+      sentence_log_likelihood(logits, batch["tgt_out"], batch["tgt_mask"])
+    )
+    real_B = (jnp.sum(batch["tgt_mask"], axis=-1) > 0).astype(jnp.float32)
+    mean_reward = jnp.sum(reward_B * real_B) / jnp.maximum(jnp.sum(real_B), 1.0)
+    if baseline is None:
+      baseline = mean_reward
+    baseline = jnp.where(first_step, mean_reward, baseline)
+    objective = objective + reinforce_loss(
+      reward_B,
+      baseline,
+      aux["sample_logp"],
+      aux["entropy"],
+      batch["tgt_mask"],
+      reinforce_weight,
+      entropy_weight,
+    )
+    extras["reward"] = mean_reward
+  return objective, total, tokens, alpha, extras
+
+
+def reverse_batch(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """The target -> source batch of a source -> target one (see `agreement_bonus` for positions).
+
+  The reverse source is the forward `tgt_out` (target words, EOS, PAD: exactly the layout of a
+  source row) with `tgt_mask`; the reverse `tgt_out` is the forward `src` (source words, EOS) with
+  `src_mask`, and the reverse `tgt_in` is BOS followed by the source words (`src` shifted right,
+  PAD beyond `src_mask`). Gold links `align` [B, T, S] are transposed to [B, S, T].
+  Shapes: S_rev = T, T_rev = S.
+  """
+  src, src_mask = batch["src"], batch["src_mask"]
+  shifted = jnp.pad(src[:, :-1], ((0, 0), (1, 0)), constant_values=tokenizer.BOS_ID)
+  out = {
+    "src": batch["tgt_out"],
+    "src_mask": batch["tgt_mask"],
+    "tgt_in": jnp.where(src_mask.astype(bool), shifted, tokenizer.PAD_ID).astype(src.dtype),
+    "tgt_out": src,
+    "tgt_mask": src_mask,
+  }
+  if "align" in batch:
+    out["align"] = jnp.swapaxes(batch["align"], 1, 2)
+  return out
+
+
+def agreement_bonus(
+  alpha_fwd_BTS: jax.Array,
+  alpha_rev_BST: jax.Array,
+  src_mask_BS: jax.Array,
+  tgt_mask_BT: jax.Array,
+) -> jax.Array:
+  """Cohn et al.'s agreement: sum_b trace(A_fwd A_rev) = sum_{b,t,s} A_fwd[b,t,s] A_rev[b,s,t].
+
+  Row t of the forward attention is the step that predicts `tgt_out[t]` (target word t, or EOS
+  at t = m), over source positions s (source word s, or EOS at s = n). `reverse_batch` makes row
+  s of the reverse attention the step that predicts source position s (word s, or EOS) over
+  reverse source positions t, which are the forward `tgt_out` positions. So A_fwd[t, s] and
+  A_rev[s, t] weigh the same pair of words, EOS pairs with EOS, and BOS appears in neither (it
+  is an input, never predicted nor attended to). Terms are kept where both t and s are real
+  (`tgt_mask`, `src_mask`); each row contributes at most 1, so the sum is at most the number of
+  forward target tokens. In matrix terms, with A_{y->x} the reverse attention in the forward
+  layout [T, S] (A_rev transposed), this is trace(A_{x->y} A_{y->x}^T).
+  """
+  mask_BTS = tgt_mask_BT[:, :, None].astype(jnp.float32) * src_mask_BS[:, None, :]
+  return jnp.sum(alpha_fwd_BTS * jnp.swapaxes(alpha_rev_BST, 1, 2) * mask_BTS)
+
+
+def agreement_loss(
+  model: models.Agreement,
+  batch: dict[str, jax.Array],
+  rng,
+  label_smoothing: float,
+  fertility_weight: float = 0.0,
+  supervision_weight: float = 0.0,
+  supervision_loss: str = "ce",
+  agreement_weight: float = 1.0,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """The joint objective of an agreement run and its parts.
+
+  loss = O_fwd / N_fwd + O_rev / N_rev - `agreement_weight` * bonus / N_fwd, where O is each
+  direction's `direction_objective` (fertility and supervision terms apply to both; the reverse
+  is supervised by the transposed links), N its target tokens and bonus the `agreement_bonus`
+  (so bonus / N_fwd is in [0, 1]). The forward model sees exactly the batch and dropout key a
+  plain RNNsearch would; the reverse gets `reverse_batch` and the key folded with 1. Parts:
+  forward_loss, reverse_loss (O / N each), agreement (bonus / N_fwd), forward_ce, tokens
+  (forward cross-entropy sum and target tokens).
+  """
+  rng_rev = None if rng is None else jax.random.fold_in(rng, 1)
+  weights = (label_smoothing, fertility_weight, supervision_weight, supervision_loss)
+  obj_f, ce_f, tok_f, alpha_f, _ = direction_objective(
+    model.forward, batch, rng, *weights, need_alpha=True
+  )
+  obj_r, _, tok_r, alpha_r, _ = direction_objective(
+    model.reverse, reverse_batch(batch), rng_rev, *weights, need_alpha=True
+  )
+  n_f, n_r = jnp.maximum(tok_f, 1.0), jnp.maximum(tok_r, 1.0)
+  agreement = agreement_bonus(alpha_f, alpha_r, batch["src_mask"], batch["tgt_mask"]) / n_f
+  parts = {
+    "forward_loss": obj_f / n_f,
+    "reverse_loss": obj_r / n_r,
+    "agreement": agreement,
+    "forward_ce": ce_f,
+    "tokens": tok_f,
+  }
+  return parts["forward_loss"] + parts["reverse_loss"] - agreement_weight * agreement, parts
+
+
 def loss_fn(
   params: nnx.State,
   state: TrainState,
@@ -198,51 +344,31 @@ def loss_fn(
   supervision_loss: str = "ce",
   reinforce_weight: float = 0.0,
   entropy_weight: float = 0.0,
+  agreement_weight: float = 1.0,
 ):
-  """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens, mean reward).
+  """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens, extra
+  metrics) for metrics.
 
   The loss adds `fertility_weight` x `fertility_loss` and `supervision_weight` x
   `attention_supervision_loss` (against `batch["align"]`), both per target token. A model whose
   attention samples (hard attention) and is given a key adds `reinforce_loss`, per target token,
   with the sentences' log-likelihoods as rewards against `state.baseline` (at step 0, or without
-  a baseline, against the batch's mean reward); the mean reward over sentences is returned to
-  update the baseline (0 otherwise).
+  a baseline, against the batch's mean reward); its extra metric "reward" (the batch's mean
+  sentence log-likelihood) updates the baseline. An `Agreement` model gets `agreement_loss`
+  instead (cross-entropy and tokens of its forward direction; extra metrics: forward_loss,
+  reverse_loss, agreement); other models' extras are {}.
   """
   model = nnx.merge(state.graphdef, params)
-  args = (batch["src"], batch["src_mask"], batch["tgt_in"])
-  reinforce = model.samples_attention and rng is not None
-  if fertility_weight > 0 or supervision_weight > 0 or reinforce:
-    logits, aux = model(*args, return_aux=True, dropout_rng=rng)
-  else:
-    logits = model(*args, dropout_rng=rng)
-  total, tokens = cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"], label_smoothing)
-  objective = total
-  if fertility_weight > 0:
-    penalty = fertility_loss(aux["alpha"], aux["fertility"], batch["src_mask"], batch["tgt_mask"])
-    objective = objective + fertility_weight * penalty
-  if supervision_weight > 0:
-    guided = attention_supervision_loss(aux["alpha"], batch["align"], supervision_loss)
-    objective = objective + supervision_weight * guided
-  mean_reward = jnp.zeros((), jnp.float32)
-  if reinforce:
-    reward_B = jax.lax.stop_gradient(
-      sentence_log_likelihood(logits, batch["tgt_out"], batch["tgt_mask"])
-    )
-    real_B = (jnp.sum(batch["tgt_mask"], axis=-1) > 0).astype(jnp.float32)
-    mean_reward = jnp.sum(reward_B * real_B) / jnp.maximum(jnp.sum(real_B), 1.0)
-    baseline = mean_reward
-    if state.baseline is not None:
-      baseline = jnp.where(state.step == 0, mean_reward, state.baseline)
-    objective = objective + reinforce_loss(
-      reward_B,
-      baseline,
-      aux["sample_logp"],
-      aux["entropy"],
-      batch["tgt_mask"],
-      reinforce_weight,
-      entropy_weight,
-    )
-  return objective / jnp.maximum(tokens, 1.0), (total, tokens, mean_reward)
+  weights = (label_smoothing, fertility_weight, supervision_weight, supervision_loss)
+  if isinstance(model, models.Agreement):
+    loss, parts = agreement_loss(model, batch, rng, *weights, agreement_weight)
+    extras = {k: parts[k] for k in AGREEMENT_METRICS}
+    return loss, (parts["forward_ce"], parts["tokens"], extras)
+  reinforce = (state.baseline, state.step == 0, reinforce_weight, entropy_weight)
+  objective, total, tokens, _, extras = direction_objective(
+    model, batch, rng, *weights, reinforce=reinforce
+  )
+  return objective / jnp.maximum(tokens, 1.0), (total, tokens, extras)
 
 
 def train_step(
@@ -258,12 +384,14 @@ def train_step(
   tokens, grad_norm (before clipping), learning_rate, finite (false: the update was not applied);
   with a reward baseline (hard attention) also reward (the batch's mean sentence log-likelihood)
   and baseline (after this step's update b <- decay * b + (1 - decay) * reward; at step 0,
-  b <- reward).
+  b <- reward); for agreement runs forward_loss, reverse_loss and agreement (see
+  `agreement_loss`; tokens are the forward direction's, so tokens/s counts sentence pairs as for
+  a plain model).
   """
   keyed = config.model.dropout > 0 or structures.uses_rng(config.model)
   dropout_rng = rng if keyed else None
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-  (loss, (_, tokens, reward)), grads = grad_fn(
+  (loss, (_, tokens, extras)), grads = grad_fn(
     state.params,
     state,
     batch,
@@ -274,6 +402,7 @@ def train_step(
     config.train.attention_supervision_loss,
     config.train.reinforce_weight,
     config.train.entropy_weight,
+    config.train.agreement_weight,
   )
   if config.train.inject_nonfinite_step >= 0:  # Test hook: poison one step's gradients.
     poison = jnp.where(state.step + 1 == config.train.inject_nonfinite_step, jnp.nan, 1.0)
@@ -290,13 +419,14 @@ def train_step(
     "grad_norm": grad_norm,
     "learning_rate": learning_rate_schedule(config.train)(state.step),
     "finite": finite,
+    **extras,
   }
   baseline = state.baseline
-  if baseline is not None:
-    decay = config.train.baseline_decay
+  if baseline is not None and "reward" in extras:
+    decay, reward = config.train.baseline_decay, extras["reward"]
     moved = jnp.where(state.step == 0, reward, decay * baseline + (1.0 - decay) * reward)
     baseline = keep_if_finite(moved, baseline)
-    metrics.update(reward=reward, baseline=baseline)
+    metrics["baseline"] = baseline
   return state.replace(
     step=state.step + 1,
     params=keep_if_finite(params, state.params),
@@ -315,6 +445,8 @@ def eval_step(state: TrainState, batch: dict[str, jax.Array]) -> dict[str, jax.A
 # ---------------------------------------------------------------------------- the training loop
 
 MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
+AGREEMENT_METRICS = ("forward_loss", "reverse_loss", "agreement")  # Logged for agreement runs.
+EXTRA_METRICS = (*AGREEMENT_METRICS, "reward", "baseline")  # Train-line metrics of some models.
 
 
 class Runtime:
@@ -517,7 +649,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
           "tokens_per_s": float(window_tokens) / max(now - tick, 1e-9),
           "skipped_updates": skipped,
           "elapsed_s": elapsed(),
-          **{k: float(m[k]) for k in ("reward", "baseline") if k in m},
+          **{k: float(m[k]) for k in EXTRA_METRICS if k in m},
         },
       )
       eta = (now - t_begin) / max(done - start, 1) * (num_steps - done)
@@ -596,11 +728,34 @@ def restore_for_eval(config, workdir: Path, src_vocab: int, tgt_vocab: int, runt
   raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
 
 
+DIRECTIONS = ("forward", "reverse")
+
+
+def direction_state(state: TrainState, direction: str) -> TrainState:
+  """One direction of an agreement run as the state of a plain RNNsearch, which decoding,
+  evaluation and translation take like any run's state (no optimiser state: it decodes only).
+
+  Any other run's state is returned as it is for "forward"; "reverse" needs an agreement run.
+  """
+  if direction not in DIRECTIONS:
+    raise ValueError(f"model.direction={direction!r} is not one of {DIRECTIONS}")
+  model = state.model()
+  if not isinstance(model, models.Agreement):
+    if direction == "reverse":
+      raise ValueError("model.direction=reverse needs an agreement run (model.name=agreement)")
+    return state
+  graphdef, params = nnx.split(getattr(model, direction), nnx.Param)
+  return TrainState(state.step, params, None, graphdef, state.tx)
+
+
 def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, writer=None):
-  """Evaluates the best (else latest) checkpoint on the valid and test splits.
+  """Evaluates the best (else latest) checkpoint on the valid and test splits (and "test_long"
+  with `data.long_test_min_words`).
 
   Per split: loss and perplexity, then decoding with the `decode` settings and every metric of
-  `evaluate.evaluate_split`, written to WORKDIR/eval/SPLIT/. Returns {split: results}.
+  `evaluate.evaluate_split`, written to WORKDIR/eval/SPLIT/. An agreement run is evaluated with
+  its `model.direction` model: the forward one as any RNNsearch, the reverse one on the corpus
+  read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}.
   """
   workdir = Path(workdir)
   runtime = runtime or Runtime()
@@ -610,15 +765,22 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   state = restore_for_eval(
     config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
+  direction = config.model.direction
+  state = direction_state(state, direction)
+  prefix = "eval" if direction == "forward" else f"eval_{direction}"
+  if direction == "reverse":
+    data = input_pipeline.reversed_data(data)
   step = int(jax.device_get(state.step))
   results = {}
-  for split in ("valid", "test"):
+  for split in ("valid", "test", input_pipeline.LONG_TEST):
+    if split not in data.splits:
+      continue
     batches = input_pipeline.eval_batches(
       data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
     )
     result = evaluate_loss(eval_fn, state, batches, runtime)
     result["step"] = step
-    out = workdir / "eval" / split
+    out = workdir / prefix / split
     result = evaluate.evaluate_split(
       host_local(state),
       data,
@@ -631,7 +793,7 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
     )
     if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
       scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
-      writer.write(step, f"eval_{split}", scalars, jsonl=False)
+      writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)
     logging.info(
       "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %.2f)",
       split,

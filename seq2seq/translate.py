@@ -46,15 +46,17 @@ def translate_file(
   Writes one output line per input line to `output_path` ("-" for standard output) and, when
   `alignments_path` is given, one JSON object per line with `source`, `target` and `attention`
   (a list per output word, EOS included, of weights over the source words and EOS).
-  Returns counts: lines, empty, invalid_utf8, truncated.
+  Returns counts: lines, empty, invalid_utf8, truncated. An agreement run translates with its
+  `model.direction` model ("reverse": target-language text into the source language).
   """
   workdir = Path(workdir)
-  src_tok = tok.load(workdir / "vocab" / "src")
-  tgt_tok = tok.load(workdir / "vocab" / "tgt")
+  vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = train.Runtime()
-  state = train.host_local(
-    train.restore_for_eval(config, workdir, src_tok.size, tgt_tok.size, runtime)
-  )
+  state = train.restore_for_eval(config, workdir, vocab["src"].size, vocab["tgt"].size, runtime)
+  state = train.host_local(train.direction_state(state, config.model.direction))
+  src_tok, tgt_tok = vocab["src"], vocab["tgt"]
+  if config.model.direction == "reverse":  # Target-language text in, source language out.
+    src_tok, tgt_tok = tgt_tok, src_tok
   lines, invalid = _read_lines(input_path)
   limit = config.model.max_src_len - 1 if config.model.score == "location" else None
   ids, keep, truncated = [], [], 0

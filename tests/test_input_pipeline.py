@@ -250,6 +250,39 @@ def test_eval_keeps_long_pairs(tmp_path):
   assert len(lengths) == len(data.splits["valid"]) and lengths.max() > 6
 
 
+def test_long_test_split_holds_the_test_pairs_of_that_source_length(tmp_path):
+  config = _config(long_test_min_words=12, long_test_max_words=15)
+  data = ip.load_data(config, tmp_path)
+  test, long = data.raw("test"), data.raw(ip.LONG_TEST)
+  keep = [i for i, (src, _, _) in enumerate(test) if 12 <= len(src.split()) <= 15]
+  assert 0 < len(keep) < len(test)  # Tiny sentences run from 3 to 18 words.
+  assert long == [test[i] for i in keep]
+  split, whole = data.splits[ip.LONG_TEST], data.splits["test"]
+  assert len(split) == len(keep) and data.stats["examples"][ip.LONG_TEST] == len(keep)
+  for row, i in enumerate(keep):
+    np.testing.assert_array_equal(split.src.row(row), whole.src.row(i))
+    np.testing.assert_array_equal(split.tgt.row(row), whole.tgt.row(i))
+  batches = list(ip.eval_batches(data, ip.LONG_TEST, config))
+  assert sum(int((b["index"] >= 0).sum()) for b in batches) == len(keep)
+  assert ip.LONG_TEST not in ip.load_data(_config(), tmp_path).splits  # Off by default.
+  with pytest.raises(ValueError, match="no test pair has 40 to 80 source words"):
+    ip.load_data(_config(long_test_min_words=40), tmp_path)
+
+
+def test_reversed_data_swaps_the_sides_and_transposes_the_links(tiny_data):
+  data, _ = tiny_data
+  rev = ip.reversed_data(data)
+  assert rev.src_tokenizer is data.tgt_tokenizer and rev.tgt_tokenizer is data.src_tokenizer
+  for name in ("valid", "test"):
+    np.testing.assert_array_equal(rev.splits[name].src.values, data.splits[name].tgt.values)
+    np.testing.assert_array_equal(rev.splits[name].tgt.offsets, data.splits[name].src.offsets)
+  (src, tgt, align), (rsrc, rtgt, ralign) = data.raw("valid")[0], rev.raw("valid")[0]
+  assert (rsrc, rtgt) == (tgt, src)
+  links = {tuple(map(int, x.split("-"))) for x in align.split()}
+  assert {tuple(map(int, x.split("-")))[::-1] for x in ralign.split()} == links
+  assert ip.reversed_data(rev).raw("valid")[0] == (src, tgt, align)
+
+
 def test_sentencepiece_pipeline_round_trips_the_raw_text(tmp_path):
   config = _config(tokenizer="sentencepiece")
   data = ip.load_data(config, tmp_path)
