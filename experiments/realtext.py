@@ -330,6 +330,9 @@ def markdown(r: dict[str, Any]) -> str:
       f"| {name} | {overrides} | {_fmt(e['best_valid_bleu'])} | "
       f"{_fmt(best['minutes'] if best else None, 1)} |"
     )
+  missing = [name for name in EXPLORE if name not in r["exploration"]]
+  if missing:
+    out += ["", f"Defined in `EXPLORE` but not run for this record: {', '.join(missing)}."]
   out += [
     "",
     "## Decoding settings (validation split, best checkpoint of the final run)",

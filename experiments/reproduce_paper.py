@@ -48,6 +48,7 @@ import datetime
 import importlib
 import importlib.metadata
 import json
+import os
 import platform
 import shutil
 import sys
@@ -363,6 +364,7 @@ def environment() -> dict[str, Any]:
   return {
     "versions": versions(),
     "backend": jax.default_backend(),
+    "cpu_count": os.cpu_count(),
     "devices": [repr(d) for d in jax.devices()],
     "host": platform.platform(),
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

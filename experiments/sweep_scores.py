@@ -25,8 +25,12 @@ configuration, the test hypotheses of every seed it shares with the baseline are
 seed this is the plain seed-0 comparison. Outputs: OUT/sweep.json, OUT/sweep.md and
 OUT/sweep.png (test BLEU per configuration, error bars one standard deviation).
 
-Known limitation: seeds are trained one after another. Training them together with `jax.vmap`
-over a stacked parameter tree (one compiled step for all seeds) is not implemented here.
+Training (`--training`): `together` (default) trains the seeds of one configuration as one
+group, one compiled step vmapped over their stacked parameters (`seq2seq/seed_group.py`: the
+seeds then differ in initialisation and dropout and share the first seed's data order), and
+writes each seed's ordinary workdir; a group's wall time is split evenly over its seeds.
+`sequential` trains them one after another with `main.py`'s loop (each seed also shuffles the
+data its own way). Configurations always run one after another: their shapes differ.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import sacrebleu  # noqa: E402
 from sacrebleu.significance import PairedTest  # noqa: E402
 
 from experiments import reproduce_paper as rp  # noqa: E402
-from seq2seq import input_pipeline, scores, summary  # noqa: E402
+from seq2seq import input_pipeline, scores, seed_group, summary  # noqa: E402
 from seq2seq.data import builders  # noqa: E402
 
 PRESETS = ("smoke", "cpu")
@@ -91,6 +95,28 @@ def build_runs(
       for seed in seeds
     ]
   return runs
+
+
+def train_groups(runs: dict[str, list[rp.Run]]) -> None:
+  """Trains each configuration's unfinished seeds together (`seq2seq.seed_group`).
+
+  Afterwards every run is finished, so `rp.execute` reuses it; WORKDIR/wall_time.json gets the
+  group's wall time divided by its number of seeds.
+  """
+  for name_runs in runs.values():
+    configs = [run.config() for run in name_runs]
+    pairs = zip(name_runs, configs, strict=True)
+    if len(name_runs) < 2 or all(rp.is_finished(run, c) for run, c in pairs):
+      continue
+    print(f"[{name_runs[0].name} ...] {len(name_runs)} seeds together", flush=True)
+    start = time.perf_counter()
+    seeds = [c.seed for c in configs]
+    outcome = seed_group.train_together(configs[0], seeds, [r.workdir for r in name_runs])
+    if "preempted_at_step" in outcome[0]:
+      raise SystemExit(f"preempted at step {outcome[0]['preempted_at_step']}; rerun")
+    share = (time.perf_counter() - start) / len(name_runs)
+    for run in name_runs:
+      (run.workdir / "wall_time.json").write_text(json.dumps({"seconds": share}) + "\n")
 
 
 def train_tokens_per_s(workdir: Path) -> list[float]:
@@ -229,7 +255,8 @@ def markdown(rows: Sequence[dict[str, Any]], significance: dict, baseline: str, 
     "",
     "Mean ± sample standard deviation over seeds. p: sacrebleu paired bootstrap of test BLEU",
     f"against {baseline}, hypotheses of shared seeds concatenated. tokens/s: median of the",
-    "training log windows (each run's first window, with compilation, left out).",
+    "training log windows (each run's first window, with compilation, left out), one model's",
+    "target tokens; seeds trained together (`--training together`) each run at that rate at once.",
   ]
   return "\n".join(lines) + "\n"
 
@@ -245,6 +272,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run"
   )
   p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
+  p.add_argument(
+    "--training",
+    default="together",
+    choices=("together", "sequential"),
+    help="a configuration's seeds: vmapped as one group, or one main.py run after another",
+  )
   p.add_argument(
     "--compilation-cache",
     default=None,
@@ -279,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     raise SystemExit(f"error: {e}") from e
   rp.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
   start = time.perf_counter()
+  if args.training == "together":
+    train_groups(runs)
   records = {name: [rp.execute(run) for run in name_runs] for name, name_runs in runs.items()}
   rows = [aggregate(name, records[name], runs[name]) for name in runs]
   references = test_references(runs[args.baseline][0])
@@ -290,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "config_file": PRESET_CONFIGS[args.preset],
     "seeds": args.seeds,
     "baseline": args.baseline,
+    "training": args.training,
     "sets": args.set,
     "configurations": rows,
     "significance": {
