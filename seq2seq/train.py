@@ -205,8 +205,9 @@ def direction_objective(
   `attention_supervision_loss` (against `batch["align"]`), summed cross-entropy, target tokens,
   alpha [B, T, S] when computed (with those terms or `need_alpha`), else None, extra metrics).
   `reinforce` = (baseline or None, is_first_step, reinforce_weight, entropy_weight): for a
-  model whose attention samples (hard attention), given a key, the objective adds
-  `reinforce_loss` with each sentence's log-likelihood as reward, against the baseline (the
+  model whose attention samples (hard attention), given a key, the objective adds the gradient
+  of `reinforce_loss` (its value is subtracted again, so the loss stays comparable) with each
+  sentence's log-likelihood as reward, against the baseline (the
   batch's mean reward at the first step or without one); extras then hold "reward", that mean.
   """
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
@@ -235,7 +236,7 @@ def direction_objective(
     if baseline is None:
       baseline = mean_reward
     baseline = jnp.where(first_step, mean_reward, baseline)
-    objective = objective + reinforce_loss(
+    surrogate = reinforce_loss(
       reward_B,
       baseline,
       aux["sample_logp"],
@@ -244,6 +245,8 @@ def direction_objective(
       reinforce_weight,
       entropy_weight,
     )
+    # Its gradient, not its value: the loss reported stays the cross-entropy (plus penalties).
+    objective = objective + surrogate - jax.lax.stop_gradient(surrogate)
     extras["reward"] = mean_reward
   return objective, total, tokens, alpha, extras
 

@@ -102,7 +102,9 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   model = randomise(fresh, seed=4)
   b = jnp_batch(seed=5)
   ts = state_of(model, cfg)
-  loss, (ce, tokens, extras) = train.loss_fn(ts.params, ts, b, None, 0.0, 0.0, 0.0, "ce", 0.0)
+  loss, (ce, tokens, extras) = train.loss_fn(
+    ts.params, ts, b, None, 0.0, 0.0, 0.0, "ce", agreement_weight=0.0
+  )
   # The same forward and reverse weights as plain RNNsearch models.
   fwd = state_of(model.forward, plain_cfg)
   rev = state_of(model.reverse, plain_cfg)
@@ -115,7 +117,7 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   assert float(ce) == pytest.approx(float(fwd_ce), rel=1e-6) and float(tokens) == float(fwd_tokens)
   assert 0.0 < float(extras["agreement"]) <= 1.0
   # With weight 1 the bonus is subtracted.
-  loss1, _ = train.loss_fn(ts.params, ts, b, None, 0.0, 0.0, 0.0, "ce", 1.0)
+  loss1, _ = train.loss_fn(ts.params, ts, b, None, 0.0, 0.0, 0.0, "ce", agreement_weight=1.0)
   assert float(loss1) == pytest.approx(float(loss) - float(extras["agreement"]), rel=1e-5)
 
 
