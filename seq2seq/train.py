@@ -203,9 +203,10 @@ def loss_fn(
 
   The loss adds `fertility_weight` x `fertility_loss` and `supervision_weight` x
   `attention_supervision_loss` (against `batch["align"]`), both per target token. A model whose
-  attention samples (hard attention) and is given a key adds `reinforce_loss`, per target token,
-  with the sentences' log-likelihoods as rewards against `state.baseline` (at step 0, or without
-  a baseline, against the batch's mean reward); the mean reward over sentences is returned to
+  attention samples (hard attention) and is given a key adds the gradient of `reinforce_loss`
+  (per target token; its value is subtracted again, so the loss stays comparable), with the
+  sentences' log-likelihoods as rewards against `state.baseline` (at step 0, or without a
+  baseline, against the batch's mean reward); the mean reward over sentences is returned to
   update the baseline (0 otherwise).
   """
   model = nnx.merge(state.graphdef, params)
@@ -233,7 +234,7 @@ def loss_fn(
     baseline = mean_reward
     if state.baseline is not None:
       baseline = jnp.where(state.step == 0, mean_reward, state.baseline)
-    objective = objective + reinforce_loss(
+    surrogate = reinforce_loss(
       reward_B,
       baseline,
       aux["sample_logp"],
@@ -242,6 +243,8 @@ def loss_fn(
       reinforce_weight,
       entropy_weight,
     )
+    # Its gradient, not its value: the loss reported stays the cross-entropy (plus penalties).
+    objective = objective + surrogate - jax.lax.stop_gradient(surrogate)
   return objective / jnp.maximum(tokens, 1.0), (total, tokens, mean_reward)
 
 
