@@ -145,13 +145,24 @@ def hypotheses(run: rp.Run) -> list[str]:
 
 
 def paired_bootstrap(
-  runs: dict[str, list[rp.Run]], baseline: str, references: list[str], n_samples: int
+  runs: dict[str, list[rp.Run]],
+  baseline: str,
+  references: list[str],
+  n_samples: int,
+  indices: Sequence[int] | None = None,
 ) -> dict[str, dict[str, Any]]:
   """sacrebleu's paired bootstrap of every configuration against `baseline` (test BLEU).
 
   Hypotheses of the seeds a configuration shares with the baseline are concatenated, paired
   seed by seed. {name: {"p_value", "bleu", "mean", "ci95", "seeds"}} (baseline: p_value None).
+  `indices`: test only these sentences (hypotheses and `references` both filtered), e.g. a
+  length bucket; None tests them all.
   """
+  if indices is not None:
+    references = [references[i] for i in indices]
+    select = lambda lines: [lines[i] for i in indices]
+  else:
+    select = lambda lines: lines
   base_seeds = {r.config().seed: r for r in runs[baseline]}
   out: dict[str, dict[str, Any]] = {}
   for name, name_runs in runs.items():
@@ -161,8 +172,8 @@ def paired_bootstrap(
     if not paired:
       out[name] = {"p_value": None, "note": f"no seed in common with {baseline}"}
       continue
-    base_hyps = [h for b, _ in paired for h in hypotheses(b)]
-    sys_hyps = [h for _, r in paired for h in hypotheses(r)]
+    base_hyps = [h for b, _ in paired for h in select(hypotheses(b))]
+    sys_hyps = [h for _, r in paired for h in select(hypotheses(r))]
     refs = references * len(paired)
     test = PairedTest(
       [(baseline, base_hyps), (name, sys_hyps)],
@@ -216,14 +227,19 @@ def aggregate(name: str, records: Sequence[dict[str, Any]], runs: Sequence[rp.Ru
 
 
 def bar_plot(
-  names: Sequence[str], means: Sequence[float], stds: Sequence[float], path: Path, title: str
+  names: Sequence[str],
+  means: Sequence[float],
+  stds: Sequence[float],
+  path: Path,
+  title: str,
+  ylabel: str = "test BLEU",
 ) -> None:
   """Bars of `means` with +- `stds` error bars, one per name (PNG at `path`)."""
   fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4))
   x = np.arange(len(names))
   ax.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
   ax.set_xticks(x, names, rotation=30, ha="right")
-  ax.set_ylabel("test BLEU")
+  ax.set_ylabel(ylabel)
   ax.set_ylim(bottom=0)
   ax.grid(axis="y", alpha=0.3)
   ax.set_title(title)

@@ -120,3 +120,37 @@ def test_sweep_scores_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   md = (out / "sweep.md").read_text()
   assert "| additive |" in md and "| dot |" in md
   assert (out / "sweep.png").stat().st_size > 0
+
+
+def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
+  out = tmp_path / "structures"
+  args = ["--out", str(out), "--preset", "smoke", "--variants", "soft,hard", "--seeds", "0"]
+  args += ["--decode-sentences", "4", "--bootstrap-samples", "100"]
+  run_script("structural_study.py", *args, cache=compilation_cache)
+
+  study = json.loads((out / "study.json").read_text())
+  assert study["baseline"] == "soft" and study["long_split"] == [10, 18]
+  rows = {r["name"]: r for r in study["configurations"]}
+  assert list(rows) == ["soft", "hard"]
+  for name, row in rows.items():
+    assert row["overrides"]["model.attention"] == name and row["runs"] == [f"{name}-seed0"]
+    assert _is_score(row["bleu_mean"]) and _is_score(row["long_bleu_mean"])
+    assert row["bleu_std"] == 0.0 and row["long_sentences"] > 0
+    for key in ("aer_mean", "long_aer_mean"):
+      assert 0.0 <= row[key] <= 1.0
+    assert row["attention_entropy_mean"] >= 0.0 and row["long_attention_entropy_mean"] >= 0.0
+    assert row["train_tokens_per_s_median"] > 0
+    assert row["decode_short_sent_per_s_mean"] > 0 and row["decode_long_sent_per_s_mean"] > 0
+  assert rows["soft"]["p_value_vs_baseline"] is None
+  assert 0.0 < rows["hard"]["p_value_vs_baseline"] <= 1.0
+  assert 0.0 < rows["hard"]["p_value_long_vs_baseline"] <= 1.0
+  assert study["significance"]["n_samples"] == 100
+  measured = study["measured"]["hard-seed0"]
+  assert measured["decode_long_sentences"] == 4 and measured["decode_short_sentences"] == 4
+  workdir = Path(study["runs"]["hard-seed0"]["workdir"])
+  assert json.loads((workdir / "structural_study.json").read_text()) == measured
+  assert "--config.model.attention=hard" in study["runs"]["hard-seed0"]["command"]
+  md = (out / "study.md").read_text()
+  assert "| soft |" in md and "| hard |" in md
+  for name in ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png"):
+    assert (out / name).stat().st_size > 0

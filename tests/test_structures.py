@@ -1,0 +1,485 @@
+"""Attention structures (seq2seq/structures.py): local, monotonic, convolutional, multi-head and
+hard attention against hand or float64 references, and every variant end to end.
+
+Structure-level checks call one jitted step (`step`) of a structure with random parameters on
+random annotations; model-level checks use configs/tiny.py sizes.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch, randomise
+from flax import nnx
+
+from configs import tiny
+from seq2seq import checkpoints, decode, models, scores, structures, train
+
+VOCAB = 30
+B, S = 3, 7  # Structure-level examples: batch and padded source length.
+VARIANTS = structures.names()
+# These tests check values, not speed: compile with XLA's cheap settings (as the experiment
+# smoke tests do through XLA_FLAGS), which about halves the compile time of a train step.
+FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+jit = functools.partial(jax.jit, compiler_options=FAST)
+
+
+def model_config(attention="soft", dtype="float32", **fields):
+  cfg = tiny.get_config()
+  cfg.model.attention, cfg.model.dtype = attention, dtype
+  for key, value in fields.items():
+    setattr(cfg.model, key, value)
+  return cfg
+
+
+def build(cfg, seed=0):
+  return models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed))
+
+
+def source(seed=0, lengths=(7, 4, 1)):
+  """A query [B, D], annotations [B, S, H] and a ragged mask [B, S] of the tiny config's sizes."""
+  cfg = tiny.get_config().model
+  rng = np.random.default_rng(seed)
+  query = jnp.asarray(rng.normal(size=(B, cfg.dec_hidden)), jnp.float32)
+  annotations = jnp.asarray(rng.normal(size=(B, S, 2 * cfg.enc_hidden)), jnp.float32)
+  mask = jnp.asarray(np.arange(S)[None] < np.asarray(lengths)[:, None], jnp.int32)
+  return query, annotations, mask
+
+
+def structure(name, seed=1, **fields):
+  """(randomised structure `name`, randomised additive score) at the tiny config's sizes."""
+  cfg = model_config(name, **fields).model
+  annot = 2 * cfg.enc_hidden
+  built = structures.make_structure(name, cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
+  score = scores.make_score("additive", cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
+  return randomise(built, seed=seed, scale=1.0), randomise(score, seed=seed + 1, scale=1.0)
+
+
+def step(module, score, query, annotations, mask, state=(), rng=None):
+  """One jitted step of a structure (its keys included): `structures.Attended`."""
+  fn = lambda q, a, m, st, k: module(score, q, module.keys(score, a, m), a, m, st, rng=k)
+  return jit(fn)(query, annotations, mask, state, rng)
+
+
+def test_unknown_attention_lists_the_valid_ones():
+  with pytest.raises(ValueError, match="unknown model.attention 'sparse'; valid: soft, local_m"):
+    build(model_config("sparse"))
+  assert VARIANTS == ["soft", "local_m", "local_p", "monotonic", "conv", "multihead", "hard"]
+
+
+def test_soft_adds_no_parameter_and_structures_check_their_settings():
+  soft = nnx.eval_shape(lambda: build(model_config()))
+  paths = [path for path, _ in nnx.to_flat_state(nnx.state(soft, nnx.Param))]
+  assert ("score", "v_a", "kernel") in paths and not any("structure" in p for p in paths)
+  for attention, field, value, message in [
+    ("multihead", "num_heads", 3, "must be positive and divide model.attn_dim=16"),
+    ("conv", "conv_width", 2, "conv_width must be odd"),
+    ("local_p", "local_window", 0, "local_window must be at least 1"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      nnx.eval_shape(lambda a=attention, f=field, v=value: build(model_config(a, **{f: v})))
+  with pytest.raises(ValueError, match="leave model.score at 'additive'"):
+    build(model_config("conv", score="dot"))
+  with pytest.raises(ValueError, match="needs model.name=rnnsearch"):
+    build(model_config("local_m", name="rnnencdec"))
+
+
+# ------------------------------------------------------------------------------ local attention
+def test_local_m_with_a_window_over_the_whole_sentence_is_global_attention():
+  local, score = structure("local_m", local_window=S - 1)
+  soft, _ = structure("soft")
+  query, annotations, mask = source()
+  want = step(soft, score, query, annotations, mask)
+  for i in range(S + 3):  # Target positions past the end of the source too.
+    got = step(local, score, query, annotations, mask, jnp.full((B,), i, jnp.int32))
+    np.testing.assert_allclose(got.alpha, want.alpha, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got.context, want.context, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got.state, i + 1)
+
+
+def test_local_p_with_an_infinitely_wide_gaussian_is_global_attention():
+  local, score = structure("local_p", local_window=10**6)
+  soft, _ = structure("soft")
+  query, annotations, mask = source()
+  want = step(soft, score, query, annotations, mask)
+  got = step(local, score, query, annotations, mask)
+  np.testing.assert_allclose(got.alpha, want.alpha, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(got.context, want.context, rtol=1e-5, atol=1e-6)
+
+
+def test_local_windows_stop_at_sentence_borders_and_padding():
+  query, annotations, mask = source(lengths=(7, 4, 2))
+  real = np.asarray(mask, bool)
+  positions = np.arange(S)
+  local_m, score = structure("local_m", local_window=1)
+  for i in (0, 3, 9):  # First word, middle, past the end (the centre stops at the last word).
+    alpha = np.asarray(step(local_m, score, query, annotations, mask, jnp.full((B,), i)).alpha)
+    centre = np.minimum(i, real.sum(1) - 1)[:, None]
+    inside = real & (np.abs(positions[None] - centre) <= 1)
+    assert np.all(alpha[~inside] == 0) and np.all(alpha[inside] > 0)
+    np.testing.assert_allclose(alpha.sum(1), 1.0, rtol=1e-6)
+  local_p, score = structure("local_p", local_window=2)
+  alpha = np.asarray(step(local_p, score, query, annotations, mask).alpha, np.float64)
+  p = np.asarray(jit(local_p.centre)(query, mask), np.float64)[:, None]
+  assert np.all((p >= 0) & (p <= real.sum(1, keepdims=True)))
+  inside = real & (np.abs(positions[None] - p) <= 2)
+  assert np.all(alpha[~inside] == 0) and np.all(alpha.sum(1) <= 1 + 1e-6)
+  keys = score.keys(annotations)
+  e = np.asarray(jit(jax.vmap(score))(query, keys, annotations), np.float64)
+  soft = np.where(inside, np.exp(e - np.where(inside, e, -np.inf).max(1, keepdims=True)), 0)
+  want = soft / soft.sum(1, keepdims=True) * np.exp(-((positions[None] - p) ** 2) / 2.0)
+  np.testing.assert_allclose(alpha, want, rtol=1e-5, atol=1e-7)  # sigma = D / 2 = 1.
+
+
+# -------------------------------------------------------------------------- monotonic attention
+def monotonic_loop(energy, prev, mask):
+  """The recurrence as written, in float64: alpha_j = p_j sum_{k<=j} prev_k prod_{k<=l<j}(1-p_l)."""
+  energy, prev = np.asarray(energy, np.float64), np.asarray(prev, np.float64)
+  p = np.where(np.asarray(mask, bool), 1.0 / (1.0 + np.exp(-energy)), 0.0)
+  out = np.zeros_like(p)
+  for b in range(p.shape[0]):
+    for j in range(p.shape[1]):
+      total = 0.0
+      for k in range(j + 1):
+        total += prev[b, k] * np.prod(1.0 - p[b, k:j])
+      out[b, j] = p[b, j] * total
+  return out
+
+
+def test_expected_alignment_equals_a_float64_loop_and_rows_sum_to_at_most_one():
+  rng = np.random.default_rng(0)
+  mask = np.arange(S)[None] < np.array([7, 5, 2])[:, None]
+  prev = np.where(mask, rng.dirichlet(np.ones(S), size=B), 0.0) * 0.9
+  expected = jit(structures.expected_alignment)
+  want, got = prev, jnp.asarray(prev, jnp.float32)
+  for _ in range(6):  # Six steps, each from its own previous row.
+    energy = rng.normal(0.0, 3.0, size=(B, S))
+    want = monotonic_loop(energy, want, mask)
+    got = expected(jnp.asarray(energy, jnp.float32), got, mask)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=1e-7)
+    assert np.all(np.asarray(got).sum(1) <= prev.sum(1) + 1e-6)
+    assert np.all(np.asarray(got)[~mask] == 0)
+
+
+def test_expected_alignment_on_80_words_is_finite_and_equals_the_float64_recurrence():
+  """80 steps over 80-word sources with energies up to +-40 (p within 4e-18 of 0 or 1)."""
+  src_len, steps = 80, 80
+  rng = np.random.default_rng(1)
+  mask = np.arange(src_len)[None] < np.array([80, 41])[:, None]
+  energies = rng.uniform(-40, 40, size=(steps, 2, src_len))
+  first = np.where(np.arange(src_len) == 0, 1.0, 0.0)[None].repeat(2, 0)
+
+  def rows(energies_TBS):
+    scan = lambda alpha, e: (structures.expected_alignment(e, alpha, mask),) * 2
+    return jax.lax.scan(scan, jnp.asarray(first, jnp.float32), energies_TBS)[1]
+
+  e32 = jnp.asarray(energies, jnp.float32)
+  got = np.asarray(jit(rows)(e32))
+  grads = jit(jax.grad(lambda e: rows(e)[:, :, :10].sum()))(e32)
+  assert np.isfinite(got).all() and bool(jnp.isfinite(grads).all())
+  assert got.sum(-1).max() <= 1 + 1e-6
+  # The recurrence q_j = (1 - p_{j-1}) q_{j-1} + alpha_{i-1,j}, alpha_ij = p_ij q_ij, in float64.
+  p = np.where(mask, 1.0 / (1.0 + np.exp(-energies)), 0.0)
+  alpha, want = first, []
+  for i in range(steps):
+    q, new = np.zeros(2), np.zeros_like(alpha)
+    for j in range(src_len):
+      q = (1.0 - p[i, :, j - 1]) * q + alpha[:, j] if j else alpha[:, 0]
+      new[:, j] = p[i, :, j] * q
+    alpha = new
+    want.append(alpha)
+  np.testing.assert_allclose(got, np.stack(want), atol=2e-6)
+
+
+def b_args(b):
+  """The model inputs of a batch: src, src_mask, tgt_in."""
+  return b["src"], b["src_mask"], b["tgt_in"]
+
+
+def _train_state(model, cfg):
+  graphdef, params = nnx.split(model, nnx.Param)
+  tx = train.make_optimizer(cfg.train)
+  baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None
+  return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline)
+
+
+def test_monotonic_model_is_finite_on_80_word_sources_in_bfloat16():
+  """Float32 on 80 words: test_expected_alignment_on_80_words_... (with extreme energies)."""
+  cfg = model_config("monotonic", "bfloat16")
+  model = randomise(build(cfg), scale=0.5)
+  b = random_batch(seed=2, batch=2, src_len=80, tgt_len=80, vocab=VOCAB, pad_rows=False)
+  b["src_mask"][1, 50:] = 0
+  ts = _train_state(model, cfg)
+
+  def loss_and_alpha(params):  # Training: the expected alignment, with noise.
+    model = ts.replace(params=params).model()
+    logits, aux = model(*b_args(b), return_aux=True, dropout_rng=jax.random.key(0))
+    total, tokens = train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
+    return total / tokens, aux["alpha"]
+
+  (loss, alpha), grads = jit(jax.value_and_grad(loss_and_alpha, has_aux=True))(ts.params)
+  assert np.isfinite(float(loss))
+  assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+  assert bool(jnp.isfinite(alpha).all()) and float(alpha.sum(-1).max()) <= 1 + 1e-5
+
+
+def decoded(model, b, beam, max_len):
+  """`decode.jit_decode` of `model` on batch `b` (greedy for beam 1), compiled with FAST."""
+  graphdef, params = nnx.split(model, nnx.Param)
+
+  def run(params, src, mask):
+    merged = nnx.merge(graphdef, params)
+    if beam == 1:
+      return decode.greedy(merged, src, mask, max_len=max_len)
+    return decode.beam_search(merged, src, mask, beam_size=beam, max_len=max_len)
+
+  return jit(run)(params, b["src"], b["src_mask"])
+
+
+def _positions(alpha_LS):
+  """The attended position of each output step (-1: nothing attended)."""
+  alpha = np.asarray(alpha_LS)
+  return np.where(alpha.sum(-1) > 0, alpha.argmax(-1), -1)
+
+
+def test_hard_monotonic_decoding_never_moves_backwards():
+  rng = np.random.default_rng(3)
+  mask = jnp.asarray(np.arange(S)[None] < np.array([7, 5, 3])[:, None])
+  alpha = jnp.asarray(np.eye(S)[[0, 0, 0]], jnp.float32)
+  hard = jit(structures.hard_monotonic)
+  seen = []
+  for _ in range(12):
+    alpha = hard(jnp.asarray(rng.normal(-0.5, 1, (B, S)), jnp.float32), alpha, mask)
+    seen.append(_positions(alpha))
+  seen = np.stack(seen, 1)
+  assert seen.max() >= 3 and (seen == -1).any()  # It moves, and some sentences run out.
+  for row in seen:
+    stops = row[row >= 0]
+    assert np.all(np.diff(stops) >= 0) and np.all(row[len(stops) :] == -1)
+
+  model = randomise(build(model_config("monotonic")), seed=4, scale=0.5)
+  b = random_batch(seed=5, batch=4, src_len=9, vocab=VOCAB)
+  for beam in (1, 3):
+    out = decoded(model, b, beam, max_len=12)
+    for row, length in zip(np.asarray(out.alpha), np.asarray(out.lengths), strict=True):
+      steps = _positions(row[:length])
+      stops = steps[steps >= 0]
+      assert np.all(row[:length].sum(-1) <= 1)  # One-hot or nothing.
+      assert np.all(np.diff(stops) >= 0) and np.all(steps[len(stops) :] == -1)
+
+
+# ---------------------------------------------------------------------- convolutional attention
+def test_convolutional_attention_with_width_one_is_a_content_score_by_hand():
+  conv, _ = structure("conv", conv_width=1, conv_filters=3)
+  query, annotations, mask = source(seed=4)
+  got = step(conv, None, query, annotations, mask)
+  h = np.asarray(annotations, np.float64)
+  k1, b1 = np.asarray(conv.conv1.kernel[...], np.float64)[0], np.asarray(conv.conv1.bias[...])
+  k2, b2 = np.asarray(conv.conv2.kernel[...], np.float64)[0], np.asarray(conv.conv2.bias[...])
+  gate = np.asarray(query, np.float64) @ np.asarray(conv.gate.kernel[...], np.float64)  # [B, F]
+  features = (np.maximum(h @ k1 + b1, 0) @ k2 + b2) * gate[:, None, :]  # [B, S, F]
+  unit = features / np.sqrt((features**2).sum(-1, keepdims=True) + 1e-6)
+  e = unit @ np.asarray(conv.conv_att.kernel[...], np.float64)[0, :, 0]  # [B, S]
+  e = np.where(np.asarray(mask, bool), e, -np.inf)
+  want = np.exp(e - e.max(1, keepdims=True))
+  want /= want.sum(1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(got.alpha), want, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(got.context), np.einsum("bs,bsh->bh", want, h), rtol=1e-4, atol=1e-5
+  )
+
+
+def test_convolutional_attention_sees_the_next_word_only_with_wider_kernels():
+  query, annotations, mask = source(seed=5, lengths=(7, 7, 7))
+  moved = annotations.at[:, 3].add(1.0)  # Change word 3; look at the score of word 2.
+  for width, changes in ((1, False), (3, True)):
+    conv, _ = structure("conv", conv_width=width)
+    alphas = [np.asarray(step(conv, None, query, a, mask).alpha) for a in (annotations, moved)]
+    ratio = [a[:, 2] / a[:, 0] for a in alphas]  # Free of the softmax normaliser.
+    assert np.allclose(ratio[0], ratio[1], rtol=1e-5) != changes
+
+
+# ------------------------------------------------------------------------- multi-head attention
+def test_multihead_with_one_head_is_additive_attention():
+  heads, _ = structure("multihead", num_heads=1)
+  heads.w_o.kernel[...] = jnp.eye(heads.w_o.kernel.shape[0])  # Its initial value.
+  _, score = structure("soft")
+  score.w_a.kernel[...] = heads.w_a.kernel[...]
+  score.u_a.kernel[...] = heads.u_a.kernel[...]
+  score.v_a.kernel[...] = heads.v_a[...].reshape(-1, 1)
+  soft, _ = structure("soft")
+  query, annotations, mask = source(seed=6)
+  want = step(soft, score, query, annotations, mask)
+  got = step(heads, None, query, annotations, mask)
+  np.testing.assert_allclose(got.alpha, want.alpha, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(got.extras["alpha_heads"][:, 0], want.alpha, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(got.context, want.context, rtol=1e-5, atol=1e-6)
+
+
+def test_multihead_returns_every_head_and_their_mean():
+  heads, _ = structure("multihead", num_heads=4)
+  query, annotations, mask = source(seed=7)
+  got = step(heads, None, query, annotations, mask)
+  per_head = np.asarray(got.extras["alpha_heads"])
+  assert per_head.shape == (B, 4, S)
+  np.testing.assert_allclose(per_head.sum(-1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(got.alpha), per_head.mean(1), rtol=1e-6)
+  assert not np.allclose(per_head[:, 0], per_head[:, 1])  # The heads differ.
+
+
+# ----------------------------------------------------------------------------- hard attention
+CHI2_4DOF_999 = 18.467  # 0.999 quantile of the chi-square distribution with 4 degrees of freedom.
+
+
+class ColumnScore:
+  """A score function for tests: e_j is the first feature of annotation j."""
+
+  def keys(self, annotations_BSH):
+    return annotations_BSH
+
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    return keys_SK[:, 0]
+
+
+def test_hard_attention_samples_follow_the_softmax():
+  hard, _ = structure("hard")
+  n, alpha = 20_000, np.array([0.1, 0.4, 0.2, 0.25, 0.05])
+  annotations = np.zeros((n, S, 4), np.float32)
+  annotations[:, :5, 0] = np.log(alpha)
+  annotations[:, 5:, 0] = 5.0  # Padding with the highest scores.
+  mask = jnp.asarray(np.arange(S) < 5, jnp.int32)[None].repeat(n, 0)
+  query = jnp.zeros((n, 1), jnp.float32)
+  got = step(hard, ColumnScore(), query, jnp.asarray(annotations), mask, rng=jax.random.key(0))
+  np.testing.assert_allclose(np.asarray(got.alpha[0, :5]), alpha, rtol=1e-5)
+  position = np.asarray(got.extras["position"])
+  counts = np.bincount(position, minlength=S)
+  assert counts[5:].sum() == 0  # Never padding.
+  expected = n * alpha
+  assert ((counts[:5] - expected) ** 2 / expected).sum() < CHI2_4DOF_999
+  uniform = np.full(5, n / 5)  # The test has power: uniform draws would fail it by far.
+  assert ((counts[:5] - uniform) ** 2 / uniform).sum() > 10 * CHI2_4DOF_999
+  np.testing.assert_allclose(np.asarray(got.extras["sample_logp"]), np.log(alpha[position]), 1e-5)
+  argmax = step(hard, ColumnScore(), query[:2], jnp.asarray(annotations[:2]), mask[:2])
+  np.testing.assert_array_equal(argmax.extras["position"], 1)  # No key: the argmax.
+
+
+def test_reinforce_loss_gradient_is_the_score_function_estimator():
+  reward, baseline = jnp.asarray([-3.0, -5.0]), jnp.asarray(-4.0)
+  logp, entropy = jnp.full((2, 3), -1.0), jnp.full((2, 3), 0.5)
+  mask = jnp.asarray([[1, 1, 1], [1, 1, 0]])
+  grads = jax.grad(train.reinforce_loss, argnums=(0, 1, 2, 3))(
+    reward, baseline, logp, entropy, mask, 2.0, 0.1
+  )
+  advantage = np.array([1.0, -1.0])[:, None]
+  np.testing.assert_allclose(grads[2], -2.0 * advantage * np.asarray(mask))
+  np.testing.assert_allclose(grads[3], -0.1 * np.asarray(mask))
+  assert float(jnp.abs(grads[0]).sum() + jnp.abs(grads[1])) == 0  # Reward, baseline: constants.
+
+
+def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
+  cfg = model_config("hard")
+  state = initial = train.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  assert float(state.baseline) == 0.0
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=9, vocab=VOCAB).items()}
+
+  @jit
+  def grads(params, reinforce_weight, entropy_weight):
+    weights = (0.0, 0.0, 0.0, "ce", reinforce_weight, entropy_weight)
+    loss = lambda p: train.loss_fn(p, state, b, jax.random.key(1), *weights)[0]
+    return jax.grad(loss)(params)
+
+  v_a = lambda g: dict(nnx.to_flat_state(g))[("score", "v_a", "kernel")].value
+  with_estimator = grads(state.params, 1.0, 0.01)
+  without = grads(state.params, 0.0, 0.0)
+  assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(with_estimator))
+  assert float(jnp.abs(v_a(with_estimator)).sum()) > 0
+  assert float(jnp.abs(v_a(without)).sum()) == 0  # Only the estimator trains the score.
+
+  update = jit(functools.partial(train.train_step, config=cfg))
+  state, first = update(state, b, jax.random.key(2))
+  assert float(state.baseline) == float(first["reward"]) < 0  # Step 0: b = the mean reward.
+  state, second = update(state, b, jax.random.key(3))
+  want = 0.9 * float(first["reward"]) + 0.1 * float(second["reward"])
+  assert float(state.baseline) == pytest.approx(want, rel=1e-6)
+  assert float(second["reward"]) != float(first["reward"])
+
+  ckpt = checkpoints.Checkpointer(tmp_path, cfg)
+  ckpt.save(state, None)
+  restored, _ = ckpt.restore(initial, with_data=False)
+  ckpt.close()
+  assert float(restored.baseline) == float(state.baseline) != 0.0
+
+
+# ------------------------------------------------------------------------------ every variant
+def _random_model(name, dtype="float32", seed=0):
+  cfg = model_config(name, dtype, local_window=2)
+  return cfg, randomise(build(cfg, seed), seed=seed + 1, scale=0.5)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
+  cfg = model_config(name, local_window=2)
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=VOCAB, pad_rows=True)
+  state = train.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  update = jit(functools.partial(train.train_step, config=cfg))
+  first = None
+  for i in range(150):
+    state, metrics = update(state, batch, jax.random.key(i))
+    first = float(metrics["loss"]) if first is None else first
+  # The training loss (with its key: hard attention samples, monotonic adds noise), with and
+  # without jit, on the trained model.
+  key = jax.random.key(7) if structures.uses_rng(cfg.model) else None
+  weights = (0.0, 0.0, 0.0, "ce", 1.0, 0.01)
+  loss = lambda params, key: train.loss_fn(params, state, batch, key, *weights)[0]
+  eager = float(loss(state.params, key))
+  np.testing.assert_allclose(float(jit(loss)(state.params, key)), eager, rtol=1e-5)
+  final = float(jit(loss)(state.params, None)) if key is not None else eager  # Evaluation.
+  assert first > 3.0
+  assert final < 0.3, f"{name}: loss {first:.2f} -> {final:.3f}"
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_decodes_steps_like_training_and_ignores_padding(name):
+  cfg, model = _random_model(name)
+  b = random_batch(seed=10, vocab=VOCAB)
+  graphdef, params = nnx.split(model)
+  forward = jit(lambda p, src, mask: nnx.merge(graphdef, p)(src, mask, b["tgt_in"]))
+  logits = forward(params, b["src"], b["src_mask"])
+  src = np.concatenate([b["src"], np.full((4, 3), 17, np.int32)], axis=1)  # Padding of any id.
+  mask = np.concatenate([b["src_mask"], np.zeros((4, 3), np.int32)], axis=1)
+  np.testing.assert_allclose(forward(params, src, mask), logits, rtol=1e-5, atol=1e-5)
+
+  if name != "monotonic":  # Its decoding takes hard decisions (test_hard_monotonic_decoding_...).
+    encode = jit(lambda p, src, mask: nnx.merge(graphdef, p).encode(src, mask))
+    one_step = jit(lambda p, enc, st, y: nnx.merge(graphdef, p).decoder_step(enc, st, y))
+    enc = encode(params, b["src"], b["src_mask"])
+    state, steps = enc.init_state, []
+    for t in range(b["tgt_in"].shape[1]):
+      state, step_logits, _ = one_step(params, enc, state, jnp.asarray(b["tgt_in"][:, t]))
+      steps.append(step_logits)
+    np.testing.assert_allclose(np.stack(steps, 1), logits, rtol=2e-5, atol=2e-5)
+
+  for beam in (1, 3):
+    out = decoded(model, b, beam, max_len=9)
+    assert bool(jnp.isfinite(out.scores).all()) and out.alpha.shape == (4, 9, 7)
+    assert float(out.alpha.sum(-1).max()) <= 1 + 1e-5
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_is_finite_in_bfloat16(name):
+  cfg, model = _random_model(name, "bfloat16")
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=11, vocab=VOCAB).items()}
+  graphdef, params = nnx.split(model)
+  key = jax.random.key(0)  # The training path: hard attention samples, monotonic adds noise.
+
+  def loss(params):
+    logits, aux = nnx.merge(graphdef, params)(*b_args(b), return_aux=True, dropout_rng=key)
+    total, tokens = train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
+    return total / tokens, (logits, aux)
+
+  (value, (logits, aux)), grads = jit(jax.value_and_grad(loss, has_aux=True))(params)
+  assert np.isfinite(float(value)) and bool(jnp.isfinite(logits).all())
+  assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves((aux, grads)))
