@@ -71,9 +71,19 @@ def configurations(score_names: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def build_runs(
-  preset: str, configs: Sequence[dict[str, Any]], seeds: Sequence[int], out: Path, sets: dict
+  preset: str,
+  configs: Sequence[dict[str, Any]],
+  seeds: Sequence[int],
+  out: Path,
+  sets: dict,
+  *,
+  shared_overrides: dict[str, Any] | None = None,
 ) -> dict[str, list[rp.Run]]:
-  """{configuration name: its runs, one per seed}, every run on the shared corpus OUT/data."""
+  """{configuration name: its runs, one per seed}, every run on the shared corpus OUT/data.
+
+  `shared_overrides` (a caller's preset) apply to every run after the preset's own settings and
+  before each configuration's overrides, the seed and `sets`.
+  """
   shared: dict[str, Any] = {"data.cache_dir": str((out / "data").resolve())}
   if preset == "smoke":
     shared |= {
@@ -83,6 +93,7 @@ def build_runs(
       "train.checkpoint_every": rp.SMOKE_STEPS,
       "train.valid_bleu": False,
     }
+  shared |= shared_overrides or {}
   runs: dict[str, list[rp.Run]] = {}
   for cfg in configs:
     runs[cfg["name"]] = [
@@ -140,8 +151,8 @@ def test_references(run: rp.Run) -> list[str]:
   return [ex.tgt for ex in corpus.read("test")]
 
 
-def hypotheses(run: rp.Run) -> list[str]:
-  return (run.workdir / "eval" / "test" / "hypotheses.txt").read_text().splitlines()
+def hypotheses(run: rp.Run, split: str = "test") -> list[str]:
+  return (run.workdir / "eval" / split / "hypotheses.txt").read_text().splitlines()
 
 
 def paired_bootstrap(
@@ -150,8 +161,10 @@ def paired_bootstrap(
   references: list[str],
   n_samples: int,
   indices: Sequence[int] | None = None,
+  split: str = "test",
 ) -> dict[str, dict[str, Any]]:
-  """sacrebleu's paired bootstrap of every configuration against `baseline` (test BLEU).
+  """sacrebleu's paired bootstrap of every configuration against `baseline` (BLEU on `split`,
+  whose `references` these are).
 
   Hypotheses of the seeds a configuration shares with the baseline are concatenated, paired
   seed by seed. {name: {"p_value", "bleu", "mean", "ci95", "seeds"}} (baseline: p_value None).
@@ -172,8 +185,8 @@ def paired_bootstrap(
     if not paired:
       out[name] = {"p_value": None, "note": f"no seed in common with {baseline}"}
       continue
-    base_hyps = [h for b, _ in paired for h in select(hypotheses(b))]
-    sys_hyps = [h for _, r in paired for h in select(hypotheses(r))]
+    base_hyps = [h for b, _ in paired for h in select(hypotheses(b, split))]
+    sys_hyps = [h for _, r in paired for h in select(hypotheses(r, split))]
     refs = references * len(paired)
     test = PairedTest(
       [(baseline, base_hyps), (name, sys_hyps)],

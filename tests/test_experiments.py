@@ -1,6 +1,7 @@
-"""Smoke tests of experiments/reproduce_paper.py and experiments/sweep_scores.py (subprocesses).
+"""Smoke tests of experiments/reproduce_paper.py, sweep_scores.py and alignment_study.py
+(subprocesses).
 
-Both scripts run their `smoke` preset (configs/tiny.py, a few steps) and share one persistent
+The scripts run their `smoke` preset (configs/tiny.py, a few steps) and share one persistent
 compilation cache, so the sweep's additive runs reuse the programs compiled for RNNsearch. XLA's
 backend optimisations are turned down: these tests check the files and keys written, not speed.
 """
@@ -154,3 +155,62 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
   assert "| soft |" in md and "| hard |" in md
   for name in ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png"):
     assert (out / name).stat().st_size > 0
+
+def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
+  out = tmp_path / "study"
+  variants = "additive,agreement,gnmt-beam"
+  args = ["--out", str(out), "--preset", "smoke", "--variants", variants, "--seeds", "0"]
+  run_script("alignment_study.py", *args, "--bootstrap-samples", "100", cache=compilation_cache)
+
+  study = json.loads((out / "alignment_study.json").read_text())
+  assert study["baseline"] == "additive" and study["long_split_words"] == [12, 18]
+  rows = {r["name"]: r for r in study["configurations"]}
+  assert list(rows) == variants.split(",")
+  for row in rows.values():
+    assert row["test_sentences"] == TEST_SENTENCES and 0 < row["test_long_sentences"] < 64
+    for split in ("test", "test_long"):
+      assert _is_score(row[f"{split}_bleu_mean"]) and _is_score(row[f"{split}_bleu_no_unk_mean"])
+      assert row[f"{split}_bleu_std"] == 0.0  # One seed.
+      for key in ("aer", "aer_shift_minus1", "aer_shift_plus1", "aer_threshold"):
+        assert 0.0 <= row[f"{split}_{key}_mean"] <= 1.0
+      assert row[f"{split}_attention_entropy_mean"] >= 0.0
+      assert row[f"{split}_over_translation_mean"] >= 0
+      assert row[f"{split}_under_translation_mean"] >= 0
+    assert row["train_tokens_per_s_median"] > 0
+  assert rows["additive"]["p_value_vs_baseline"] is None
+  for name in ("agreement", "gnmt-beam"):
+    assert 0.0 < rows[name]["p_value_vs_baseline"] <= 1.0
+    assert 0.0 < rows[name]["p_value_long_vs_baseline"] <= 1.0
+  assert rows["gnmt-beam"]["decode_only"] and not rows["agreement"]["decode_only"]
+
+  runs = study["runs"]
+  assert runs["agreement-seed0"]["config"]["model"]["name"] == "agreement"
+  assert runs["agreement-seed0"]["config"]["data"]["long_test_min_words"] == 12
+  gnmt, additive = runs["gnmt-beam-seed0"], runs["additive-seed0"]
+  assert gnmt["decode_only_from"] == "additive-seed0"
+  assert gnmt["config"]["decode"]["coverage_penalty"] == 0.2
+  assert gnmt["results"]["test"]["step"] == additive["results"]["test"]["step"]
+  assert set(gnmt["results"]) == {"valid", "test", "test_long"}
+  md = (out / "alignment_study.md").read_text()
+  assert all(f"| {name} |" in md for name in rows) and "12-18 source words" in md
+  for suffix in ("", "_long", "_aer"):
+    assert (out / f"alignment_study{suffix}.png").stat().st_size > 0
+
+
+def test_alignment_study_gives_identical_outputs_p_one(tmp_path: Path) -> None:
+  from experiments import alignment_study as study
+
+  variants = [v for v in study.VARIANTS if v.name in ("additive", "coverage", "gnmt-beam")]
+  runs = study.build_runs("smoke", variants, [0, 1], tmp_path, {})
+  for name, name_runs in runs.items():
+    for run in name_runs:
+      seed = run.config().seed
+      text = f"the cat {seed}\n" if name != "coverage" or seed == 0 else "a dog\n"
+      (run.workdir / "eval" / "test").mkdir(parents=True)
+      (run.workdir / "eval" / "test" / "hypotheses.txt").write_text(text)
+  significance = {name: {"p_value": 0.001} for name in runs}
+  significance["additive"] = {"p_value": None}
+  study.mark_identical(significance, runs, "test")
+  assert significance["gnmt-beam"] == {"p_value": 1.0, "identical_to_baseline": True}
+  assert significance["coverage"] == {"p_value": 0.001}  # Seed 1 differs.
+  assert significance["additive"] == {"p_value": None}
