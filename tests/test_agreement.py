@@ -153,6 +153,7 @@ def test_direction_state_needs_an_agreement_run():
     train.direction_state(plain, "sideways")
 
 
+@pytest.mark.slow
 def test_main_trains_saves_and_decodes_both_directions(tmp_path):
   import orbax.checkpoint as ocp
 
