@@ -4,7 +4,7 @@ the long ones.
     python experiments/structural_study.py --out runs/structures [--preset smoke|cpu]
         [--seeds 0,1,2] [--variants soft,local_m,local_p,monotonic,conv,multihead,hard]
         [--baseline soft] [--set key=value ...] [--bootstrap-samples 1000]
-        [--decode-sentences 100] [--compilation-cache DIR]
+        [--decode-sentences 50] [--compilation-cache DIR]
 
 A variant is one config override, `{"model.attention": NAME}` (seq2seq/structures.py), crossed
 with the seeds: a sweep in the sense of experiments/sweep_scores.py, whose functions this script
@@ -12,17 +12,18 @@ reuses. Every run is an ordinary workdir OUT/runs/NAME-seedN trained and evaluat
 `seq2seq.train.train_and_evaluate` (rerunning resumes or reuses it). Plain RNNsearch (`soft`,
 the additive score everywhere) is the baseline of the paired bootstrap.
 
-After training, each run's best checkpoint is measured once more (`measure`, cached in
+After training, each run's best (else latest) checkpoint is measured once more (`measure`, cached in
 WORKDIR/structural_study.json):
 
-* the long split: the test pairs whose source has LONG_MIN..LONG_MAX words (`LONG_SPLITS`;
-  40-80 for `cpu`). The corpus has no such split of its own, so it is selected here, after
-  evaluation, by source length: BLEU of the run's test hypotheses restricted to those pairs
-  against their references, and AER and attention entropy of the teacher-forced attention on
-  them (argmax links against the gold alignments, as in `seq2seq.evaluate`);
+* the long split: the test pairs whose source length in words is in the preset's range
+  (`LONG_SPLITS`: 40-80 for `cpu`). The corpus has no such split of its own, so it is
+  selected here, after evaluation, by source length: BLEU of the run's test hypotheses
+  restricted to those pairs against their references, and AER and attention entropy of the
+  teacher-forced attention on them (argmax links against the gold alignments, as in
+  `seq2seq.evaluate`);
 * decoding speed: sentences per second of `seq2seq.evaluate.translate_split` with the run's
   decode settings over the first `--decode-sentences` long test sources and as many short ones
-  (fewer than LONG_MIN words). A first pass compiles; the second is timed.
+  (shorter than the long split). A first pass compiles; the second is timed.
 
 Reported per variant (mean and sample standard deviation over seeds): test BLEU, AER and
 attention entropy, on all test pairs and on the long split; training tokens/s (median of the
@@ -36,11 +37,16 @@ Presets:
 * `smoke`: configs/tiny.py for a few steps (the test); its sentences have at most 18 words, so
   its "long split" is 10-18 words.
 * `cpu`: configs/demo.py sizes (training pairs of at most 30 words) on an embedded corpus whose
-  sentences reach 80 words (`data.synthetic.max_len=80`), CPU_STEPS updates per run and one
-  validation pass at the end, so the long split also tests length generalisation. Estimate:
-  one niced soft run at CPU_STEPS steps, on 2 cores shared with other jobs, took MEASURED_RUN_S
-  seconds (see the measurement in the module constants); 7 variants x 3 seeds, compilation
-  shared between seeds through the persistent cache, then take about 21 runs x that.
+  sentences reach 80 words (`data.synthetic.max_len=80`; its 1,000 test pairs hold about 100 of
+  40-80 words, so the long split also tests length generalisation), CPU_STEPS updates per run
+  and a 200-pair validation split used for one loss at the end. Estimate, from one 100-step run of
+  `soft`, `monotonic` and `hard` each (niced, on 2 CPU cores shared with other jobs): a run took
+  150 s (soft), 170 s (hard) and 330 s (monotonic, whose compilation is the slowest) with its
+  compilation, evaluation and `measure`, plus about 40 s once for the corpus, and trained at
+  about 0.35 s per step (2,300-4,800 target tokens/s). At CPU_STEPS steps a first seed then
+  takes about 4.5 minutes (monotonic 7.5) and the later seeds a minute less (their compiled
+  programs come from the persistent cache): about 90 minutes for 7 variants x 3 seeds, less on
+  idle cores.
 """
 
 from __future__ import annotations
@@ -67,11 +73,13 @@ from seq2seq.data import builders, synthetic  # noqa: E402
 
 PRESETS = ("smoke", "cpu")
 LONG_SPLITS = {"smoke": (10, 18), "cpu": (40, 80)}  # Source words (inclusive) of the long split.
-CPU_STEPS = 600  # Updates per run in the cpu preset.
+CPU_STEPS = 400  # Updates per run in the cpu preset.
 CPU_SETTINGS = {
   "data.synthetic.max_len": 80,  # Test sources up to 80 words: the long split exists.
+  "data.synthetic.valid_pairs": 200,  # Validation only reports a loss here: keep it small.
   "train.num_steps": CPU_STEPS,
-  "train.eval_every": CPU_STEPS,  # One validation pass (loss, greedy BLEU) at the end.
+  "train.eval_every": CPU_STEPS,  # One validation loss at the end, no validation BLEU.
+  "train.valid_bleu": False,
   "train.checkpoint_every": CPU_STEPS,
   "train.log_every": 50,
 }
@@ -222,7 +230,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   )
   p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
   p.add_argument(
-    "--decode-sentences", type=int, default=100, help="long (and short) sources timed per run"
+    "--decode-sentences", type=int, default=50, help="long (and short) sources timed per run"
   )
   p.add_argument(
     "--compilation-cache",
