@@ -22,11 +22,14 @@ Variants (`VARIANTS`; each a set of config overrides on the preset's RNNsearch, 
   decoded with GNMT's coverage penalty beta = `GNMT_BETA` in beam search; its training
   figures (tokens/s) are therefore additive's.
 
-Every configuration runs once per seed (`seed` seeds initialisation, dropout and data order),
-each run an ordinary workdir OUT/runs/NAME-seedN trained by `seq2seq.train.train_and_evaluate`
+Every configuration runs once per seed, each run an ordinary workdir OUT/runs/NAME-seedN
 (rerunning resumes or reuses finished runs; each record in alignment_study.json carries the
-`main.py` command that trains it alone). The runs, the seed-paired bootstrap, `mean_std`, the
-aggregation and the bar plots come from `experiments/sweep_scores.py`.
+`main.py` command that trains it alone). `--training together` (default) trains the seeds of a
+configuration as one vmapped group (`seq2seq/seed_group.py`: they differ in initialisation and
+dropout and share the first seed's data order); `sequential` trains them one after another with
+`seq2seq.train.train_and_evaluate` (`seed` then also sets the data order). The runs, the
+seed-paired bootstrap, `mean_std`, the aggregation and the bar plots come from
+`experiments/sweep_scores.py`.
 
 Evaluation: the test split, and a long-sentence split `test_long`: the test pairs whose source
 has `LONG_WORDS[preset]` words (`data.long_test_min_words` / `_max_words`; 40 to 80 at the cpu
@@ -45,24 +48,12 @@ Presets:
 
 * `smoke`: configs/tiny.py for `reproduce_paper.SMOKE_STEPS` steps, long split 12-18 words
   (tiny sentences stop at 18): checks the files and keys written (tests/test_experiments.py).
-* `cpu`: configs/demo.py with `CPU_OVERRIDES`: a model half the demo's width (embeddings 64,
-  encoder 64 per direction, decoder 128, attention 64, maxout 64) with Glorot initialisation
-  and Adam at 3e-3, `CPU_STEPS` = 400 steps of 64 pairs, 20k training pairs, 200 validation and
-  1,000 test pairs (101 of them of 40-80 words), validation BLEU off (the last checkpoint is
-  evaluated), beam 5. The paper's initialisation keeps attention near uniform for the first few
-  hundred steps (measured: demo sizes, 200 steps, test BLEU 0.8, AER 0.96); this preset's
-  additive run reached test BLEU 16.3 and AER 0.71 (long split: 7.4 and 0.94) in a measured
-  400-step run, so the study compares the variants early in training.
-
-  Time on 2 CPU cores, estimated (`CPU_ESTIMATE`) from that run, niced on the shared 2-core
-  machine: loading, compiling and 400 steps took 171 CPU-seconds, evaluating (1,301 sentences,
-  beam 5) 70; training ran at 2,000-2,650 target tokens/s where configs/demo.py ran at
-  1,100-1,300 in the same conditions (about 4,000 on free cores), so about 8,000 tokens/s free,
-  60 s for 400 steps. A run then takes about 210 s when it is the first of its configuration
-  (compiling) and about 135 s for the other seeds (programs from the persistent compilation
-  cache); `agreement` adds about 60% to the training steps (0.77 against 0.49 CPU-seconds per
-  step at demo sizes), a `gnmt-beam` evaluation about 60 s: about 78 minutes for the 10
-  configurations x 3 seeds. Not confirmed by running the preset.
+* `cpu`: the cpu preset shared by the study scripts (`sweep_scores.CPU_OVERRIDES`: half the
+  demo's width, Glorot initialisation, Adam 3e-3, 400 updates of 64 pairs, the last checkpoint
+  evaluated with beam 5 on 1,000 test pairs, about 100 of them of 40-80 words). The paper's
+  initialisation keeps attention near uniform for the first few hundred steps (measured: demo
+  sizes, 200 steps, test BLEU 0.8, AER 0.96), hence Glorot: the study compares the variants
+  early in training. Its measured wall time is in alignment_study.json (`total_wall_s`).
 
 Outputs in OUT: alignment_study.json (rows, significance, every run record, environment),
 alignment_study.md (the two tables), alignment_study.png (test BLEU), alignment_study_long.png
@@ -100,39 +91,6 @@ PREV_FILTERS = 8  # model.prev_attention_filters of the previous-attention varia
 GNMT_BETA = 0.2  # decode.coverage_penalty of `gnmt-beam` (Wu et al. 2016 use 0.2).
 
 LONG_WORDS = {"smoke": (12, 18), "cpu": (40, 80)}  # Source words of the long split, per preset.
-CPU_STEPS = 400
-CPU_OVERRIDES: dict[str, Any] = {
-  "model.emb_dim": 64,  # Half of configs/demo.py's width: about twice its tokens/s.
-  "model.enc_hidden": 64,
-  "model.dec_hidden": 128,  # = 2 * enc_hidden, as in the demo.
-  "model.attn_dim": 64,
-  "model.maxout_dim": 64,
-  "model.init": "glorot",  # Attention leaves uniform within the short budget.
-  "train.learning_rate": 3e-3,
-  "data.synthetic.max_len": 80,  # Sentences up to 80 words exist (for the long split) ...
-  "data.max_len": 30,  # ... but training keeps pairs of at most 30 tokens.
-  "data.synthetic.train_pairs": 20_000,  # More than the 400 x 64 pairs seen.
-  "data.synthetic.valid_pairs": 200,
-  "data.synthetic.test_pairs": 1_000,
-  "train.num_steps": CPU_STEPS,
-  "train.log_every": CPU_STEPS // 5,
-  "train.eval_every": CPU_STEPS,
-  "train.checkpoint_every": CPU_STEPS,
-  "train.valid_bleu": False,
-  "decode.num_heatmaps": 2,
-}
-# The cpu preset's time, estimated (see the module docstring; also in alignment_study.json).
-CPU_ESTIMATE = {
-  "first_run_of_a_configuration_s": 210,
-  "other_run_s": 135,
-  "agreement_extra_training": 0.6,
-  "gnmt_beam_evaluation_s": 60,
-  "total_min": 78,
-  "measured": "one 400-step additive run of this preset, niced on the shared 2-core machine: "
-  "171 CPU-s to load, compile and train, 70 CPU-s to evaluate, 2,000-2,650 tokens/s against "
-  "configs/demo.py's 1,100-1,300 in the same conditions (4,000 on free cores)",
-  "confirmed_by_a_full_run": False,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,10 +138,7 @@ METRICS = (
 def preset_overrides(preset: str) -> dict[str, Any]:
   """Settings every run of `preset` shares (on top of sweep_scores' preset config file)."""
   lo, hi = LONG_WORDS[preset]
-  out = {"data.long_test_min_words": lo, "data.long_test_max_words": hi}
-  if preset == "cpu":
-    out |= CPU_OVERRIDES
-  return out
+  return {"data.long_test_min_words": lo, "data.long_test_max_words": hi}
 
 
 def build_runs(
@@ -313,48 +268,25 @@ def markdown(rows: Sequence[dict[str, Any]], preset: str, long_words: tuple[int,
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--out", required=True, help="output folder (runs go to OUT/runs/NAME-seedN)")
-  p.add_argument("--preset", default="cpu", choices=PRESETS)
-  p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+  p = sweep.common_parser(__doc__)
   p.add_argument("--variants", default=",".join(VARIANT_NAMES), help="comma-separated variants")
-  p.add_argument(
-    "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run"
-  )
-  p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
-  p.add_argument(
-    "--compilation-cache",
-    default=None,
-    help="JAX persistent compilation cache folder (default OUT/jax_cache; 'none': off)",
-  )
   args = p.parse_args(argv)
-  args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-  names = [s.strip() for s in args.variants.split(",") if s.strip()]
-  unknown = [n for n in names if n not in VARIANT_NAMES]
-  if unknown:
-    p.error(f"unknown variant {unknown}; valid: {', '.join(VARIANT_NAMES)}")
+  sweep.check_common(p, args)
+  names = sweep.names_flag(p, args.variants, VARIANT_NAMES, "variant")
   if BASELINE not in names:
     p.error(f"--variants must include the baseline {BASELINE!r}")
   args.variants = [v for v in VARIANTS if v.name in names]  # Baseline first: the study's order.
-  if not args.seeds or len(set(args.seeds)) != len(args.seeds):
-    p.error("--seeds needs distinct integers")
-  if args.bootstrap_samples < 1:
-    p.error("--bootstrap-samples must be at least 1")
   return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   args = parse_args(argv)
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  try:
-    runs = build_runs(args.preset, args.variants, args.seeds, out, rp.parse_sets(args.set))
-    for name_runs in runs.values():
-      for run in name_runs:
-        run.config()  # Bad --set fields fail here, before anything trains.
-  except (ValueError, TypeError) as e:
-    raise SystemExit(f"error: {e}") from e
-  rp.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
+  out, runs = sweep.prepare(
+    args, lambda out, sets: build_runs(args.preset, args.variants, args.seeds, out, sets)
+  )
+  start = time.perf_counter()
+  if args.training == "together":  # Decode-only variants reuse the baseline's training.
+    sweep.train_groups({v.name: runs[v.name] for v in args.variants if not v.decode_only})
   start = time.perf_counter()
   records = {v.name: run_variant(v, runs[v.name], runs[BASELINE]) for v in args.variants}
   rows = [summarise(v, records[v.name], runs[v.name]) for v in args.variants]
@@ -377,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "baseline": BASELINE,
     "long_split_words": list(long_words),
     "sets": args.set,
+    "training": args.training,
     "variants": {v.name: {**v.overrides, "decode_only": v.decode_only} for v in args.variants},
     "configurations": rows,
     "significance": {
@@ -386,7 +319,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       "per_split": significance,
     },
     "runs": {rec["name"]: rec for recs in records.values() for rec in recs},
-    "cpu_estimate": CPU_ESTIMATE if args.preset == "cpu" else None,
     "total_wall_s": time.perf_counter() - start,
     **rp.environment(),
   }

@@ -8,8 +8,10 @@ the long ones.
 
 A variant is one config override, `{"model.attention": NAME}` (seq2seq/structures.py), crossed
 with the seeds: a sweep in the sense of experiments/sweep_scores.py, whose functions this script
-reuses. Every run is an ordinary workdir OUT/runs/NAME-seedN trained and evaluated with
-`seq2seq.train.train_and_evaluate` (rerunning resumes or reuses it). Plain RNNsearch (`soft`,
+reuses. Every run is an ordinary workdir OUT/runs/NAME-seedN (rerunning resumes or reuses it);
+`--training together` (default) trains a variant's seeds as one vmapped group
+(`seq2seq/seed_group.py`), `sequential` one after another with
+`seq2seq.train.train_and_evaluate`. Plain RNNsearch (`soft`,
 the additive score everywhere) is the baseline of the paired bootstrap.
 
 After training, each run's best (else latest) checkpoint is measured once more (`measure`, cached in
@@ -36,17 +38,10 @@ OUT/study_decode_long.png.
 Presets:
 * `smoke`: configs/tiny.py for a few steps (the test); its sentences have at most 18 words, so
   its "long split" is 10-18 words.
-* `cpu`: configs/demo.py sizes (training pairs of at most 30 words) on an embedded corpus whose
-  sentences reach 80 words (`data.synthetic.max_len=80`; its 1,000 test pairs hold about 100 of
-  40-80 words, so the long split also tests length generalisation), CPU_STEPS updates per run
-  and a 200-pair validation split used for one loss at the end. Estimate, from one 100-step run of
-  `soft`, `monotonic` and `hard` each (niced, on 2 CPU cores shared with other jobs): a run took
-  150 s (soft), 170 s (hard) and 330 s (monotonic, whose compilation is the slowest) with its
-  compilation, evaluation and `measure`, plus about 40 s once for the corpus, and trained at
-  about 0.35 s per step (2,300-4,800 target tokens/s). At CPU_STEPS steps a first seed then
-  takes about 4.5 minutes (monotonic 7.5) and the later seeds a minute less (their compiled
-  programs come from the persistent cache): about 90 minutes for 7 variants x 3 seeds, less on
-  idle cores.
+* `cpu`: the cpu preset shared by the study scripts (`sweep_scores.CPU_OVERRIDES`: half the
+  demo's width, Glorot initialisation, 400 updates of 64 pairs of at most 30 words, on a corpus
+  whose 1,000 test pairs hold about 100 of 40-80 words, so the long split also tests length
+  generalisation). Its measured wall time is in study.json (`total_wall_s`).
 """
 
 from __future__ import annotations
@@ -73,16 +68,6 @@ from seq2seq.data import builders, synthetic  # noqa: E402
 
 PRESETS = ("smoke", "cpu")
 LONG_SPLITS = {"smoke": (10, 18), "cpu": (40, 80)}  # Source words (inclusive) of the long split.
-CPU_STEPS = 400  # Updates per run in the cpu preset.
-CPU_SETTINGS = {
-  "data.synthetic.max_len": 80,  # Test sources up to 80 words: the long split exists.
-  "data.synthetic.valid_pairs": 200,  # Validation only reports a loss here: keep it small.
-  "train.num_steps": CPU_STEPS,
-  "train.eval_every": CPU_STEPS,  # One validation loss at the end, no validation BLEU.
-  "train.valid_bleu": False,
-  "train.checkpoint_every": CPU_STEPS,
-  "train.log_every": 50,
-}
 MEASURE_FILE = "structural_study.json"
 
 
@@ -94,10 +79,8 @@ def configurations(variants: Sequence[str]) -> list[dict[str, Any]]:
 def build_runs(
   preset: str, variants: Sequence[str], seeds: Sequence[int], out: Path, sets: dict[str, Any]
 ) -> dict[str, list[rp.Run]]:
-  """{variant: its runs, one per seed}: `sweep_scores.build_runs` with the preset's settings
-  (`--set` wins over them)."""
-  shared = dict(CPU_SETTINGS) if preset == "cpu" else {}
-  return sweep.build_runs(preset, configurations(variants), seeds, out, {**shared, **sets})
+  """{variant: its runs, one per seed}: `sweep_scores.build_runs` (its presets; `--set` wins)."""
+  return sweep.build_runs(preset, configurations(variants), seeds, out, sets)
 
 
 def subset(split: input_pipeline.Split, ids: Sequence[int]) -> input_pipeline.Split:
@@ -219,53 +202,31 @@ def markdown(rows: Sequence[dict[str, Any]], baseline: str, preset: str, long_sp
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--out", required=True, help="output folder (runs go to OUT/runs/NAME-seedN)")
-  p.add_argument("--preset", default="cpu", choices=PRESETS)
-  p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+  p = sweep.common_parser(__doc__)
   p.add_argument("--variants", default=",".join(structures.names()), help="model.attention values")
   p.add_argument("--baseline", default="soft", help="the variant tested against")
   p.add_argument(
-    "--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run"
-  )
-  p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
-  p.add_argument(
     "--decode-sentences", type=int, default=50, help="long (and short) sources timed per run"
   )
-  p.add_argument(
-    "--compilation-cache",
-    default=None,
-    help="JAX persistent compilation cache folder (default OUT/jax_cache; 'none': off)",
-  )
   args = p.parse_args(argv)
-  args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-  args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-  unknown = [v for v in args.variants if v not in structures.names()]
-  if unknown:
-    p.error(f"unknown variant {unknown}; valid: {', '.join(structures.names())}")
-  if not args.seeds or len(set(args.seeds)) != len(args.seeds):
-    p.error("--seeds needs distinct integers")
+  sweep.check_common(p, args)
+  args.variants = sweep.names_flag(p, args.variants, structures.names(), "variant")
   if args.baseline not in args.variants:
     p.error(f"--baseline {args.baseline!r} is not among --variants")
-  if args.bootstrap_samples < 1 or args.decode_sentences < 1:
-    p.error("--bootstrap-samples and --decode-sentences must be at least 1")
+  if args.decode_sentences < 1:
+    p.error("--decode-sentences must be at least 1")
   return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   args = parse_args(argv)
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
   long_split = LONG_SPLITS[args.preset]
-  try:
-    sets = rp.parse_sets(args.set)
-    runs = build_runs(args.preset, args.variants, args.seeds, out, sets)
-    for name_runs in runs.values():
-      for run in name_runs:
-        run.config()  # Bad --set fields fail here, before anything trains.
-  except (ValueError, TypeError) as e:
-    raise SystemExit(f"error: {e}") from e
-  rp.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
+  out, runs = sweep.prepare(
+    args, lambda out, sets: build_runs(args.preset, args.variants, args.seeds, out, sets)
+  )
+  start = time.perf_counter()
+  if args.training == "together":
+    sweep.train_groups(runs)
   start = time.perf_counter()
   records, measured = {}, {}
   for name, name_runs in runs.items():
@@ -290,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "baseline": args.baseline,
     "long_split": list(long_split),
     "sets": args.set,
+    "training": args.training,
     "configurations": rows,
     "significance": {
       "test": "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')",
