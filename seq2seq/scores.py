@@ -14,43 +14,23 @@ it and lists the valid names when the name is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import layers
+from seq2seq import layers, registry
 
-_REGISTRY: dict[str, type[Score]] = {}
-
-
-def register(name: str) -> Callable[[type[Score]], type[Score]]:
-  """Class decorator adding a score function to the registry under `name`."""
-
-  def add(cls: type[Score]) -> type[Score]:
-    if name in _REGISTRY:
-      raise ValueError(f"score {name!r} is registered twice")
-    _REGISTRY[name] = cls
-    cls.name = name
-    return cls
-
-  return add
-
-
-def names() -> list[str]:
-  """The registered score names, sorted."""
-  return sorted(_REGISTRY)
+_REGISTRY: registry.Registry[Score] = registry.Registry("score function", sort=True)
+register = _REGISTRY.register  # Class decorator: @register("name") on a Score subclass.
+names = _REGISTRY.names  # The registered score names, sorted.
 
 
 def make_score(
   name: str, query_dim: int, annot_dim: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs
 ) -> Score:
   """Builds the score function `name` for queries of size D and annotations of size H."""
-  if name not in _REGISTRY:
-    raise ValueError(f"unknown score function {name!r}; valid: {', '.join(names())}")
-  return _REGISTRY[name](query_dim, annot_dim, cfg, rngs=rngs)
+  return _REGISTRY.get(name)(query_dim, annot_dim, cfg, rngs=rngs)
 
 
 class Score(nnx.Module):

@@ -37,7 +37,6 @@ its alignment features); `conv` and `multihead` bring their own. Register a new 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -45,34 +44,12 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import attention, layers
+from seq2seq import attention, layers, registry
 
-_REGISTRY: dict[str, type[Structure]] = {}
-
-
-def register(name: str) -> Callable[[type[Structure]], type[Structure]]:
-  """Class decorator adding an attention structure to the registry under `name`."""
-
-  def add(cls: type[Structure]) -> type[Structure]:
-    if name in _REGISTRY:
-      raise ValueError(f"attention structure {name!r} is registered twice")
-    _REGISTRY[name] = cls
-    cls.name = name
-    return cls
-
-  return add
-
-
-def names() -> list[str]:
-  """The registered structure names, in registration order (`soft` first)."""
-  return list(_REGISTRY)
-
-
-def get(name: str) -> type[Structure]:
-  """The structure class registered as `name`."""
-  if name not in _REGISTRY:
-    raise ValueError(f"unknown model.attention {name!r}; valid: {', '.join(names())}")
-  return _REGISTRY[name]
+_REGISTRY: registry.Registry[Structure] = registry.Registry("model.attention")
+register = _REGISTRY.register  # Class decorator: @register("name") on a Structure subclass.
+names = _REGISTRY.names  # The registered structure names, in registration order (`soft` first).
+get = _REGISTRY.get  # The structure class registered under a name.
 
 
 def make_structure(

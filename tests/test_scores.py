@@ -92,6 +92,12 @@ def test_unknown_score_lists_valid_names(tiny_config):
     scores.make_score("bilinear", D, H, _cfg(tiny_config), rngs=nnx.Rngs(0))
 
 
+def test_a_name_registers_once():
+  with pytest.raises(ValueError, match="score function 'dot' is registered twice"):
+    scores.register("dot")(type("Dot2", (scores.Score,), {}))
+  assert scores.names() == sorted(scores.names()) and "dot" in scores.names()
+
+
 @pytest.mark.parametrize("name", ["dot", "scaled", "cosine"])
 def test_size_mismatch_names_both_sizes(tiny_config, name):
   with pytest.raises(ValueError, match=r"size 7\).*size 6\)"):
