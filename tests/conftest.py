@@ -1,11 +1,38 @@
-"""Shared fixtures: small configs and random padded batches."""
+"""Shared fixtures: small configs and random padded batches.
 
-import jax
-import numpy as np
-import pytest
-from flax import nnx
+The tests check values, files and shapes, not speed, and most of their time is XLA compiling
+small programs. So, before JAX starts, this file turns XLA's backend optimisations down for the
+session and every subprocess it starts (XLA_FLAGS; a caller's flags are kept, after ours), and
+points the persistent compilation cache of this process and of its subprocesses (the main.py and
+experiment runs) at one folder per session, so a program compiled once is loaded by the others.
+"""
 
-from configs import tiny
+import os
+import shutil
+import tempfile
+
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ["XLA_FLAGS"] = f"{FAST_COMPILE} {os.environ.get('XLA_FLAGS', '')}".strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix="seq2seq-jax-cache-")  # Removed when the session ends.
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+else:
+  _CACHE = None
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from configs import tiny  # noqa: E402
+
+
+def pytest_sessionfinish(session, exitstatus):
+  if _CACHE is not None:
+    shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,6 @@ from seq2seq import tokenizer as tok
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 SRC_VOCAB, TGT_VOCAB = 40, 45
-# main.py runs check files and shapes, not speed: XLA's backend optimisations are turned down.
-FAST_COMPILE = {
-  "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-}
 
 
 def agreement_config(weight=1.0):
@@ -176,7 +172,7 @@ def test_main_trains_saves_and_decodes_both_directions(tmp_path):
     "--config.data.long_test_min_words=12",
     "--config.data.long_test_max_words=18",
   ]
-  run_main(workdir, *flags, env=FAST_COMPILE)
+  run_main(workdir, *flags)  # conftest sets fast-compile XLA flags.
 
   tree = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / "4" / "state")
   params = tree["params"]

@@ -20,7 +20,6 @@ import pytest
 from seq2seq import summary
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
 
 
@@ -30,7 +29,7 @@ def compilation_cache(tmp_path_factory) -> Path:
 
 
 def run_script(name: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # With conftest's fast-compile XLA_FLAGS.
   cmd = [sys.executable, f"experiments/{name}", *args, "--compilation-cache", str(cache)]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -155,6 +154,7 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
   assert "| soft |" in md and "| hard |" in md
   for name in ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png"):
     assert (out / name).stat().st_size > 0
+
 
 def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   out = tmp_path / "study"

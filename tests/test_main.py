@@ -192,7 +192,8 @@ def test_unknown_config_field_fails(tmp_path):
 @pytest.mark.slow
 def test_eight_devices_match_one(trained, tmp_path):
   workdir = tmp_path / "eight"
-  env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+  flags = os.environ.get("XLA_FLAGS", "")  # conftest's fast-compile flags, kept.
+  env = {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=8"}
   run_main(workdir, "--config.train.num_steps=20", "--config.train.final_eval=false", env=env)
   one = [r["loss"] for r in metrics(trained)]
   eight = [r["loss"] for r in metrics(workdir)]
