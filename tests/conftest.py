@@ -1,19 +1,18 @@
 """Shared fixtures: small configs and random padded batches.
 
-The tests check values, files and shapes, not speed, and most of their time is XLA compiling
-small programs. So, before JAX starts, this file turns XLA's backend optimisations down for the
-session and every subprocess it starts (XLA_FLAGS; a caller's flags are kept, after ours), and
-points the persistent compilation cache of this process and of its subprocesses (the main.py and
-experiment runs) at one folder per session, so a program compiled once is loaded by the others.
+Most of the tests' time is XLA compiling small programs. Before JAX starts, this file points the
+persistent compilation cache of this process and of the subprocesses it starts (main.py and the
+experiment scripts) at one folder per session, so a program compiled once is loaded by the
+others (the same executable: results do not change). The subprocess helpers also turn XLA's
+backend optimisations down (`FAST_COMPILE`); in-process tests keep the default optimisation,
+because a trained model's figures depend on it (test_supervised_attention_lowers_aer reached AER
+0.38 at the default and 0.56 with these flags).
 """
 
 import os
 import shutil
 import tempfile
 
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-os.environ["XLA_FLAGS"] = f"{FAST_COMPILE} {os.environ.get('XLA_FLAGS', '')}".strip()
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _CACHE = tempfile.mkdtemp(prefix="seq2seq-jax-cache-")  # Removed when the session ends.
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE

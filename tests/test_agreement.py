@@ -172,7 +172,7 @@ def test_main_trains_saves_and_decodes_both_directions(tmp_path):
     "--config.data.long_test_min_words=12",
     "--config.data.long_test_max_words=18",
   ]
-  run_main(workdir, *flags)  # conftest sets fast-compile XLA flags.
+  run_main(workdir, *flags)
 
   tree = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / "4" / "state")
   params = tree["params"]

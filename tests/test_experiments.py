@@ -20,6 +20,7 @@ import pytest
 from seq2seq import summary
 
 ROOT = Path(__file__).resolve().parents[1]
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
 
 
@@ -29,7 +30,7 @@ def compilation_cache(tmp_path_factory) -> Path:
 
 
 def run_script(name: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # With conftest's fast-compile XLA_FLAGS.
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
   cmd = [sys.executable, f"experiments/{name}", *args, "--compilation-cache", str(cache)]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,10 +12,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_main(workdir, *overrides, env=None, check=True):
+# main.py runs check files, shapes and equalities between runs, not speed: compile cheaply.
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
+def subprocess_env(extra_xla_flags: str = "") -> dict[str, str]:
+  """The environment of a main.py run: this one, with FAST_COMPILE (and `extra_xla_flags`)."""
+  return {**os.environ, "XLA_FLAGS": f"{FAST_COMPILE} {extra_xla_flags}".strip()}
+
+
+def run_main(workdir, *overrides, xla_flags="", check=True):
   cmd = [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
   proc = subprocess.run(
-    cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600
+    cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env(xla_flags), timeout=600
   )
   if check and proc.returncode != 0:
     raise AssertionError(f"exit {proc.returncode}\n{proc.stderr[-3000:]}")
@@ -99,6 +108,7 @@ def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
       "--config.train.num_steps=20",
     ],
     cwd=ROOT,
+    env=subprocess_env(),
     capture_output=True,
     text=True,
     timeout=600,
@@ -192,9 +202,8 @@ def test_unknown_config_field_fails(tmp_path):
 @pytest.mark.slow
 def test_eight_devices_match_one(trained, tmp_path):
   workdir = tmp_path / "eight"
-  flags = os.environ.get("XLA_FLAGS", "")  # conftest's fast-compile flags, kept.
-  env = {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=8"}
-  run_main(workdir, "--config.train.num_steps=20", "--config.train.final_eval=false", env=env)
+  steps = ("--config.train.num_steps=20", "--config.train.final_eval=false")
+  run_main(workdir, *steps, xla_flags="--xla_force_host_platform_device_count=8")
   one = [r["loss"] for r in metrics(trained)]
   eight = [r["loss"] for r in metrics(workdir)]
   np.testing.assert_allclose(eight, one, rtol=2e-4, atol=2e-4)
@@ -221,7 +230,11 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
   ]
   procs = [
     subprocess.Popen(
-      [*cmd, f"--process_id={i}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+      [*cmd, f"--process_id={i}"],
+      cwd=ROOT,
+      env=subprocess_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
     )
     for i in range(2)
   ]

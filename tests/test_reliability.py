@@ -17,7 +17,7 @@ from conftest import randomise
 from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_main import ROOT, final_params, metrics, run_main
+from test_main import ROOT, final_params, metrics, run_main, subprocess_env
 
 from seq2seq import models, train
 
@@ -26,7 +26,9 @@ FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
 def start_main(workdir, *overrides):
   cmd = [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
-  return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  pipe = subprocess.PIPE
+  env = subprocess_env()  # As run_main's runs, which the tests compare with.
+  return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
 
 
 def wait_for(predicate, proc, timeout=300.0, poll=0.002):
