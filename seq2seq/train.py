@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -187,47 +187,78 @@ def reinforce_loss(
   return -reinforce_weight * jnp.sum(advantage_B * logp_B) - entropy_weight * bonus
 
 
+class LossWeights(NamedTuple):
+  """The weights of the training objective's terms; `from_config` reads them from config.train.
+
+  `fertility` and `supervision` must be Python floats (a zero one leaves its term out of the
+  program); the others may be traced.
+  """
+
+  label_smoothing: float = 0.0  # train.label_smoothing
+  fertility: float = 0.0  # train.fertility_weight: x `fertility_loss`
+  supervision: float = 0.0  # train.attention_supervision: x `attention_supervision_loss` ...
+  supervision_loss: str = "ce"  # ... of kind train.attention_supervision_loss
+  reinforce: float = 0.0  # train.reinforce_weight (hard attention's estimator)
+  entropy: float = 0.0  # train.entropy_weight (its entropy bonus)
+  agreement: float = 1.0  # train.agreement_weight (agreement runs' bonus)
+
+  @classmethod
+  def from_config(cls, tcfg: ml_collections.ConfigDict) -> LossWeights:
+    return cls(
+      tcfg.label_smoothing,
+      tcfg.fertility_weight,
+      tcfg.attention_supervision,
+      tcfg.attention_supervision_loss,
+      tcfg.reinforce_weight,
+      tcfg.entropy_weight,
+      tcfg.agreement_weight,
+    )
+
+
+PLAIN = LossWeights()  # Cross-entropy alone (agreement runs: weight-1 bonus).
+
+
 def direction_objective(
   model: models.Seq2Seq,
   batch: dict[str, jax.Array],
   rng,
-  label_smoothing: float,
-  fertility_weight: float = 0.0,
-  supervision_weight: float = 0.0,
-  supervision_loss: str = "ce",
+  weights: LossWeights = PLAIN,
   *,
   need_alpha: bool = False,
   reinforce: tuple | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None, dict[str, jax.Array]]:
   """One translation direction's summed objective on `batch`.
 
-  Returns (cross-entropy + `fertility_weight` x `fertility_loss` + `supervision_weight` x
-  `attention_supervision_loss` (against `batch["align"]`), summed cross-entropy, target tokens,
-  alpha [B, T, S] when computed (with those terms or `need_alpha`), else None, extra metrics).
-  `reinforce` = (baseline or None, is_first_step, reinforce_weight, entropy_weight): for a
-  model whose attention samples (hard attention), given a key, the objective adds the gradient
-  of `reinforce_loss` (its value is subtracted again, so the loss stays comparable) with each
-  sentence's log-likelihood as reward, against the baseline (the
-  batch's mean reward at the first step or without one); extras then hold "reward", that mean.
+  Returns (cross-entropy (with `weights.label_smoothing`) + `weights.fertility` x
+  `fertility_loss` + `weights.supervision` x `attention_supervision_loss` (against
+  `batch["align"]`), summed cross-entropy, target tokens, alpha [B, T, S] when computed (with
+  those terms or `need_alpha`), else None, extra metrics). `reinforce` = (baseline or None,
+  is_first_step): for a model whose attention samples (hard attention), given a key, the
+  objective adds the gradient of `reinforce_loss` (weights `weights.reinforce` and
+  `weights.entropy`; its value is subtracted again, so the loss stays comparable) with each
+  sentence's log-likelihood as reward, against the baseline (the batch's mean reward at the
+  first step or without one); extras then hold "reward", that mean.
   """
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
   sampled = reinforce is not None and model.samples_attention and rng is not None
   alpha, extras = None, {}
-  if fertility_weight > 0 or supervision_weight > 0 or need_alpha or sampled:
+  if weights.fertility > 0 or weights.supervision > 0 or need_alpha or sampled:
     logits, aux = model(*args, return_aux=True, dropout_rng=rng)
     alpha = aux["alpha"]
   else:
     logits = model(*args, dropout_rng=rng)
-  total, tokens = cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"], label_smoothing)
+  total, tokens = cross_entropy(
+    logits, batch["tgt_out"], batch["tgt_mask"], weights.label_smoothing
+  )
   objective = total
-  if fertility_weight > 0:
+  if weights.fertility > 0:
     penalty = fertility_loss(alpha, aux["fertility"], batch["src_mask"], batch["tgt_mask"])
-    objective = objective + fertility_weight * penalty
-  if supervision_weight > 0:
-    guided = attention_supervision_loss(alpha, batch["align"], supervision_loss)
-    objective = objective + supervision_weight * guided
+    objective = objective + weights.fertility * penalty
+  if weights.supervision > 0:
+    guided = attention_supervision_loss(alpha, batch["align"], weights.supervision_loss)
+    objective = objective + weights.supervision * guided
   if sampled:
-    baseline, first_step, reinforce_weight, entropy_weight = reinforce
+    baseline, first_step = reinforce
     reward_B = jax.lax.stop_gradient(
       sentence_log_likelihood(logits, batch["tgt_out"], batch["tgt_mask"])
     )
@@ -242,8 +273,8 @@ def direction_objective(
       aux["sample_logp"],
       aux["entropy"],
       batch["tgt_mask"],
-      reinforce_weight,
-      entropy_weight,
+      weights.reinforce,
+      weights.entropy,
     )
     # Its gradient, not its value: the loss reported stays the cross-entropy (plus penalties).
     objective = objective + surrogate - jax.lax.stop_gradient(surrogate)
@@ -297,18 +328,11 @@ def agreement_bonus(
 
 
 def agreement_loss(
-  model: models.Agreement,
-  batch: dict[str, jax.Array],
-  rng,
-  label_smoothing: float,
-  fertility_weight: float = 0.0,
-  supervision_weight: float = 0.0,
-  supervision_loss: str = "ce",
-  agreement_weight: float = 1.0,
+  model: models.Agreement, batch: dict[str, jax.Array], rng, weights: LossWeights = PLAIN
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """The joint objective of an agreement run and its parts.
 
-  loss = O_fwd / N_fwd + O_rev / N_rev - `agreement_weight` * bonus / N_fwd, where O is each
+  loss = O_fwd / N_fwd + O_rev / N_rev - `weights.agreement` * bonus / N_fwd, where O is each
   direction's `direction_objective` (fertility and supervision terms apply to both; the reverse
   is supervised by the transposed links), N its target tokens and bonus the `agreement_bonus`
   (so bonus / N_fwd is in [0, 1]). The forward model sees exactly the batch and dropout key a
@@ -317,12 +341,11 @@ def agreement_loss(
   (forward cross-entropy sum and target tokens).
   """
   rng_rev = None if rng is None else jax.random.fold_in(rng, 1)
-  weights = (label_smoothing, fertility_weight, supervision_weight, supervision_loss)
   obj_f, ce_f, tok_f, alpha_f, _ = direction_objective(
-    model.forward, batch, rng, *weights, need_alpha=True
+    model.forward, batch, rng, weights, need_alpha=True
   )
   obj_r, _, tok_r, alpha_r, _ = direction_objective(
-    model.reverse, reverse_batch(batch), rng_rev, *weights, need_alpha=True
+    model.reverse, reverse_batch(batch), rng_rev, weights, need_alpha=True
   )
   n_f, n_r = jnp.maximum(tok_f, 1.0), jnp.maximum(tok_r, 1.0)
   agreement = agreement_bonus(alpha_f, alpha_r, batch["src_mask"], batch["tgt_mask"]) / n_f
@@ -333,7 +356,7 @@ def agreement_loss(
     "forward_ce": ce_f,
     "tokens": tok_f,
   }
-  return parts["forward_loss"] + parts["reverse_loss"] - agreement_weight * agreement, parts
+  return parts["forward_loss"] + parts["reverse_loss"] - weights.agreement * agreement, parts
 
 
 def loss_fn(
@@ -341,18 +364,12 @@ def loss_fn(
   state: TrainState,
   batch: dict[str, jax.Array],
   rng,
-  label_smoothing,
-  fertility_weight: float = 0.0,
-  supervision_weight: float = 0.0,
-  supervision_loss: str = "ce",
-  reinforce_weight: float = 0.0,
-  entropy_weight: float = 0.0,
-  agreement_weight: float = 1.0,
+  weights: LossWeights = PLAIN,
 ):
   """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens, extra
   metrics) for metrics.
 
-  The loss adds `fertility_weight` x `fertility_loss` and `supervision_weight` x
+  The loss adds `weights.fertility` x `fertility_loss` and `weights.supervision` x
   `attention_supervision_loss` (against `batch["align"]`), both per target token. A model whose
   attention samples (hard attention) and is given a key adds `reinforce_loss`, per target token,
   with the sentences' log-likelihoods as rewards against `state.baseline` (at step 0, or without
@@ -362,14 +379,13 @@ def loss_fn(
   reverse_loss, agreement); other models' extras are {}.
   """
   model = nnx.merge(state.graphdef, params)
-  weights = (label_smoothing, fertility_weight, supervision_weight, supervision_loss)
   if isinstance(model, models.Agreement):
-    loss, parts = agreement_loss(model, batch, rng, *weights, agreement_weight)
+    loss, parts = agreement_loss(model, batch, rng, weights)
     extras = {k: parts[k] for k in AGREEMENT_METRICS}
     return loss, (parts["forward_ce"], parts["tokens"], extras)
-  reinforce = (state.baseline, state.step == 0, reinforce_weight, entropy_weight)
+  reinforce = (state.baseline, state.step == 0)
   objective, total, tokens, _, extras = direction_objective(
-    model, batch, rng, *weights, reinforce=reinforce
+    model, batch, rng, weights, reinforce=reinforce
   )
   return objective / jnp.maximum(tokens, 1.0), (total, tokens, extras)
 
@@ -399,13 +415,7 @@ def train_step(
     state,
     batch,
     dropout_rng,
-    config.train.label_smoothing,
-    config.train.fertility_weight,
-    config.train.attention_supervision,
-    config.train.attention_supervision_loss,
-    config.train.reinforce_weight,
-    config.train.entropy_weight,
-    config.train.agreement_weight,
+    LossWeights.from_config(config.train),
   )
   if config.train.inject_nonfinite_step >= 0:  # Test hook: poison one step's gradients.
     poison = jnp.where(state.step + 1 == config.train.inject_nonfinite_step, jnp.nan, 1.0)

@@ -98,14 +98,13 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   model = randomise(fresh, seed=4)
   b = jnp_batch(seed=5)
   ts = state_of(model, cfg)
-  loss, (ce, tokens, extras) = train.loss_fn(
-    ts.params, ts, b, None, 0.0, 0.0, 0.0, "ce", agreement_weight=0.0
-  )
+  independent = train.LossWeights(agreement=0.0)
+  loss, (ce, tokens, extras) = train.loss_fn(ts.params, ts, b, None, independent)
   # The same forward and reverse weights as plain RNNsearch models.
   fwd = state_of(model.forward, plain_cfg)
   rev = state_of(model.reverse, plain_cfg)
-  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = train.loss_fn(fwd.params, fwd, b, None, 0.0)
-  rev_loss, _ = train.loss_fn(rev.params, rev, train.reverse_batch(b), None, 0.0)
+  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = train.loss_fn(fwd.params, fwd, b, None)
+  rev_loss, _ = train.loss_fn(rev.params, rev, train.reverse_batch(b), None)
   assert fwd_extras == {}
   assert float(extras["forward_loss"]) == pytest.approx(float(fwd_loss), rel=1e-6)
   assert float(extras["reverse_loss"]) == pytest.approx(float(rev_loss), rel=1e-6)
@@ -113,7 +112,7 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   assert float(ce) == pytest.approx(float(fwd_ce), rel=1e-6) and float(tokens) == float(fwd_tokens)
   assert 0.0 < float(extras["agreement"]) <= 1.0
   # With weight 1 the bonus is subtracted.
-  loss1, _ = train.loss_fn(ts.params, ts, b, None, 0.0, 0.0, 0.0, "ce", agreement_weight=1.0)
+  loss1, _ = train.loss_fn(ts.params, ts, b, None, train.LossWeights(agreement=1.0))
   assert float(loss1) == pytest.approx(float(loss) - float(extras["agreement"]), rel=1e-5)
 
 
@@ -125,11 +124,11 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
   b = jnp_batch(seed=6)
 
   def loss(params):
-    return train.loss_fn(params, ts, b, None, 0.0, 0.1)[0]
+    return train.loss_fn(params, ts, b, None, train.LossWeights(fertility=0.1))[0]
 
   def bonus_only(params):
     agreement = nnx.merge(ts.graphdef, params)
-    return train.agreement_loss(agreement, b, None, 0.0)[1]["agreement"]
+    return train.agreement_loss(agreement, b, None)[1]["agreement"]
 
   both = jax.jit(lambda p: (jax.grad(loss)(p), jax.grad(bonus_only)(p)))(ts.params)
   for grads in map(nnx.to_pure_dict, both):

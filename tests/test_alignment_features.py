@@ -85,7 +85,7 @@ def test_zero_feature_weights_give_plain_rnnsearch_exactly(features):
   losses = []
   for model in (plain, featured):
     ts = _train_state(model, plain_cfg)
-    losses.append(train.loss_fn(ts.params, ts, b, None, 0.0)[0])
+    losses.append(train.loss_fn(ts.params, ts, b, None)[0])
   assert float(losses[0]) == float(losses[1])
 
 
@@ -109,7 +109,8 @@ def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
   model = build(cfg)
   ts = _train_state(model, cfg)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
-  grads = jax.grad(lambda p: train.loss_fn(p, ts, b, None, 0.0, 0.5)[0])(ts.params)
+  weights = train.LossWeights(fertility=0.5)
+  grads = jax.grad(lambda p: train.loss_fn(p, ts, b, None, weights)[0])(ts.params)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
   fert_grad = dict(nnx.to_flat_state(grads))[("fert_proj", "kernel")].value
   assert float(jnp.abs(fert_grad).sum()) > 0  # The learned fertility is trained by the penalty.

@@ -386,8 +386,8 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
 
   @jit
   def grads(params, reinforce_weight, entropy_weight):
-    weights = (0.0, 0.0, 0.0, "ce", reinforce_weight, entropy_weight)
-    loss = lambda p: train.loss_fn(p, state, b, jax.random.key(1), *weights)[0]
+    weights = train.LossWeights(reinforce=reinforce_weight, entropy=entropy_weight)
+    loss = lambda p: train.loss_fn(p, state, b, jax.random.key(1), weights)[0]
     return jax.grad(loss)(params)
 
   v_a = lambda g: dict(nnx.to_flat_state(g))[("score", "v_a", "kernel")].value
@@ -432,8 +432,8 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   # The training loss (with its key: hard attention samples, monotonic adds noise), with and
   # without jit, on the trained model.
   key = jax.random.key(7) if structures.uses_rng(cfg.model) else None
-  weights = (0.0, 0.0, 0.0, "ce", 1.0, 0.01)
-  loss = lambda params, key: train.loss_fn(params, state, batch, key, *weights)[0]
+  weights = train.LossWeights(reinforce=1.0, entropy=0.01)
+  loss = lambda params, key: train.loss_fn(params, state, batch, key, weights)[0]
   eager = float(loss(state.params, key))
   np.testing.assert_allclose(float(jit(loss)(state.params, key)), eager, rtol=1e-5)
   final = float(jit(loss)(state.params, None)) if key is not None else eager  # Evaluation.
