@@ -301,27 +301,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     row["p_value_vs_baseline"] = significance["test"][row["name"]]["p_value"]
     row["p_value_long_vs_baseline"] = significance[LONG][row["name"]]["p_value"]
   long_words = LONG_WORDS[args.preset]
-  result = {
-    "preset": args.preset,
-    "config_file": sweep.PRESET_CONFIGS[args.preset],
-    "preset_overrides": preset_overrides(args.preset),
-    "seeds": args.seeds,
-    "baseline": BASELINE,
-    "long_split_words": list(long_words),
-    "sets": args.set,
-    "training": args.training,
-    "variants": {v.name: {**v.overrides, "decode_only": v.decode_only} for v in args.variants},
-    "configurations": rows,
-    "significance": {
-      "test": "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')",
-      "hypotheses": "per split, concatenated over the seeds shared with the baseline",
-      "n_samples": args.bootstrap_samples,
-      "per_split": significance,
-    },
-    "runs": {rec["name"]: rec for recs in records.values() for rec in recs},
-    "total_wall_s": time.perf_counter() - start,
-    **rp.environment(),
+  tested = {
+    "hypotheses": "per split, concatenated over the seeds shared with the baseline",
+    "per_split": significance,
   }
+  result = sweep.study_record(
+    args,
+    BASELINE,
+    rows,
+    tested,
+    records,
+    start,
+    preset_overrides=preset_overrides(args.preset),
+    long_split_words=list(long_words),
+    variants={v.name: {**v.overrides, "decode_only": v.decode_only} for v in args.variants},
+  )
   (out / "alignment_study.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
   (out / "alignment_study.md").write_text(markdown(rows, args.preset, long_words))
   names = [r["name"] for r in rows]

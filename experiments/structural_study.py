@@ -244,28 +244,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   for row in rows:
     row["p_value_vs_baseline"] = significance["all"][row["name"]]["p_value"]
     row["p_value_long_vs_baseline"] = significance["long"][row["name"]]["p_value"]
-  result = {
-    "preset": args.preset,
-    "config_file": sweep.PRESET_CONFIGS[args.preset],
-    "seeds": args.seeds,
-    "baseline": args.baseline,
-    "long_split": list(long_split),
-    "sets": args.set,
-    "training": args.training,
-    "configurations": rows,
-    "significance": {
-      "test": "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')",
-      "hypotheses": "test split, concatenated over the seeds shared with the baseline",
-      "n_samples": args.bootstrap_samples,
-      "per_configuration": significance["all"],
-      "per_configuration_long": significance["long"],
-    },
-    "runs": {rec["name"]: rec for recs in records.values() for rec in recs},
-    "measured": {
-      run.name: m for name in runs for run, m in zip(runs[name], measured[name], strict=True)
-    },
-    "total_wall_s": time.perf_counter() - start,
-    **rp.environment(),
+  tested = {
+    "hypotheses": "test split, concatenated over the seeds shared with the baseline",
+    "per_configuration": significance["all"],
+    "per_configuration_long": significance["long"],
+  }
+  result = sweep.study_record(args, args.baseline, rows, tested, records, start)
+  result["long_split"] = list(long_split)
+  result["measured"] = {
+    run.name: m for name in runs for run, m in zip(runs[name], measured[name], strict=True)
   }
   (out / "study.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
   (out / "study.md").write_text(markdown(rows, args.baseline, args.preset, long_split))

@@ -380,6 +380,38 @@ def prepare(args: argparse.Namespace, build) -> tuple[Path, dict[str, list[rp.Ru
   return out, runs
 
 
+def study_record(
+  args: argparse.Namespace,
+  baseline: str,
+  rows: Sequence[dict[str, Any]],
+  significance: dict[str, Any],
+  records: dict[str, Sequence[dict[str, Any]]],
+  start: float,
+  **extra: Any,
+) -> dict[str, Any]:
+  """The JSON record a study script writes: its settings, rows, significance (the per-script
+  part under "significance", after the test's description), every run's record, the wall time
+  since `start` and the environment; `extra` keys come after the settings."""
+  return {
+    "preset": args.preset,
+    "config_file": PRESET_CONFIGS[args.preset],
+    "seeds": args.seeds,
+    "baseline": baseline,
+    "training": args.training,
+    "sets": args.set,
+    **extra,
+    "configurations": rows,
+    "significance": {
+      "test": "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')",
+      "n_samples": args.bootstrap_samples,
+      **significance,
+    },
+    "runs": {rec["name"]: rec for recs in records.values() for rec in recs},
+    "total_wall_s": time.perf_counter() - start,
+    **rp.environment(),
+  }
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p = common_parser(__doc__)
   p.add_argument("--scores", default=",".join(DEFAULT_SCORES), help="comma-separated scores")
@@ -405,24 +437,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   significance = paired_bootstrap(runs, args.baseline, references, args.bootstrap_samples)
   for row in rows:
     row["p_value_vs_baseline"] = significance[row["name"]]["p_value"]
-  result = {
-    "preset": args.preset,
-    "config_file": PRESET_CONFIGS[args.preset],
-    "seeds": args.seeds,
-    "baseline": args.baseline,
-    "training": args.training,
-    "sets": args.set,
-    "configurations": rows,
-    "significance": {
-      "test": "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')",
-      "hypotheses": "test split, concatenated over the seeds shared with the baseline",
-      "n_samples": args.bootstrap_samples,
-      "per_configuration": significance,
-    },
-    "runs": {rec["name"]: rec for recs in records.values() for rec in recs},
-    "total_wall_s": time.perf_counter() - start,
-    **rp.environment(),
+  tested = {
+    "hypotheses": "test split, concatenated over the seeds shared with the baseline",
+    "per_configuration": significance,
   }
+  result = study_record(args, args.baseline, rows, tested, records, start)
   (out / "sweep.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
   (out / "sweep.md").write_text(markdown(rows, significance, args.baseline, args.preset))
   bar_plot(
