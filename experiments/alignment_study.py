@@ -287,7 +287,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   start = time.perf_counter()
   if args.training == "together":  # Decode-only variants reuse the baseline's training.
     sweep.train_groups({v.name: runs[v.name] for v in args.variants if not v.decode_only})
-  start = time.perf_counter()
   records = {v.name: run_variant(v, runs[v.name], runs[BASELINE]) for v in args.variants}
   rows = [summarise(v, records[v.name], runs[v.name]) for v in args.variants]
   significance = {}

@@ -227,7 +227,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   start = time.perf_counter()
   if args.training == "together":
     sweep.train_groups(runs)
-  start = time.perf_counter()
   records, measured = {}, {}
   for name, name_runs in runs.items():
     records[name] = [rp.execute(run) for run in name_runs]
