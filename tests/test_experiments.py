@@ -131,6 +131,7 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
 
   study = json.loads((out / "study.json").read_text())
   assert study["baseline"] == "soft" and study["long_split"] == [10, 18]
+  assert study["total_wall_s"] >= sum(r["wall_s"] for r in study["runs"].values())
   rows = {r["name"]: r for r in study["configurations"]}
   assert list(rows) == ["soft", "hard"]
   for name, row in rows.items():
@@ -165,6 +166,8 @@ def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
 
   study = json.loads((out / "alignment_study.json").read_text())
   assert study["baseline"] == "additive" and study["long_split_words"] == [12, 18]
+  trained = [r for r in study["runs"].values() if not r["decode_only_from"]]
+  assert study["total_wall_s"] >= sum(r["wall_s"] for r in trained)
   rows = {r["name"]: r for r in study["configurations"]}
   assert list(rows) == variants.split(",")
   for row in rows.values():
