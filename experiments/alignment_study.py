@@ -78,7 +78,6 @@ if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the ch
 from experiments import reproduce_paper as rp  # noqa: E402
 from experiments import sweep_scores as sweep  # noqa: E402
 from seq2seq import input_pipeline  # noqa: E402
-from seq2seq.data import builders  # noqa: E402
 
 PRESETS = ("smoke", "cpu")
 BASELINE = "additive"
@@ -158,9 +157,7 @@ def split_results(run: rp.Run, split: str) -> dict[str, Any]:
 
 def references(run: rp.Run, split: str) -> list[str]:
   """Reference translations of `split` ("test" or the long split) from the run's corpus."""
-  config = run.config()
-  corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run.workdir))
-  test = list(corpus.read("test"))
+  config, test = run.config(), sweep.test_examples(run)
   if split == LONG:
     lo, hi = config.data.long_test_min_words, config.data.long_test_max_words
     return [test[i].tgt for i in input_pipeline.long_test_indices(test, lo, hi)]

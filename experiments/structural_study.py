@@ -64,7 +64,7 @@ import numpy as np  # noqa: E402
 from experiments import reproduce_paper as rp  # noqa: E402
 from experiments import sweep_scores as sweep  # noqa: E402
 from seq2seq import evaluate, input_pipeline, structures, train  # noqa: E402
-from seq2seq.data import builders, synthetic  # noqa: E402
+from seq2seq.data import synthetic  # noqa: E402
 
 PRESETS = ("smoke", "cpu")
 LONG_SPLITS = {"smoke": (10, 18), "cpu": (40, 80)}  # Source words (inclusive) of the long split.
@@ -94,13 +94,6 @@ def long_ids(sources: Sequence[str], long_split: tuple[int, int]) -> list[int]:
   """Indices of the sources of long_split[0]..long_split[1] (whitespace) words."""
   low, high = long_split
   return [i for i, src in enumerate(sources) if low <= len(src.split()) <= high]
-
-
-def test_sources(run: rp.Run) -> list[str]:
-  """The test split's source sentences, from the run's (built) corpus."""
-  config = run.config()
-  corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run.workdir))
-  return [ex.src for ex in corpus.read("test")]
 
 
 def decode_speed(state, split: input_pipeline.Split, config) -> float | None:
@@ -233,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     measured[name] = [measure(run, long_split, args.decode_sentences) for run in name_runs]
   rows = [aggregate(name, records[name], runs[name], measured[name]) for name in runs]
   references = sweep.test_references(runs[args.baseline][0])
-  ids = long_ids(test_sources(runs[args.baseline][0]), long_split)
+  ids = long_ids([ex.src for ex in sweep.test_examples(runs[args.baseline][0])], long_split)
   significance = {
     "all": sweep.paired_bootstrap(runs, args.baseline, references, args.bootstrap_samples),
     "long": sweep.paired_bootstrap(

@@ -176,11 +176,16 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
   return statistics.fmean(values), std
 
 
-def test_references(run: rp.Run) -> list[str]:
-  """The test split's reference translations, from the run's (built) corpus."""
+def test_examples(run: rp.Run) -> list[builders.Example]:
+  """The test split's pairs, from the run's (built) corpus."""
   config = run.config()
   corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run.workdir))
-  return [ex.tgt for ex in corpus.read("test")]
+  return list(corpus.read("test"))
+
+
+def test_references(run: rp.Run) -> list[str]:
+  """The test split's reference translations."""
+  return [ex.tgt for ex in test_examples(run)]
 
 
 def hypotheses(run: rp.Run, split: str = "test") -> list[str]:
