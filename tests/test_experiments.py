@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_main import subprocess_env
 
 from seq2seq import summary
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
 
 
@@ -30,7 +29,7 @@ def compilation_cache(tmp_path_factory) -> Path:
 
 
 def run_script(name: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
+  env = {**subprocess_env(), "JAX_PLATFORMS": "cpu"}
   cmd = [sys.executable, f"experiments/{name}", *args, "--compilation-cache", str(cache)]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -21,8 +21,13 @@ def subprocess_env(extra_xla_flags: str = "") -> dict[str, str]:
   return {**os.environ, "XLA_FLAGS": f"{FAST_COMPILE} {extra_xla_flags}".strip()}
 
 
+def main_command(workdir, *overrides) -> list[str]:
+  """main.py on configs/tiny.py in `workdir` with `overrides`."""
+  return [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
+
+
 def run_main(workdir, *overrides, xla_flags="", check=True):
-  cmd = [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
+  cmd = main_command(workdir, *overrides)
   proc = subprocess.run(
     cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env(xla_flags), timeout=600
   )
@@ -96,17 +101,14 @@ def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
   source.write_bytes(b"the cat sleeps .\n\nthe dog does not eat apples .\n\xff\xfe bad\n\n")
   out, att = tmp_path / "out.txt", tmp_path / "att.jsonl"
   proc = subprocess.run(
-    [
-      sys.executable,
-      "main.py",
-      "--config=configs/tiny.py",
-      f"--workdir={trained}",
+    main_command(
+      trained,
       "--mode=translate",
       f"--input={source}",
       f"--output={out}",
       f"--alignments={att}",
       "--config.train.num_steps=20",
-    ],
+    ),
     cwd=ROOT,
     env=subprocess_env(),
     capture_output=True,
@@ -218,16 +220,13 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   workdir = tmp_path / "two"
-  cmd = [
-    sys.executable,
-    "main.py",
-    "--config=configs/tiny.py",
-    f"--workdir={workdir}",
+  cmd = main_command(
+    workdir,
     "--config.train.num_steps=20",
     "--config.train.final_eval=false",
     f"--coordinator_address=127.0.0.1:{port}",
     "--num_processes=2",
-  ]
+  )
   procs = [
     subprocess.Popen(
       [*cmd, f"--process_id={i}"],

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_main import subprocess_env
 
 from configs import multi30k
 from seq2seq import summary, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 NOUNS = [("man", "homme"), ("dog", "chien"), ("child", "enfant"), ("cat", "chat")]
 VERBS = [("sees", "voit"), ("follows", "suit"), ("likes", "aime")]
@@ -68,7 +67,7 @@ def test_realtext_smoke(tmp_path):
     str(data_dir),
   ]
   args += ["--explore-minutes", "0.05", "--minutes", "0.05", "--only", "base", "dropout-0.5"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
+  env = {**subprocess_env(), "JAX_PLATFORMS": "cpu"}
   cmd = [sys.executable, "experiments/realtext.py", *args]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,7 +4,6 @@ import functools
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from conftest import randomise
 from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_main import ROOT, final_params, metrics, run_main, subprocess_env
+from test_main import ROOT, final_params, main_command, metrics, run_main, subprocess_env
 
 from seq2seq import models, train
 
@@ -25,7 +24,7 @@ FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
 
 def start_main(workdir, *overrides):
-  cmd = [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
+  cmd = main_command(workdir, *overrides)
   pipe = subprocess.PIPE
   env = subprocess_env()  # As run_main's runs, which the tests compare with.
   return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
