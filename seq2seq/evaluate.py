@@ -282,10 +282,33 @@ def evaluate_split(
     tr = translations[i]
     src_words = data.src_tokenizer.tokenize(raw[i][0]) + [tok.EOS]
     out_words = tgt_tok.decode_tokens(tr.ids) + [tok.EOS]
-    if tr.alpha.size and state.model().uses_attention:
+    if not (tr.alpha.size and state.model().uses_attention):
+      continue
+    maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads) ...
+    heads = translation_heads(state, split.src.row(i), tr)
+    maps |= {f"_head{n}": a for n, a in enumerate(heads)}  # ... then each head's, if any.
+    for suffix, alpha in maps.items():
       image = plots.alignment_heatmap(
-        tr.alpha, src_words, out_words[: len(tr.alpha)], out_dir / "alignments" / f"{i:03d}.png"
+        alpha, src_words, out_words[: len(alpha)], out_dir / "alignments" / f"{i:03d}{suffix}.png"
       )
       if writer is not None:
-        writer.write_image(step, f"{split_name}/alignment_{i}", image)
+        writer.write_image(step, f"{split_name}/alignment_{i}{suffix}", image)
   return results
+
+
+def translation_heads(state, src_ids: np.ndarray, tr: Translation) -> list[np.ndarray]:
+  """Each head's attention [len(tr.alpha), S_real] over a decoded sentence ([] unless the
+  attention structure has several heads: "alpha_heads").
+
+  Attention at a step depends only on the output before it, so forcing the decoder through the
+  translation's own words reproduces the heads that decoding (greedy or beam) used.
+  """
+  model = state.model()
+  if getattr(model.structure, "num_heads", 1) < 2:
+    return []
+  steps = len(tr.alpha)
+  src = np.concatenate([src_ids, [tok.EOS_ID]]).astype(np.int32)[None]
+  tgt_in = np.asarray([[tok.BOS_ID, *tr.ids][:steps]], np.int32)
+  _, aux = model(src, np.ones_like(src), tgt_in, return_aux=True)
+  heads_TNS = np.asarray(jax.device_get(aux["alpha_heads"]))[0]
+  return [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]

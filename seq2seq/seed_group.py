@@ -170,6 +170,7 @@ def train_together(
       for k, w in enumerate(writers):
         scalars = {key: float(m[key][k]) for key in ("loss", "learning_rate", "grad_norm")}
         scalars |= {"tokens_per_s": rate, "skipped_updates": int(skipped[k])}
+        scalars |= {key: float(m[key][k]) for key in train.EXTRA_METRICS if key in m}
         w.write(done, "train", scalars | {"elapsed_s": elapsed(), "seeds_together": group})
       losses = np.round(m["loss"], 4).tolist()
       logging.info(

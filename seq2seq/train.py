@@ -254,9 +254,11 @@ def direction_objective(
   if weights.fertility > 0:
     penalty = fertility_loss(alpha, aux["fertility"], batch["src_mask"], batch["tgt_mask"])
     objective = objective + weights.fertility * penalty
+    extras["fertility_loss"] = penalty
   if weights.supervision > 0:
     guided = attention_supervision_loss(alpha, batch["align"], weights.supervision_loss)
     objective = objective + weights.supervision * guided
+    extras["supervision_loss"] = guided
   if sampled:
     baseline, first_step = reinforce
     reward_B = jax.lax.stop_gradient(
@@ -387,7 +389,12 @@ def loss_fn(
   objective, total, tokens, _, extras = direction_objective(
     model, batch, rng, weights, reinforce=reinforce
   )
-  return objective / jnp.maximum(tokens, 1.0), (total, tokens, extras)
+  per_token = 1.0 / jnp.maximum(tokens, 1.0)
+  for key in PENALTY_METRICS:  # Unweighted, per target token, beside the cross-entropy.
+    if key in extras:
+      extras[key] = extras[key] * per_token
+      extras["ce_loss"] = total * per_token
+  return objective * per_token, (total, tokens, extras)
 
 
 def train_step(
@@ -459,7 +466,8 @@ def eval_step(state: TrainState, batch: dict[str, jax.Array]) -> dict[str, jax.A
 
 MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
 AGREEMENT_METRICS = ("forward_loss", "reverse_loss", "agreement")  # Logged for agreement runs.
-EXTRA_METRICS = (*AGREEMENT_METRICS, "reward", "baseline")  # Train-line metrics of some models.
+PENALTY_METRICS = ("fertility_loss", "supervision_loss")  # Logged with "ce_loss" when trained.
+EXTRA_METRICS = (*AGREEMENT_METRICS, *PENALTY_METRICS, "ce_loss", "reward", "baseline")
 
 
 class Runtime:

@@ -185,6 +185,24 @@ def test_supervision_loss_hand_computed():
     train.attention_supervision_loss(alpha, gold, "kl")
 
 
+def test_penalty_terms_are_reported_beside_the_cross_entropy():
+  cfg = featured_config()
+  ts = _train_state(build(cfg), cfg)
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
+  rng = np.random.default_rng(2)
+  (batch, src_len), tgt_len = b["src"].shape, b["tgt_in"].shape[1]
+  b["align"] = jnp.asarray(rng.integers(0, 2, (batch, tgt_len, src_len)), jnp.float32)
+  plain, (_, _, extras) = train.loss_fn(ts.params, ts, b, None)
+  assert extras == {}  # Plain RNNsearch logs no penalty terms.
+  weights = train.LossWeights(fertility=0.5, supervision=2.0)
+  loss, (total, tokens, extras) = train.loss_fn(ts.params, ts, b, None, weights)
+  assert set(extras) == {"ce_loss", "fertility_loss", "supervision_loss"}
+  assert float(extras["ce_loss"]) == pytest.approx(float(plain), rel=1e-6)
+  parts = extras["ce_loss"] + 0.5 * extras["fertility_loss"] + 2.0 * extras["supervision_loss"]
+  assert float(loss) == pytest.approx(float(parts), rel=1e-5)
+  assert float(extras["supervision_loss"]) > 0 and float(extras["fertility_loss"]) > 0
+
+
 def _local_corpus(directory, align_lines):
   directory.mkdir()
   src = ["a b c", "d e", "f g h i"]

@@ -15,7 +15,8 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import checkpoints, decode, models, scores, structures, train
+from seq2seq import checkpoints, decode, evaluate, models, scores, structures, train
+from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
 B, S = 3, 7  # Structure-level examples: batch and padded source length.
@@ -327,6 +328,29 @@ def test_multihead_returns_every_head_and_their_mean():
   np.testing.assert_allclose(per_head.sum(-1), 1.0, rtol=1e-6)
   np.testing.assert_allclose(np.asarray(got.alpha), per_head.mean(1), rtol=1e-6)
   assert not np.allclose(per_head[:, 0], per_head[:, 1])  # The heads differ.
+
+
+def test_multihead_heatmaps_reproduce_the_decoded_attention():
+  cfg = tiny.get_config()
+  cfg.model.attention, cfg.model.num_heads, cfg.decode.beam_size = "multihead", 2, 3
+  state = train.create_train_state(cfg, jax.random.key(0), 30, 30)
+  state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))  # Heads differ.
+  batch = random_batch(seed=3, batch=4, src_len=7, vocab=30)
+  n_src = batch["src_mask"].sum(1)
+  batch["src"][np.arange(4), n_src - 1] = EOS_ID  # Real rows end in EOS, as the pipeline's do.
+  res = jax.device_get(decode.decode_batch(state, batch, cfg))
+  for b in range(4):
+    n = int(res.lengths[b])
+    ids = [int(t) for t in res.tokens[b, :n] if t != EOS_ID]
+    tr = evaluate.Translation(ids, np.asarray(res.alpha[b, :n, : n_src[b]]))
+    heads = evaluate.translation_heads(state, batch["src"][b, : n_src[b] - 1], tr)
+    assert len(heads) == 2 and heads[0].shape == tr.alpha.shape
+    np.testing.assert_allclose((heads[0] + heads[1]) / 2, tr.alpha, atol=1e-5)
+    if n_src[b] > 2:  # Two different heads (over one word and EOS they might agree).
+      assert not np.allclose(heads[0], heads[1], atol=1e-3)
+  cfg.model.attention = "soft"  # One head: nothing extra to draw.
+  soft = train.create_train_state(cfg, jax.random.key(0), 30, 30)
+  assert evaluate.translation_heads(soft, batch["src"][0, :2], tr) == []
 
 
 # ----------------------------------------------------------------------------- hard attention
