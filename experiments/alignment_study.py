@@ -13,7 +13,10 @@ Variants (`VARIANTS`; each a set of config overrides on the preset's RNNsearch, 
 * `prev-attention`: `PREV_FILTERS` filters of width 5 over the previous step's attention
   (Cohn et al. 2016; Chorowski et al. 2015).
 * `fertility-penalty`: the loss sum_j (sum_i alpha_ij - 1)^2 with weight `FERTILITY_WEIGHT`.
-* `supervised`: cross-entropy against the gold links, weight `SUPERVISION_WEIGHT`.
+* `supervised`: cross-entropy against the gold links, weight `SUPERVISION_WEIGHT`;
+  `supervised-0.1` a tenth of that weight; `supervised-mse` squared error, weight
+  `SUPERVISION_WEIGHT` (at the cpu preset the full cross-entropy weight throws decoding into
+  repetition loops, see experiments/results/alignment/README.md).
 * `agreement`: source->target and target->source models trained jointly with the trace bonus
   (weight 1; Cohn et al. 2016); evaluated with its forward model.
 * `coverage+fertility+penalty`: learned fertility, pushed towards the attention it receives.
@@ -108,6 +111,11 @@ VARIANTS = (
   Variant("prev-attention", {"model.prev_attention_filters": PREV_FILTERS}),
   Variant("fertility-penalty", {"train.fertility_weight": FERTILITY_WEIGHT}),
   Variant("supervised", {"train.attention_supervision": SUPERVISION_WEIGHT}),
+  Variant("supervised-0.1", {"train.attention_supervision": SUPERVISION_WEIGHT / 10}),
+  Variant(
+    "supervised-mse",
+    {"train.attention_supervision": SUPERVISION_WEIGHT, "train.attention_supervision_loss": "mse"},
+  ),
   Variant("agreement", {"model.name": "agreement"}),
   Variant(
     "coverage+fertility+penalty",

@@ -37,6 +37,7 @@ class Score(nnx.Module):
   """Base class: the `keys` default is the annotations themselves."""
 
   name = "base"
+  positional = False  # Scores depend on absolute positions, not only on the keys given.
 
   def keys(self, annotations_BSH: jax.Array) -> jax.Array:
     return annotations_BSH
@@ -134,6 +135,8 @@ class Location(Score):
   W maps the query to `model.max_src_len` scores, of which the first S are used; a longer source
   is an error.
   """
+
+  positional = True
 
   def __init__(self, query_dim, annot_dim, cfg, *, rngs):
     self.max_src_len = cfg.max_src_len

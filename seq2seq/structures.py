@@ -124,12 +124,50 @@ def _window_size(cfg: ml_collections.ConfigDict, minimum: int) -> int:
   return window
 
 
+def _slice_rows(tree, start_B: jax.Array, width: int):
+  """Positions start_b .. start_b + width - 1 of every row of each [B, S, ...] leaf of `tree`."""
+  take = lambda x, s: jax.lax.dynamic_slice_in_dim(x, s, width, axis=0)
+  return jax.tree.map(lambda x: jax.vmap(take)(x, start_B), tree)
+
+
+class Window(NamedTuple):
+  """The source positions a local structure scores at one step: `width` in a row from `start`."""
+
+  start_B: jax.Array  # [B] int32.
+  positions_BW: jax.Array  # [B, W] int32: start_b + 0 .. W - 1.
+  e_BW: jax.Array  # [B, W] float32: the scores of those positions.
+  annotations_BWH: jax.Array
+  mask_BW: jax.Array
+
+
+def _score_window(score, query_BD, keys, annotations_BSH, mask_BS, first_B, width) -> Window:
+  """Scores only the `width` positions from `first_B` (moved inside the source padding, so the
+  window keeps its width; no wider than S). A score that depends on absolute positions
+  (`Score.positional`, e.g. `location`) gets every position (start 0, width S) instead."""
+  src_len = mask_BS.shape[-1]
+  width = src_len if getattr(score, "positional", False) else min(width, src_len)
+  start_B = jnp.clip(first_B, 0, src_len - width).astype(jnp.int32)
+  keys_W, annotations_W, mask_W = _slice_rows((keys, annotations_BSH, mask_BS), start_B, width)
+  positions_BW = start_B[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
+  e_BW = _scores(score, query_BD, keys_W, annotations_W)
+  return Window(start_B, positions_BW, e_BW, annotations_W, mask_W.astype(bool))
+
+
+def _read_window(window: Window, alpha_BW: jax.Array, in_window_BW: jax.Array, src_len: int):
+  """(context [B, H] from the window's annotations, alpha [B, S] with zeros outside it)."""
+  context = attention.context(alpha_BW, window.annotations_BWH, in_window_BW)
+  put = lambda row, a, s: jax.lax.dynamic_update_slice_in_dim(row, a, s, axis=0)
+  zeros_BS = jnp.zeros((alpha_BW.shape[0], src_len), alpha_BW.dtype)
+  return context, jax.vmap(put)(zeros_BS, alpha_BW, window.start_B)
+
+
 @register("local_m")
 class LocalM(Structure):
   """Luong et al.'s local-m: softmax over |j - p_i| <= D with p_i = min(i, |x| - 1).
 
   The state is the target position i [B] int32. Clipping the centre to the last real source
-  position keeps the window non-empty when the output outgrows the source.
+  position keeps the window non-empty when the output outgrows the source. Only the 2D + 1
+  positions of the window are scored and read (`_score_window`), so a step costs O(D), not O(S).
   """
 
   def __init__(self, query_dim, annot_dim, cfg, *, rngs):
@@ -141,13 +179,14 @@ class LocalM(Structure):
   def __call__(
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
   ):
-    e_BS = _scores(score, query_BD, keys, annotations_BSH)
     last_B = jnp.maximum(jnp.sum(mask_BS, axis=-1).astype(jnp.int32) - 1, 0)
     centre_B = jnp.minimum(state, last_B)
-    offset_BS = jnp.arange(e_BS.shape[-1])[None, :] - centre_B[:, None]
-    in_window = mask_BS.astype(bool) & (jnp.abs(offset_BS) <= self.window)
-    alpha_BS = attention.masked_softmax(e_BS, in_window)
-    return Attended(attention.context(alpha_BS, annotations_BSH, mask_BS), alpha_BS, state + 1, {})
+    d = self.window
+    win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, centre_B - d, 2 * d + 1)
+    in_window = win.mask_BW & (jnp.abs(win.positions_BW - centre_B[:, None]) <= d)
+    alpha_BW = attention.masked_softmax(win.e_BW, in_window)
+    context, alpha_BS = _read_window(win, alpha_BW, in_window, mask_BS.shape[-1])
+    return Attended(context, alpha_BS, state + 1, {})
 
 
 @register("local_p")
@@ -155,7 +194,8 @@ class LocalP(Structure):
   """Luong et al.'s local-p: predicted centre p_i = |x| sigmoid(v_p^T tanh(W_p s_{i-1})).
 
   alpha_ij = softmax over the window |j - p_i| <= D of e_ij, times exp(-(j - p_i)^2 / (2 sigma^2))
-  with sigma = D / 2 (not renormalised, as in the paper).
+  with sigma = D / 2 (not renormalised, as in the paper). Only floor(p_i) - D .. floor(p_i) + D,
+  which holds every position of the window, is scored (`_score_window`).
   """
 
   def __init__(self, query_dim, annot_dim, cfg, *, rngs):
@@ -171,16 +211,19 @@ class LocalP(Structure):
   def __call__(
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
   ):
-    e_BS = _scores(score, query_BD, keys, annotations_BSH)
-    offset_BS = (
-      jnp.arange(e_BS.shape[-1], dtype=jnp.float32)[None] - self.centre(query_BD, mask_BS)[:, None]
+    p_B = self.centre(query_BD, mask_BS)
+    d, src_len = self.window, mask_BS.shape[-1]
+    # A huge window (the "infinitely wide" test) must not overflow int32 arithmetic.
+    first_B = jnp.floor(p_B).astype(jnp.int32) - min(d, src_len)
+    win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, first_B, 2 * d + 1)
+    offset_BW = win.positions_BW.astype(jnp.float32) - p_B[:, None]
+    in_window = win.mask_BW & (jnp.abs(offset_BW) <= d)
+    sigma = d / 2.0
+    alpha_BW = attention.masked_softmax(win.e_BW, in_window) * jnp.exp(
+      -jnp.square(offset_BW) / (2.0 * sigma * sigma)
     )
-    in_window = mask_BS.astype(bool) & (jnp.abs(offset_BS) <= self.window)
-    sigma = self.window / 2.0
-    alpha_BS = attention.masked_softmax(e_BS, in_window) * jnp.exp(
-      -jnp.square(offset_BS) / (2.0 * sigma * sigma)
-    )
-    return Attended(attention.context(alpha_BS, annotations_BSH, mask_BS), alpha_BS, state, {})
+    context, alpha_BS = _read_window(win, alpha_BW, in_window, src_len)
+    return Attended(context, alpha_BS, state, {})
 
 
 # A floor on the previous alignment inside the logarithm: positions it never reached

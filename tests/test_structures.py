@@ -134,6 +134,30 @@ def test_local_windows_stop_at_sentence_borders_and_padding():
   np.testing.assert_allclose(alpha, want, rtol=1e-5, atol=1e-7)  # sigma = D / 2 = 1.
 
 
+@pytest.mark.parametrize("score_name", ["additive", "location"])
+def test_local_m_scores_only_its_window_and_matches_the_masked_softmax(score_name):
+  """The window is scored and read on its own (2D + 1 positions); the result must equal the
+  softmax over all positions masked to the window, context included. `location` depends on
+  absolute positions, so it is scored everywhere (Score.positional) and must agree as well."""
+  query, annotations, mask = source(seed=4, lengths=(7, 5, 2))
+  cfg = model_config("local_m", local_window=1).model
+  local, _ = structure("local_m", local_window=1)
+  annot = 2 * cfg.enc_hidden
+  score = scores.make_score(score_name, cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
+  score = randomise(score, seed=3, scale=1.0)
+  e = np.asarray(jit(jax.vmap(score))(query, score.keys(annotations), annotations), np.float64)
+  real = np.asarray(mask, bool)
+  for i in (0, 2, 6, 8):
+    got = step(local, score, query, annotations, mask, jnp.full((B,), i, jnp.int32))
+    centre = np.minimum(i, real.sum(1) - 1)[:, None]
+    inside = real & (np.abs(np.arange(S)[None] - centre) <= 1)
+    w = np.where(inside, np.exp(e - np.where(inside, e, -np.inf).max(1, keepdims=True)), 0.0)
+    want = w / w.sum(1, keepdims=True)
+    np.testing.assert_allclose(got.alpha, want, rtol=1e-5, atol=1e-7)
+    context = np.einsum("bs,bsh->bh", want, np.asarray(annotations, np.float64))
+    np.testing.assert_allclose(got.context, context, rtol=1e-5, atol=1e-6)
+
+
 # -------------------------------------------------------------------------- monotonic attention
 def monotonic_loop(energy, prev, mask):
   """The recurrence as written, in float64: alpha_j = p_j sum_{k<=j} prev_k prod_{k<=l<j}(1-p_l)."""
