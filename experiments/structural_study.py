@@ -30,10 +30,13 @@ WORKDIR/structural_study.json):
 Reported per variant (mean and sample standard deviation over seeds): test BLEU, AER and
 attention entropy, on all test pairs and on the long split; training tokens/s (median of the
 logged windows, each run's first window left out); decode sentences/s on short and long
-sources; the paired bootstrap p-value of test BLEU against the baseline, on all pairs and on the
-long split (`sweep_scores.paired_bootstrap`, hypotheses of shared seeds concatenated). Outputs:
-OUT/study.json, OUT/study.md, OUT/study_bleu.png (all pairs), OUT/study_bleu_long.png and
-OUT/study_decode_long.png.
+sources; milliseconds per decoder step of a teacher-forced forward pass over a fixed random batch
+with sources of a quarter of the long split's longest and of its longest (`step_ms`: the cost
+per step, free of how long each model's translations are); the paired bootstrap p-value of
+test BLEU against the baseline, on all pairs and on the long split
+(`sweep_scores.paired_bootstrap`, hypotheses of shared seeds concatenated). Outputs:
+OUT/study.json, OUT/study.md, OUT/study_bleu.png (all pairs), OUT/study_bleu_long.png,
+OUT/study_decode_long.png and OUT/study_step_ms.png.
 
 Presets:
 * `smoke`: configs/tiny.py for a few steps (the test); its sentences have at most 18 words, so
@@ -106,6 +109,29 @@ def decode_speed(state, split: input_pipeline.Split, config) -> float | None:
   return len(split) / (time.perf_counter() - start)
 
 
+STEP_BATCH = 64  # Sentences of the fixed batch `step_ms` times.
+
+
+def step_ms(state, vocab: int, src_len: int, repeats: int = 5) -> float:
+  """Milliseconds per decoder step of the jitted teacher-forced forward pass (encoder, scan and
+  output layer) on a fixed random batch of STEP_BATCH sentences of `src_len` source and as many
+  target tokens: the cost of attention per step at that source length, whatever the model
+  outputs (decode speed also depends on how long its translations are). Median of `repeats`
+  after a compiling run."""
+  rng = np.random.default_rng(0)
+  src = rng.integers(4, vocab, (STEP_BATCH, src_len)).astype(np.int32)
+  tgt = rng.integers(4, vocab, (STEP_BATCH, src_len)).astype(np.int32)
+  mask = np.ones_like(src)
+  forward = jax.jit(lambda params, s, m, t: state.replace(params=params).model()(s, m, t))
+  forward(state.params, src, mask, tgt).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    forward(state.params, src, mask, tgt).block_until_ready()
+    times.append(time.perf_counter() - start)
+  return 1000.0 * float(np.median(times)) / src_len
+
+
 def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> dict[str, Any]:
   """The long split's BLEU, AER and entropy and the decoding speeds of a finished run (cached in
   WORKDIR/MEASURE_FILE for its last evaluation)."""
@@ -113,7 +139,7 @@ def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> 
   results = run.workdir / "eval" / "test" / "results.json"
   if path.exists() and path.stat().st_mtime >= results.stat().st_mtime:
     cached = json.loads(path.read_text())
-    if cached.get("long_split") == list(long_split):
+    if cached.get("long_split") == list(long_split) and "step_ms_long" in cached:
       return cached
   config = run.config()
   runtime = train.Runtime()
@@ -139,6 +165,9 @@ def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> 
     chosen = chosen[:decode_sentences]
     out[f"decode_{name}_sentences"] = len(chosen)
     out[f"decode_{name}_sent_per_s"] = decode_speed(state, subset(test, chosen), config)
+  vocab = min(data.src_tokenizer.size, data.tgt_tokenizer.size)
+  for name, length in step_lengths(long_split).items():
+    out[f"step_ms_{name}"] = step_ms(state, vocab, length)
   if jax.process_index() == 0:
     path.write_text(json.dumps(out, indent=2) + "\n")
   return out
@@ -150,7 +179,15 @@ LONG_FIELDS = (
   "long_attention_entropy",
   "decode_short_sent_per_s",
   "decode_long_sent_per_s",
+  "step_ms_short",
+  "step_ms_long",
 )
+
+
+def step_lengths(long_split: tuple[int, int]) -> dict[str, int]:
+  """Source (and target) lengths of the `step_ms` batches: a quarter of the long split's
+  longest, and its longest."""
+  return {"short": max(1, long_split[1] // 4), "long": long_split[1]}
 
 
 def aggregate(name: str, records, runs, measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -166,13 +203,15 @@ def markdown(rows: Sequence[dict[str, Any]], baseline: str, preset: str, long_sp
   """The study table: one row per attention structure."""
   f = rp._fmt
   low, high = long_split
+  short = step_lengths(long_split)["short"]
   pm = lambda r, key, digits=2: f"{f(r[key + '_mean'], digits)} ± {f(r[key + '_std'], digits)}"
   lines = [
     f"# Attention structures ({preset} preset, test split; long: {low}-{high} source words)",
     "",
     "| attention | seeds | BLEU | BLEU long | AER | AER long | entropy | entropy long | "
-    f"train tok/s | decode sent/s short | decode sent/s long | p vs {baseline} | p long |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    f"train tok/s | decode sent/s short | decode sent/s long | ms/step src {short} | "
+    f"ms/step src {high} | p vs {baseline} | p long |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
   ]
   for r in rows:
     lines.append(
@@ -180,6 +219,7 @@ def markdown(rows: Sequence[dict[str, Any]], baseline: str, preset: str, long_sp
       f"{pm(r, 'aer', 3)} | {pm(r, 'long_aer', 3)} | {pm(r, 'attention_entropy')} | "
       f"{pm(r, 'long_attention_entropy')} | {f(r['train_tokens_per_s_median'], 0)} | "
       f"{pm(r, 'decode_short_sent_per_s', 1)} | {pm(r, 'decode_long_sent_per_s', 1)} | "
+      f"{pm(r, 'step_ms_short', 3)} | {pm(r, 'step_ms_long', 3)} | "
       f"{f(r['p_value_vs_baseline'], 4)} | {f(r['p_value_long_vs_baseline'], 4)} |"
     )
   lines += [
@@ -190,6 +230,8 @@ def markdown(rows: Sequence[dict[str, Any]], baseline: str, preset: str, long_sp
     f"paired bootstrap of test BLEU against {baseline}, hypotheses of shared seeds concatenated.",
     "train tok/s: median of the logged training windows (first one, with compilation, left out).",
     "decode sent/s: second pass over the first long / short test sources (first pass compiles).",
+    f"ms/step: teacher-forced forward pass over {STEP_BATCH} random sentences of {short} (or "
+    f"{high}) source and target tokens, per target step (median of 5 after compiling).",
   ]
   return "\n".join(lines) + "\n"
 
@@ -253,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ("bleu", "study_bleu.png", "test BLEU"),
     ("long_bleu", "study_bleu_long.png", f"test BLEU, {long_split[0]}-{long_split[1]} words"),
     ("decode_long_sent_per_s", "study_decode_long.png", "decode sentences/s (long)"),
+    ("step_ms_long", "study_step_ms.png", f"ms per decoder step, {long_split[1]}-word sources"),
   ):
     means = [r[f"{key}_mean"] or 0.0 for r in rows]
     stds = [r[f"{key}_std"] or 0.0 for r in rows]

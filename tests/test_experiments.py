@@ -142,6 +142,7 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
     assert row["attention_entropy_mean"] >= 0.0 and row["long_attention_entropy_mean"] >= 0.0
     assert row["train_tokens_per_s_median"] > 0
     assert row["decode_short_sent_per_s_mean"] > 0 and row["decode_long_sent_per_s_mean"] > 0
+    assert 0 < row["step_ms_short_mean"] and 0 < row["step_ms_long_mean"]
   assert rows["soft"]["p_value_vs_baseline"] is None
   assert 0.0 < rows["hard"]["p_value_vs_baseline"] <= 1.0
   assert 0.0 < rows["hard"]["p_value_long_vs_baseline"] <= 1.0
@@ -153,7 +154,8 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
   assert "--config.model.attention=hard" in study["runs"]["hard-seed0"]["command"]
   md = (out / "study.md").read_text()
   assert "| soft |" in md and "| hard |" in md
-  for name in ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png"):
+  pngs = ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png", "study_step_ms.png")
+  for name in pngs:
     assert (out / name).stat().st_size > 0
 
 
