@@ -35,6 +35,9 @@ def get_config() -> ml_collections.ConfigDict:
   m.local_window = 10  # D of local_m / local_p: the window is p_i - D .. p_i + D (Luong: 10).
   m.monotonic_bias_init = 0.0  # Initial r in p_ij = sigmoid(e_ij + r) (0: one word on per step).
   m.monotonic_noise = 1.0  # Std of the noise added to monotonic energies in training (0: none).
+  # Decoding scores this many positions from the last attended one first (all only when no
+  # sentence stops there; the same choice, cheaper on long sources); 0: always all positions.
+  m.monotonic_lookahead = 8
   m.conv_filters = 32  # Feature maps of the convolutional attention's convolutions.
   m.conv_width = 3  # Width (odd) of those convolutions.
   m.num_heads = 4  # Heads of the multihead attention (must divide attn_dim).

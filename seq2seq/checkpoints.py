@@ -29,6 +29,7 @@ RESUMABLE_FIELDS = (
   "train.nonfinite",
   "train.inject_nonfinite_step",
   "model.direction",
+  "model.monotonic_lookahead",  # Decoding's speed only (the same choices).
   "data.long_test_",
 )
 

@@ -289,6 +289,9 @@ class Monotonic(Structure):
   def __init__(self, query_dim, annot_dim, cfg, *, rngs):
     self.bias = nnx.Param(jnp.asarray(cfg.monotonic_bias_init, jnp.float32))
     self.noise = float(cfg.monotonic_noise)
+    self.lookahead = int(cfg.monotonic_lookahead)
+    if self.lookahead < 0:
+      raise ValueError(f"model.monotonic_lookahead must be >= 0, got {self.lookahead}")
 
   @classmethod
   def uses_rng(cls, cfg):
@@ -305,6 +308,10 @@ class Monotonic(Structure):
   def __call__(
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
   ):
+    if decoding and 0 < self.lookahead < mask_BS.shape[-1]:
+      alpha_BS = self.hard_lookahead(score, query_BD, keys, annotations_BSH, mask_BS, state)
+      context = attention.context(alpha_BS, annotations_BSH, mask_BS)
+      return Attended(context, alpha_BS, alpha_BS, {})
     energy_BS = self.energy(score, query_BD, keys, annotations_BSH)
     if decoding:
       alpha_BS = hard_monotonic(energy_BS, state, mask_BS)
@@ -314,6 +321,28 @@ class Monotonic(Structure):
       alpha_BS = expected_alignment(energy_BS, state, mask_BS)
     context = attention.context(alpha_BS, annotations_BSH, mask_BS)
     return Attended(context, alpha_BS, alpha_BS, {})
+
+  def hard_lookahead(self, score, query_BD, keys, annotations_BSH, mask_BS, prev_BS):
+    """`hard_monotonic`'s choice, scoring only the `lookahead` positions from where the previous
+    step attended (`_score_window`). Only when some sentence finds no stop there and its source
+    goes on past the window are all positions scored (`lax.cond`), so the choice is exact."""
+    attended = prev_BS > 0
+    start_B = jnp.argmax(attended, axis=-1).astype(jnp.int32)
+    alive_B = jnp.any(attended, axis=-1)
+    win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, start_B, self.lookahead)
+    allowed = win.mask_BW & (win.positions_BW >= start_B[:, None]) & alive_B[:, None]
+    stops = allowed & (win.e_BW + self.bias[...] >= 0)
+    found_B = jnp.any(stops, axis=-1)
+    length_B = jnp.sum(mask_BS, axis=-1).astype(jnp.int32)
+    beyond_B = win.positions_BW[:, -1] < length_B - 1  # Real words after the window.
+    chosen = jnp.arange(stops.shape[-1])[None, :] == jnp.argmax(stops, axis=-1)[:, None]
+    alpha_BW = (chosen & found_B[:, None]).astype(jnp.float32)
+    _, alpha_BS = _read_window(win, alpha_BW, win.mask_BW, mask_BS.shape[-1])
+    return jax.lax.cond(
+      jnp.any(alive_B & ~found_B & beyond_B),
+      lambda: hard_monotonic(self.energy(score, query_BD, keys, annotations_BSH), prev_BS, mask_BS),
+      lambda: alpha_BS,
+    )
 
 
 def _unit(x: jax.Array, eps: float = 1e-6) -> jax.Array:

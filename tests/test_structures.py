@@ -295,6 +295,20 @@ def test_hard_monotonic_decoding_never_moves_backwards():
       assert np.all(np.diff(stops) >= 0) and np.all(steps[len(stops) :] == -1)
 
 
+@pytest.mark.parametrize("lookahead", [1, 3])
+def test_monotonic_lookahead_decodes_exactly_like_scoring_every_position(lookahead):
+  """Decoding first scores `lookahead` positions from the last attended one, and all of them only
+  when a sentence finds no stop there: outputs and attention must not change."""
+  b = random_batch(seed=6, batch=5, src_len=9, vocab=VOCAB)
+  for bias in (-2.0, 0.0, 2.0):  # Few stops (long jumps, runs past the end), some, many.
+    outs = []
+    for look in (0, lookahead):
+      cfg = model_config("monotonic", monotonic_lookahead=look, monotonic_bias_init=bias)
+      outs.append(decoded(randomise(build(cfg), seed=4, scale=0.5), b, 3, max_len=12))
+    np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
+    np.testing.assert_array_equal(outs[0].alpha, outs[1].alpha)
+
+
 # ---------------------------------------------------------------------- convolutional attention
 def test_convolutional_attention_with_width_one_is_a_content_score_by_hand():
   conv, _ = structure("conv", conv_width=1, conv_filters=3)
