@@ -19,7 +19,7 @@ demo: .venv
 	@echo "Metrics: runs/demo/metrics.jsonl; TensorBoard: runs/demo/tensorboard"
 
 test: .venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 lint: .venv
 	$(VENV)/bin/ruff check .
