@@ -30,6 +30,7 @@ RESUMABLE_FIELDS = (
   "train.inject_nonfinite_step",
   "model.direction",
   "model.monotonic_lookahead",  # Decoding's speed only (the same choices).
+  "model.scan_unroll",  # Speed only (the same function).
   "data.long_test_",
 )
 

@@ -56,6 +56,36 @@ def test_scan_equals_step_by_step_loop(tiny_config, name, score):
     np.testing.assert_allclose(np.asarray(alpha), np.stack(step_alpha, 1), rtol=2e-5, atol=2e-6)
 
 
+def test_encoder_equals_a_loop_over_each_direction(tiny_config):
+  """The fused bidirectional scan against the definition: a forward loop and a backward loop of
+  each GRU over the real words only; and `model.scan_unroll` changes no number."""
+  model = randomise(_model(tiny_config))
+  b = random_batch(seed=5, vocab=VOCAB)
+  annotations, fwd_last, bwd_first = model.encoder(b["src"], b["src_mask"])
+  enc = model.encoder
+  emb = np.asarray(enc.embed(b["src"]))
+  hidden = enc.fwd.hidden
+  for row, length in enumerate(b["src_mask"].sum(1)):
+    h_f = h_b = jnp.zeros((1, hidden))
+    fwd, bwd = [], [None] * length
+    for t in range(length):
+      h_f = enc.fwd(h_f, enc.fwd.project(emb[row, t][None]))
+      fwd.append(h_f[0])
+    for t in reversed(range(length)):
+      h_b = enc.bwd(h_b, enc.bwd.project(emb[row, t][None]))
+      bwd[t] = h_b[0]
+    want = np.concatenate([np.stack(fwd), np.stack(bwd)], axis=-1)
+    np.testing.assert_allclose(annotations[row, :length], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fwd_last[row], fwd[-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bwd_first[row], bwd[0], rtol=1e-5, atol=1e-6)
+  tiny_config.model.scan_unroll = 3
+  unrolled = randomise(_model(tiny_config))
+  b_logits = model(b["src"], b["src_mask"], b["tgt_in"])
+  np.testing.assert_allclose(
+    unrolled(b["src"], b["src_mask"], b["tgt_in"]), b_logits, rtol=1e-6, atol=1e-6
+  )
+
+
 def test_initial_state_is_tanh_of_backward_first_annotation(tiny_config):
   model = randomise(_model(tiny_config))
   b = random_batch(seed=4, vocab=VOCAB)
