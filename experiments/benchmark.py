@@ -66,6 +66,7 @@ from jax.extend import core as jax_core  # noqa: E402
 
 from configs import default as default_config  # noqa: E402
 from configs import tiny as tiny_config  # noqa: E402
+from experiments import reproduce_paper as rp  # noqa: E402
 from seq2seq import train  # noqa: E402
 
 PRESETS = ("bench", "paper", "tiny")
@@ -530,7 +531,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
   warmup = args.warmup if args.warmup is not None else run["warmup"]
   matmul_n = args.matmul_size if args.matmul_size is not None else run["matmul_n"]
   load_start = _load_average()
-  cfg = make_config(args.preset, args.dtype, args.maxout)
+  cfg = rp.apply_overrides(make_config(args.preset, args.dtype, args.maxout), args.sets)
   length = cfg.data.max_len
   flops = forward_flops_per_token(cfg, length, length)
   traced = traced_flops_per_token(cfg)
@@ -559,6 +560,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
   results: dict[str, Any] = {
     "preset": args.preset,
     "dtype": args.dtype,
+    "sets": args.set,
     "batch": {"batch_size": cfg.data.batch_size, "src_len": length, "tgt_len": length},
     "timing": {"repeats": repeats, "steps_per_repeat": steps, "warmup_steps": warmup},
     **training,
@@ -671,6 +673,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--maxout", type=int, default=None, help="override model.maxout_dim")
   p.add_argument("--matmul-size", type=int, default=None, help="n of the n x n matmul")
+  p.add_argument(
+    "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (levers)"
+  )
   p.add_argument("--peer", action="store_true", help="also run the PyTorch peer")
   p.add_argument("--peer-python", default=str(DEFAULT_PEER_PYTHON))
   p.add_argument("--peer-script", default=str(DEFAULT_PEER_SCRIPT))
@@ -692,6 +697,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
       p.error(f"--{name.replace('_', '-')} must be at least 1")
   if args.warmup is not None and args.warmup < 0:
     p.error("--warmup must be non-negative")
+  args.sets = rp.parse_sets(args.set)
   return args
 
 

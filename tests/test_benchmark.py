@@ -21,7 +21,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   out = tmp_path / "bench.json"
   env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
   cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--preset", "tiny"]
-  cmd += ["--repeats", "2", "--steps", "2", "--peer"]
+  cmd += ["--repeats", "2", "--steps", "2", "--peer", "--set", "model.scan_unroll=2"]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "tokens/s" in proc.stdout
@@ -43,6 +43,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   ):
     assert key in res, key
   assert res["preset"] == "tiny"
+  assert res["sets"] == ["model.scan_unroll=2"] and res["config"]["model"]["scan_unroll"] == 2
   for key in ("train_step_s", "train_tokens_per_s"):
     stats = res[key]
     assert all(_positive_finite(stats[s]) for s in ("median", "min", "max")), stats
