@@ -356,6 +356,55 @@ def measure_training(bench: TrainBench, *, steps: int, repeats: int, warmup: int
   }
 
 
+def _median_seconds(fn, args, repeats: int) -> float:
+  """Median wall-clock seconds of the jitted `fn(*args)` over `repeats` calls after a compiling
+  one (results waited for)."""
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t0)
+  return float(statistics.median(times))
+
+
+def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
+  """Where a training step's forward and backward time goes, in ms (medians): the whole loss
+  gradient (`train.loss_fn`), the encoder alone (gradient of the sum of its outputs), and the deep
+  output with the loss on inputs of the decoder's shapes (gradient with respect to parameters
+  and inputs, as in the real backward pass). `decoder_scan_ms` is what remains: the decoder's
+  recurrence with its attention, and the embeddings. The optimiser update is the rest of a
+  step (`train_step_s` minus `loss_grad_ms`)."""
+  state, batch, cfg = bench.state, bench.batch, bench.cfg
+  graphdef = state.graphdef
+  model = lambda params: nnx.merge(graphdef, params)
+
+  def encoder_sum(params):
+    annotations, fwd_last, bwd_first = model(params).encoder(batch["src"], batch["src_mask"])
+    return jnp.sum(annotations) + jnp.sum(fwd_last) + jnp.sum(bwd_first)
+
+  def readout_loss(params, s, e, c):
+    logits = model(params)._readout(s, e, c)
+    return train.cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])[0]
+
+  b, t = batch["tgt_in"].shape
+  rng = np.random.default_rng(0)
+  inputs = [
+    jnp.asarray(rng.normal(size=(b, t, n)), jnp.float32)
+    for n in (cfg.model.dec_hidden, cfg.model.emb_dim, 2 * cfg.model.enc_hidden)
+  ]
+  full = jax.jit(jax.grad(lambda p: train.loss_fn(p, state, batch, None)[0]))
+  encoder = jax.jit(jax.grad(encoder_sum))
+  readout = jax.jit(jax.grad(readout_loss, argnums=(0, 1, 2, 3)))
+  out = {
+    "loss_grad_ms": 1e3 * _median_seconds(full, (state.params,), repeats),
+    "encoder_ms": 1e3 * _median_seconds(encoder, (state.params,), repeats),
+    "readout_and_loss_ms": 1e3 * _median_seconds(readout, (state.params, *inputs), repeats),
+  }
+  out["decoder_scan_ms"] = out["loss_grad_ms"] - out["encoder_ms"] - out["readout_and_loss_ms"]
+  return out
+
+
 def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
   """Greedy and beam-10 decoding of `bench.batch["src"]` with the trained `bench.state`.
 
@@ -545,6 +594,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
   peak_rss = _rss_mb()
   device_memory = _device_memory_stats()
   decode = measure_decoding(bench, repeats=repeats)
+  breakdown = measure_breakdown(bench, repeats=repeats) if args.breakdown else None
   matmul_after = {dt: measure_matmul(dt, matmul_n) for dt in dtypes}
   matmul = {
     dt: {
@@ -577,6 +627,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     "train_mfu": achieved / (matmul["float32"]["median"] * 1e9),
     "train_mfu_vs_compute_dtype": achieved / (matmul[args.dtype]["median"] * 1e9),
     "decode": decode,
+    "breakdown_ms": breakdown,
     "greedy_sentences_per_s": decode["greedy_sentences_per_s"]["median"],
     "beam10_sentences_per_s": decode["beam10_sentences_per_s"]["median"],
     "config": cfg.to_dict(),
@@ -630,6 +681,12 @@ def summary(results: dict[str, Any]) -> str:
     f"{results['beam10_sentences_per_s']:.1f} ("
     f"{results['decode']['beam10_cost_per_sentence_vs_greedy']:.1f}x greedy's cost per sentence)",
   ]
+  parts = results.get("breakdown_ms")
+  if parts:
+    lines.append(
+      f"  fwd+bwd ms   {parts['loss_grad_ms']:.0f} = encoder {parts['encoder_ms']:.0f} + decoder "
+      f"scan {parts['decoder_scan_ms']:.0f} + output and loss {parts['readout_and_loss_ms']:.0f}"
+    )
   peer = results.get("peer")
   if peer is not None and "skipped" in peer:
     lines.append(f"  peer         skipped: {peer['skipped']}")
@@ -673,6 +730,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   p.add_argument("--maxout", type=int, default=None, help="override model.maxout_dim")
   p.add_argument("--matmul-size", type=int, default=None, help="n of the n x n matmul")
+  p.add_argument(
+    "--breakdown", action="store_true", help="also time the encoder, scan and output separately"
+  )
   p.add_argument(
     "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (levers)"
   )
