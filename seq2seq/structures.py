@@ -310,12 +310,10 @@ class Monotonic(Structure):
   ):
     if decoding and 0 < self.lookahead < mask_BS.shape[-1]:
       alpha_BS = self.hard_lookahead(score, query_BD, keys, annotations_BSH, mask_BS, state)
-      context = attention.context(alpha_BS, annotations_BSH, mask_BS)
-      return Attended(context, alpha_BS, alpha_BS, {})
-    energy_BS = self.energy(score, query_BD, keys, annotations_BSH)
-    if decoding:
-      alpha_BS = hard_monotonic(energy_BS, state, mask_BS)
+    elif decoding:
+      alpha_BS = hard_monotonic(self.energy(score, query_BD, keys, annotations_BSH), state, mask_BS)
     else:
+      energy_BS = self.energy(score, query_BD, keys, annotations_BSH)
       if rng is not None and self.noise > 0:
         energy_BS = energy_BS + self.noise * jax.random.normal(rng, energy_BS.shape)
       alpha_BS = expected_alignment(energy_BS, state, mask_BS)
@@ -326,17 +324,17 @@ class Monotonic(Structure):
     """`hard_monotonic`'s choice, scoring only the `lookahead` positions from where the previous
     step attended (`_score_window`). Only when some sentence finds no stop there and its source
     goes on past the window are all positions scored (`lax.cond`), so the choice is exact."""
-    attended = prev_BS > 0
-    start_B = jnp.argmax(attended, axis=-1).astype(jnp.int32)
-    alive_B = jnp.any(attended, axis=-1)
+    start_B = jnp.argmax(prev_BS > 0, axis=-1).astype(jnp.int32)
     win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, start_B, self.lookahead)
-    allowed = win.mask_BW & (win.positions_BW >= start_B[:, None]) & alive_B[:, None]
-    stops = allowed & (win.e_BW + self.bias[...] >= 0)
-    found_B = jnp.any(stops, axis=-1)
+    width = win.e_BW.shape[-1]
+    # The window holds the attended position, so `hard_monotonic` on it makes the same choice
+    # wherever that choice lies inside it.
+    prev_BW = _slice_rows(prev_BS, win.start_B, width)
+    alpha_BW = hard_monotonic(win.e_BW + self.bias[...], prev_BW, win.mask_BW)
+    alive_B = jnp.any(prev_BS > 0, axis=-1)
+    found_B = jnp.any(alpha_BW > 0, axis=-1)
     length_B = jnp.sum(mask_BS, axis=-1).astype(jnp.int32)
     beyond_B = win.positions_BW[:, -1] < length_B - 1  # Real words after the window.
-    chosen = jnp.arange(stops.shape[-1])[None, :] == jnp.argmax(stops, axis=-1)[:, None]
-    alpha_BW = (chosen & found_B[:, None]).astype(jnp.float32)
     _, alpha_BS = _read_window(win, alpha_BW, win.mask_BW, mask_BS.shape[-1])
     return jax.lax.cond(
       jnp.any(alive_B & ~found_B & beyond_B),
