@@ -390,10 +390,11 @@ def loss_fn(
     model, batch, rng, weights, reinforce=reinforce
   )
   per_token = 1.0 / jnp.maximum(tokens, 1.0)
-  for key in PENALTY_METRICS:  # Unweighted, per target token, beside the cross-entropy.
-    if key in extras:
-      extras[key] = extras[key] * per_token
-      extras["ce_loss"] = total * per_token
+  penalties = [key for key in PENALTY_METRICS if key in extras]
+  for key in penalties:  # Unweighted, per target token, beside the cross-entropy.
+    extras[key] = extras[key] * per_token
+  if penalties:
+    extras["ce_loss"] = total * per_token
   return objective * per_token, (total, tokens, extras)
 
 
