@@ -225,6 +225,17 @@ def _rss_mb() -> float:
   return peak / _MB if sys.platform == "darwin" else peak / 1024.0
 
 
+def timed_calls(fn, repeats: int) -> list[float]:
+  """Wall-clock seconds of each of `repeats` calls of `fn()`, its results waited for. Warm up
+  (compile) before calling this."""
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t0)
+  return times
+
+
 def measure_matmul(dtype: str, n: int, repeats: int = 5) -> dict[str, Any]:
   """GFLOP/s of a jitted [n, n] @ [n, n] in `dtype`: median, min, max and the `repeats` samples."""
   keys = jax.random.split(jax.random.key(0))
@@ -233,11 +244,7 @@ def measure_matmul(dtype: str, n: int, repeats: int = 5) -> dict[str, Any]:
   matmul = jax.jit(jnp.matmul).lower(x, y).compile()
   jax.block_until_ready(matmul(x, y))
   jax.block_until_ready(matmul(x, y))
-  rates = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(matmul(x, y))
-    rates.append(2.0 * n**3 / (time.perf_counter() - t0) / 1e9)
+  rates = [2.0 * n**3 / t / 1e9 for t in timed_calls(lambda: matmul(x, y), repeats)]
   return {**_spread(rates), "samples": rates, "n": n}
 
 
@@ -357,15 +364,9 @@ def measure_training(bench: TrainBench, *, steps: int, repeats: int, warmup: int
 
 
 def _median_seconds(fn, args, repeats: int) -> float:
-  """Median wall-clock seconds of the jitted `fn(*args)` over `repeats` calls after a compiling
-  one (results waited for)."""
+  """Median seconds of `fn(*args)` over `repeats` calls after a compiling one."""
   jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t0)
-  return float(statistics.median(times))
+  return float(statistics.median(timed_calls(lambda: fn(*args), repeats)))
 
 
 def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
@@ -428,11 +429,7 @@ def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     result = jax.block_until_ready(run())
     out[f"{name}_compile_s"] = time.perf_counter() - t0
-    rates = []
-    for _ in range(max(repeats, 1)):
-      t0 = time.perf_counter()
-      jax.block_until_ready(run())
-      rates.append(batch_size / (time.perf_counter() - t0))
+    rates = [batch_size / t for t in timed_calls(run, max(repeats, 1))]
     out[f"{name}_sentences_per_s"] = _spread(rates)
     out[f"{name}_mean_output_length"] = float(np.mean(np.asarray(result.lengths)))
   out["beam10_cost_per_sentence_vs_greedy"] = (

@@ -64,6 +64,7 @@ if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the ch
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments import benchmark  # noqa: E402
 from experiments import reproduce_paper as rp  # noqa: E402
 from experiments import sweep_scores as sweep  # noqa: E402
 from seq2seq import evaluate, input_pipeline, structures, train  # noqa: E402
@@ -123,13 +124,9 @@ def step_ms(state, vocab: int, src_len: int, repeats: int = 5) -> float:
   tgt = rng.integers(4, vocab, (STEP_BATCH, src_len)).astype(np.int32)
   mask = np.ones_like(src)
   forward = jax.jit(lambda params, s, m, t: state.replace(params=params).model()(s, m, t))
-  forward(state.params, src, mask, tgt).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    forward(state.params, src, mask, tgt).block_until_ready()
-    times.append(time.perf_counter() - start)
-  return 1000.0 * float(np.median(times)) / src_len
+  run = lambda: forward(state.params, src, mask, tgt)
+  jax.block_until_ready(run())
+  return 1000.0 * float(np.median(benchmark.timed_calls(run, repeats))) / src_len
 
 
 def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> dict[str, Any]:
