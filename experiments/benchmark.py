@@ -1,15 +1,17 @@
 """Training-speed benchmark of the library's real train step, with an optional PyTorch peer.
 
     python experiments/benchmark.py --out runs/benchmark.json [--preset bench|paper|tiny]
-        [--repeats N] [--steps N] [--dtype float32|bfloat16] [--maxout M] [--peer]
+        [--repeats N] [--steps N] [--dtype float32|bfloat16] [--maxout M] [--devices N]
+        [--set KEY=VALUE] [--breakdown] [--peer]
 
 What it measures, on random int32 batches of the layout in `seq2seq/train.py` (full-length
 sentences, all-ones masks, so every position is a training target token):
 
-* the train step: `train.create_train_state` and `functools.partial(train.train_step,
-  config=cfg)` under `jax.jit` with the state donated; compile time (`.lower().compile()`), then
-  `--repeats` timed runs of `--steps` steps each after a warm-up, reported as seconds per step
-  and target tokens per second (median, min, max over the runs);
+* the train step: `train.create_train_state` and the training loop's own jitted step
+  (`train.compile_steps`: state replicated and donated, batch split over a one-axis device mesh;
+  `--devices N` forces N CPU devices to measure data-parallel scaling); compile time
+  (`.lower().compile()`), then `--repeats` timed runs of `--steps` steps each after a warm-up,
+  reported as seconds per step and target tokens per second (median, min, max over the runs);
 * peak resident memory (`ru_maxrss`), XLA's memory analysis of the compiled step, and the
   device's own memory statistics where the backend has them;
 * the machine's square-matmul throughput in float32 and bfloat16 (GFLOP/s);
@@ -299,18 +301,20 @@ class TrainBench:
 
   def __init__(self, cfg: ml_collections.ConfigDict, seed: int = 0):
     self.cfg = cfg
+    runtime = train.Runtime()  # One data axis over every device, as in training.
+    runtime.check_batch_size(cfg.data.batch_size)
     t0 = time.perf_counter()
     state = train.create_train_state(
       cfg, jax.random.key(seed), cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
     )
-    jax.block_until_ready(state)
+    state = jax.block_until_ready(jax.device_put(state, runtime.replicated))
     self.init_s = time.perf_counter() - t0
     host_batch = random_batch(cfg, seed)
     self.tokens_per_step = int(np.sum(host_batch["tgt_mask"]))
-    self.batch = {k: jnp.asarray(v) for k, v in host_batch.items()}
-    self._base_rng = jax.random.key(seed + 1)
+    self.batch = runtime.put_batch(host_batch)
+    self._base_rng = jax.device_put(jax.random.key(seed + 1), runtime.replicated)
     self._rngs: list[jax.Array] = []
-    step_fn = jax.jit(functools.partial(train.train_step, config=cfg), donate_argnums=0)
+    step_fn, _ = train.compile_steps(cfg, runtime)  # Batch sharded, state replicated, donated.
     t0 = time.perf_counter()
     lowered = step_fn.lower(state, self.batch, self._rng(0))
     t1 = time.perf_counter()
@@ -608,7 +612,12 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     "preset": args.preset,
     "dtype": args.dtype,
     "sets": args.set,
-    "batch": {"batch_size": cfg.data.batch_size, "src_len": length, "tgt_len": length},
+    "batch": {
+      "batch_size": cfg.data.batch_size,
+      "per_device": cfg.data.batch_size // jax.device_count(),
+      "src_len": length,
+      "tgt_len": length,
+    },
     "timing": {"repeats": repeats, "steps_per_repeat": steps, "warmup_steps": warmup},
     **training,
     "peak_rss_mb": peak_rss,
@@ -733,6 +742,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument(
     "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (levers)"
   )
+  p.add_argument(
+    "--devices",
+    type=int,
+    default=None,
+    help="train data-parallel over N forced CPU devices (XLA's host device count)",
+  )
   p.add_argument("--peer", action="store_true", help="also run the PyTorch peer")
   p.add_argument("--peer-python", default=str(DEFAULT_PEER_PYTHON))
   p.add_argument("--peer-script", default=str(DEFAULT_PEER_SCRIPT))
@@ -745,6 +760,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     "steps",
     "matmul_size",
     "maxout",
+    "devices",
     "peer_rounds",
     "peer_steps",
     "peer_threads",
@@ -758,8 +774,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   return args
 
 
+def force_cpu_devices(count: int) -> None:
+  """Makes the CPU backend show `count` devices. XLA reads the flag when the backend starts, so
+  this must run before the first JAX computation of the process."""
+  flag = f"--xla_force_host_platform_device_count={count}"
+  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+  if jax.default_backend() != "cpu" or jax.device_count() != count:
+    raise SystemExit(
+      f"--devices {count}: JAX shows {jax.device_count()} {jax.default_backend()} device(s); "
+      "forced devices need the CPU backend started by this process (JAX_PLATFORMS=cpu)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   args = parse_args(argv)
+  if args.devices is not None:
+    force_cpu_devices(args.devices)
   results = benchmark(args)
   out = Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)

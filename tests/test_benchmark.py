@@ -22,7 +22,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
   cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--preset", "tiny"]
   cmd += ["--repeats", "2", "--steps", "2", "--peer", "--set", "model.scan_unroll=2"]
-  cmd += ["--breakdown"]
+  cmd += ["--breakdown", "--devices", "2"]  # Data parallel over two forced CPU devices.
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "tokens/s" in proc.stdout
@@ -44,6 +44,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   ):
     assert key in res, key
   assert res["preset"] == "tiny"
+  assert res["device"]["count"] == 2 and res["batch"]["per_device"] == 8  # Batch 16 split.
   parts = res["breakdown_ms"]
   assert all(
     _positive_finite(parts[k]) for k in ("loss_grad_ms", "encoder_ms", "readout_and_loss_ms")
