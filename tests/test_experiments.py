@@ -1,8 +1,9 @@
 """Smoke tests of experiments/reproduce_paper.py, sweep_scores.py and alignment_study.py
 (subprocesses).
 
-The scripts run their `smoke` preset (configs/tiny.py, a few steps) and share one persistent
-compilation cache, so the sweep's additive runs reuse the programs compiled for RNNsearch. XLA's
+The scripts run their `smoke` preset (configs/tiny.py, a few steps) and use the session's
+persistent compilation cache, so the sweep's additive runs reuse the programs compiled for
+RNNsearch, and programs that main.py runs in other tests compiled are loaded, not rebuilt. XLA's
 backend optimisations are turned down: these tests check the files and keys written, not speed.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +26,9 @@ TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
 
 
 @pytest.fixture(scope="module")
-def compilation_cache(tmp_path_factory) -> Path:
-  return tmp_path_factory.mktemp("jax_cache")
+def compilation_cache() -> Path:
+  """The session's cache (conftest.py), shared with main.py runs and the other test workers."""
+  return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
 def run_script(name: str, *args: str, cache: Path) -> subprocess.CompletedProcess:
