@@ -367,7 +367,7 @@ def measure_training(bench: TrainBench, *, steps: int, repeats: int, warmup: int
   }
 
 
-def _median_seconds(fn, args, repeats: int) -> float:
+def median_seconds(fn, args, repeats: int) -> float:
   """Median seconds of `fn(*args)` over `repeats` calls after a compiling one."""
   jax.block_until_ready(fn(*args))
   return float(statistics.median(timed_calls(lambda: fn(*args), repeats)))
@@ -402,9 +402,9 @@ def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
   encoder = jax.jit(jax.grad(encoder_sum))
   readout = jax.jit(jax.grad(readout_loss, argnums=(0, 1, 2, 3)))
   out = {
-    "loss_grad_ms": 1e3 * _median_seconds(full, (state.params,), repeats),
-    "encoder_ms": 1e3 * _median_seconds(encoder, (state.params,), repeats),
-    "readout_and_loss_ms": 1e3 * _median_seconds(readout, (state.params, *inputs), repeats),
+    "loss_grad_ms": 1e3 * median_seconds(full, (state.params,), repeats),
+    "encoder_ms": 1e3 * median_seconds(encoder, (state.params,), repeats),
+    "readout_and_loss_ms": 1e3 * median_seconds(readout, (state.params, *inputs), repeats),
   }
   out["decoder_scan_ms"] = out["loss_grad_ms"] - out["encoder_ms"] - out["readout_and_loss_ms"]
   return out

@@ -124,9 +124,9 @@ def step_ms(state, vocab: int, src_len: int, repeats: int = 5) -> float:
   tgt = rng.integers(4, vocab, (STEP_BATCH, src_len)).astype(np.int32)
   mask = np.ones_like(src)
   forward = jax.jit(lambda params, s, m, t: state.replace(params=params).model()(s, m, t))
-  run = lambda: forward(state.params, src, mask, tgt)
-  jax.block_until_ready(run())
-  return 1000.0 * float(np.median(benchmark.timed_calls(run, repeats))) / src_len
+  return (
+    1000.0 * benchmark.median_seconds(forward, (state.params, src, mask, tgt), repeats) / src_len
+  )
 
 
 def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> dict[str, Any]:
