@@ -3,6 +3,7 @@ over every output of a fixed-table model, and teacher-forced attention."""
 
 import itertools
 
+import hypothesis
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,15 +115,31 @@ def test_beam_matches_exhaustive_search(alpha):
   assert found_greedy_miss, "the tables should include a case greedy gets wrong"
 
 
-def test_beam_size_one_is_greedy(model, batch):
+def test_beam_size_one_follows_the_greedy_path(model, batch):
+  """A beam of one extends its live hypothesis by the best word other than EOS, as greedy does,
+  but keeps every EOS extension in its finished pool. So where nothing can end it equals greedy
+  token for token, and otherwise (raw scores) it returns a finished output scoring at least as
+  high as greedy's wherever greedy's ended (greedy stops at its first EOS; the pool may hold an
+  earlier, better one)."""
   src, mask = src_of(batch)
-  g = jax.jit(lambda s, m: decode.greedy(model, s, m, max_len=14))(src, mask)
-  b = jax.jit(lambda s, m: decode.beam_search(model, s, m, beam_size=1, max_len=14))(src, mask)
-  assert 0 < int(jnp.sum(g.lengths < 14)) < len(g.lengths), "want a mix of ended and unended"
+  never_ends = tiny_model(eos_bias=-np.inf)
+  beam1 = lambda m, alpha: jax.jit(
+    lambda s, k: decode.beam_search(m, s, k, beam_size=1, max_len=14, length_norm_alpha=alpha)
+  )(src, mask)
+  g = decode.greedy(never_ends, src, mask, max_len=14)
+  b = beam1(never_ends, 1.0)
+  np.testing.assert_array_equal(g.lengths, 14)
   np.testing.assert_array_equal(g.tokens, b.tokens)
-  np.testing.assert_array_equal(g.lengths, b.lengths)
-  np.testing.assert_array_equal(g.scores, b.scores)
-  np.testing.assert_array_equal(g.alpha, b.alpha)
+  np.testing.assert_allclose(g.scores, b.scores, rtol=1e-6)
+  np.testing.assert_allclose(g.alpha, b.alpha, atol=1e-6)
+
+  g = jax.jit(lambda s, m: decode.greedy(model, s, m, max_len=14))(src, mask)
+  b = beam1(model, 0.0)
+  ended = np.asarray(g.lengths) < 14
+  assert 0 < ended.sum() < len(ended), "want a mix of ended and unended"
+  ends_with_eos = np.asarray(b.tokens)[np.arange(len(ended)), np.asarray(b.lengths) - 1] == EOS_ID
+  assert np.all(ends_with_eos[ended])
+  assert np.all(np.asarray(b.scores)[ended] >= np.asarray(g.scores)[ended] - 1e-5)
 
 
 def test_greedy_matches_python_loop(model, batch):
@@ -219,3 +236,86 @@ def test_replace_unknowns():
     [tokens, tokens], np.stack([alpha, alpha[::-1]]), [["a", "b", "c"], ["x", "y", "z"]]
   )
   assert batched == [["a", 9, "c"], ["z", 9, "x"]]
+
+
+def test_beam_keeps_a_finished_translation_that_live_extensions_outrank():
+  """The scripted case: "a </s>" ends at step 2 (probability .4 x .5); the "b" branch has K=2
+  extensions ("b" or "<unk>", .5 each) that look better per word at every step (log .6 + n log .5
+  over n + 1 words, at best -0.60 against -0.80) but almost never end. The search must return
+  the finished output, not an unfinished max-length one."""
+  vocab, a, b = 6, 4, 5
+  probs = np.full((vocab, vocab), 1e-6)
+  probs[BOS_ID, a], probs[BOS_ID, b] = 0.4, 0.6
+  probs[a, EOS_ID], probs[a, UNK_ID] = 0.5, 0.5
+  for prev in (b, UNK_ID):  # "b" and "<unk>" continue with "b" or "<unk>", never with EOS.
+    probs[prev, b] = probs[prev, UNK_ID] = 0.5
+  logp = np.log(probs / probs.sum(-1, keepdims=True))
+  stand_in = TableModel(np.stack([logp]))
+  src = jnp.full((1, 3), 5, jnp.int32)
+  res = decode.beam_search(
+    stand_in, src, jnp.ones_like(src), beam_size=2, max_len=8, length_norm_alpha=1.0
+  )
+  assert int(res.lengths[0]) == 2
+  assert tuple(np.asarray(res.tokens[0])) == (a, EOS_ID, *[PAD_ID] * 6)
+  np.testing.assert_allclose(res.scores[0], np.log(0.4 * 0.5), rtol=1e-5)
+
+
+def _exhaustive_model_best(model, src, mask, vocab, max_len, alpha):
+  """(tokens, normalised score) of the best ended output of an NNX model, every sentence of at
+  most `max_len` tokens scored teacher-forced in float64 (one source sentence)."""
+  words = [w for w in range(vocab) if w not in (PAD_ID, BOS_ID, EOS_ID)]
+  seqs = [
+    (*prefix, EOS_ID) for n in range(max_len) for prefix in itertools.product(words, repeat=n)
+  ]
+  tgt_out = np.full((len(seqs), max_len), PAD_ID, np.int32)
+  for i, seq in enumerate(seqs):
+    tgt_out[i, : len(seq)] = seq
+  tgt_in = np.concatenate([np.full((len(seqs), 1), BOS_ID), tgt_out[:, :-1]], axis=1)
+  tile = lambda x: jnp.repeat(x, len(seqs), axis=0)
+  logits = model(tile(src), tile(mask), jnp.asarray(tgt_in, jnp.int32))
+  logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)), np.float64)
+  norms = []
+  for i, seq in enumerate(seqs):
+    score = sum(logp[i, t, w] for t, w in enumerate(seq))
+    norms.append(score / len(seq) ** alpha)
+  best = int(np.argmax(norms))
+  return seqs[best], norms[best]
+
+
+@hypothesis.settings(deadline=None, max_examples=12, derandomize=True)
+@hypothesis.example(seed=23, alpha=1.0, name="rnnsearch")  # Old beam search lost its finished best.
+@hypothesis.given(
+  seed=hypothesis.strategies.integers(0, 10_000),
+  alpha=hypothesis.strategies.sampled_from([0.0, 0.6, 1.0]),
+  name=hypothesis.strategies.sampled_from(["rnnsearch", "rnnencdec"]),
+)
+def test_beam_with_every_prefix_equals_exhaustive_search_on_tiny_models(seed, alpha, name):
+  """Vocabulary 5 (three producible tokens), max length 5: at most 2**4 live prefixes, so a beam
+  of 16 holds every prefix and must find the best ended output under the same normalisation."""
+  vocab, max_len = 5, 5
+  cfg = tiny.get_config()
+  cfg.model.name = name
+  model = randomise(models.build_model(cfg.model, vocab, vocab, rngs=nnx.Rngs(seed)), seed, 3.0)
+  src = jnp.asarray([[4, 3, 4, 2]], jnp.int32)
+  mask = jnp.ones_like(src)
+  want, norm = _exhaustive_model_best(model, src, mask, vocab, max_len, alpha)
+  res = _beam_all_prefixes(model, src, mask, alpha)
+  got = tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])])
+  assert got == want
+  np.testing.assert_allclose(res.norm_scores[0], norm, rtol=1e-4, atol=1e-5)
+
+
+_BEAM_FNS = {}
+
+
+def _beam_all_prefixes(model, src, mask, alpha):
+  """Beam 16, max length 5, jitted once per (graph, alpha)."""
+  graphdef, params = nnx.split(model)
+  key = (graphdef, alpha)
+  if key not in _BEAM_FNS:
+    _BEAM_FNS[key] = jax.jit(
+      lambda p, s, m: decode.beam_search(
+        nnx.merge(graphdef, p), s, m, beam_size=16, max_len=5, length_norm_alpha=alpha
+      )
+    )
+  return _BEAM_FNS[key](params, src, mask)
