@@ -70,8 +70,16 @@ def dense(
   role: str = "other",
   use_bias: bool = False,
   num_blocks: int = 1,
+  float32_output: bool = False,
 ) -> nnx.Linear:
-  """A linear layer [..., in] -> [..., out] computing in the configured dtype."""
+  """A linear layer [..., in] -> [..., out] computing in the configured dtype.
+
+  `float32_output`: the matmul still multiplies inputs of the compute dtype but accumulates and
+  returns float32, and the bias is added in float32 (the output layer: bfloat16 logits would
+  round away differences the log-softmax needs)."""
+  extra = {}
+  if float32_output:
+    extra = {"preferred_element_type": jnp.float32, "promote_dtype": _promote_all_but_bias}
   return nnx.Linear(
     in_features,
     out_features,
@@ -81,7 +89,15 @@ def dense(
     kernel_init=kernel_init(cfg.init, role, num_blocks),
     bias_init=nnx.initializers.zeros_init(),
     rngs=rngs,
+    **extra,
   )
+
+
+def _promote_all_but_bias(args, dtype=None, **_):
+  """`nnx.Linear`'s dtype promotion for a float32 output: inputs and kernel to `dtype`, the bias
+  (float32 parameter) unchanged."""
+  inputs, kernel, bias = args
+  return inputs.astype(dtype), kernel.astype(dtype), bias
 
 
 def embed(vocab_size: int, features: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):

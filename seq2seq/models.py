@@ -8,7 +8,8 @@ Encoder: a bidirectional GRU; annotation h_j = [fwd h_j ; bwd h_j] [B, S, H]. De
 s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{i-1}:
 
   alpha_i = masked softmax_j a(s_{i-1}, h_j),  c_i = sum_j alpha_ij h_j         (RNNsearch)
-  c_i = c = [fwd h_Tx ; bwd h_1] for every i                                 (RNNencdec)
+  c_i = c = tanh(V h_Tx), s_0 = tanh(V' c), one-direction GRU encoder  (RNNencdec, the paper's)
+  c_i = c = [fwd h_Tx ; bwd h_1] for every i               (RNNencdec_bi, an ablation)
   s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])
   t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
 
@@ -79,23 +80,44 @@ class Encoded(NamedTuple):
 
 
 class BiGRUEncoder(nnx.Module):
-  """Bidirectional GRU over source embeddings, respecting padding in both directions."""
+  """Bidirectional GRU over source embeddings, respecting padding in both directions; with
+  `bidirectional=False`, the forward GRU alone (the paper's RNNencdec, Cho et al. 2014)."""
 
-  def __init__(self, vocab_size: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    vocab_size: int,
+    cfg: ml_collections.ConfigDict,
+    *,
+    rngs: nnx.Rngs,
+    bidirectional: bool = True,
+  ):
     self.dropout_rate = cfg.dropout
     self.unroll = int(cfg.scan_unroll)
     self.embed = layers.embed(vocab_size, cfg.emb_dim, cfg, rngs=rngs)
     self.fwd = layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs)
-    self.bwd = layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs)
+    self.bwd = (
+      layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs) if bidirectional else None
+    )
 
   def __call__(self, src_BS, mask_BS, dropout_rng=None):
-    """Returns annotations [B, S, H] (float32), fwd state at the last real token, bwd h_1."""
+    """Returns annotations [B, S, H] (float32), fwd state at the last real token, bwd h_1.
+
+    One direction: annotations are the forward states [B, S, He] and bwd h_1 is None."""
     emb = layers.dropout(self.embed(src_BS), self.dropout_rate, dropout_rng)
     mask_SB1 = jnp.swapaxes(mask_BS, 0, 1)[..., None].astype(bool)
-    # Input projections of every position, both directions, outside the scans: [S, B, 3He].
-    x_fwd = jnp.swapaxes(self.fwd.project(emb), 0, 1)
-    x_bwd = jnp.swapaxes(self.bwd.project(emb), 0, 1)
     h0 = jnp.zeros((src_BS.shape[0], self.fwd.hidden), jnp.float32)
+    # Input projections of every position, outside the scans: [S, B, 3He].
+    x_fwd = jnp.swapaxes(self.fwd.project(emb), 0, 1)
+    if self.bwd is None:
+
+      def step_fwd(h, inputs):
+        x3, m = inputs
+        h = jnp.where(m, self.fwd(h, x3), h)  # Padding leaves the state untouched.
+        return h, h
+
+      fwd_last, fwd_SBH = jax.lax.scan(step_fwd, h0, (x_fwd, mask_SB1), unroll=self.unroll)
+      return jnp.swapaxes(fwd_SBH, 0, 1), fwd_last, None
+    x_bwd = jnp.swapaxes(self.bwd.project(emb), 0, 1)
 
     # Both directions in one scan (step t reads position t forwards and S - 1 - t backwards):
     # half as many sequential steps as two scans, the same arithmetic.
@@ -117,12 +139,15 @@ class BiGRUEncoder(nnx.Module):
 
 
 class Seq2Seq(nnx.Module):
-  """The encoder-decoder shared by RNNsearch and RNNencdec; `uses_attention` tells them apart."""
+  """The encoder-decoder shared by RNNsearch and both RNNencdec models: `uses_attention` and
+  `bidirectional` (the encoder) tell them apart."""
 
   uses_attention = True
+  bidirectional = True
 
   def __init__(self, cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs):
-    annot = 2 * cfg.enc_hidden
+    # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
+    annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
     structure = structures.get(cfg.attention)
     if not self.uses_attention and cfg.attention != "soft":
       raise ValueError(f"model.attention={cfg.attention!r} needs model.name=rnnsearch")
@@ -133,7 +158,9 @@ class Seq2Seq(nnx.Module):
       )
     self.dropout_rate = cfg.dropout
     self.scan_unroll = int(cfg.scan_unroll)  # Steps per iteration of the training scans.
-    self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs)
+    self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=self.bidirectional)
+    if not self.bidirectional:  # c = tanh(V h_Tx); s_0 = tanh(V' c) is `init_proj` below.
+      self.summary_proj = layers.dense(cfg.enc_hidden, cfg.enc_hidden, cfg, rngs=rngs)
     self.embed = layers.embed(tgt_vocab, cfg.emb_dim, cfg, rngs=rngs)
     self.init_proj = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs, use_bias=True)
     self.cell = layers.GRUCell(cfg.emb_dim, cfg.dec_hidden, cfg, rngs=rngs)
@@ -180,7 +207,9 @@ class Seq2Seq(nnx.Module):
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     self.c_o = layers.dense(annot, 2 * cfg.maxout_dim, cfg, rngs=rngs)
-    self.w_o = layers.dense(cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True)
+    self.w_o = layers.dense(
+      cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True, float32_output=True
+    )
 
   # ------------------------------------------------------------------ pieces
   def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
@@ -190,9 +219,13 @@ class Seq2Seq(nnx.Module):
     if self.uses_attention:
       keys = self.structure.keys(self.score, annotations, src_mask_BS)
       attention_state = self.structure.init_state(src_mask_BS)
-    s0 = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
+    if self.bidirectional:  # s_0 = tanh(W_s bwd h_1); RNNencdec-bi's c = [fwd h_Tx ; bwd h_1].
+      fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
+      s0 = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
+    else:  # Cho et al.: c = tanh(V h_Tx), s_0 = tanh(V' c).
+      fixed = jnp.tanh(self.summary_proj(fwd_last).astype(jnp.float32))
+      s0 = jnp.tanh(self.init_proj(fixed).astype(jnp.float32))
     zeros = jnp.zeros(src_mask_BS.shape, jnp.float32)
-    fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
     fertility = zeros + 1.0
     if self.fertility:
       gate = jax.nn.sigmoid(self.fert_proj(annotations).astype(jnp.float32)[..., 0])
@@ -245,10 +278,11 @@ class Seq2Seq(nnx.Module):
     return new_state, att
 
   def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None):
-    """Deep output: logits [..., V] (float32) from s_{i-1}, E y_{i-1} and c_i, any leading axes."""
+    """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes. The
+    logits are accumulated and returned in float32 whatever the compute dtype."""
     t = self.u_o(prev_state) + self.v_o(emb_prev) + self.c_o(ctx)
     t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
-    return self.w_o(t).astype(jnp.float32)
+    return self.w_o(t)
 
   # ------------------------------------------------------------------ decoding API
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
@@ -312,7 +346,16 @@ class RNNsearch(Seq2Seq):
 
 
 class RNNencdec(Seq2Seq):
-  """The baseline: the same decoder, fed one fixed context vector per sentence."""
+  """The paper's baseline (Cho et al. 2014): a one-direction GRU encoder summarised as
+  c = tanh(V h_Tx), s_0 = tanh(V' c), and c fed to every decoder step's GRU and deep output."""
+
+  uses_attention = False
+  bidirectional = False
+
+
+class RNNencdecBi(Seq2Seq):
+  """An ablation, not the paper's baseline: RNNsearch's bidirectional encoder and decoder with the
+  attention removed, fed the fixed context c = [fwd h_Tx ; bwd h_1] at every step."""
 
   uses_attention = False
 
@@ -353,8 +396,10 @@ class Agreement(nnx.Module):
 MODELS: dict[str, type[nnx.Module]] = {
   "rnnsearch": RNNsearch,
   "rnnencdec": RNNencdec,
+  "rnnencdec_bi": RNNencdecBi,
   "agreement": Agreement,
 }
+ENCDEC_NAMES = tuple(name for name, cls in MODELS.items() if not cls.uses_attention)
 
 
 def build_model(

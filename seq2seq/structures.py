@@ -62,7 +62,7 @@ def make_structure(
 def uses_rng(cfg: ml_collections.ConfigDict) -> bool:
   """Whether training must hand the model a random key for the attention of `cfg` (a
   `config.model` section), even without dropout."""
-  return cfg.name != "rnnencdec" and get(cfg.attention).uses_rng(cfg)
+  return not cfg.name.startswith("rnnencdec") and get(cfg.attention).uses_rng(cfg)
 
 
 class Attended(NamedTuple):

@@ -18,14 +18,15 @@ def _model(cfg, name="rnnsearch", seed=0):
   return models.build_model(cfg.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(seed))
 
 
-@pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec"])
+@pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec", "rnnencdec_bi"])
 def test_output_shapes(tiny_config, name):
   model = _model(tiny_config, name)
   b = random_batch(vocab=VOCAB)
   logits = model(b["src"], b["src_mask"], b["tgt_in"])
   assert logits.shape == (4, 6, VOCAB + 3) and logits.dtype == jnp.float32
   enc = model.encode(b["src"], b["src_mask"])
-  assert enc.annotations.shape == (4, 7, 2 * tiny_config.model.enc_hidden)
+  directions = 1 if name == "rnnencdec" else 2
+  assert enc.annotations.shape == (4, 7, directions * tiny_config.model.enc_hidden)
   assert enc.init_state.s.shape == (4, tiny_config.model.dec_hidden)
   if name == "rnnsearch":
     logits2, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
@@ -37,7 +38,8 @@ def test_output_shapes(tiny_config, name):
 
 
 @pytest.mark.parametrize(
-  "name,score", [("rnnsearch", s) for s in scores.names()] + [("rnnencdec", "additive")]
+  "name,score",
+  [("rnnsearch", s) for s in scores.names()] + [(n, "additive") for n in models.ENCDEC_NAMES],
 )
 def test_scan_equals_step_by_step_loop(tiny_config, name, score):
   tiny_config.model.score = score
@@ -86,7 +88,7 @@ def test_encoder_equals_a_loop_over_each_direction(tiny_config):
   )
 
 
-@pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec"])
+@pytest.mark.parametrize("name", ["rnnsearch", *models.ENCDEC_NAMES])
 def test_training_gradients_equal_a_step_by_step_loop(tiny_config, name):
   """The training pass hoists the embeddings, the GRU input projections and the deep output out
   of the scan and runs both encoder directions in one scan; its loss gradients equal those of
@@ -130,7 +132,7 @@ def test_initial_state_is_tanh_of_backward_first_annotation(tiny_config):
   np.testing.assert_allclose(np.asarray(enc.init_state.s), np.tanh(bwd_h1 @ w + bias), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec"])
+@pytest.mark.parametrize("name", ["rnnsearch", *models.ENCDEC_NAMES])
 def test_source_padding_changes_nothing(tiny_config, name):
   """Appending padding (of any token id) to the source leaves logits and attention unchanged."""
   model = randomise(_model(tiny_config, name))
@@ -143,29 +145,70 @@ def test_source_padding_changes_nothing(tiny_config, name):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
-def _paper_count(v_src, v_tgt, e, he, d, a, m, attention):
-  """Parameters of the paper's model, counted by hand from its equations."""
+def _paper_count(v_src, v_tgt, e, he, d, a, m, attention, bidirectional=True):
+  """Parameters of the paper's model, counted by hand from its equations (the one-direction
+  RNNencdec of Cho et al. adds V in c = tanh(V h_Tx) and reads a context of size he)."""
   gru = lambda inp, h: inp * 3 * h + 3 * h + h * 2 * h + h * h  # W [z,r,h]+bias, U_zr, U
-  encoder = v_src * e + 2 * gru(e, he)
-  decoder = v_tgt * e + (he * d + d) + gru(e, d) + 2 * he * 3 * d  # embed, W_s, GRU, C [z,r,h]
+  ctx = 2 * he if bidirectional else he
+  encoder = v_src * e + (2 * gru(e, he) if bidirectional else gru(e, he) + he * he)
+  decoder = v_tgt * e + (he * d + d) + gru(e, d) + ctx * 3 * d  # embed, W_s, GRU, C [z,r,h]
   align = d * a + 2 * he * a + a if attention else 0  # W_a, U_a, v_a
-  readout = (
-    (d * 2 * m + 2 * m) + e * 2 * m + 2 * he * 2 * m + (m * v_tgt + v_tgt)
-  )  # U_o V_o C_o W_o
+  readout = (d * 2 * m + 2 * m) + e * 2 * m + ctx * 2 * m + (m * v_tgt + v_tgt)  # U_o V_o C_o W_o
   return encoder + decoder + align + readout
 
 
-@pytest.mark.parametrize("module,attention", [(rnnsearch, True), (rnnencdec, False)])
-def test_paper_config_parameter_count(module, attention):
+@pytest.mark.parametrize(
+  "module,name,attention,bidirectional",
+  [
+    (rnnsearch, "rnnsearch", True, True),
+    (rnnencdec, "rnnencdec", False, False),
+    (rnnencdec, "rnnencdec_bi", False, True),
+  ],
+)
+def test_paper_config_parameter_count(module, name, attention, bidirectional):
   cfg = module.get_config().model
+  cfg.name = name
   v = module.get_config().data.src_vocab_size
   abstract = nnx.eval_shape(lambda: models.build_model(cfg, v, v, rngs=nnx.Rngs(0)))
   count = sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
   want = _paper_count(
-    v, v, cfg.emb_dim, cfg.enc_hidden, cfg.dec_hidden, cfg.attn_dim, cfg.maxout_dim, attention
+    v,
+    v,
+    cfg.emb_dim,
+    cfg.enc_hidden,
+    cfg.dec_hidden,
+    cfg.attn_dim,
+    cfg.maxout_dim,
+    attention,
+    bidirectional,
   )
   print(f"{cfg.name} paper config: {count:,} parameters")
   assert count == want
+
+
+def test_paper_rnnencdec_is_cho_et_al(tiny_config):
+  """The paper's baseline reads a one-direction GRU: c = tanh(V h_Tx) from the forward state at
+  the last real word, s_0 = tanh(V' c), and c is the context of every decoder step."""
+  model = randomise(_model(tiny_config, "rnnencdec"))
+  assert model.encoder.bwd is None
+  b = random_batch(seed=8, vocab=VOCAB)
+  enc = model.encode(b["src"], b["src_mask"])
+  emb = np.asarray(model.encoder.embed(b["src"]))
+  he = tiny_config.model.enc_hidden
+  v = np.asarray(model.summary_proj.kernel[...], np.float64)
+  w_s, b_s = (
+    np.asarray(x[...], np.float64) for x in (model.init_proj.kernel, model.init_proj.bias)
+  )
+  for row, length in enumerate(b["src_mask"].sum(1)):
+    h = jnp.zeros((1, he))
+    for t in range(length):
+      h = model.encoder.fwd(h, model.encoder.fwd.project(emb[row, t][None]))
+    c = np.tanh(np.asarray(h[0], np.float64) @ v)
+    np.testing.assert_allclose(enc.fixed_context[row], c, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(enc.init_state.s[row], np.tanh(c @ w_s + b_s), rtol=1e-5, atol=1e-6)
+  assert enc.fixed_context.shape == (4, he)
+  # Every step reads the same c: the decoder's context matrices take inputs of its size.
+  assert model.context_proj.kernel.shape[0] == he and model.c_o.kernel.shape[0] == he
 
 
 def test_paper_init(tiny_config):
@@ -197,7 +240,9 @@ def test_bfloat16_compute_keeps_float32_params(tiny_config):
 
 def test_unknown_model_name(tiny_config):
   tiny_config.model.name = "transformer"
-  with pytest.raises(ValueError, match="unknown model 'transformer'.*rnnencdec, rnnsearch"):
+  with pytest.raises(
+    ValueError, match="unknown model 'transformer'.*rnnencdec, rnnencdec_bi, rnnsearch"
+  ):
     models.build_model(tiny_config.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
 
 
@@ -206,3 +251,21 @@ def test_maxout_takes_the_max_of_adjacent_pairs():
 
   x = jnp.asarray([[1.0, 5.0, 3.0, 2.0, -1.0, -4.0]])
   np.testing.assert_array_equal(np.asarray(layers.maxout(x)), [[5.0, 3.0, -1.0]])
+
+
+def test_bfloat16_logits_are_float32_and_the_loss_matches_float32(tiny_config):
+  """The output projection accumulates in float32 and adds its bias in float32: the logits keep
+  more than bfloat16's 8 bits, and the bf16 model's loss is within 1% of the float32 model's."""
+  b = random_batch(seed=6, vocab=VOCAB)
+  losses = {}
+  for dtype in ("float32", "bfloat16"):
+    tiny_config.model.dtype = dtype
+    model = randomise(_model(tiny_config), scale=0.1)
+    logits = model(b["src"], b["src_mask"], b["tgt_in"])
+    assert logits.dtype == jnp.float32
+    total, tokens = train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
+    losses[dtype] = float(total / tokens)
+  rounded = np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))
+  assert np.mean(np.asarray(logits) != rounded) > 0.9, "bf16 logits: rounded before the softmax"
+  assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=1e-2)
+  print(f"loss float32 {losses['float32']:.6f} bfloat16 {losses['bfloat16']:.6f}")
