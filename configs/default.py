@@ -14,7 +14,9 @@ def get_config() -> ml_collections.ConfigDict:
 
   # ---------------------------------------------------------------- model
   m = c.model = ml_collections.ConfigDict()
-  m.name = "rnnsearch"  # "rnnsearch", "rnnencdec" (fixed context) or "agreement" (x->y and y->x).
+  # "rnnsearch", "rnnencdec" (the paper's baseline: one-direction encoder, c = tanh(V h_Tx)),
+  # "rnnencdec_bi" (ablation: RNNsearch's encoder, attention removed) or "agreement" (x->y, y->x).
+  m.name = "rnnsearch"
   m.direction = "forward"  # Agreement: the model eval/translate use: "forward" (x->y), "reverse".
   m.emb_dim = 620  # Word embedding size, both languages (paper: 620).
   m.enc_hidden = 1000  # Encoder GRU units per direction; annotations have 2x this (paper: 1000).
@@ -97,6 +99,9 @@ def get_config() -> ml_collections.ConfigDict:
   t.decay = "constant"  # Schedule after warm-up: "constant" or "rsqrt".
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
+  # The summed loss divided by the batch's target "tokens", or by its "sentences" (GroundHog's
+  # cost: summed over a sentence's words, mean over sentences; the paper's configs use it).
+  t.loss_normalization = "tokens"
   t.fertility_weight = 0.0  # Weight of the fertility penalty sum_j (sum_i alpha_ij - N_j)^2.
   t.attention_supervision = 0.0  # Weight of the loss between attention and gold alignments.
   t.attention_supervision_loss = "ce"  # "ce" (cross-entropy, default) or "mse".

@@ -1,4 +1,5 @@
-"""RNNsearch at the paper's sizes. Variant argument: `maxlen=30` or `maxlen=50` (default 50).
+"""RNNsearch at the paper's sizes and cost (summed over words, mean over sentences). Variant
+argument: `maxlen=30` or `maxlen=50` (default 50).
 
 `--config=configs/rnnsearch.py:maxlen=30` gives RNNsearch-30.
 """
@@ -13,6 +14,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   opts = dict(kv.split("=", 1) for kv in arg.split(",") if kv)
   c.model.name = "rnnsearch"
   c.data.max_len = int(opts.pop("maxlen", 50))
+  c.train.loss_normalization = "sentences"  # GroundHog's cost, which Adadelta's steps follow.
   if opts:
     raise ValueError(f"unknown variant options {sorted(opts)}; valid: maxlen")
   return c

@@ -201,9 +201,14 @@ class LossWeights(NamedTuple):
   reinforce: float = 0.0  # train.reinforce_weight (hard attention's estimator)
   entropy: float = 0.0  # train.entropy_weight (its entropy bonus)
   agreement: float = 1.0  # train.agreement_weight (agreement runs' bonus)
+  normalization: str = "tokens"  # train.loss_normalization: what the summed objective is divided by
 
   @classmethod
   def from_config(cls, tcfg: ml_collections.ConfigDict) -> LossWeights:
+    if tcfg.loss_normalization not in LOSS_NORMALIZATIONS:
+      raise ValueError(
+        f"train.loss_normalization={tcfg.loss_normalization!r} is not one of {LOSS_NORMALIZATIONS}"
+      )
     return cls(
       tcfg.label_smoothing,
       tcfg.fertility_weight,
@@ -212,7 +217,13 @@ class LossWeights(NamedTuple):
       tcfg.reinforce_weight,
       tcfg.entropy_weight,
       tcfg.agreement_weight,
+      tcfg.loss_normalization,
     )
+
+
+# "tokens": the mean over the batch's target tokens. "sentences": summed over each sentence's
+# target tokens, then the mean over sentences (GroundHog's cost, which the paper trained with).
+LOSS_NORMALIZATIONS = ("tokens", "sentences")
 
 
 PLAIN = LossWeights()  # Cross-entropy alone (agreement runs: weight-1 bonus).
@@ -368,20 +379,25 @@ def loss_fn(
   rng,
   weights: LossWeights = PLAIN,
 ):
-  """Mean token loss of `batch` under `params`, and (summed cross-entropy, tokens, extra
-  metrics) for metrics.
+  """The loss of `batch` under `params` (the summed objective divided by the batch's target
+  tokens, or by its sentences with `weights.normalization="sentences"`), and (summed
+  cross-entropy, tokens, extra metrics) for metrics.
 
-  The loss adds `weights.fertility` x `fertility_loss` and `weights.supervision` x
-  `attention_supervision_loss` (against `batch["align"]`), both per target token. A model whose
-  attention samples (hard attention) and is given a key adds `reinforce_loss`, per target token,
-  with the sentences' log-likelihoods as rewards against `state.baseline` (at step 0, or without
-  a baseline, against the batch's mean reward); its extra metric "reward" (the batch's mean
-  sentence log-likelihood) updates the baseline. An `Agreement` model gets `agreement_loss`
-  instead (cross-entropy and tokens of its forward direction; extra metrics: forward_loss,
-  reverse_loss, agreement); other models' extras are {}.
+  The objective adds `weights.fertility` x `fertility_loss` and `weights.supervision` x
+  `attention_supervision_loss` (against `batch["align"]`). A model whose attention samples (hard
+  attention) and is given a key adds `reinforce_loss` with the sentences' log-likelihoods as
+  rewards against `state.baseline` (at step 0, or without a baseline, against the batch's mean
+  reward); its extra metric "reward" (the batch's mean sentence log-likelihood) updates the
+  baseline. Penalty metrics are reported per target token, with "ce_loss" (the cross-entropy per
+  target token, also given when the loss is per sentence). An `Agreement` model gets
+  `agreement_loss` instead (cross-entropy and tokens of its forward direction; extra metrics:
+  forward_loss, reverse_loss, agreement; per-token normalisation only); other models' extras
+  are {}.
   """
   model = nnx.merge(state.graphdef, params)
   if isinstance(model, models.Agreement):
+    if weights.normalization != "tokens":
+      raise ValueError("model.name=agreement trains with train.loss_normalization='tokens'")
     loss, parts = agreement_loss(model, batch, rng, weights)
     extras = {k: parts[k] for k in AGREEMENT_METRICS}
     return loss, (parts["forward_ce"], parts["tokens"], extras)
@@ -393,8 +409,11 @@ def loss_fn(
   penalties = [key for key in PENALTY_METRICS if key in extras]
   for key in penalties:  # Unweighted, per target token, beside the cross-entropy.
     extras[key] = extras[key] * per_token
-  if penalties:
+  if penalties or weights.normalization == "sentences":
     extras["ce_loss"] = total * per_token
+  if weights.normalization == "sentences":
+    sentences = jnp.sum(jnp.any(batch["tgt_mask"] > 0, axis=-1).astype(jnp.float32))
+    return objective / jnp.maximum(sentences, 1.0), (total, tokens, extras)
   return objective * per_token, (total, tokens, extras)
 
 
@@ -407,7 +426,9 @@ def train_step(
 ) -> tuple[TrainState, dict[str, Any]]:
   """One update. `rng` is this step's key (derive it with `jax.random.fold_in(base, step)`).
 
-  Bind `config` with `functools.partial` before jitting. Metrics: loss (mean per target token),
+  Bind `config` with `functools.partial` before jitting. Metrics: loss (the objective optimised:
+  per target token, or per sentence with train.loss_normalization="sentences", then with
+  ce_loss per target token beside it),
   tokens, grad_norm (before clipping), learning_rate, finite (false: the update was not applied);
   with a reward baseline (hard attention) also reward (the batch's mean sentence log-likelihood)
   and baseline (after this step's update b <- decay * b + (1 - decay) * reward; at step 0,

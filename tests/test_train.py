@@ -90,3 +90,39 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
   _, m3 = step(state, batch, jax.random.key(2))
   assert float(m1["loss"]) == float(m2["loss"]) != float(m3["loss"])
   assert int(step(state, batch, jax.random.key(1))[0].step) == 1
+
+
+def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences(tiny_config):
+  """GroundHog's cost (summed over a sentence's words, mean over sentences) is the per-token mean
+  times tokens / sentences: same direction of every gradient, a batch-dependent scale."""
+  state = train.create_train_state(tiny_config, jax.random.key(0), 50, 50)
+  b = random_batch(seed=2, vocab=50)
+  b["tgt_mask"][3] = 0  # A padding row (no target word) is no sentence.
+  tokens, sentences = float(b["tgt_mask"].sum()), 3.0
+
+  def loss_and_grads(normalization):
+    weights = train.LossWeights(normalization=normalization)
+    fn = lambda p: train.loss_fn(p, state, b, None, weights)
+    (loss, (total, _, extras)), grads = jax.value_and_grad(fn, has_aux=True)(state.params)
+    return loss, total, extras, grads
+
+  per_token, total, _, g_tok = loss_and_grads("tokens")
+  per_sentence, _, extras, g_sent = loss_and_grads("sentences")
+  np.testing.assert_allclose(per_token, total / tokens, rtol=1e-6)
+  np.testing.assert_allclose(per_sentence, total / sentences, rtol=1e-6)
+  np.testing.assert_allclose(extras["ce_loss"], per_token, rtol=1e-6)
+  for a, c in zip(jax.tree.leaves(g_tok), jax.tree.leaves(g_sent), strict=True):
+    np.testing.assert_allclose(c, a * tokens / sentences, rtol=1e-4, atol=1e-9)
+  tiny_config.train.loss_normalization = "words"
+  with pytest.raises(ValueError, match="'words' is not one of"):
+    train.LossWeights.from_config(tiny_config.train)
+
+
+def test_paper_configs_use_groundhog_normalisation():
+  from configs import rnnencdec, rnnsearch
+
+  for module in (rnnsearch, rnnencdec):
+    assert module.get_config().train.loss_normalization == "sentences"
+  from configs import default
+
+  assert default.get_config().train.loss_normalization == "tokens"
