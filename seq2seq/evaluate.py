@@ -1,7 +1,9 @@
 """Translation and alignment metrics, the paper's ways.
 
-* `bleu`: sacrebleu corpus BLEU on detokenised text (13a tokenisation, signature kept), and
-  `tokenized_bleu` on whitespace-tokenised text as the paper reports it (multi-bleu style).
+* `bleu`: sacrebleu corpus BLEU on detokenised text (13a tokenisation, signature kept), the
+  headline figure, and `tokenized_bleu` on text split into the target side's words as the paper
+  reports it (multi-bleu.perl on tokenised text): `bleu_words` says how each tokenizer kind
+  splits, `bleu_conventions` writes every figure's convention into results.json.
 * `no_unk_subset`: the sentences with no unknown word in the source or the reference (the
   paper's "No UNK" column).
 * `bleu_by_length`: BLEU per bin of source length (bins of 10 words, the paper's Fig. 2).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,6 +29,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import sacrebleu
+import sacremoses
 
 from seq2seq import decode, input_pipeline, plots
 from seq2seq import tokenizer as tok
@@ -42,10 +46,59 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
   return float(score.score), str(metric.get_signature())
 
 
-def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-  """BLEU on text that is already tokenised (split on whitespace only), as multi-bleu.perl."""
+@functools.cache
+def _moses(lang: str) -> sacremoses.MosesTokenizer:
+  return sacremoses.MosesTokenizer(lang or "en")
+
+
+def bleu_words(text: str, tokenizer: tok.Tokenizer | None = None, lang: str = "") -> list[str]:
+  """The words of plain `text` that tokenised BLEU counts n-grams of.
+
+  A word vocabulary splits as it does for training (`tokenizer.tokenize`: whitespace, or Moses
+  for its language with `data.pretokenizer="moses"`), so "chat." is "chat ." when the run saw it
+  so. SentencePiece pieces are not words (n-grams of pieces would inflate the score), so a
+  SentencePiece run splits with the Moses tokenizer of `lang`, the target language: the
+  multi-bleu.perl convention on real text. On the embedded corpus, written pre-split, that is
+  the whitespace split except for words with an apostrophe ("l'" -> "l '", "'s" -> "' s",
+  "aujourd'hui" -> "aujourd' hui"). Without a tokenizer the text is taken as already tokenised.
+  """
+  if tokenizer is None:
+    return text.split()
+  if isinstance(tokenizer, tok.SentencePieceTokenizer):
+    return _moses(lang).tokenize(text, escape=False)
+  return tokenizer.tokenize(text)
+
+
+def tokenized_bleu(
+  hypotheses: Sequence[str],
+  references: Sequence[str],
+  tokenizer: tok.Tokenizer | None = None,
+  lang: str = "",
+) -> float:
+  """BLEU on both sides split by `bleu_words(text, tokenizer, lang)` and joined with single
+  spaces, scored without further tokenisation (sacrebleu tokenize="none"): what multi-bleu.perl
+  computes on tokenised text. Without a tokenizer the texts must already be tokenised."""
+  split = lambda texts: [" ".join(bleu_words(t, tokenizer, lang)) for t in texts]
   metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
-  return float(metric.corpus_score(list(hypotheses), [list(references)]).score)
+  return float(metric.corpus_score(split(hypotheses), [split(references)]).score)
+
+
+def bleu_conventions(tokenizer: tok.Tokenizer, lang: str = "") -> dict[str, str]:
+  """One line per BLEU-like figure of results.json saying which tokenisation it scores."""
+  if isinstance(tokenizer, tok.SentencePieceTokenizer):
+    words = f"sacremoses' Moses tokenizer ({lang or 'en'}; SentencePiece pieces are not words)"
+  elif isinstance(tokenizer, tok.WordVocab) and tokenizer.pretokenizer.name == "moses":
+    words = f"the target vocabulary's moses pretokenizer ({tokenizer.pretokenizer.lang})"
+  else:
+    words = "whitespace (the target vocabulary's word split)"
+  detok = "sacrebleu 13a on detokenised text (signature in bleu_signature)"
+  return {
+    "bleu": detok,
+    "bleu_no_unk": f"{detok}, sentences with no <unk> in source or reference only",
+    "bleu_by_length": f"{detok}, per source-length bin (source words split on whitespace)",
+    "bleu_tokenized": f"sacrebleu tokenize=none (multi-bleu.perl) on both sides split by {words}",
+    "chrf": "sacrebleu chrF defaults on detokenised text (character n-grams, spaces ignored)",
+  }
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
@@ -223,6 +276,7 @@ def evaluate_split(
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer
+  tgt_lang = input_pipeline.languages(config.data)[0 if data.reverse else 1]
   translations = translate_split(state, split, config)
   hyps = [
     output_text(tr, src, data.src_tokenizer, tgt_tok, config.decode.replace_unk)
@@ -240,13 +294,14 @@ def evaluate_split(
     {
       "bleu": score,
       "bleu_signature": signature,
-      "bleu_tokenized": tokenized_bleu(hyps, refs),
+      "bleu_tokenized": tokenized_bleu(hyps, refs, tgt_tok, tgt_lang),
       "bleu_no_unk": bleu([hyps[i] for i in keep], [refs[i] for i in keep])[0] if keep else 0.0,
       "num_no_unk": len(keep),
       "chrf": chrf(hyps, refs),
       "num_sentences": len(hyps),
       "beam_size": int(config.decode.beam_size),
       "bleu_by_length": bleu_by_length(hyps, refs, src_lengths),
+      "bleu_conventions": bleu_conventions(tgt_tok, tgt_lang),
     }
   )
   if state.model().uses_attention:

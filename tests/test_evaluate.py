@@ -1,9 +1,11 @@
 """Metrics on hand-made examples: BLEU, No-UNK subset, length bins, AER, entropy, plots."""
 
+import jax
 import numpy as np
 import pytest
 
-from seq2seq import evaluate, plots
+from configs import tiny
+from seq2seq import evaluate, input_pipeline, plots, train
 from seq2seq import tokenizer as tk
 
 REFS = [
@@ -122,3 +124,53 @@ def test_under_translation_counts_unattended_content_words():
   alpha[2, 4], alpha[2, 2] = 0.0, 1.0
   assert evaluate.under_translation(alpha, src) == 1
   assert evaluate.under_translation(np.zeros((0, 1)), []) == 0
+
+
+def test_tokenized_bleu_scores_the_target_tokenizers_words():
+  """Tokenised BLEU splits both sides into the words the run's target tokenizer uses: with a
+  Moses pretokenizer "tapis." is "tapis ." on either side, so punctuation attached differently
+  costs nothing, where a whitespace split of the raw text would count "tapis." as a word."""
+  refs = ["le chat dort sur le tapis.", "Où est-il ? demande l'enfant, inquiet."]
+  hyps = ["le chat dort sur le tapis .", "Où est-il? demande l'enfant , inquiet ."]
+  moses = tk.Pretokenizer("moses", "fr")
+  vocab = tk.WordVocab.build(refs, 100, moses)
+  assert evaluate.tokenized_bleu(hyps, refs, vocab) == pytest.approx(100.0)
+  tokens = [" ".join(moses.split(h)) for h in hyps], [" ".join(moses.split(r)) for r in refs]
+  assert evaluate.tokenized_bleu(*tokens) == pytest.approx(100.0)
+  assert evaluate.tokenized_bleu(hyps, refs) < 60.0  # The old whitespace split of raw text.
+  # SentencePiece pieces are not words: its runs split with Moses for the target language.
+  sp = tk.SentencePieceTokenizer.train(refs * 20, size=60)
+  assert evaluate.tokenized_bleu(hyps, refs, sp, "fr") == pytest.approx(100.0)
+  conventions = evaluate.bleu_conventions(vocab, "fr")
+  assert {"bleu", "bleu_tokenized", "bleu_no_unk", "bleu_by_length", "chrf"} <= set(conventions)
+  assert "moses" in conventions["bleu_tokenized"] and "13a" in conventions["bleu"]
+
+
+@pytest.fixture(scope="module")
+def sp_run(tmp_path_factory):
+  """configs/tiny.py on the embedded corpus with SentencePiece on both sides and an untrained
+  model (greedy decoding): enough to check what evaluate_split computes on, not how well."""
+  config = tiny.get_config()
+  config.data.tokenizer = "sentencepiece"
+  config.decode.beam_size = 1
+  data = input_pipeline.load_data(config, tmp_path_factory.mktemp("sp"))
+  sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
+  state = train.create_train_state(config, jax.random.key(0), *sizes)
+  return config, data, state
+
+
+def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkeypatch):
+  config, data, state = sp_run
+  calls = []
+  real = evaluate.tokenized_bleu
+
+  def spy(*args, **kwargs):
+    calls.append(args + tuple(kwargs.values()))
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(evaluate, "tokenized_bleu", spy)
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert [c[2:] for c in calls] == [(data.tgt_tokenizer, "fr")]
+  assert results["bleu_tokenized"] == real(*calls[0])
+  assert results["bleu_conventions"] == evaluate.bleu_conventions(data.tgt_tokenizer, "fr")
+  assert "Moses" in results["bleu_conventions"]["bleu_tokenized"]
