@@ -30,8 +30,9 @@ import jax
 import numpy as np
 import sacrebleu
 import sacremoses
+from flax import nnx
 
-from seq2seq import decode, input_pipeline, plots
+from seq2seq import decode, input_pipeline, models, plots
 from seq2seq import tokenizer as tok
 from seq2seq.data import synthetic
 from seq2seq.decode import replace_unknowns
@@ -219,12 +220,38 @@ def output_text(
   tgt_tok: tok.Tokenizer,
   replace_unk: bool = False,
 ) -> str:
-  """The plain text of one translation (detokenised; UNKs replaced by attention if asked)."""
+  """The plain text of one translation (detokenised; UNKs replaced by attention if asked).
+
+  With `replace_unk` each <unk> output becomes the real source word it attends to most: the
+  attention's last column (the source EOS) is never copied, and a source of no words leaves the
+  <unk> as it is. Models without attention are refused earlier (`check_replace_unk`).
+  """
   tokens = tgt_tok.decode_tokens(tr.ids)
   if replace_unk and tr.alpha.size:
-    src_tokens = src_tok.tokenize(src_text) + [tok.EOS]
+    src_tokens = src_tok.tokenize(src_text)  # The real words only: no EOS column to copy.
     tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
   return tgt_tok.detokenize(tokens)
+
+
+def check_replace_unk(config, model: nnx.Module | None = None) -> None:
+  """Raises ValueError when `decode.replace_unk` is set for a model without attention.
+
+  UNK replacement copies the source word an output attends to most; RNNencdec (any model whose
+  `uses_attention` is False) has no attention, so it would copy an arbitrary word. `model` is
+  the model that will decode; without one, the model `config.model` describes is built
+  abstractly (shapes only, no parameters), so callers can check before loading anything.
+  """
+  if not config.decode.replace_unk:
+    return
+  if model is None:
+    size = tok.NUM_SPECIALS + 1
+    build = lambda: models.build_model(config.model, size, size, rngs=nnx.Rngs(0))
+    model = nnx.eval_shape(build)
+  if not model.uses_attention:
+    raise ValueError(
+      f"decode.replace_unk needs attention: model.name={config.model.name} has none "
+      "(set --config.decode.replace_unk=False)"
+    )
 
 
 def translate_split(state, split: input_pipeline.Split, config) -> list[Translation]:
@@ -273,6 +300,7 @@ def evaluate_split(
   and alignments/*.png (heatmaps of the first `decode.num_heatmaps` sentences) when `write`;
   `extra` (loss, step, ...) is merged into the results first.
   """
+  check_replace_unk(config, state.model())
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer

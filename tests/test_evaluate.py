@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from seq2seq import evaluate, input_pipeline, plots, train
+from seq2seq import checkpoints, evaluate, input_pipeline, plots, train, translate
 from seq2seq import tokenizer as tk
 
 REFS = [
@@ -174,3 +174,60 @@ def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkey
   assert results["bleu_tokenized"] == real(*calls[0])
   assert results["bleu_conventions"] == evaluate.bleu_conventions(data.tgt_tokenizer, "fr")
   assert "Moses" in results["bleu_conventions"]["bleu_tokenized"]
+
+
+def test_replace_unk_copies_real_source_words_never_eos():
+  """The decoded attention has a column for the source EOS; most weight there must not make an
+  <unk> output the literal "</s>": only real source words are copied."""
+  src_vocab = tk.WordVocab.build(["le chat noir"], 10)
+  tgt_vocab = tk.WordVocab.build(["the cat"], 10)
+  ids = [tk.UNK_ID, tgt_vocab.encode("cat")[0]]
+  alpha = np.array([[0.1, 0.3, 0.05, 0.55], [0.2, 0.2, 0.2, 0.4], [0.0, 0.0, 0.0, 1.0]])
+  tr = evaluate.Translation(ids, alpha)  # [len(ids) + 1, 3 source words + EOS].
+  out = evaluate.output_text(tr, "le chat noir", src_vocab, tgt_vocab, replace_unk=True)
+  assert out == "chat cat"
+  # A source of no words leaves the <unk> as it is.
+  empty = evaluate.Translation(ids, np.array([[1.0], [1.0], [1.0]]))
+  assert evaluate.output_text(empty, "", src_vocab, tgt_vocab, replace_unk=True) == "<unk> cat"
+
+
+NO_ATTENTION = "decode.replace_unk needs attention: model.name=rnnencdec has none"
+
+
+@pytest.fixture(scope="module")
+def rnnencdec_run(tmp_path_factory):
+  """An untrained RNNencdec run directory (vocabularies and a step-0 checkpoint)."""
+  config = tiny.get_config()
+  config.model.name = "rnnencdec"
+  config.decode.beam_size = 1
+  workdir = tmp_path_factory.mktemp("rnnencdec")
+  data = input_pipeline.load_data(config, workdir)
+  state = train.initial_state(
+    config, data.src_tokenizer.size, data.tgt_tokenizer.size, train.Runtime()
+  )
+  ckpt = checkpoints.Checkpointer(workdir, config)
+  ckpt.save(state, None)
+  ckpt.close()
+  return config, workdir, data, state
+
+
+def _with_replace_unk(config):
+  config = config.copy_and_resolve_references()
+  config.decode.replace_unk = True
+  return config
+
+
+def test_evaluate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path):
+  config, _, data, state = rnnencdec_run
+  with pytest.raises(ValueError, match=NO_ATTENTION):
+    evaluate.evaluate_split(state, data, "valid", _with_replace_unk(config), tmp_path, write=False)
+
+
+def test_translate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path):
+  config, workdir, data, _ = rnnencdec_run
+  config = _with_replace_unk(config)
+  source = tmp_path / "in.txt"
+  source.write_text("".join(r[0] + "\n" for r in data.raw("valid")[:4]))
+  with pytest.raises(ValueError, match=NO_ATTENTION):
+    translate.translate_file(config, workdir, str(source), str(tmp_path / "out.txt"))
+  assert not (tmp_path / "out.txt").exists()
