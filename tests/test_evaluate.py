@@ -1,5 +1,7 @@
 """Metrics on hand-made examples: BLEU, No-UNK subset, length bins, AER, entropy, plots."""
 
+import collections
+
 import jax
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ import pytest
 from configs import tiny
 from seq2seq import checkpoints, evaluate, input_pipeline, plots, train, translate
 from seq2seq import tokenizer as tk
+from seq2seq.data import synthetic
 
 REFS = [
   "the cat sat on the mat .",
@@ -231,3 +234,108 @@ def test_translate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path
   with pytest.raises(ValueError, match=NO_ATTENTION):
     translate.translate_file(config, workdir, str(source), str(tmp_path / "out.txt"))
   assert not (tmp_path / "out.txt").exists()
+
+
+def test_sentencepiece_attention_maps_to_words_by_hand():
+  """Source "le chat" as pieces ▁le ▁ch at, target "the cat" as ▁the ▁c at (plus EOS each):
+  a source word gets the sum of its pieces' columns, a target word the mean of its pieces'
+  rows, and EOS rows and columns fall away."""
+  src_pieces, tgt_pieces = ["▁le", "▁ch", "at"], ["▁the", "▁c", "at"]
+  src_spans, tgt_spans = evaluate.word_spans(src_pieces), evaluate.word_spans(tgt_pieces)
+  assert src_spans == tgt_spans == [(0, 1), (1, 3)]
+  alpha = np.array(
+    [
+      [0.6, 0.1, 0.1, 0.2],  # ▁the
+      [0.1, 0.5, 0.3, 0.1],  # ▁c
+      [0.0, 0.2, 0.6, 0.2],  # at
+      [0.1, 0.1, 0.1, 0.7],  # EOS
+    ]
+  )
+  want = np.array([[0.6, 0.2], [(0.1 + 0.0) / 2, (0.8 + 0.8) / 2]])
+  np.testing.assert_allclose(evaluate.pieces_to_words(alpha, tgt_spans, src_spans), want)
+  # Pieces before the first word start (an unknown first character) make a word of their own.
+  assert evaluate.word_spans(["x", "▁a", "b", "▁c"]) == [(0, 1), (1, 3), (3, 4)]
+  assert evaluate.word_spans([]) == []
+  assert evaluate.pieces_to_words(np.zeros((1, 1)), [], []).shape == (0, 0)
+  # A word vocabulary's tokens are words already: the mapping is the identity.
+  vocab = tk.WordVocab.build(["a b c"], 10)
+  assert evaluate.token_spans(vocab, ["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3)]
+  np.testing.assert_array_equal(
+    evaluate.pieces_to_words(alpha, [(0, 1), (1, 2)], [(0, 1), (1, 2), (2, 3)]), alpha[:2, :3]
+  )
+
+
+def test_under_translation_counts_subword_content_words():
+  """With spans, a source word is its pieces' ids; a content word is one outside `frequent`."""
+  src = [10, 60, 61, 5]  # Words: (10,), (60, 61), (5,).
+  spans = [(0, 1), (1, 3), (3, 4)]
+  alpha = np.array([[0.7, 0.2, 0.1, 0.0], [0.6, 0.3, 0.1, 0.0]])  # Word-level, EOS column last.
+  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (5,)}) == 1
+  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (60, 61)}) == 1
+  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (5,), (60, 61)}) == 0
+
+
+def _word_of_each_piece(pieces):
+  """Word index of each SentencePiece piece (a new word at each "▁"), written independently."""
+  starts = np.array([p.startswith("▁") for p in pieces])
+  assert starts[0]
+  return np.cumsum(starts) - 1
+
+
+def test_teacher_forced_attention_of_a_sentencepiece_run_is_word_level(sp_run):
+  config, data, state = sp_run
+  raw = data.raw("valid")
+  forced = evaluate.word_attention(state, data, "valid", config)
+  assert [a.shape for a in forced] == [(len(t.split()), len(s.split())) for s, t, _ in raw]
+  pieces = evaluate.teacher_forced_attention(state, data.splits["valid"], config)
+  assert sum(p.shape != a.shape for p, a in zip(pieces, forced, strict=True)) > len(raw) // 2
+  for p, a, (s, t, _) in zip(pieces, forced, raw, strict=True):
+    sw = _word_of_each_piece(data.src_tokenizer.tokenize(s))
+    tw = _word_of_each_piece(data.tgt_tokenizer.tokenize(t))
+    want = np.zeros(a.shape)
+    for j in range(a.shape[0]):
+      for i in range(a.shape[1]):
+        want[j, i] = p[tw == j][:, sw == i].sum(axis=1).mean()
+    np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-7)
+
+
+def test_evaluate_split_aer_of_sentencepiece_runs_is_on_words(sp_run, monkeypatch):
+  """An oracle attention over pieces (every piece of a target word on the first piece of each
+  source word gold-linked to it) maps to the gold links exactly: thresholded AER 0."""
+  config, data, state = sp_run
+  raw = data.raw("valid")
+
+  def oracle(state, split, config):
+    out = []
+    for s, t, links in raw:
+      sw = _word_of_each_piece(data.src_tokenizer.tokenize(s))
+      tw = _word_of_each_piece(data.tgt_tokenizer.tokenize(t))
+      alpha = np.zeros((len(tw), len(sw)))
+      for i, j in synthetic.parse_alignment(links):
+        alpha[tw == j, np.flatnonzero(sw == i)[0]] = 1.0
+      out.append(alpha)
+    return out
+
+  monkeypatch.setattr(evaluate, "teacher_forced_attention", oracle)
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert results["aer_threshold"] == 0.0
+  assert results["aer_subword_mapping"] == (
+    "source: sum over a word's pieces; target: mean over a word's pieces"
+  )
+
+
+def test_under_translation_of_a_sentencepiece_run_counts_words(sp_run):
+  config, data, state = sp_run
+  raw = data.raw("valid")
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert results["source_words"] == sum(len(s.split()) for s, _, _ in raw)
+  assert 0 <= results["under_translation"] <= results["source_words"]
+  assert "50 most frequent" in results["under_translation_content"]
+  # The frequent words are the corpus's most frequent whitespace words (up to ties at rank 50).
+  frequent = evaluate.frequent_words(data.splits["train"], data.src_tokenizer)
+  words = {data.src_tokenizer.detokenize(data.src_tokenizer.decode_tokens(w)) for w in frequent}
+  counts = collections.Counter(w for s, _, _ in data.raw("train") for w in s.split())
+  cut = counts.most_common(evaluate.CONTENT_RANK)[-1][1]
+  assert (
+    {w for w, n in counts.items() if n > cut} <= words <= {w for w, n in counts.items() if n >= cut}
+  )
