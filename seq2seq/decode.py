@@ -409,11 +409,12 @@ def replace_unknowns(
 ) -> list[Any]:
   """Host-side unknown-word replacement by attention (Jean et al. / Luong et al. style).
 
-  tokens: one output [L] (ids or words); alpha: its attention [L, S]; src_tokens: the source
-  [S'] (ids or words, S' <= S real positions). Every item equal to `unk_id` becomes the source
-  token at argmax_j alpha[i, j] over the real source positions, translated through `dictionary`
-  when it has an entry. For a batch, pass tokens [B, L], alpha [B, L, S] and one source sequence
-  per sentence: the result is then one list per sentence.
+  tokens: one output [L] (ids or words); alpha: its attention [L, S]; src_tokens: the real
+  source words [S'] (ids or words, S' <= S; no EOS: the columns past S', the source EOS and
+  padding, are never copied). Every item equal to `unk_id` becomes the source token at
+  argmax_j alpha[i, j] over j < S', translated through `dictionary` when it has an entry; with
+  no source words it stays as it is. For a batch, pass tokens [B, L], alpha [B, L, S] and one
+  source sequence per sentence: the result is then one list per sentence.
   """
   alpha = np.asarray(alpha)
   if alpha.ndim == 3:

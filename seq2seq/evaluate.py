@@ -1,7 +1,9 @@
 """Translation and alignment metrics, the paper's ways.
 
-* `bleu`: sacrebleu corpus BLEU on detokenised text (13a tokenisation, signature kept), and
-  `tokenized_bleu` on whitespace-tokenised text as the paper reports it (multi-bleu style).
+* `bleu`: sacrebleu corpus BLEU on detokenised text (13a tokenisation, signature kept), the
+  headline figure, and `tokenized_bleu` on text split into the target side's words as the paper
+  reports it (multi-bleu.perl on tokenised text): `bleu_words` says how each tokenizer kind
+  splits, `bleu_conventions` writes every figure's convention into results.json.
 * `no_unk_subset`: the sentences with no unknown word in the source or the reference (the
   paper's "No UNK" column).
 * `bleu_by_length`: BLEU per bin of source length (bins of 10 words, the paper's Fig. 2).
@@ -12,13 +14,17 @@
 * `over_translation` (output words repeated beyond their count in the reference) and
   `under_translation` (source content words that no output word attends to most).
 
-Alignment links are (source index, target index) pairs, 0-based, as the corpus writes them.
+Alignment links are (source index, target index) pairs, 0-based, as the corpus writes them: they
+index whitespace words. With SentencePiece the attention over pieces is mapped to words first
+(`pieces_to_words`: a source word sums its pieces, a target word averages them), for AER,
+entropy and under-translation alike; results.json records it as `aer_subword_mapping`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,8 +32,10 @@ from pathlib import Path
 import jax
 import numpy as np
 import sacrebleu
+import sacremoses
+from flax import nnx
 
-from seq2seq import decode, input_pipeline, plots
+from seq2seq import decode, input_pipeline, models, plots
 from seq2seq import tokenizer as tok
 from seq2seq.data import synthetic
 from seq2seq.decode import replace_unknowns
@@ -42,10 +50,59 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
   return float(score.score), str(metric.get_signature())
 
 
-def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-  """BLEU on text that is already tokenised (split on whitespace only), as multi-bleu.perl."""
+@functools.cache
+def _moses(lang: str) -> sacremoses.MosesTokenizer:
+  return sacremoses.MosesTokenizer(lang or "en")
+
+
+def bleu_words(text: str, tokenizer: tok.Tokenizer | None = None, lang: str = "") -> list[str]:
+  """The words of plain `text` that tokenised BLEU counts n-grams of.
+
+  A word vocabulary splits as it does for training (`tokenizer.tokenize`: whitespace, or Moses
+  for its language with `data.pretokenizer="moses"`), so "chat." is "chat ." when the run saw it
+  so. SentencePiece pieces are not words (n-grams of pieces would inflate the score), so a
+  SentencePiece run splits with the Moses tokenizer of `lang`, the target language: the
+  multi-bleu.perl convention on real text. On the embedded corpus, written pre-split, that is
+  the whitespace split except for words with an apostrophe ("l'" -> "l '", "'s" -> "' s",
+  "aujourd'hui" -> "aujourd' hui"). Without a tokenizer the text is taken as already tokenised.
+  """
+  if tokenizer is None:
+    return text.split()
+  if isinstance(tokenizer, tok.SentencePieceTokenizer):
+    return _moses(lang).tokenize(text, escape=False)
+  return tokenizer.tokenize(text)
+
+
+def tokenized_bleu(
+  hypotheses: Sequence[str],
+  references: Sequence[str],
+  tokenizer: tok.Tokenizer | None = None,
+  lang: str = "",
+) -> float:
+  """BLEU on both sides split by `bleu_words(text, tokenizer, lang)` and joined with single
+  spaces, scored without further tokenisation (sacrebleu tokenize="none"): what multi-bleu.perl
+  computes on tokenised text. Without a tokenizer the texts must already be tokenised."""
+  split = lambda texts: [" ".join(bleu_words(t, tokenizer, lang)) for t in texts]
   metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
-  return float(metric.corpus_score(list(hypotheses), [list(references)]).score)
+  return float(metric.corpus_score(split(hypotheses), [split(references)]).score)
+
+
+def bleu_conventions(tokenizer: tok.Tokenizer, lang: str = "") -> dict[str, str]:
+  """One line per BLEU-like figure of results.json saying which tokenisation it scores."""
+  if isinstance(tokenizer, tok.SentencePieceTokenizer):
+    words = f"sacremoses' Moses tokenizer ({lang or 'en'}; SentencePiece pieces are not words)"
+  elif isinstance(tokenizer, tok.WordVocab) and tokenizer.pretokenizer.name == "moses":
+    words = f"the target vocabulary's moses pretokenizer ({tokenizer.pretokenizer.lang})"
+  else:
+    words = "whitespace (the target vocabulary's word split)"
+  detok = "sacrebleu 13a on detokenised text (signature in bleu_signature)"
+  return {
+    "bleu": detok,
+    "bleu_no_unk": f"{detok}, sentences with no <unk> in source or reference only",
+    "bleu_by_length": f"{detok}, per source-length bin (source words split on whitespace)",
+    "bleu_tokenized": f"sacrebleu tokenize=none (multi-bleu.perl) on both sides split by {words}",
+    "chrf": "sacrebleu chrF defaults on detokenised text (character n-grams, spaces ignored)",
+  }
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
@@ -122,21 +179,56 @@ def over_translation(hypothesis: Sequence[str], reference: Sequence[str]) -> int
   return sum(max(0, n - max(1, ref[w])) for w, n in hyp.items())
 
 
-CONTENT_RANK = 50  # Word ids past the specials and the 50 most frequent words: content words.
+CONTENT_RANK = 50  # Content words: source words outside the 50 most frequent ones.
+CONTENT_SAMPLE = 20_000  # Training sentences whose words `frequent_words` counts.
 
 
-def under_translation(alpha_TS: np.ndarray, src_ids: Sequence[int]) -> int:
-  """Source content words (id >= 4 + CONTENT_RANK, i.e. outside the most frequent words of a
-  frequency-ranked word vocabulary) that are the argmax of no output word's attention.
+def under_translation(
+  alpha_TS: np.ndarray,
+  src_ids: Sequence[int],
+  src_spans: Sequence[tuple[int, int]] | None = None,
+  frequent: set[tuple[int, ...]] | None = None,
+) -> int:
+  """Source content words that are the argmax of no output word's attention.
 
-  alpha_TS: attention of the output words [T, S'] (S' >= len(src_ids); extra columns ignored).
+  alpha_TS: attention of the output words over the source words [T, S'] (S' >= the number of
+  source words; extra columns, such as the source EOS, are ignored). src_ids: the source ids
+  [L]; src_spans: the [start, end) range of each source word in them (default: one id a word).
+  A content word is one outside the CONTENT_RANK most frequent source words. By default that
+  is read off a frequency-ranked word vocabulary: id >= 4 + CONTENT_RANK (so <unk>, id 3,
+  counts as frequent). SentencePiece ids do not rank words, so subword runs pass `frequent`,
+  the most frequent words as tuples of their ids (`frequent_words`), and a word is content when
+  its ids are not among them.
   """
-  src = np.asarray(src_ids)
-  if not len(src):
+  ids = np.asarray(src_ids).tolist()
+  spans = [(i, i + 1) for i in range(len(ids))] if src_spans is None else list(src_spans)
+  if not spans:
     return 0
-  attended = set(np.argmax(np.asarray(alpha_TS)[:, : len(src)], axis=1).tolist())
-  content = np.flatnonzero(src >= tok.NUM_SPECIALS + CONTENT_RANK)
-  return int(sum(j not in attended for j in content.tolist()))
+  attended = set(np.argmax(np.asarray(alpha_TS)[:, : len(spans)], axis=1).tolist())
+  if frequent is None:
+    content = [ids[a] >= tok.NUM_SPECIALS + CONTENT_RANK for a, _ in spans]
+  else:
+    content = [tuple(ids[a:b]) not in frequent for a, b in spans]
+  return sum(c and j not in attended for j, c in enumerate(content))
+
+
+def frequent_words(
+  split: input_pipeline.Split,
+  tokenizer: tok.Tokenizer,
+  top: int = CONTENT_RANK,
+  max_sentences: int = CONTENT_SAMPLE,
+) -> set[tuple[int, ...]]:
+  """The `top` most frequent source words of the first `max_sentences` sentences of `split`
+  (the training split), each as the tuple of its ids (`id_spans` groups pieces into words).
+
+  With the embedded corpus these are its most frequent whitespace words (up to ties): the
+  words a word vocabulary would give ids below 4 + `top`. Ties go to the word seen first.
+  """
+  counts: collections.Counter[tuple[int, ...]] = collections.Counter()
+  for i in range(min(len(split), max_sentences)):
+    ids = split.src.row(i).tolist()
+    counts.update(tuple(ids[a:b]) for a, b in id_spans(tokenizer, ids))
+  return {word for word, _ in counts.most_common(top)}
 
 
 def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
@@ -146,6 +238,86 @@ def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
     p = np.clip(np.asarray(alpha, np.float64), 1e-12, 1.0)
     values.extend((-(p * np.log(p)).sum(axis=1)).tolist())
   return float(np.mean(values)) if values else 0.0
+
+
+# ----------------------------------------------------------------- subword pieces as words
+
+WORD_START = "\u2581"  # SentencePiece's mark ("▁") on a piece that starts a word.
+
+Span = tuple[int, int]
+
+
+def word_spans(pieces: Sequence[str]) -> list[Span]:
+  """The [start, end) range of each word of SentencePiece `pieces` [L].
+
+  A word is a maximal run of pieces starting at one that begins with "▁" (U+2581, which
+  SentencePiece puts where the text had a space, and at its start). Pieces before the first
+  such piece make a word of their own. SentencePiece never lets a piece cross a space and
+  writes the "▁" of a word that starts with an unknown character as a piece of its own, so the
+  words are the text's whitespace words; on the embedded corpus (configs/tiny.py, every split,
+  both sides, 200 pieces) their number equals the whitespace word count of every sentence.
+  """
+  spans: list[list[int]] = []
+  for i, piece in enumerate(pieces):
+    if piece.startswith(WORD_START) or not spans:
+      spans.append([i, i + 1])
+    else:
+      spans[-1][1] = i + 1
+  return [(a, b) for a, b in spans]
+
+
+def token_spans(tokenizer: tok.Tokenizer, tokens: Sequence[str]) -> list[Span]:
+  """Word ranges of a tokenizer's `tokens` [L]: SentencePiece pieces grouped by `word_spans`;
+  a word vocabulary's tokens are words (one token each)."""
+  if isinstance(tokenizer, tok.SentencePieceTokenizer):
+    return word_spans(tokens)
+  return [(i, i + 1) for i in range(len(tokens))]
+
+
+def id_spans(tokenizer: tok.Tokenizer, ids: Sequence[int] | np.ndarray) -> list[Span]:
+  """Word ranges of ids [L] without specials other than UNK. An <unk> piece does not start a
+  word: SentencePiece writes the "▁" before an unknown character as a piece of its own (seen
+  with unigram and BPE models), so ids group as the text's pieces do."""
+  if isinstance(tokenizer, tok.SentencePieceTokenizer):
+    return word_spans(tokenizer.decode_tokens(ids))
+  return [(i, i + 1) for i in range(len(ids))]
+
+
+def span_words(tokens: Sequence[str], spans: Sequence[Span]) -> list[str]:
+  """The words of `tokens` (their pieces joined), one per span."""
+  return ["".join(tokens[a:b]) for a, b in spans]
+
+
+def pieces_to_words(
+  alpha_TS: np.ndarray, tgt_spans: Sequence[Span], src_spans: Sequence[Span]
+) -> np.ndarray:
+  """Attention between pieces [T, S] as attention between words [len(tgt_spans),
+  len(src_spans)] (float64), for comparing with gold links, which index words.
+
+  Source side: a word gets the sum of its pieces' weights, the mass the step put on the word,
+  so each row stays a distribution over the source words (less what went to columns outside
+  the spans, such as the source EOS, as with word tokens). Target side: a word gets the mean
+  of its pieces' rows; every piece is one decoder step whose row is a distribution, their mean
+  is one too, and a word cut into many pieces weighs no more than a whole one. Rows and columns
+  outside the spans (the EOS step, the source EOS) drop out; with one token a word this is
+  alpha_TS[:len(tgt_spans), :len(src_spans)].
+  """
+  alpha = np.asarray(alpha_TS, np.float64)
+  src_map_SW = np.zeros((alpha.shape[1], len(src_spans)))
+  for w, (a, b) in enumerate(src_spans):
+    src_map_SW[a:b, w] = 1.0
+  tgt_map_WT = np.zeros((len(tgt_spans), alpha.shape[0]))
+  for w, (a, b) in enumerate(tgt_spans):
+    tgt_map_WT[w, a:b] = 1.0 / (b - a)
+  return tgt_map_WT @ alpha @ src_map_SW
+
+
+def subword_mapping(src_tok: tok.Tokenizer, tgt_tok: tok.Tokenizer) -> str:
+  """How `pieces_to_words` maps attention for these tokenizers, in words for results.json."""
+  pieces = lambda t: isinstance(t, tok.SentencePieceTokenizer)
+  src = "sum over a word's pieces" if pieces(src_tok) else "tokens are words"
+  tgt = "mean over a word's pieces" if pieces(tgt_tok) else "tokens are words"
+  return f"source: {src}; target: {tgt}"
 
 
 # ------------------------------------------------------------------------ evaluating a model
@@ -166,12 +338,38 @@ def output_text(
   tgt_tok: tok.Tokenizer,
   replace_unk: bool = False,
 ) -> str:
-  """The plain text of one translation (detokenised; UNKs replaced by attention if asked)."""
+  """The plain text of one translation (detokenised; UNKs replaced by attention if asked).
+
+  With `replace_unk` each <unk> output becomes the real source word it attends to most: the
+  attention's last column (the source EOS) is never copied, and a source of no words leaves the
+  <unk> as it is. Models without attention are refused earlier (`check_replace_unk`).
+  """
   tokens = tgt_tok.decode_tokens(tr.ids)
   if replace_unk and tr.alpha.size:
-    src_tokens = src_tok.tokenize(src_text) + [tok.EOS]
+    src_tokens = src_tok.tokenize(src_text)  # The real words only: no EOS column to copy.
     tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
   return tgt_tok.detokenize(tokens)
+
+
+def check_replace_unk(config, model: nnx.Module | None = None) -> None:
+  """Raises ValueError when `decode.replace_unk` is set for a model without attention.
+
+  UNK replacement copies the source word an output attends to most; RNNencdec (any model whose
+  `uses_attention` is False) has no attention, so it would copy an arbitrary word. `model` is
+  the model that will decode; without one, the model `config.model` describes is built
+  abstractly (shapes only, no parameters), so callers can check before loading anything.
+  """
+  if not config.decode.replace_unk:
+    return
+  if model is None:
+    size = tok.NUM_SPECIALS + 1
+    build = lambda: models.build_model(config.model, size, size, rngs=nnx.Rngs(0))
+    model = nnx.eval_shape(build)
+  if not model.uses_attention:
+    raise ValueError(
+      f"decode.replace_unk needs attention: model.name={config.model.name} has none "
+      "(set --config.decode.replace_unk=False)"
+    )
 
 
 def translate_split(state, split: input_pipeline.Split, config) -> list[Translation]:
@@ -192,7 +390,8 @@ def translate_split(state, split: input_pipeline.Split, config) -> list[Translat
 
 
 def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list[np.ndarray]:
-  """alpha [T_words, S_words] of the reference translations (target EOS and source EOS dropped)."""
+  """alpha [T, S] of the reference translations over the split's tokens (words or pieces; the
+  target EOS step and the source EOS column dropped). `word_attention` maps them to words."""
   model_fn = jax.jit(
     lambda params, b: state.replace(params=params).model()(
       b["src"], b["src_mask"], b["tgt_in"], return_alpha=True
@@ -211,18 +410,86 @@ def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list
   return out
 
 
+def word_attention(state, data, split_name: str, config) -> list[np.ndarray]:
+  """Teacher-forced attention of the references between words [T', S'], whatever the tokens:
+  `teacher_forced_attention` mapped by `pieces_to_words` (the identity for word tokens)."""
+  split = data.splits[split_name]
+  forced = teacher_forced_attention(state, split, config)
+  return [
+    pieces_to_words(
+      alpha,
+      id_spans(data.tgt_tokenizer, split.tgt.row(i)),
+      id_spans(data.src_tokenizer, split.src.row(i)),
+    )
+    for i, alpha in enumerate(forced)
+  ]
+
+
+def attention_figures(state, data, split_name: str, config, translations, raw) -> dict:
+  """Over- and under-translation of the decoded `translations`, and, with gold links, AER and
+  entropy of the references' teacher-forced attention; all over words (`pieces_to_words`)."""
+  split = data.splits[split_name]
+  src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+  src_spans = [id_spans(src_tok, split.src.row(i)) for i in range(len(split))]
+  subword = isinstance(src_tok, tok.SentencePieceTokenizer)
+  frequent = frequent_words(data.splits["train"], src_tok) if subword else None
+  over = under = 0
+  for i, (tr, r) in enumerate(zip(translations, raw, strict=True)):
+    out, ref = tgt_tok.decode_tokens(tr.ids), tgt_tok.tokenize(r[1])
+    out_spans = token_spans(tgt_tok, out)
+    over += over_translation(span_words(out, out_spans), span_words(ref, token_spans(tgt_tok, ref)))
+    alpha = pieces_to_words(tr.alpha, out_spans, src_spans[i])
+    under += under_translation(alpha, split.src.row(i), src_spans[i], frequent)
+  content = (
+    f"not among the {CONTENT_RANK} most frequent source words (pieces grouped at '▁') of the "
+    f"first {CONTENT_SAMPLE} training sentences"
+    if subword
+    else f"word id >= {tok.NUM_SPECIALS + CONTENT_RANK}: outside the {CONTENT_RANK} most "
+    "frequent training words (<unk> counts as frequent)"
+  )
+  results = {
+    "over_translation": over,
+    "under_translation": under,
+    "under_translation_content": content,
+    "source_words": sum(len(spans) for spans in src_spans),
+    "aer_subword_mapping": subword_mapping(src_tok, tgt_tok),
+  }
+  if not all(r[2] is not None for r in raw):
+    return results
+  gold = [set(synthetic.parse_alignment(r[2])) for r in raw]
+  forced = word_attention(state, data, split_name, config)
+  for i, (alpha, r) in enumerate(zip(forced, raw, strict=True)):
+    if alpha.shape != (len(r[1].split()), len(r[0].split())):
+      raise ValueError(
+        f"{split_name} sentence {i}: attention over {alpha.shape[1]} source and "
+        f"{alpha.shape[0]} target words, but the gold links index {len(r[0].split())} and "
+        f"{len(r[1].split())} whitespace words"
+      )
+  links = [argmax_links(a) for a in forced]
+  results["aer"] = alignment_error_rate(links, gold)
+  for name, shift in (("aer_shift_minus1", -1), ("aer_shift_plus1", 1)):
+    shifted = [shift_links(x, shift, len(a)) for x, a in zip(links, forced, strict=True)]
+    results[name] = alignment_error_rate(shifted, gold)
+  results["aer_threshold"] = alignment_error_rate([threshold_links(a) for a in forced], gold)
+  results["attention_entropy"] = attention_entropy(forced)
+  return results
+
+
 def evaluate_split(
   state, data, split_name: str, config, out_dir: Path, *, extra=None, writer=None, write=True
 ) -> dict:
-  """Decodes a split and scores it: BLEU (all / No UNK / tokenised / by length), chrF, AER.
+  """Decodes a split and scores it: BLEU (all / No UNK / tokenised / by length), chrF, and
+  for models with attention over/under-translation and (gold links) AER and entropy.
 
   Writes OUT_DIR/results.json, hypotheses.txt (one line per source line), bleu_vs_length.png
   and alignments/*.png (heatmaps of the first `decode.num_heatmaps` sentences) when `write`;
   `extra` (loss, step, ...) is merged into the results first.
   """
+  check_replace_unk(config, state.model())
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer
+  tgt_lang = input_pipeline.languages(config.data)[0 if data.reverse else 1]
   translations = translate_split(state, split, config)
   hyps = [
     output_text(tr, src, data.src_tokenizer, tgt_tok, config.decode.replace_unk)
@@ -240,35 +507,18 @@ def evaluate_split(
     {
       "bleu": score,
       "bleu_signature": signature,
-      "bleu_tokenized": tokenized_bleu(hyps, refs),
+      "bleu_tokenized": tokenized_bleu(hyps, refs, tgt_tok, tgt_lang),
       "bleu_no_unk": bleu([hyps[i] for i in keep], [refs[i] for i in keep])[0] if keep else 0.0,
       "num_no_unk": len(keep),
       "chrf": chrf(hyps, refs),
       "num_sentences": len(hyps),
       "beam_size": int(config.decode.beam_size),
       "bleu_by_length": bleu_by_length(hyps, refs, src_lengths),
+      "bleu_conventions": bleu_conventions(tgt_tok, tgt_lang),
     }
   )
   if state.model().uses_attention:
-    results["over_translation"] = sum(
-      over_translation(tgt_tok.decode_tokens(tr.ids), tgt_tok.tokenize(r[1]))
-      for tr, r in zip(translations, raw, strict=True)
-    )
-    results["under_translation"] = sum(
-      under_translation(tr.alpha[: len(tr.ids)], split.src.row(i))
-      for i, tr in enumerate(translations)
-    )
-    results["source_words"] = int(split.src.values.size)
-  if all(r[2] is not None for r in raw) and state.model().uses_attention:
-    gold = [set(synthetic.parse_alignment(r[2])) for r in raw]
-    forced = teacher_forced_attention(state, split, config)
-    links = [argmax_links(a) for a in forced]
-    results["aer"] = alignment_error_rate(links, gold)
-    for name, shift in (("aer_shift_minus1", -1), ("aer_shift_plus1", 1)):
-      shifted = [shift_links(x, shift, len(a)) for x, a in zip(links, forced, strict=True)]
-      results[name] = alignment_error_rate(shifted, gold)
-    results["aer_threshold"] = alignment_error_rate([threshold_links(a) for a in forced], gold)
-    results["attention_entropy"] = attention_entropy(forced)
+    results.update(attention_figures(state, data, split_name, config, translations, raw))
   if not write:
     return results
   out_dir.mkdir(parents=True, exist_ok=True)

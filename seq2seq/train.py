@@ -617,6 +617,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
   Writes WORKDIR/config.json, vocab/, checkpoints/, best/, metrics.jsonl, TensorBoard events
   and, with `train.final_eval`, eval/. Returns the final evaluation results ({} without it).
   """
+  if config.train.final_eval:  # Refuse settings the final evaluation would, before training.
+    evaluate.check_replace_unk(config)
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   checkpoints.check_and_save_config(workdir, config)

@@ -49,6 +49,7 @@ def translate_file(
   Returns counts: lines, empty, invalid_utf8, truncated. An agreement run translates with its
   `model.direction` model ("reverse": target-language text into the source language).
   """
+  evaluate.check_replace_unk(config)  # Before loading anything.
   workdir = Path(workdir)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = train.Runtime()

@@ -1,10 +1,15 @@
 """Metrics on hand-made examples: BLEU, No-UNK subset, length bins, AER, entropy, plots."""
 
+import collections
+
+import jax
 import numpy as np
 import pytest
 
-from seq2seq import evaluate, plots
+from configs import tiny
+from seq2seq import checkpoints, evaluate, input_pipeline, plots, train, translate
 from seq2seq import tokenizer as tk
+from seq2seq.data import synthetic
 
 REFS = [
   "the cat sat on the mat .",
@@ -122,3 +127,215 @@ def test_under_translation_counts_unattended_content_words():
   alpha[2, 4], alpha[2, 2] = 0.0, 1.0
   assert evaluate.under_translation(alpha, src) == 1
   assert evaluate.under_translation(np.zeros((0, 1)), []) == 0
+
+
+def test_tokenized_bleu_scores_the_target_tokenizers_words():
+  """Tokenised BLEU splits both sides into the words the run's target tokenizer uses: with a
+  Moses pretokenizer "tapis." is "tapis ." on either side, so punctuation attached differently
+  costs nothing, where a whitespace split of the raw text would count "tapis." as a word."""
+  refs = ["le chat dort sur le tapis.", "Où est-il ? demande l'enfant, inquiet."]
+  hyps = ["le chat dort sur le tapis .", "Où est-il? demande l'enfant , inquiet ."]
+  moses = tk.Pretokenizer("moses", "fr")
+  vocab = tk.WordVocab.build(refs, 100, moses)
+  assert evaluate.tokenized_bleu(hyps, refs, vocab) == pytest.approx(100.0)
+  tokens = [" ".join(moses.split(h)) for h in hyps], [" ".join(moses.split(r)) for r in refs]
+  assert evaluate.tokenized_bleu(*tokens) == pytest.approx(100.0)
+  assert evaluate.tokenized_bleu(hyps, refs) < 60.0  # The old whitespace split of raw text.
+  # SentencePiece pieces are not words: its runs split with Moses for the target language.
+  sp = tk.SentencePieceTokenizer.train(refs * 20, size=60)
+  assert evaluate.tokenized_bleu(hyps, refs, sp, "fr") == pytest.approx(100.0)
+  conventions = evaluate.bleu_conventions(vocab, "fr")
+  assert {"bleu", "bleu_tokenized", "bleu_no_unk", "bleu_by_length", "chrf"} <= set(conventions)
+  assert "moses" in conventions["bleu_tokenized"] and "13a" in conventions["bleu"]
+
+
+@pytest.fixture(scope="module")
+def sp_run(tmp_path_factory):
+  """configs/tiny.py on the embedded corpus with SentencePiece on both sides and an untrained
+  model (greedy decoding): enough to check what evaluate_split computes on, not how well."""
+  config = tiny.get_config()
+  config.data.tokenizer = "sentencepiece"
+  config.decode.beam_size = 1
+  data = input_pipeline.load_data(config, tmp_path_factory.mktemp("sp"))
+  sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
+  state = train.create_train_state(config, jax.random.key(0), *sizes)
+  return config, data, state
+
+
+def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkeypatch):
+  config, data, state = sp_run
+  calls = []
+  real = evaluate.tokenized_bleu
+
+  def spy(*args, **kwargs):
+    calls.append(args + tuple(kwargs.values()))
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(evaluate, "tokenized_bleu", spy)
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert [c[2:] for c in calls] == [(data.tgt_tokenizer, "fr")]
+  assert results["bleu_tokenized"] == real(*calls[0])
+  assert results["bleu_conventions"] == evaluate.bleu_conventions(data.tgt_tokenizer, "fr")
+  assert "Moses" in results["bleu_conventions"]["bleu_tokenized"]
+
+
+def test_replace_unk_copies_real_source_words_never_eos():
+  """The decoded attention has a column for the source EOS; most weight there must not make an
+  <unk> output the literal "</s>": only real source words are copied."""
+  src_vocab = tk.WordVocab.build(["le chat noir"], 10)
+  tgt_vocab = tk.WordVocab.build(["the cat"], 10)
+  ids = [tk.UNK_ID, tgt_vocab.encode("cat")[0]]
+  alpha = np.array([[0.1, 0.3, 0.05, 0.55], [0.2, 0.2, 0.2, 0.4], [0.0, 0.0, 0.0, 1.0]])
+  tr = evaluate.Translation(ids, alpha)  # [len(ids) + 1, 3 source words + EOS].
+  out = evaluate.output_text(tr, "le chat noir", src_vocab, tgt_vocab, replace_unk=True)
+  assert out == "chat cat"
+  # A source of no words leaves the <unk> as it is.
+  empty = evaluate.Translation(ids, np.array([[1.0], [1.0], [1.0]]))
+  assert evaluate.output_text(empty, "", src_vocab, tgt_vocab, replace_unk=True) == "<unk> cat"
+
+
+NO_ATTENTION = "decode.replace_unk needs attention: model.name=rnnencdec has none"
+
+
+@pytest.fixture(scope="module")
+def rnnencdec_run(tmp_path_factory):
+  """An untrained RNNencdec run directory (vocabularies and a step-0 checkpoint)."""
+  config = tiny.get_config()
+  config.model.name = "rnnencdec"
+  config.decode.beam_size = 1
+  workdir = tmp_path_factory.mktemp("rnnencdec")
+  data = input_pipeline.load_data(config, workdir)
+  state = train.initial_state(
+    config, data.src_tokenizer.size, data.tgt_tokenizer.size, train.Runtime()
+  )
+  ckpt = checkpoints.Checkpointer(workdir, config)
+  ckpt.save(state, None)
+  ckpt.close()
+  return config, workdir, data, state
+
+
+def _with_replace_unk(config):
+  config = config.copy_and_resolve_references()
+  config.decode.replace_unk = True
+  return config
+
+
+def test_evaluate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path):
+  config, _, data, state = rnnencdec_run
+  with pytest.raises(ValueError, match=NO_ATTENTION):
+    evaluate.evaluate_split(state, data, "valid", _with_replace_unk(config), tmp_path, write=False)
+
+
+def test_translate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path):
+  config, workdir, data, _ = rnnencdec_run
+  config = _with_replace_unk(config)
+  source = tmp_path / "in.txt"
+  source.write_text("".join(r[0] + "\n" for r in data.raw("valid")[:4]))
+  with pytest.raises(ValueError, match=NO_ATTENTION):
+    translate.translate_file(config, workdir, str(source), str(tmp_path / "out.txt"))
+  assert not (tmp_path / "out.txt").exists()
+
+
+def test_sentencepiece_attention_maps_to_words_by_hand():
+  """Source "le chat" as pieces ▁le ▁ch at, target "the cat" as ▁the ▁c at (plus EOS each):
+  a source word gets the sum of its pieces' columns, a target word the mean of its pieces'
+  rows, and EOS rows and columns fall away."""
+  src_pieces, tgt_pieces = ["▁le", "▁ch", "at"], ["▁the", "▁c", "at"]
+  src_spans, tgt_spans = evaluate.word_spans(src_pieces), evaluate.word_spans(tgt_pieces)
+  assert src_spans == tgt_spans == [(0, 1), (1, 3)]
+  alpha = np.array(
+    [
+      [0.6, 0.1, 0.1, 0.2],  # ▁the
+      [0.1, 0.5, 0.3, 0.1],  # ▁c
+      [0.0, 0.2, 0.6, 0.2],  # at
+      [0.1, 0.1, 0.1, 0.7],  # EOS
+    ]
+  )
+  want = np.array([[0.6, 0.2], [(0.1 + 0.0) / 2, (0.8 + 0.8) / 2]])
+  np.testing.assert_allclose(evaluate.pieces_to_words(alpha, tgt_spans, src_spans), want)
+  # Pieces before the first word start (an unknown first character) make a word of their own.
+  assert evaluate.word_spans(["x", "▁a", "b", "▁c"]) == [(0, 1), (1, 3), (3, 4)]
+  assert evaluate.word_spans([]) == []
+  assert evaluate.pieces_to_words(np.zeros((1, 1)), [], []).shape == (0, 0)
+  # A word vocabulary's tokens are words already: the mapping is the identity.
+  vocab = tk.WordVocab.build(["a b c"], 10)
+  assert evaluate.token_spans(vocab, ["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3)]
+  np.testing.assert_array_equal(
+    evaluate.pieces_to_words(alpha, [(0, 1), (1, 2)], [(0, 1), (1, 2), (2, 3)]), alpha[:2, :3]
+  )
+
+
+def test_under_translation_counts_subword_content_words():
+  """With spans, a source word is its pieces' ids; a content word is one outside `frequent`."""
+  src = [10, 60, 61, 5]  # Words: (10,), (60, 61), (5,).
+  spans = [(0, 1), (1, 3), (3, 4)]
+  alpha = np.array([[0.7, 0.2, 0.1, 0.0], [0.6, 0.3, 0.1, 0.0]])  # Word-level, EOS column last.
+  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (5,)}) == 1
+  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (60, 61)}) == 1
+  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (5,), (60, 61)}) == 0
+
+
+def _word_of_each_piece(pieces):
+  """Word index of each SentencePiece piece (a new word at each "▁"), written independently."""
+  starts = np.array([p.startswith("▁") for p in pieces])
+  assert starts[0]
+  return np.cumsum(starts) - 1
+
+
+def test_teacher_forced_attention_of_a_sentencepiece_run_is_word_level(sp_run):
+  config, data, state = sp_run
+  raw = data.raw("valid")
+  forced = evaluate.word_attention(state, data, "valid", config)
+  assert [a.shape for a in forced] == [(len(t.split()), len(s.split())) for s, t, _ in raw]
+  pieces = evaluate.teacher_forced_attention(state, data.splits["valid"], config)
+  assert sum(p.shape != a.shape for p, a in zip(pieces, forced, strict=True)) > len(raw) // 2
+  for p, a, (s, t, _) in zip(pieces, forced, raw, strict=True):
+    sw = _word_of_each_piece(data.src_tokenizer.tokenize(s))
+    tw = _word_of_each_piece(data.tgt_tokenizer.tokenize(t))
+    want = np.zeros(a.shape)
+    for j in range(a.shape[0]):
+      for i in range(a.shape[1]):
+        want[j, i] = p[tw == j][:, sw == i].sum(axis=1).mean()
+    np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-7)
+
+
+def test_evaluate_split_aer_of_sentencepiece_runs_is_on_words(sp_run, monkeypatch):
+  """An oracle attention over pieces (every piece of a target word on the first piece of each
+  source word gold-linked to it) maps to the gold links exactly: thresholded AER 0."""
+  config, data, state = sp_run
+  raw = data.raw("valid")
+
+  def oracle(state, split, config):
+    out = []
+    for s, t, links in raw:
+      sw = _word_of_each_piece(data.src_tokenizer.tokenize(s))
+      tw = _word_of_each_piece(data.tgt_tokenizer.tokenize(t))
+      alpha = np.zeros((len(tw), len(sw)))
+      for i, j in synthetic.parse_alignment(links):
+        alpha[tw == j, np.flatnonzero(sw == i)[0]] = 1.0
+      out.append(alpha)
+    return out
+
+  monkeypatch.setattr(evaluate, "teacher_forced_attention", oracle)
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert results["aer_threshold"] == 0.0
+  assert results["aer_subword_mapping"] == (
+    "source: sum over a word's pieces; target: mean over a word's pieces"
+  )
+
+
+def test_under_translation_of_a_sentencepiece_run_counts_words(sp_run):
+  config, data, state = sp_run
+  raw = data.raw("valid")
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert results["source_words"] == sum(len(s.split()) for s, _, _ in raw)
+  assert 0 <= results["under_translation"] <= results["source_words"]
+  assert "50 most frequent" in results["under_translation_content"]
+  # The frequent words are the corpus's most frequent whitespace words (up to ties at rank 50).
+  frequent = evaluate.frequent_words(data.splits["train"], data.src_tokenizer)
+  words = {data.src_tokenizer.detokenize(data.src_tokenizer.decode_tokens(w)) for w in frequent}
+  counts = collections.Counter(w for s, _, _ in data.raw("train") for w in s.split())
+  cut = counts.most_common(evaluate.CONTENT_RANK)[-1][1]
+  assert (
+    {w for w, n in counts.items() if n > cut} <= words <= {w for w, n in counts.items() if n >= cut}
+  )
