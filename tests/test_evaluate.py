@@ -5,6 +5,7 @@ import collections
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import tiny
 from seq2seq import checkpoints, evaluate, input_pipeline, plots, train, translate
@@ -339,3 +340,37 @@ def test_under_translation_of_a_sentencepiece_run_counts_words(sp_run):
   assert (
     {w for w, n in counts.items() if n > cut} <= words <= {w for w, n in counts.items() if n >= cut}
   )
+
+
+def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
+  """The paper's No-UNK protocol: the sentences without <unk> in source or reference are decoded
+  again with <unk> forbidden; the figure from the ordinary decoding stays as bleu_no_unk_plain.
+  A model pushed to emit <unk> everywhere shows the difference."""
+  config = tiny.get_config()
+  config.decode.beam_size = 2
+  data = input_pipeline.load_data(config, tmp_path)
+  sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
+  state = train.create_train_state(config, jax.random.key(0), *sizes)
+  model = state.model()
+  model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].add(5.0)
+  state = state.replace(params=nnx.state(model, nnx.Param))
+  split, raw = data.splits["valid"], data.raw("valid")
+  keep = evaluate.no_unk_subset(
+    [bool(np.any(split.src.row(i) == tk.UNK_ID)) for i in range(len(split))],
+    [bool(np.any(split.tgt.row(i) == tk.UNK_ID)) for i in range(len(split))],
+  )
+  assert 0 < len(keep) < len(split)
+  plain = evaluate.translate_split(state, split, config)
+  banned = evaluate.translate_split(state, evaluate.subset(split, keep), config, ban_unk=True)
+  assert all(tk.UNK_ID in plain[i].ids for i in keep)
+  assert not any(tk.UNK_ID in tr.ids for tr in banned)
+  text = lambda tr, i: evaluate.output_text(tr, raw[i][0], data.src_tokenizer, data.tgt_tokenizer)
+  refs = [raw[i][1] for i in keep]
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  want = evaluate.bleu([text(tr, i) for tr, i in zip(banned, keep, strict=True)], refs)[0]
+  assert results["bleu_no_unk"] == pytest.approx(want)
+  assert results["bleu_no_unk_plain"] == pytest.approx(
+    evaluate.bleu([text(plain[i], i) for i in keep], refs)[0]
+  )
+  assert results["num_no_unk"] == len(keep)
+  assert "--ignore-unk" in results["bleu_conventions"]["bleu_no_unk"]
