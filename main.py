@@ -18,7 +18,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from seq2seq import train, translate
+from seq2seq import eval_run, train, translate
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -51,7 +51,7 @@ def main(argv):
     if FLAGS.mode == "train":
       results = train.train_and_evaluate(config, FLAGS.workdir)
     elif FLAGS.mode == "eval":
-      results = train.evaluate_splits(config, FLAGS.workdir)
+      results = eval_run.evaluate_splits(config, FLAGS.workdir)
     else:
       counts = translate.translate_file(
         config, FLAGS.workdir, FLAGS.input, FLAGS.output, FLAGS.alignments

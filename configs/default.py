@@ -123,7 +123,6 @@ def get_config() -> ml_collections.ConfigDict:
   t.nonfinite = (
     "stop"  # Non-finite loss/gradient: "stop" (error, last good checkpoint kept) or "skip".
   )
-  t.inject_nonfinite_step = -1  # Test hook: poison the gradients of this step (-1: never).
 
   # ---------------------------------------------------------------- decoding
   dec = c.decode = ml_collections.ConfigDict()

@@ -114,7 +114,10 @@ VARIANTS = (
   Variant("supervised-0.1", {"train.attention_supervision": SUPERVISION_WEIGHT / 10}),
   Variant(
     "supervised-mse",
-    {"train.attention_supervision": SUPERVISION_WEIGHT, "train.attention_supervision_loss": "mse"},
+    {
+      "train.attention_supervision": SUPERVISION_WEIGHT,
+      "train.attention_supervision_loss": "mse",
+    },
   ),
   Variant("agreement", {"model.name": "agreement"}),
   Variant(

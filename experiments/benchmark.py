@@ -7,8 +7,8 @@
 What it measures, on random int32 batches of the layout in `seq2seq/train.py` (full-length
 sentences, all-ones masks, so every position is a training target token):
 
-* the train step: `train.create_train_state` and the training loop's own jitted step
-  (`train.compile_steps`: state replicated and donated, batch split over a one-axis device mesh;
+* the train step: `steps.create_train_state` and the training loop's own jitted step
+  (`rt.compile_steps`: state replicated and donated, batch split over a one-axis device mesh;
   `--devices N` forces N CPU devices to measure data-parallel scaling); compile time
   (`.lower().compile()`), then `--repeats` timed runs of `--steps` steps each after a warm-up,
   reported as seconds per step and target tokens per second (median, min, max over the runs);
@@ -69,7 +69,8 @@ from jax.extend import core as jax_core  # noqa: E402
 from configs import default as default_config  # noqa: E402
 from configs import tiny as tiny_config  # noqa: E402
 from experiments import reproduce_paper as rp  # noqa: E402
-from seq2seq import train  # noqa: E402
+from seq2seq import objective, steps  # noqa: E402
+from seq2seq import runtime as rt  # noqa: E402
 
 PRESETS = ("bench", "paper", "tiny")
 # Per preset: (sentence length, timed runs, steps per run, warm-up steps, matmul size, peer size).
@@ -198,7 +199,7 @@ def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
   """Matmul FLOPs per target token counted in the traced forward pass and train step."""
   src_vocab, tgt_vocab = cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
   state = jax.eval_shape(
-    lambda: train.create_train_state(cfg, jax.random.key(0), src_vocab, tgt_vocab)
+    lambda: steps.create_train_state(cfg, jax.random.key(0), src_vocab, tgt_vocab)
   )
   batch = {k: jnp.asarray(v) for k, v in random_batch(cfg).items()}
   tokens = float(np.sum(random_batch(cfg)["tgt_mask"]))
@@ -207,7 +208,7 @@ def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
     model = nnx.merge(state.graphdef, params)
     return model(b["src"], b["src_mask"], b["tgt_in"])
 
-  step = functools.partial(train.train_step, config=cfg)
+  step = functools.partial(steps.train_step, config=cfg)
   fwd = jax.make_jaxpr(forward)(state.params, batch)
   trn = jax.make_jaxpr(step)(state, batch, jax.random.key(1))
   return {
@@ -301,10 +302,10 @@ class TrainBench:
 
   def __init__(self, cfg: ml_collections.ConfigDict, seed: int = 0):
     self.cfg = cfg
-    runtime = train.Runtime()  # One data axis over every device, as in training.
+    runtime = rt.Runtime()  # One data axis over every device, as in training.
     runtime.check_batch_size(cfg.data.batch_size)
     t0 = time.perf_counter()
-    state = train.create_train_state(
+    state = steps.create_train_state(
       cfg, jax.random.key(seed), cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
     )
     state = jax.block_until_ready(jax.device_put(state, runtime.replicated))
@@ -314,7 +315,7 @@ class TrainBench:
     self.batch = runtime.put_batch(host_batch)
     self._base_rng = jax.device_put(jax.random.key(seed + 1), runtime.replicated)
     self._rngs: list[jax.Array] = []
-    step_fn, _ = train.compile_steps(cfg, runtime)  # Batch sharded, state replicated, donated.
+    step_fn, _ = rt.compile_steps(cfg, runtime)  # Batch sharded, state replicated, donated.
     t0 = time.perf_counter()
     lowered = step_fn.lower(state, self.batch, self._rng(0))
     t1 = time.perf_counter()
@@ -375,8 +376,8 @@ def median_seconds(fn, args, repeats: int) -> float:
 
 def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
   """Where a training step's forward and backward time goes, in ms (medians): the whole loss
-  gradient (`train.loss_fn`), the encoder alone (gradient of the sum of its outputs), and the deep
-  output with the loss on inputs of the decoder's shapes (gradient with respect to parameters
+  gradient (`objective.loss_fn`), the encoder alone (gradient of the sum of its outputs), and the
+  deep output with the loss on inputs of the decoder's shapes (gradient with respect to parameters
   and inputs, as in the real backward pass). `decoder_scan_ms` is what remains: the decoder's
   recurrence with its attention, and the embeddings. The optimiser update is the rest of a
   step (`train_step_s` minus `loss_grad_ms`)."""
@@ -390,7 +391,7 @@ def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
 
   def readout_loss(params, s, e, c):
     logits = model(params)._readout(s, e, c)
-    return train.cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])[0]
+    return objective.cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])[0]
 
   b, t = batch["tgt_in"].shape
   rng = np.random.default_rng(0)
@@ -398,7 +399,7 @@ def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
     jnp.asarray(rng.normal(size=(b, t, n)), jnp.float32)
     for n in (cfg.model.dec_hidden, cfg.model.emb_dim, 2 * cfg.model.enc_hidden)
   ]
-  full = jax.jit(jax.grad(lambda p: train.loss_fn(p, state, batch, None)[0]))
+  full = jax.jit(jax.grad(lambda p: objective.loss_fn(p, state, batch, None)[0]))
   encoder = jax.jit(jax.grad(encoder_sum))
   readout = jax.jit(jax.grad(readout_loss, argnums=(0, 1, 2, 3)))
   out = {

@@ -43,7 +43,8 @@ if str(REPO_ROOT) not in sys.path:  # `configs` and `experiments` are top-level 
 import numpy as np  # noqa: E402
 
 from experiments import reproduce_paper as rp  # noqa: E402
-from seq2seq import evaluate, plots, summary, train  # noqa: E402
+from seq2seq import eval_run, evaluate, plots, summary  # noqa: E402
+from seq2seq import runtime as rt  # noqa: E402
 
 CONFIG = "configs/multi30k.py"
 STAGES = ("explore", "final", "report", "all")
@@ -189,13 +190,13 @@ def final(args) -> None:
   if (workdir / "final.json").exists():
     return
   config = run.config()
-  runtime = train.Runtime()
-  data = train.load_data(config, workdir)
+  runtime = rt.Runtime()
+  data = rt.load_data(config, workdir)
   save_data_stats(data, workdir)
-  state = train.restore_for_eval(
+  state = eval_run.restore_for_eval(
     config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
-  state = train.host_local(state)
+  state = rt.host_local(state)
   raw = data.raw("valid")
   refs = [r[1] for r in raw]
   grid = []

@@ -67,7 +67,8 @@ import numpy as np  # noqa: E402
 from experiments import benchmark  # noqa: E402
 from experiments import reproduce_paper as rp  # noqa: E402
 from experiments import sweep_scores as sweep  # noqa: E402
-from seq2seq import evaluate, input_pipeline, structures, train  # noqa: E402
+from seq2seq import eval_run, evaluate, input_pipeline, structures  # noqa: E402
+from seq2seq import runtime as rt  # noqa: E402
 from seq2seq.data import synthetic  # noqa: E402
 
 PRESETS = ("smoke", "cpu")
@@ -139,9 +140,9 @@ def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> 
     if cached.get("long_split") == list(long_split) and "step_ms_long" in cached:
       return cached
   config = run.config()
-  runtime = train.Runtime()
-  data = train.load_data(config, run.workdir)
-  state = train.restore_for_eval(
+  runtime = rt.Runtime()
+  data = rt.load_data(config, run.workdir)
+  state = eval_run.restore_for_eval(
     config, run.workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   raw = data.raw("test")

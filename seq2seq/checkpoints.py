@@ -27,7 +27,7 @@ RESUMABLE_FIELDS = (
   "train.valid_bleu",
   "train.final_eval",
   "train.nonfinite",
-  "train.inject_nonfinite_step",
+  "train.inject_nonfinite_step",  # Removed (a test hook); old workdirs' config.json has it.
   "model.direction",
   "model.monotonic_lookahead",  # Decoding's speed only (the same choices).
   "model.scan_unroll",  # Speed only (the same function).

@@ -379,7 +379,7 @@ def decode_batch(
   """Decodes `batch["src"]` / `batch["src_mask"]` [B, S] with the `config.decode` settings
   (never producing UNK with `ban_unk`: the paper's No-UNK protocol).
 
-  `state` is a `train.TrainState` (its `graphdef` and `params` are used). Greedy when
+  `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
   `config.decode.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
   with S the padded source length. `jit_decode` keeps one compiled function per static setting,
   so bucketed source lengths reuse their compilations.

@@ -32,13 +32,13 @@ exactly the paper's attention and adds no parameter.
 
 Bidirectional agreement (Cohn et al. 2016), `model.name="agreement"`: `Agreement` holds two
 RNNsearch models with the same settings, `forward` (source -> target) and `reverse` (target ->
-source, vocabularies swapped), trained jointly on the same batches (`train.agreement_loss`). It
+source, vocabularies swapped), trained jointly on the same batches (`objective.agreement_loss`). It
 is a model name rather than a training switch because it changes what the model *is*: the
 parameter tree becomes {"forward": ..., "reverse": ...}, saved whole in the ordinary checkpoint,
 while every other name keeps its tree untouched. For everything downstream (validation, beam
 search, evaluation, translation) an `Agreement` is its forward model: `encode`, `decoder_step`
 and `__call__` delegate to `forward`, so a workdir evaluates exactly as a plain RNNsearch would;
-`train.direction_state` extracts either direction as a plain RNNsearch state.
+`eval_run.direction_state` extracts either direction as a plain RNNsearch state.
 
 Training (`__call__`) hoists everything that does not depend on the recurrence out of the
 `lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep
@@ -335,7 +335,7 @@ class Seq2Seq(nnx.Module):
 
   @property
   def samples_attention(self) -> bool:
-    """Whether the attention samples where to look (trained with `train.reinforce_loss`)."""
+    """Whether the attention samples where to look (trained with `objective.reinforce_loss`)."""
     return self.uses_attention and self.structure.sampled
 
 

@@ -79,7 +79,7 @@ class Structure(nnx.Module):
 
   name = "base"
   uses_score = True  # Scores through the model's score function (and its alignment features).
-  sampled = False  # Samples where to look: training adds `train.reinforce_loss`.
+  sampled = False  # Samples where to look: training adds `objective.reinforce_loss`.
 
   def __init__(self, query_dim, annot_dim, cfg, *, rngs):
     pass

@@ -17,7 +17,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import evaluate, input_pipeline, train
+from seq2seq import eval_run, evaluate, input_pipeline
+from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
 
@@ -52,9 +53,10 @@ def translate_file(
   evaluate.check_replace_unk(config)  # Before loading anything.
   workdir = Path(workdir)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
-  runtime = train.Runtime()
-  state = train.restore_for_eval(config, workdir, vocab["src"].size, vocab["tgt"].size, runtime)
-  state = train.host_local(train.direction_state(state, config.model.direction))
+  state = eval_run.restore_for_eval(
+    config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
+  )
+  state = rt.host_local(eval_run.direction_state(state, config.model.direction))
   src_tok, tgt_tok = vocab["src"], vocab["tgt"]
   if config.model.direction == "reverse":  # Target-language text in, source language out.
     src_tok, tgt_tok = tgt_tok, src_tok

@@ -12,7 +12,7 @@ from flax import nnx
 from test_main import run_main
 
 from configs import tiny
-from seq2seq import models, train
+from seq2seq import eval_run, models, objective, steps
 from seq2seq import tokenizer as tok
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -28,8 +28,8 @@ def agreement_config(weight=1.0):
 
 def state_of(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = train.make_optimizer(cfg.train)
-  return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
+  tx = steps.make_optimizer(cfg.train)
+  return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 
 def jnp_batch(seed):
@@ -50,10 +50,10 @@ def test_agreement_bonus_equals_a_loop_over_real_positions():
       for s in range(src_len):
         if tgt_mask[b, t] and src_mask[b, s]:
           expected += float(alpha_fwd[b, t, s]) * float(alpha_rev[b, s, t])
-  got = train.agreement_bonus(alpha_fwd, alpha_rev, src_mask, tgt_mask)
+  got = objective.agreement_bonus(alpha_fwd, alpha_rev, src_mask, tgt_mask)
   assert float(got) == pytest.approx(expected, rel=1e-5)
   # d bonus / d A_fwd[b, t, s] = A_rev[b, s, t] on real pairs, 0 elsewhere.
-  grad = jax.grad(train.agreement_bonus)(alpha_fwd, alpha_rev, src_mask, tgt_mask)
+  grad = jax.grad(objective.agreement_bonus)(alpha_fwd, alpha_rev, src_mask, tgt_mask)
   want = np.swapaxes(alpha_rev, 1, 2) * tgt_mask[:, :, None] * src_mask[:, None, :]
   np.testing.assert_allclose(np.asarray(grad), want, rtol=1e-6)
 
@@ -70,7 +70,7 @@ def test_reverse_batch_swaps_the_sides_and_keeps_eos_paired():
     "align": np.zeros((2, 4, 5), np.float32),
   }
   batch["align"][0, 1, 2] = 1.0  # Target word 1 of pair 0 is aligned to source word 2.
-  rev = {k: np.asarray(v) for k, v in train.reverse_batch(batch).items()}
+  rev = {k: np.asarray(v) for k, v in objective.reverse_batch(batch).items()}
   np.testing.assert_array_equal(rev["src"], batch["tgt_out"])
   np.testing.assert_array_equal(rev["src_mask"], batch["tgt_mask"])
   np.testing.assert_array_equal(
@@ -98,13 +98,13 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   model = randomise(fresh, seed=4)
   b = jnp_batch(seed=5)
   ts = state_of(model, cfg)
-  independent = train.LossWeights(agreement=0.0)
-  loss, (ce, tokens, extras) = train.loss_fn(ts.params, ts, b, None, independent)
+  independent = objective.LossWeights(agreement=0.0)
+  loss, (ce, tokens, extras) = objective.loss_fn(ts.params, ts, b, None, independent)
   # The same forward and reverse weights as plain RNNsearch models.
   fwd = state_of(model.forward, plain_cfg)
   rev = state_of(model.reverse, plain_cfg)
-  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = train.loss_fn(fwd.params, fwd, b, None)
-  rev_loss, _ = train.loss_fn(rev.params, rev, train.reverse_batch(b), None)
+  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = objective.loss_fn(fwd.params, fwd, b, None)
+  rev_loss, _ = objective.loss_fn(rev.params, rev, objective.reverse_batch(b), None)
   assert fwd_extras == {}
   assert float(extras["forward_loss"]) == pytest.approx(float(fwd_loss), rel=1e-6)
   assert float(extras["reverse_loss"]) == pytest.approx(float(rev_loss), rel=1e-6)
@@ -112,7 +112,7 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   assert float(ce) == pytest.approx(float(fwd_ce), rel=1e-6) and float(tokens) == float(fwd_tokens)
   assert 0.0 < float(extras["agreement"]) <= 1.0
   # With weight 1 the bonus is subtracted.
-  loss1, _ = train.loss_fn(ts.params, ts, b, None, train.LossWeights(agreement=1.0))
+  loss1, _ = objective.loss_fn(ts.params, ts, b, None, objective.LossWeights(agreement=1.0))
   assert float(loss1) == pytest.approx(float(loss) - float(extras["agreement"]), rel=1e-5)
 
 
@@ -124,11 +124,11 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
   b = jnp_batch(seed=6)
 
   def loss(params):
-    return train.loss_fn(params, ts, b, None, train.LossWeights(fertility=0.1))[0]
+    return objective.loss_fn(params, ts, b, None, objective.LossWeights(fertility=0.1))[0]
 
   def bonus_only(params):
     agreement = nnx.merge(ts.graphdef, params)
-    return train.agreement_loss(agreement, b, None)[1]["agreement"]
+    return objective.agreement_loss(agreement, b, None)[1]["agreement"]
 
   both = jax.jit(lambda p: (jax.grad(loss)(p), jax.grad(bonus_only)(p)))(ts.params)
   for grads in map(nnx.to_pure_dict, both):
@@ -141,11 +141,11 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
 def test_direction_state_needs_an_agreement_run():
   cfg = tiny.get_config()
   plain = state_of(models.build_model(cfg.model, 20, 20, rngs=nnx.Rngs(0)), cfg)
-  assert train.direction_state(plain, "forward") is plain
+  assert eval_run.direction_state(plain, "forward") is plain
   with pytest.raises(ValueError, match="model.name=agreement"):
-    train.direction_state(plain, "reverse")
+    eval_run.direction_state(plain, "reverse")
   with pytest.raises(ValueError, match="'sideways' is not one of"):
-    train.direction_state(plain, "sideways")
+    eval_run.direction_state(plain, "sideways")
 
 
 @pytest.mark.slow
@@ -197,7 +197,7 @@ def test_main_trains_saves_and_decodes_both_directions(tmp_path):
 
   # The reverse model on its own: evaluated on the corpus read target -> source ...
   cfg.model.direction = "reverse"
-  reverse = train.evaluate_splits(cfg, workdir)
+  reverse = eval_run.evaluate_splits(cfg, workdir)
   assert (workdir / "eval_reverse" / "test" / "results.json").exists()
   assert reverse["test"]["num_sentences"] == 64 and 0.0 <= reverse["test"]["aer"] <= 1.0
   assert reverse["test"]["loss"] != results["test"]["loss"]

@@ -12,7 +12,7 @@ from flax import nnx
 from test_decode import TableModel
 
 from configs import tiny
-from seq2seq import decode, models, train
+from seq2seq import decode, models, objective, steps, train
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 40
@@ -54,8 +54,8 @@ def test_coverage_is_the_running_sum_of_the_attention():
 
 def _train_state(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = train.make_optimizer(cfg.train)
-  return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
+  tx = steps.make_optimizer(cfg.train)
+  return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 
 def _zeroed(model, names=NEW_WEIGHTS):
@@ -85,7 +85,7 @@ def test_zero_feature_weights_give_plain_rnnsearch_exactly(features):
   losses = []
   for model in (plain, featured):
     ts = _train_state(model, plain_cfg)
-    losses.append(train.loss_fn(ts.params, ts, b, None)[0])
+    losses.append(objective.loss_fn(ts.params, ts, b, None)[0])
   assert float(losses[0]) == float(losses[1])
 
 
@@ -101,7 +101,7 @@ def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
       if src_mask[b, j]:
         got = sum(alpha[b, i, j] for i in range(4) if tgt_mask[b, i])
         expected += (got - fert[b, j]) ** 2
-  value = train.fertility_loss(alpha, fert, src_mask, tgt_mask)
+  value = objective.fertility_loss(alpha, fert, src_mask, tgt_mask)
   assert float(value) == pytest.approx(expected, rel=1e-5)
 
   cfg = featured_config()
@@ -109,8 +109,8 @@ def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
   model = build(cfg)
   ts = _train_state(model, cfg)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
-  weights = train.LossWeights(fertility=0.5)
-  grads = jax.grad(lambda p: train.loss_fn(p, ts, b, None, weights)[0])(ts.params)
+  weights = objective.LossWeights(fertility=0.5)
+  grads = jax.grad(lambda p: objective.loss_fn(p, ts, b, None, weights)[0])(ts.params)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
   fert_grad = dict(nnx.to_flat_state(grads))[("fert_proj", "kernel")].value
   assert float(jnp.abs(fert_grad).sum()) > 0  # The learned fertility is trained by the penalty.
@@ -179,10 +179,12 @@ def test_supervision_loss_hand_computed():
   gold = np.array([[[1, 0, 0], [0, 1, 1], [0, 0, 0]]], np.float32)  # Row 2: unaligned word.
   ce = -np.log(0.5) - 0.5 * np.log(0.8) - 0.5 * np.log(0.1)
   mse = (0.5**2 + 0.25**2 + 0.25**2) + (0.1**2 + 0.3**2 + 0.4**2)
-  assert float(train.attention_supervision_loss(alpha, gold)) == pytest.approx(ce, rel=1e-5)
-  assert float(train.attention_supervision_loss(alpha, gold, "mse")) == pytest.approx(mse, rel=1e-5)
+  assert float(objective.attention_supervision_loss(alpha, gold)) == pytest.approx(ce, rel=1e-5)
+  assert float(objective.attention_supervision_loss(alpha, gold, "mse")) == pytest.approx(
+    mse, rel=1e-5
+  )
   with pytest.raises(ValueError, match="'kl' is not one of"):
-    train.attention_supervision_loss(alpha, gold, "kl")
+    objective.attention_supervision_loss(alpha, gold, "kl")
 
 
 def test_penalty_terms_are_reported_beside_the_cross_entropy():
@@ -192,10 +194,10 @@ def test_penalty_terms_are_reported_beside_the_cross_entropy():
   rng = np.random.default_rng(2)
   (batch, src_len), tgt_len = b["src"].shape, b["tgt_in"].shape[1]
   b["align"] = jnp.asarray(rng.integers(0, 2, (batch, tgt_len, src_len)), jnp.float32)
-  plain, (_, _, extras) = train.loss_fn(ts.params, ts, b, None)
+  plain, (_, _, extras) = objective.loss_fn(ts.params, ts, b, None)
   assert extras == {}  # Plain RNNsearch logs no penalty terms.
-  weights = train.LossWeights(fertility=0.5, supervision=2.0)
-  loss, (total, tokens, extras) = train.loss_fn(ts.params, ts, b, None, weights)
+  weights = objective.LossWeights(fertility=0.5, supervision=2.0)
+  loss, (total, tokens, extras) = objective.loss_fn(ts.params, ts, b, None, weights)
   assert set(extras) == {"ce_loss", "fertility_loss", "supervision_loss"}
   assert float(extras["ce_loss"]) == pytest.approx(float(plain), rel=1e-6)
   parts = extras["ce_loss"] + 0.5 * extras["fertility_loss"] + 2.0 * extras["supervision_loss"]

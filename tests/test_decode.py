@@ -12,7 +12,7 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import decode, models, train
+from seq2seq import decode, models, steps
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -213,7 +213,7 @@ def test_rnnencdec_decodes_with_zero_attention(batch):
 
 def test_decode_batch_from_train_state(batch):
   config = tiny.get_config()
-  state = train.create_train_state(config, jax.random.key(0), VOCAB, VOCAB)
+  state = steps.create_train_state(config, jax.random.key(0), VOCAB, VOCAB)
   for beam_size in (1, 2):
     config.decode.beam_size = beam_size
     res = decode.decode_batch(state, batch, config)

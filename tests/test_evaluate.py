@@ -8,7 +8,8 @@ import pytest
 from flax import nnx
 
 from configs import tiny
-from seq2seq import checkpoints, evaluate, input_pipeline, plots, train, translate
+from seq2seq import checkpoints, evaluate, input_pipeline, plots, steps, translate
+from seq2seq import runtime as rt
 from seq2seq import tokenizer as tk
 from seq2seq.data import synthetic
 
@@ -159,7 +160,7 @@ def sp_run(tmp_path_factory):
   config.decode.beam_size = 1
   data = input_pipeline.load_data(config, tmp_path_factory.mktemp("sp"))
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = train.create_train_state(config, jax.random.key(0), *sizes)
+  state = steps.create_train_state(config, jax.random.key(0), *sizes)
   return config, data, state
 
 
@@ -206,9 +207,7 @@ def rnnencdec_run(tmp_path_factory):
   config.decode.beam_size = 1
   workdir = tmp_path_factory.mktemp("rnnencdec")
   data = input_pipeline.load_data(config, workdir)
-  state = train.initial_state(
-    config, data.src_tokenizer.size, data.tgt_tokenizer.size, train.Runtime()
-  )
+  state = rt.initial_state(config, data.src_tokenizer.size, data.tgt_tokenizer.size, rt.Runtime())
   ckpt = checkpoints.Checkpointer(workdir, config)
   ckpt.save(state, None)
   ckpt.close()
@@ -350,7 +349,7 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   config.decode.beam_size = 2
   data = input_pipeline.load_data(config, tmp_path)
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = train.create_train_state(config, jax.random.key(0), *sizes)
+  state = steps.create_train_state(config, jax.random.key(0), *sizes)
   model = state.model()
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].add(5.0)
   state = state.replace(params=nnx.state(model, nnx.Param))

@@ -8,7 +8,7 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import rnnencdec, rnnsearch
-from seq2seq import models, scores, train
+from seq2seq import models, objective, scores
 
 VOCAB = 50
 
@@ -95,7 +95,7 @@ def test_training_gradients_equal_a_step_by_step_loop(tiny_config, name):
   the straightforward loop over `decoder_step`, which does every step's work inside the step."""
   graphdef, params, rest = nnx.split(randomise(_model(tiny_config, name)), nnx.Param, ...)
   b = random_batch(seed=6, vocab=VOCAB)
-  loss = lambda logits: train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])[0]
+  loss = lambda logits: objective.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])[0]
 
   def optimised(p):
     return loss(nnx.merge(graphdef, p, rest)(b["src"], b["src_mask"], b["tgt_in"]))
@@ -263,7 +263,7 @@ def test_bfloat16_logits_are_float32_and_the_loss_matches_float32(tiny_config):
     model = randomise(_model(tiny_config), scale=0.1)
     logits = model(b["src"], b["src_mask"], b["tgt_in"])
     assert logits.dtype == jnp.float32
-    total, tokens = train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
+    total, tokens = objective.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
     losses[dtype] = float(total / tokens)
   rounded = np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))
   assert np.mean(np.asarray(logits) != rounded) > 0.9, "bf16 logits: rounded before the softmax"

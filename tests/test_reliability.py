@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_main import ROOT, final_params, main_command, metrics, run_main, subprocess_env
 
-from seq2seq import models, train
+from seq2seq import models, objective, steps, train
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
@@ -106,29 +106,41 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   assert f"SIGTERM at step {saved}:" in err
 
 
+def poisoned_step(config, bad_step):
+  """`steps.train_step` whose parameters are NaN during update `bad_step` (1-based), so that
+  step's loss and gradients are non-finite: the real step must then skip the update, which
+  leaves the poisoned parameters in place; they are put back, as a skipped update keeps them."""
+
+  def step(state, batch, rng):
+    bad = state.step + 1 == bad_step
+    poison = lambda p: jnp.where(bad, p * jnp.nan, p)
+    new, m = steps.train_step(
+      state.replace(params=jax.tree.map(poison, state.params)), batch, rng, config=config
+    )
+    keep = lambda n, p: jnp.where(bad, p, n)
+    return new.replace(params=jax.tree.map(keep, new.params, state.params)), m
+
+  return step
+
+
 @pytest.mark.parametrize("mode", ["stop", "skip"])
-def test_nonfinite_step(tmp_path, mode):
+def test_nonfinite_step(tmp_path, tiny_config, mode):
   workdir = tmp_path / mode
-  proc = run_main(
-    workdir,
-    "--config.train.num_steps=10",
-    "--config.train.checkpoint_every=5",
-    "--config.train.inject_nonfinite_step=7",
-    f"--config.train.nonfinite={mode}",
-    *FAST,
-    check=False,
-  )
-  record = json.loads((workdir / "nonfinite" / "step_7_process_0.json").read_text())
-  assert record["step"] == 7 and len(record["train_example_indices"]) == 16
+  config = tiny_config
+  config.train.num_steps, config.train.checkpoint_every = 10, 5
+  config.train.nonfinite, config.train.final_eval, config.train.valid_bleu = mode, False, False
+  step = poisoned_step(config, 7)
   if mode == "stop":
-    assert proc.returncode == 1
-    line = proc.stderr.strip().splitlines()[-1]
-    assert "non-finite loss or gradient at step 7" in line and "step 5" in line
+    with pytest.raises(train.NonFiniteError, match="non-finite loss or gradient at step 7") as e:
+      train.train_and_evaluate(config, workdir, train_step=step)
+    assert "step 5" in str(e.value)
     assert [int(p.name) for p in completed_checkpoints(workdir)] == [5]
   else:
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    last = [r for r in metrics(workdir) if r["split"] == "train"][-1]
-    assert last["skipped_updates"] == 1 and np.isfinite(last["loss"])
+    train.train_and_evaluate(config, workdir, train_step=step)
+    train_lines = [r for r in metrics(workdir) if r["split"] == "train"]
+    assert train_lines[-1]["skipped_updates"] == 1 and np.isfinite(train_lines[-1]["loss"])
+  record = json.loads((workdir / "nonfinite" / "step_7_process_0.json").read_text())
+  assert record["step"] == 7 and len(record["train_example_indices"]) == 16
 
 
 def test_empty_training_set_is_one_error_line(tmp_path):
@@ -169,7 +181,7 @@ def test_loss_is_finite_for_any_mask(mask, dtype, smoothing):
   rng = np.random.default_rng(0)
   logits = jnp.asarray(rng.normal(size=(*mask.shape, 7)) * 30, dtype)
   targets = rng.integers(0, 7, mask.shape)
-  total, tokens = train.cross_entropy(logits, targets, mask, smoothing)
+  total, tokens = objective.cross_entropy(logits, targets, mask, smoothing)
   assert np.isfinite(float(total)) and float(tokens) == mask.sum()
   if not mask.any():
     assert float(total) == 0.0
@@ -191,7 +203,7 @@ def test_loss_finite_for_extreme_lengths(tiny_config, dtype, src_len):
 
   def loss(params):
     logits = nnx.merge(nnx.graphdef(model), params)(src, mask, tgt)
-    total, tokens = train.cross_entropy(logits, tgt, tmask)
+    total, tokens = objective.cross_entropy(logits, tgt, tmask)
     return total / jnp.maximum(tokens, 1.0)
 
   value, grads = jax.jit(jax.value_and_grad(loss))(nnx.state(model))
@@ -204,9 +216,9 @@ def test_same_seed_same_result(tiny_config):
 
   batch = random_batch(seed=3, vocab=30)
   out = []
-  step = jax.jit(functools.partial(train.train_step, config=tiny_config))
+  step = jax.jit(functools.partial(steps.train_step, config=tiny_config))
   for _ in range(2):
-    state = train.create_train_state(tiny_config, jax.random.key(0), 30, 30)
+    state = steps.create_train_state(tiny_config, jax.random.key(0), 30, 30)
     state, m = step(state, batch, jax.random.key(1))
     out.append((float(m["loss"]), np.asarray(jax.tree.leaves(state.params)[0])))
   assert out[0][0] == out[1][0]

@@ -8,6 +8,7 @@ import pytest
 from test_main import final_params
 
 from configs import tiny
+from seq2seq import runtime as rt
 from seq2seq import seed_group, train
 
 
@@ -68,21 +69,21 @@ def test_vmapped_step_equals_each_seed_alone(tmp_path):
   from conftest import random_batch
 
   config = _config(tmp_path)
-  runtime = train.Runtime()
-  states = [train.initial_state(config.copy_and_resolve_references(), 200, 200, runtime)]
+  runtime = rt.Runtime()
+  states = [rt.initial_state(config.copy_and_resolve_references(), 200, 200, runtime)]
   other = config.copy_and_resolve_references()
   other.seed = 3
-  states.append(train.initial_state(other, 200, 200, runtime))
-  train_fn, _ = seed_group._compile(config, runtime)
-  lone_fn, _ = train.compile_steps(config, runtime)
+  states.append(rt.initial_state(other, 200, 200, runtime))
+  train_fn, _ = rt.compile_steps(config, runtime, stacked=True)
+  lone_fn, _ = rt.compile_steps(config, runtime)
   rngs = [jax.random.key(7), jax.random.key(8)]
   batch = runtime.put_batch(random_batch(seed=4, batch=16, vocab=200))
-  grouped, metrics = train_fn(seed_group.stack(states), batch, jax.numpy.stack(rngs))
+  grouped, metrics = train_fn(train.stack(states), batch, jax.numpy.stack(rngs))
   for k, (state, rng) in enumerate(zip(states, rngs, strict=True)):
     alone, m = lone_fn(state, batch, rng)
     np.testing.assert_allclose(metrics["loss"][k], m["loss"], rtol=1e-5)
     for x, y in zip(
-      jax.tree.leaves(seed_group.unstack(grouped, k)), jax.tree.leaves(alone), strict=True
+      jax.tree.leaves(train.unstack(grouped, k)), jax.tree.leaves(alone), strict=True
     ):
       np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
 

@@ -15,7 +15,16 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import checkpoints, decode, evaluate, models, scores, structures, train
+from seq2seq import (
+  checkpoints,
+  decode,
+  evaluate,
+  models,
+  objective,
+  scores,
+  steps,
+  structures,
+)
 from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
@@ -225,9 +234,9 @@ def b_args(b):
 
 def _train_state(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = train.make_optimizer(cfg.train)
+  tx = steps.make_optimizer(cfg.train)
   baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None
-  return train.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline)
+  return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline)
 
 
 def test_monotonic_model_is_finite_on_80_word_sources_in_bfloat16():
@@ -241,7 +250,7 @@ def test_monotonic_model_is_finite_on_80_word_sources_in_bfloat16():
   def loss_and_alpha(params):  # Training: the expected alignment, with noise.
     model = ts.replace(params=params).model()
     logits, aux = model(*b_args(b), return_aux=True, dropout_rng=jax.random.key(0))
-    total, tokens = train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
+    total, tokens = objective.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
     return total / tokens, aux["alpha"]
 
   (loss, alpha), grads = jit(jax.value_and_grad(loss_and_alpha, has_aux=True))(ts.params)
@@ -371,7 +380,7 @@ def test_multihead_returns_every_head_and_their_mean():
 def test_multihead_heatmaps_reproduce_the_decoded_attention():
   cfg = tiny.get_config()
   cfg.model.attention, cfg.model.num_heads, cfg.decode.beam_size = "multihead", 2, 3
-  state = train.create_train_state(cfg, jax.random.key(0), 30, 30)
+  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))  # Heads differ.
   batch = random_batch(seed=3, batch=4, src_len=7, vocab=30)
   n_src = batch["src_mask"].sum(1)
@@ -387,7 +396,7 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
     if n_src[b] > 2:  # Two different heads (over one word and EOS they might agree).
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
-  soft = train.create_train_state(cfg, jax.random.key(0), 30, 30)
+  soft = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
   assert evaluate.translation_heads(soft, batch["src"][0, :2], tr) == []
 
 
@@ -431,7 +440,7 @@ def test_reinforce_loss_gradient_is_the_score_function_estimator():
   reward, baseline = jnp.asarray([-3.0, -5.0]), jnp.asarray(-4.0)
   logp, entropy = jnp.full((2, 3), -1.0), jnp.full((2, 3), 0.5)
   mask = jnp.asarray([[1, 1, 1], [1, 1, 0]])
-  grads = jax.grad(train.reinforce_loss, argnums=(0, 1, 2, 3))(
+  grads = jax.grad(objective.reinforce_loss, argnums=(0, 1, 2, 3))(
     reward, baseline, logp, entropy, mask, 2.0, 0.1
   )
   advantage = np.array([1.0, -1.0])[:, None]
@@ -442,14 +451,14 @@ def test_reinforce_loss_gradient_is_the_score_function_estimator():
 
 def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   cfg = model_config("hard")
-  state = initial = train.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  state = initial = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
   assert float(state.baseline) == 0.0
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=9, vocab=VOCAB).items()}
 
   @jit
   def grads(params, reinforce_weight, entropy_weight):
-    weights = train.LossWeights(reinforce=reinforce_weight, entropy=entropy_weight)
-    loss = lambda p: train.loss_fn(p, state, b, jax.random.key(1), weights)[0]
+    weights = objective.LossWeights(reinforce=reinforce_weight, entropy=entropy_weight)
+    loss = lambda p: objective.loss_fn(p, state, b, jax.random.key(1), weights)[0]
     return jax.grad(loss)(params)
 
   v_a = lambda g: dict(nnx.to_flat_state(g))[("score", "v_a", "kernel")].value
@@ -459,7 +468,7 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   assert float(jnp.abs(v_a(with_estimator)).sum()) > 0
   assert float(jnp.abs(v_a(without)).sum()) == 0  # Only the estimator trains the score.
 
-  update = jit(functools.partial(train.train_step, config=cfg))
+  update = jit(functools.partial(steps.train_step, config=cfg))
   state, first = update(state, b, jax.random.key(2))
   assert float(state.baseline) == float(first["reward"]) < 0  # Step 0: b = the mean reward.
   state, second = update(state, b, jax.random.key(3))
@@ -485,8 +494,8 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   cfg = model_config(name, local_window=2)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=VOCAB, pad_rows=True)
-  state = train.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  update = jit(functools.partial(train.train_step, config=cfg))
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  update = jit(functools.partial(steps.train_step, config=cfg))
   first = None
   for i in range(150):
     state, metrics = update(state, batch, jax.random.key(i))
@@ -494,8 +503,8 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   # The training loss (with its key: hard attention samples, monotonic adds noise), with and
   # without jit, on the trained model.
   key = jax.random.key(7) if structures.uses_rng(cfg.model) else None
-  weights = train.LossWeights(reinforce=1.0, entropy=0.01)
-  loss = lambda params, key: train.loss_fn(params, state, batch, key, weights)[0]
+  weights = objective.LossWeights(reinforce=1.0, entropy=0.01)
+  loss = lambda params, key: objective.loss_fn(params, state, batch, key, weights)[0]
   eager = float(loss(state.params, key))
   np.testing.assert_allclose(float(jit(loss)(state.params, key)), eager, rtol=1e-5)
   final = float(jit(loss)(state.params, None)) if key is not None else eager  # Evaluation.
@@ -539,7 +548,7 @@ def test_every_variant_is_finite_in_bfloat16(name):
 
   def loss(params):
     logits, aux = nnx.merge(graphdef, params)(*b_args(b), return_aux=True, dropout_rng=key)
-    total, tokens = train.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
+    total, tokens = objective.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
     return total / tokens, (logits, aux)
 
   (value, (logits, aux)), grads = jit(jax.value_and_grad(loss, has_aux=True))(params)

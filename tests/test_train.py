@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import random_batch
 
-from seq2seq import scores, train
+from seq2seq import objective, scores, steps
 
 
 def test_cross_entropy_matches_numpy_and_ignores_padding():
@@ -16,7 +16,7 @@ def test_cross_entropy_matches_numpy_and_ignores_padding():
   logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
   targets = np.array([[1, 2, 0], [4, 0, 0]])
   mask = np.array([[1, 1, 0], [1, 0, 0]])
-  total, tokens = train.cross_entropy(jnp.asarray(logits), targets, mask)
+  total, tokens = objective.cross_entropy(jnp.asarray(logits), targets, mask)
   logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   want = -(logp[0, 0, 1] + logp[0, 1, 2] + logp[1, 0, 4])
   np.testing.assert_allclose(float(total), want, rtol=1e-5)
@@ -28,22 +28,22 @@ def test_label_smoothing_is_zero_at_the_smoothed_target():
   q = np.full(vocab, ls / vocab)
   q[2] += 1 - ls
   logits = jnp.log(jnp.asarray(q, jnp.float32))[None, None]
-  total, _ = train.cross_entropy(logits, np.array([[2]]), np.array([[1]]), ls)
+  total, _ = objective.cross_entropy(logits, np.array([[2]]), np.array([[1]]), ls)
   assert abs(float(total)) < 1e-5
-  worse, _ = train.cross_entropy(logits * 2, np.array([[2]]), np.array([[1]]), ls)
+  worse, _ = objective.cross_entropy(logits * 2, np.array([[2]]), np.array([[1]]), ls)
   assert float(worse) > 1e-3
 
 
 def test_unknown_optimizer_lists_valid(tiny_config):
   tiny_config.train.optimizer = "lion"
   with pytest.raises(ValueError, match="'lion' is not one of adadelta, adam, sgd"):
-    train.make_optimizer(tiny_config.train)
+    steps.make_optimizer(tiny_config.train)
 
 
 def test_adadelta_uses_paper_constants(tiny_config):
   cfg = tiny_config.train
   cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "adadelta", 1.0, 0.0
-  tx = train.make_optimizer(cfg)
+  tx = steps.make_optimizer(cfg)
   g = {"w": jnp.asarray([0.5])}
   updates, _ = tx.update(g, tx.init(g), g)
   # First Adadelta step: -sqrt(0 + eps) / sqrt((1 - rho) g^2 + eps) * g.
@@ -54,7 +54,7 @@ def test_adadelta_uses_paper_constants(tiny_config):
 def test_gradient_clipping(tiny_config):
   cfg = tiny_config.train
   cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "sgd", 1.0, 1.0
-  tx = train.make_optimizer(cfg)
+  tx = steps.make_optimizer(cfg)
   g = {"w": jnp.asarray([30.0, 40.0])}
   updates, _ = tx.update(g, tx.init(g))
   np.testing.assert_allclose(np.asarray(updates["w"]), [-0.6, -0.8], rtol=1e-6)
@@ -68,13 +68,13 @@ def test_tiny_model_overfits_fixed_pairs(tiny_config, name, score):
   cfg.model.name, cfg.model.score = name, score
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=30, pad_rows=True)
-  state = train.create_train_state(cfg, jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(train.train_step, config=cfg))
+  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
   first = None
   for i in range(150):
     state, metrics = step(state, batch, jax.random.key(i))
     first = float(metrics["loss"]) if first is None else first
-  final = float(train.eval_step(state, batch)["loss_sum"] / train.eval_step(state, batch)["tokens"])
+  final = float(steps.eval_step(state, batch)["loss_sum"] / steps.eval_step(state, batch)["tokens"])
   assert first > 3.0
   assert final < 0.3, f"{name}/{score}: loss {first:.2f} -> {final:.3f}"
 
@@ -83,8 +83,8 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
   cfg = tiny_config
   cfg.model.dropout = 0.3
   batch = random_batch(seed=8, vocab=30)
-  state = train.create_train_state(cfg, jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(train.train_step, config=cfg))
+  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
   _, m1 = step(state, batch, jax.random.key(1))
   _, m2 = step(state, batch, jax.random.key(1))
   _, m3 = step(state, batch, jax.random.key(2))
@@ -95,14 +95,14 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
 def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences(tiny_config):
   """GroundHog's cost (summed over a sentence's words, mean over sentences) is the per-token mean
   times tokens / sentences: same direction of every gradient, a batch-dependent scale."""
-  state = train.create_train_state(tiny_config, jax.random.key(0), 50, 50)
+  state = steps.create_train_state(tiny_config, jax.random.key(0), 50, 50)
   b = random_batch(seed=2, vocab=50)
   b["tgt_mask"][3] = 0  # A padding row (no target word) is no sentence.
   tokens, sentences = float(b["tgt_mask"].sum()), 3.0
 
   def loss_and_grads(normalization):
-    weights = train.LossWeights(normalization=normalization)
-    fn = lambda p: train.loss_fn(p, state, b, None, weights)
+    weights = objective.LossWeights(normalization=normalization)
+    fn = lambda p: objective.loss_fn(p, state, b, None, weights)
     (loss, (total, _, extras)), grads = jax.value_and_grad(fn, has_aux=True)(state.params)
     return loss, total, extras, grads
 
@@ -115,7 +115,7 @@ def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences
     np.testing.assert_allclose(c, a * tokens / sentences, rtol=1e-4, atol=1e-9)
   tiny_config.train.loss_normalization = "words"
   with pytest.raises(ValueError, match="'words' is not one of"):
-    train.LossWeights.from_config(tiny_config.train)
+    objective.LossWeights.from_config(tiny_config.train)
 
 
 def test_paper_configs_use_groundhog_normalisation():

@@ -1,0 +1,138 @@
+"""Evaluating a run: its best (else latest) checkpoint restored, loss and perplexity, decoding
+and every metric of `seq2seq.evaluate` on the valid and test splits (`evaluate_splits`, what
+`main.py --mode=eval` does), and the greedy validation BLEU the training loop selects on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from flax import nnx
+
+from seq2seq import checkpoints, evaluate, input_pipeline, models, steps
+from seq2seq import runtime as rt
+
+
+def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime) -> dict[str, Any]:
+  """Token-level loss and perplexity of `batches` (an iterable of host batches), summed in
+  float64. For a stacked state (`eval_fn` vmapped over members) each value is an array [G]."""
+  total, tokens = 0.0, 0.0
+  for batch in batches:
+    m = jax.device_get(eval_fn(state, runtime.put_batch(batch)))
+    total = total + np.asarray(m["loss_sum"], np.float64)
+    tokens = tokens + np.asarray(m["tokens"], np.float64)
+  loss = total / np.maximum(tokens, 1.0)
+  out = {"loss": loss, "perplexity": np.exp(np.minimum(loss, 50.0)), "tokens": tokens}
+  return {k: float(v) for k, v in out.items()} if np.ndim(loss) == 0 else out
+
+
+def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict) -> float:
+  """Validation BLEU with greedy decoding (cheap enough to run at every evaluation)."""
+  greedy = config.copy_and_resolve_references()
+  greedy.decode.beam_size = 1
+  translations = evaluate.translate_split(rt.host_local(state), data.splits["valid"], greedy)
+  raw = data.raw("valid")
+  hyps = [
+    evaluate.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
+    for t, r in zip(translations, raw, strict=True)
+  ]
+  return evaluate.bleu(hyps, [r[1] for r in raw])[0]
+
+
+def restore_for_eval(
+  config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+) -> steps.TrainState:
+  """The best checkpoint by validation BLEU if one was kept, else the latest."""
+  fresh = rt.initial_state(config, src_vocab, tgt_vocab, runtime)
+  for subdir in ("best", "checkpoints"):
+    ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
+    if ckpt.latest_step() is not None:
+      state, _ = ckpt.restore(fresh, with_data=False)
+      ckpt.close()
+      logging.info("evaluating %s checkpoint of step %d", subdir, int(state.step))
+      return state
+    ckpt.close()
+  raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
+
+
+DIRECTIONS = ("forward", "reverse")
+
+
+def direction_state(state: steps.TrainState, direction: str) -> steps.TrainState:
+  """One direction of an agreement run as the state of a plain RNNsearch, which decoding,
+  evaluation and translation take like any run's state (no optimiser state: it decodes only).
+
+  Any other run's state is returned as it is for "forward"; "reverse" needs an agreement run.
+  """
+  if direction not in DIRECTIONS:
+    raise ValueError(f"model.direction={direction!r} is not one of {DIRECTIONS}")
+  model = state.model()
+  if not isinstance(model, models.Agreement):
+    if direction == "reverse":
+      raise ValueError("model.direction=reverse needs an agreement run (model.name=agreement)")
+    return state
+  graphdef, params = nnx.split(getattr(model, direction), nnx.Param)
+  return steps.TrainState(state.step, params, None, graphdef, state.tx)
+
+
+def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, writer=None):
+  """Evaluates the best (else latest) checkpoint on the valid and test splits (and "test_long"
+  with `data.long_test_min_words`).
+
+  Per split: loss and perplexity, then decoding with the `decode` settings and every metric of
+  `evaluate.evaluate_split`, written to WORKDIR/eval/SPLIT/. An agreement run is evaluated with
+  its `model.direction` model: the forward one as any RNNsearch, the reverse one on the corpus
+  read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}.
+  """
+  workdir = Path(workdir)
+  runtime = runtime or rt.Runtime()
+  data = data or rt.load_data(config, workdir)
+  if eval_fn is None:
+    _, eval_fn = rt.compile_steps(config, runtime)
+  state = restore_for_eval(
+    config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
+  )
+  direction = config.model.direction
+  state = direction_state(state, direction)
+  prefix = "eval" if direction == "forward" else f"eval_{direction}"
+  if direction == "reverse":
+    data = input_pipeline.reversed_data(data)
+  step = int(jax.device_get(state.step))
+  results = {}
+  for split in ("valid", "test", input_pipeline.LONG_TEST):
+    if split not in data.splits:
+      continue
+    batches = input_pipeline.eval_batches(
+      data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
+    )
+    result = evaluate_loss(eval_fn, state, batches, runtime)
+    result["step"] = step
+    out = workdir / prefix / split
+    result = evaluate.evaluate_split(
+      rt.host_local(state),
+      data,
+      split,
+      config,
+      out,
+      extra=result,
+      writer=writer,
+      write=jax.process_index() == 0,
+    )
+    if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
+      scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
+      writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)
+    logging.info(
+      "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %.2f)",
+      split,
+      step,
+      result["loss"],
+      result["perplexity"],
+      result["bleu"],
+      result["bleu_no_unk"],
+    )
+    results[split] = result
+  return results

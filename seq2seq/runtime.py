@@ -1,0 +1,101 @@
+"""Where arrays live: the device mesh, batch placement, the jitted steps with their shardings,
+and what every process of a multi-host run must agree on."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from seq2seq import input_pipeline, steps
+
+MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
+
+
+class Runtime:
+  """The device mesh (one data axis over every device) and how arrays are placed on it."""
+
+  def __init__(self):
+    self.mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("data",))
+    self.replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    self.batch = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("data"))
+
+  def put_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """This process's rows of a batch -> global arrays sharded over the data axis."""
+    return {
+      k: jax.make_array_from_process_local_data(self.batch, batch[k])
+      for k in MODEL_KEYS
+      if k in batch
+    }
+
+  def check_batch_size(self, batch_size: int) -> None:
+    devices = jax.device_count()
+    if batch_size % devices:
+      raise ValueError(
+        f"data.batch_size={batch_size} does not split over {devices} devices; "
+        "choose a multiple of the device count"
+      )
+
+
+def compile_steps(
+  config: ml_collections.ConfigDict,
+  runtime: Runtime,
+  *,
+  stacked: bool = False,
+  train_step: Callable | None = None,
+):
+  """The jitted train and eval steps with their shardings (state replicated, batch sharded).
+
+  `train_step(state, batch, rng) -> (state, metrics)` defaults to `steps.train_step` with
+  `config`; `stacked`: vmap both steps over a leading member axis of the state (and of the rng),
+  one batch shared by every member (seeds trained together).
+  """
+  rep, bat = runtime.replicated, runtime.batch
+  train_fn = train_step or functools.partial(steps.train_step, config=config)
+  eval_fn = steps.eval_step
+  if stacked:
+    train_fn = jax.vmap(train_fn, in_axes=(0, None, 0))
+    eval_fn = jax.vmap(eval_fn, in_axes=(0, None))
+  train_fn = jax.jit(
+    train_fn, in_shardings=(rep, bat, rep), out_shardings=(rep, rep), donate_argnums=0
+  )
+  eval_fn = jax.jit(eval_fn, in_shardings=(rep, bat), out_shardings=rep)
+  return train_fn, eval_fn
+
+
+def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipeline.Data:
+  """`input_pipeline.load_data`; with several processes, process 0 builds the datasets and
+  vocabularies in the shared workdir first and the others then load them."""
+  if jax.process_count() == 1:
+    return input_pipeline.load_data(config, workdir)
+  data = input_pipeline.load_data(config, workdir) if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices("seq2seq:data-ready")
+  return data or input_pipeline.load_data(config, workdir)
+
+
+def initial_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> steps.TrainState:
+  """A fresh, replicated state from the config's seed."""
+  rng = jax.random.fold_in(jax.random.key(config.seed), 0)
+  init = functools.partial(
+    steps.create_train_state, config, src_vocab=src_vocab, tgt_vocab=tgt_vocab
+  )
+  return jax.jit(init, out_shardings=runtime.replicated)(rng)
+
+
+def all_agree(flag: bool) -> bool:
+  """Process 0's `flag` on every process (so all of them stop at the same step)."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
+
+
+def host_local(state: steps.TrainState) -> steps.TrainState:
+  """The state with parameters as this process's local copies (decoding runs per process)."""
+  if jax.process_count() == 1:
+    return state
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state)
