@@ -33,6 +33,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from seq2seq import objective
 from seq2seq import tokenizer as tokenizer_lib
 from seq2seq.data import builders, synthetic
 
@@ -303,7 +304,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   src_tok = vocabulary("src", d.src_vocab_size, "source", src_lang)
   tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
   splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
-  if config.train.attention_supervision > 0:
+  if "align" in objective.batch_keys(config):  # A term of the objective reads gold links.
     links = load_alignments(config, train, splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
   subsets = {}

@@ -13,15 +13,16 @@ s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{
   s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])
   t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
 
-Alignment features (Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016; Chorowski et al. 2015),
-all off by default, enter the additive score through its keys:
+Alignment features (`seq2seq.features`: Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016;
+Chorowski et al. 2015), all off by default, enter the additive score through its keys:
 
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + V_c cov_{i-1,j} / N_j + V_p conv(alpha_{i-1})_j)
 
 with cov_{i-1,j} = sum_{k<i} alpha_kj carried in the decoder state (`model.coverage`), the
 learned fertility N_j = `model.fertility_max` * sigmoid(U_f h_j) (`model.fertility`, else
 N_j = 1), and `model.prev_attention_filters` filters of width `model.prev_attention_width`
-over the previous step's attention (`model.prev_attention_filters` > 0).
+over the previous step's attention (`model.prev_attention_filters` > 0). Each is a registered
+module the decoder step loops over (prepare once per sentence, initial state, keys, update).
 
 Where attention may look (`model.attention`: soft, local_m, local_p, monotonic, conv, multihead,
 hard) is a `seq2seq.structures` module between the score and the context: `_context` hands it
@@ -32,7 +33,7 @@ exactly the paper's attention and adds no parameter.
 
 Bidirectional agreement (Cohn et al. 2016), `model.name="agreement"`: `Agreement` holds two
 RNNsearch models with the same settings, `forward` (source -> target) and `reverse` (target ->
-source, vocabularies swapped), trained jointly on the same batches (`objective.agreement_loss`). It
+source, vocabularies swapped), trained jointly on the same batches (`objective.AgreementBonus`). It
 is a model name rather than a training switch because it changes what the model *is*: the
 parameter tree becomes {"forward": ..., "reverse": ...}, saved whole in the ordinary checkpoint,
 while every other name keeps its tree untouched. For everything downstream (validation, beam
@@ -55,16 +56,14 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import layers, scores, structures
+from seq2seq import features, layers, scores, structures
 
 
 class DecoderState(NamedTuple):
   """What one decoder step hands to the next."""
 
   s: jax.Array  # [B, D] s_{i-1}, float32.
-  coverage: jax.Array  # [B, S] sum of the attention so far (`model.coverage`; else zeros).
-  prev_alpha: jax.Array  # [B, S] the previous step's attention (with previous-attention
-  # features; else zeros), zeros before the first step.
+  features: dict[str, jax.Array]  # Each alignment feature's state [B, S] (e.g. the coverage).
   structure: Any = ()  # What the attention structure carries across steps (soft: nothing).
 
 
@@ -74,9 +73,10 @@ class Encoded(NamedTuple):
   annotations: jax.Array  # [B, S, H]
   keys: jax.Array  # [B, S, K]: the attention's precomputed keys (U_a h_j for additive).
   mask: jax.Array  # [B, S] 1 for real tokens.
-  init_state: DecoderState  # s_0 = tanh(W_s bwd h_1), zero coverage and previous attention.
+  init_state: DecoderState  # s_0 = tanh(W_s bwd h_1) and the features' initial states.
   fixed_context: jax.Array  # [B, H] the RNNencdec context (also computed for RNNsearch).
   fertility: jax.Array  # [B, S] N_j dividing the coverage (ones without `model.fertility`).
+  prepared: dict[str, Any] | None = None  # What each feature computed once per sentence.
 
 
 class BiGRUEncoder(nnx.Module):
@@ -174,35 +174,21 @@ class Seq2Seq(nnx.Module):
       self.structure = structures.make_structure(
         cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs
       )
-    self.coverage, self.fertility = bool(cfg.coverage), bool(cfg.fertility)
-    self.prev_width = int(cfg.prev_attention_width)
-    self.fertility_max = float(cfg.fertility_max)
-    features = self.coverage or cfg.prev_attention_filters > 0
-    if features and not (self.uses_attention and cfg.score == "additive"):
+    # Alignment features (seq2seq/features.py), built in registration order.
+    self.feature_names = features.enabled_names(cfg)
+    if self.feature_names and not (self.uses_attention and cfg.score == "additive"):
       raise ValueError(
         "model.coverage and model.prev_attention_filters extend the additive score: set "
         f"model.score=additive and model.name=rnnsearch|agreement (got {cfg.score!r}, {cfg.name!r})"
       )
-    if features and not structure.uses_score:
+    if self.feature_names and not structure.uses_score:
       raise ValueError(
         f"model.attention={cfg.attention!r} has its own score: the alignment features "
         "(model.coverage, model.prev_attention_filters) need one that uses model.score"
       )
-    if self.fertility and not self.coverage:
-      raise ValueError("model.fertility divides the coverage: set model.coverage=true too")
-    if self.coverage:
-      self.cov_proj = layers.dense(1, cfg.attn_dim, cfg, rngs=rngs, role="attention")
-    if self.fertility:
-      self.fert_proj = layers.dense(annot, 1, cfg, rngs=rngs, role="attention", use_bias=True)
-    self.prev_filters = int(cfg.prev_attention_filters)
-    if self.prev_filters > 0:
-      if self.prev_width < 1 or self.prev_width % 2 == 0:
-        raise ValueError(f"model.prev_attention_width must be odd, got {self.prev_width}")
-      self.prev_conv = layers.dense(
-        self.prev_width, cfg.prev_attention_filters, cfg, rngs=rngs, role="attention"
-      )
-      self.prev_proj = layers.dense(
-        cfg.prev_attention_filters, cfg.attn_dim, cfg, rngs=rngs, role="attention"
+    if self.feature_names:
+      self.features = nnx.Dict(
+        {name: features.FEATURES[name](cfg, annot, rngs=rngs) for name in self.feature_names}
       )
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
@@ -225,25 +211,18 @@ class Seq2Seq(nnx.Module):
     else:  # Cho et al.: c = tanh(V h_Tx), s_0 = tanh(V' c).
       fixed = jnp.tanh(self.summary_proj(fwd_last).astype(jnp.float32))
       s0 = jnp.tanh(self.init_proj(fixed).astype(jnp.float32))
-    zeros = jnp.zeros(src_mask_BS.shape, jnp.float32)
-    fertility = zeros + 1.0
-    if self.fertility:
-      gate = jax.nn.sigmoid(self.fert_proj(annotations).astype(jnp.float32)[..., 0])
-      fertility = self.fertility_max * gate
-    state = DecoderState(s0, zeros, zeros, attention_state)
-    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility)
+    prepared = {n: self.features[n].prepare(annotations) for n in self.feature_names}
+    # The fertility N_j that the coverage divides by and the fertility penalty reads (else 1).
+    fertility = prepared.get(features.Coverage.name, jnp.ones(src_mask_BS.shape, jnp.float32))
+    feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
+    state = DecoderState(s0, feature_states, attention_state)
+    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared)
 
   def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
-    """The keys of this step: U_a h_j plus the coverage and previous-attention terms."""
+    """The keys of this step: U_a h_j plus every alignment feature's contribution."""
     keys = enc.keys
-    if self.coverage:
-      keys = keys + self.cov_proj((state.coverage / enc.fertility)[..., None])
-    if self.prev_filters > 0:
-      half = self.prev_width // 2
-      padded = jnp.pad(state.prev_alpha, ((0, 0), (half, half)))
-      src_len = state.prev_alpha.shape[1]
-      windows_BSW = jnp.stack([padded[:, w : w + src_len] for w in range(self.prev_width)], -1)
-      keys = keys + self.prev_proj(self.prev_conv(windows_BSW))
+    for name in self.feature_names:
+      keys = keys + self.features[name].keys(state.features[name], enc.prepared[name])
     return keys
 
   def _context(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
@@ -270,12 +249,8 @@ class Seq2Seq(nnx.Module):
     """One decoder recurrence given the projected word input: (state_i, Attended_i)."""
     att = self._context(enc, state, rng, decoding)
     new_s = self.cell(state.s, x3_B3D + self.context_proj(att.context))
-    new_state = state._replace(s=new_s, structure=att.state)  # Features move only when on.
-    if self.coverage:
-      new_state = new_state._replace(coverage=state.coverage + att.alpha)
-    if self.prev_filters > 0:
-      new_state = new_state._replace(prev_alpha=att.alpha)
-    return new_state, att
+    moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
+    return state._replace(s=new_s, features=moved, structure=att.state), att
 
   def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None):
     """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes. The

@@ -8,15 +8,16 @@ extra metrics))` is what `steps.train_step` differentiates. Batches are dicts of
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, ClassVar
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import models, tokenizer
+from seq2seq import models, structures, tokenizer
 
 if TYPE_CHECKING:
   from seq2seq.steps import TrainState
@@ -115,114 +116,6 @@ def reinforce_loss(
   return -reinforce_weight * jnp.sum(advantage_B * logp_B) - entropy_weight * bonus
 
 
-class LossWeights(NamedTuple):
-  """The weights of the training objective's terms; `from_config` reads them from config.train.
-
-  `fertility` and `supervision` must be Python floats (a zero one leaves its term out of the
-  program); the others may be traced.
-  """
-
-  label_smoothing: float = 0.0  # train.label_smoothing
-  fertility: float = 0.0  # train.fertility_weight: x `fertility_loss`
-  supervision: float = 0.0  # train.attention_supervision: x `attention_supervision_loss` ...
-  supervision_loss: str = "ce"  # ... of kind train.attention_supervision_loss
-  reinforce: float = 0.0  # train.reinforce_weight (hard attention's estimator)
-  entropy: float = 0.0  # train.entropy_weight (its entropy bonus)
-  agreement: float = 1.0  # train.agreement_weight (agreement runs' bonus)
-  normalization: str = "tokens"  # train.loss_normalization: what the summed objective is divided by
-
-  @classmethod
-  def from_config(cls, tcfg: ml_collections.ConfigDict) -> LossWeights:
-    if tcfg.loss_normalization not in LOSS_NORMALIZATIONS:
-      raise ValueError(
-        f"train.loss_normalization={tcfg.loss_normalization!r} is not one of {LOSS_NORMALIZATIONS}"
-      )
-    return cls(
-      tcfg.label_smoothing,
-      tcfg.fertility_weight,
-      tcfg.attention_supervision,
-      tcfg.attention_supervision_loss,
-      tcfg.reinforce_weight,
-      tcfg.entropy_weight,
-      tcfg.agreement_weight,
-      tcfg.loss_normalization,
-    )
-
-
-# "tokens": the mean over the batch's target tokens. "sentences": summed over each sentence's
-# target tokens, then the mean over sentences (GroundHog's cost, which the paper trained with).
-LOSS_NORMALIZATIONS = ("tokens", "sentences")
-
-
-PLAIN = LossWeights()  # Cross-entropy alone (agreement runs: weight-1 bonus).
-
-
-def direction_objective(
-  model: models.Seq2Seq,
-  batch: dict[str, jax.Array],
-  rng,
-  weights: LossWeights = PLAIN,
-  *,
-  need_alpha: bool = False,
-  reinforce: tuple | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None, dict[str, jax.Array]]:
-  """One translation direction's summed objective on `batch`.
-
-  Returns (cross-entropy (with `weights.label_smoothing`) + `weights.fertility` x
-  `fertility_loss` + `weights.supervision` x `attention_supervision_loss` (against
-  `batch["align"]`), summed cross-entropy, target tokens, alpha [B, T, S] when computed (with
-  those terms or `need_alpha`), else None, extra metrics). `reinforce` = (baseline or None,
-  is_first_step): for a model whose attention samples (hard attention), given a key, the
-  objective adds the gradient of `reinforce_loss` (weights `weights.reinforce` and
-  `weights.entropy`; its value is subtracted again, so the loss stays comparable) with each
-  sentence's log-likelihood as reward, against the baseline (the batch's mean reward at the
-  first step or without one); extras then hold "reward", that mean.
-  """
-  args = (batch["src"], batch["src_mask"], batch["tgt_in"])
-  sampled = reinforce is not None and model.samples_attention and rng is not None
-  alpha, extras = None, {}
-  if weights.fertility > 0 or weights.supervision > 0 or need_alpha or sampled:
-    logits, aux = model(*args, return_aux=True, dropout_rng=rng)
-    alpha = aux["alpha"]
-  else:
-    logits = model(*args, dropout_rng=rng)
-  total, tokens = cross_entropy(
-    logits, batch["tgt_out"], batch["tgt_mask"], weights.label_smoothing
-  )
-  objective = total
-  if weights.fertility > 0:
-    penalty = fertility_loss(alpha, aux["fertility"], batch["src_mask"], batch["tgt_mask"])
-    objective = objective + weights.fertility * penalty
-    extras["fertility_loss"] = penalty
-  if weights.supervision > 0:
-    guided = attention_supervision_loss(alpha, batch["align"], weights.supervision_loss)
-    objective = objective + weights.supervision * guided
-    extras["supervision_loss"] = guided
-  if sampled:
-    baseline, first_step = reinforce
-    reward_B = jax.lax.stop_gradient(
-      sentence_log_likelihood(logits, batch["tgt_out"], batch["tgt_mask"])
-    )
-    real_B = (jnp.sum(batch["tgt_mask"], axis=-1) > 0).astype(jnp.float32)
-    mean_reward = jnp.sum(reward_B * real_B) / jnp.maximum(jnp.sum(real_B), 1.0)
-    if baseline is None:
-      baseline = mean_reward
-    baseline = jnp.where(first_step, mean_reward, baseline)
-    surrogate = reinforce_loss(
-      reward_B,
-      baseline,
-      aux["sample_logp"],
-      aux["entropy"],
-      batch["tgt_mask"],
-      weights.reinforce,
-      weights.entropy,
-    )
-    # Its gradient, not its value: the loss reported stays the cross-entropy (plus penalties).
-    objective = objective + surrogate - jax.lax.stop_gradient(surrogate)
-    extras["reward"] = mean_reward
-  return objective, total, tokens, alpha, extras
-
-
 def reverse_batch(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
   """The target -> source batch of a source -> target one (see `agreement_bonus` for positions).
 
@@ -268,36 +161,250 @@ def agreement_bonus(
   return jnp.sum(alpha_fwd_BTS * jnp.swapaxes(alpha_rev_BST, 1, 2) * mask_BTS)
 
 
-def agreement_loss(
-  model: models.Agreement, batch: dict[str, jax.Array], rng, weights: LossWeights = PLAIN
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """The joint objective of an agreement run and its parts.
+# ---------------------------------------------------------------------------- the terms
 
-  loss = O_fwd / N_fwd + O_rev / N_rev - `weights.agreement` * bonus / N_fwd, where O is each
-  direction's `direction_objective` (fertility and supervision terms apply to both; the reverse
-  is supervised by the transposed links), N its target tokens and bonus the `agreement_bonus`
-  (so bonus / N_fwd is in [0, 1]). The forward model sees exactly the batch and dropout key a
-  plain RNNsearch would; the reverse gets `reverse_batch` and the key folded with 1. Parts:
-  forward_loss, reverse_loss (O / N each), agreement (bonus / N_fwd), forward_ce, tokens
-  (forward cross-entropy sum and target tokens).
+
+@dataclasses.dataclass
+class DirectionPass:
+  """One translation direction's teacher-forced pass: what the terms read."""
+
+  model: models.Seq2Seq
+  batch: dict[str, jax.Array]  # The direction's batch (an agreement run's reverse is swapped).
+  logits: jax.Array  # [B, T, V] float32.
+  aux: dict[str, jax.Array]  # "alpha" [B, T, S], "fertility" [B, S] and the structure's per-step
+  # extras (e.g. hard attention's "sample_logp", "entropy") when a term needs outputs; else {}.
+  tokens: jax.Array  # Target tokens of the batch.
+
+
+@dataclasses.dataclass
+class StepContext:
+  """What a term may read beyond the passes: the step's key and hard attention's baseline."""
+
+  rng: jax.Array | None  # None for a deterministic pass (no sampling, no dropout).
+  baseline: jax.Array | None  # The reward baseline (hard attention), else None.
+  first_step: jax.Array  # bool scalar: step 0 (the baseline is the batch's mean reward then).
+
+
+class Term:
+  """One registered term of the training objective.
+
+  A term says which model outputs it reads beyond the logits (`needs`: keys of `DirectionPass.aux`),
+  which batch keys it needs beyond the standard ones (`batch_keys`, built by the input pipeline),
+  and which metrics it reports (`metrics`), and builds itself from the config (`from_config`,
+  None when off). Called on one direction's pass it returns (value added to that direction's
+  summed objective, its metrics); a `joint` term is called once with every direction's pass
+  (agreement). A `penalty` term adds to the reported loss, which is then logged with the
+  cross-entropy per target token ("ce_loss") beside it.
   """
-  rng_rev = None if rng is None else jax.random.fold_in(rng, 1)
-  obj_f, ce_f, tok_f, alpha_f, _ = direction_objective(
-    model.forward, batch, rng, weights, need_alpha=True
-  )
-  obj_r, _, tok_r, alpha_r, _ = direction_objective(
-    model.reverse, reverse_batch(batch), rng_rev, weights, need_alpha=True
-  )
-  n_f, n_r = jnp.maximum(tok_f, 1.0), jnp.maximum(tok_r, 1.0)
-  agreement = agreement_bonus(alpha_f, alpha_r, batch["src_mask"], batch["tgt_mask"]) / n_f
-  parts = {
-    "forward_loss": obj_f / n_f,
-    "reverse_loss": obj_r / n_r,
-    "agreement": agreement,
-    "forward_ce": ce_f,
-    "tokens": tok_f,
-  }
-  return parts["forward_loss"] + parts["reverse_loss"] - weights.agreement * agreement, parts
+
+  name: ClassVar[str]
+  needs: ClassVar[frozenset[str]] = frozenset()
+  batch_keys: ClassVar[tuple[str, ...]] = ()
+  metrics: ClassVar[tuple[str, ...]] = ()
+  joint: ClassVar[bool] = False
+  penalty: ClassVar[bool] = False
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> Term | None:
+    raise NotImplementedError  # Every registered term defines it.
+
+  def __call__(self, passes, ctx: StepContext) -> tuple[jax.Array, dict[str, jax.Array]]:
+    raise NotImplementedError  # Every registered term defines it.
+
+
+TERMS: dict[str, type[Term]] = {}
+
+
+def register(cls: type[Term]) -> type[Term]:
+  """Adds a term to `TERMS` under its name (the order of registration is the order of summing)."""
+  TERMS[cls.name] = cls
+  return cls
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class CrossEntropy(Term):
+  """The cross-entropy of the reference words (with `train.label_smoothing`), always on."""
+
+  name: ClassVar[str] = "cross_entropy"
+  label_smoothing: float = 0.0
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(config.train.label_smoothing)
+
+  def __call__(self, p: DirectionPass, ctx):
+    total, _ = cross_entropy(
+      p.logits, p.batch["tgt_out"], p.batch["tgt_mask"], self.label_smoothing
+    )
+    return total, {}
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Fertility(Term):
+  """`train.fertility_weight` x `fertility_loss` (Cohn et al. 2016)."""
+
+  name: ClassVar[str] = "fertility"
+  needs: ClassVar[frozenset[str]] = frozenset({"alpha", "fertility"})
+  metrics: ClassVar[tuple[str, ...]] = ("fertility_loss",)
+  penalty: ClassVar[bool] = True
+  weight: float = 0.0
+
+  @classmethod
+  def from_config(cls, config):
+    weight = config.train.fertility_weight
+    return cls(weight) if weight > 0 else None
+
+  def __call__(self, p: DirectionPass, ctx):
+    penalty = fertility_loss(
+      p.aux["alpha"], p.aux["fertility"], p.batch["src_mask"], p.batch["tgt_mask"]
+    )
+    return self.weight * penalty, {"fertility_loss": penalty / jnp.maximum(p.tokens, 1.0)}
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Supervision(Term):
+  """`train.attention_supervision` x `attention_supervision_loss` against the gold links
+  `batch["align"]` [B, T, S] (of kind `train.attention_supervision_loss`)."""
+
+  name: ClassVar[str] = "supervision"
+  needs: ClassVar[frozenset[str]] = frozenset({"alpha"})
+  batch_keys: ClassVar[tuple[str, ...]] = ("align",)
+  metrics: ClassVar[tuple[str, ...]] = ("supervision_loss",)
+  penalty: ClassVar[bool] = True
+  weight: float = 0.0
+  kind: str = "ce"
+
+  @classmethod
+  def from_config(cls, config):
+    weight = config.train.attention_supervision
+    return cls(weight, config.train.attention_supervision_loss) if weight > 0 else None
+
+  def __call__(self, p: DirectionPass, ctx):
+    guided = attention_supervision_loss(p.aux["alpha"], p.batch["align"], self.kind)
+    return self.weight * guided, {"supervision_loss": guided / jnp.maximum(p.tokens, 1.0)}
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Reinforce(Term):
+  """Hard attention's score-function estimator (`reinforce_loss`, Xu et al. 2015), on for a
+  model whose attention samples its positions and given a key: each sentence's log-likelihood is
+  its reward, against the baseline (the batch's mean reward at the first step or without one).
+  It adds the estimator's gradient, not its value, so the loss stays comparable; its metric
+  "reward" (the batch's mean reward) moves the baseline."""
+
+  name: ClassVar[str] = "reinforce"
+  needs: ClassVar[frozenset[str]] = frozenset({"alpha", "sample_logp", "entropy"})
+  metrics: ClassVar[tuple[str, ...]] = ("reward",)
+  weight: float = 1.0
+  entropy_weight: float = 0.01
+
+  @classmethod
+  def from_config(cls, config):
+    sampled = config.model.name != "agreement" and structures.get(config.model.attention).sampled
+    return cls(config.train.reinforce_weight, config.train.entropy_weight) if sampled else None
+
+  def __call__(self, p: DirectionPass, ctx):
+    if ctx.rng is None:  # A deterministic pass samples nothing.
+      return jnp.zeros((), jnp.float32), {}
+    mask = p.batch["tgt_mask"]
+    reward_B = jax.lax.stop_gradient(sentence_log_likelihood(p.logits, p.batch["tgt_out"], mask))
+    real_B = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
+    mean_reward = jnp.sum(reward_B * real_B) / jnp.maximum(jnp.sum(real_B), 1.0)
+    baseline = mean_reward if ctx.baseline is None else ctx.baseline
+    baseline = jnp.where(ctx.first_step, mean_reward, baseline)
+    surrogate = reinforce_loss(
+      reward_B,
+      baseline,
+      p.aux["sample_logp"],
+      p.aux["entropy"],
+      mask,
+      self.weight,
+      self.entropy_weight,
+    )
+    return surrogate - jax.lax.stop_gradient(surrogate), {"reward": mean_reward}
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class AgreementBonus(Term):
+  """Agreement runs (Cohn et al. 2016): minus `train.agreement_weight` x `agreement_bonus` of
+  the forward and reverse attention; its metric "agreement" is the bonus per forward target
+  token (in [0, 1])."""
+
+  name: ClassVar[str] = "agreement"
+  needs: ClassVar[frozenset[str]] = frozenset({"alpha"})
+  metrics: ClassVar[tuple[str, ...]] = ("agreement",)
+  joint: ClassVar[bool] = True
+  weight: float = 1.0
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(config.train.agreement_weight) if config.model.name == "agreement" else None
+
+  def __call__(self, passes, ctx):
+    fwd, rev = passes["forward"], passes["reverse"]
+    bonus = agreement_bonus(
+      fwd.aux["alpha"], rev.aux["alpha"], fwd.batch["src_mask"], fwd.batch["tgt_mask"]
+    )
+    agreement = bonus / jnp.maximum(fwd.tokens, 1.0)
+    return -self.weight * bonus, {"agreement": agreement}
+
+
+# "tokens": the mean over the batch's target tokens. "sentences": summed over each sentence's
+# target tokens, then the mean over sentences (GroundHog's cost, which the paper trained with).
+LOSS_NORMALIZATIONS = ("tokens", "sentences")
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """The configured terms and what their sum is divided by (`train.loss_normalization`)."""
+
+  terms: tuple[Term, ...]
+  normalization: str = "tokens"
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> Objective:
+    """Every registered term that `config` turns on, in registration order."""
+    normalization = config.train.loss_normalization
+    if normalization not in LOSS_NORMALIZATIONS:
+      raise ValueError(
+        f"train.loss_normalization={normalization!r} is not one of {LOSS_NORMALIZATIONS}"
+      )
+    if normalization != "tokens" and config.model.name == "agreement":
+      raise ValueError("model.name=agreement trains with train.loss_normalization='tokens'")
+    terms = (term.from_config(config) for term in TERMS.values())
+    return cls(tuple(t for t in terms if t is not None), normalization)
+
+  @property
+  def needs(self) -> frozenset[str]:
+    """The model outputs beyond the logits that some term reads."""
+    return frozenset().union(*(t.needs for t in self.terms))
+
+  @property
+  def batch_keys(self) -> tuple[str, ...]:
+    """The batch keys beyond the standard ones that some term reads."""
+    return tuple(sorted({k for t in self.terms for k in t.batch_keys}))
+
+
+def batch_keys(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The extra batch keys the input pipeline must build for `config`'s objective."""
+  return Objective.from_config(config).batch_keys
+
+
+def direction_pass(model, batch, rng, needs: frozenset[str]) -> DirectionPass:
+  """The teacher-forced pass of one direction, with the outputs `needs` asks for."""
+  args = (batch["src"], batch["src_mask"], batch["tgt_in"])
+  aux = {}
+  if needs:
+    logits, aux = model(*args, return_aux=True, dropout_rng=rng)
+  else:
+    logits = model(*args, dropout_rng=rng)
+  tokens = jnp.sum(batch["tgt_mask"].astype(jnp.float32))
+  return DirectionPass(model, batch, logits, aux, tokens)
 
 
 def loss_fn(
@@ -305,46 +412,64 @@ def loss_fn(
   state: TrainState,
   batch: dict[str, jax.Array],
   rng,
-  weights: LossWeights = PLAIN,
+  objective: Objective,
 ):
-  """The loss of `batch` under `params` (the summed objective divided by the batch's target
-  tokens, or by its sentences with `weights.normalization="sentences"`), and (summed
-  cross-entropy, tokens, extra metrics) for metrics.
+  """The loss of `batch` under `params`, and (summed cross-entropy, target tokens, metrics).
 
-  The objective adds `weights.fertility` x `fertility_loss` and `weights.supervision` x
-  `attention_supervision_loss` (against `batch["align"]`). A model whose attention samples (hard
-  attention) and is given a key adds `reinforce_loss` with the sentences' log-likelihoods as
-  rewards against `state.baseline` (at step 0, or without a baseline, against the batch's mean
-  reward); its extra metric "reward" (the batch's mean sentence log-likelihood) updates the
-  baseline. Penalty metrics are reported per target token, with "ce_loss" (the cross-entropy per
-  target token, also given when the loss is per sentence). An `Agreement` model gets
-  `agreement_loss` instead (cross-entropy and tokens of its forward direction; extra metrics:
-  forward_loss, reverse_loss, agreement; per-token normalisation only); other models' extras
-  are {}.
+  Each direction's terms are summed into its objective O, divided by its target tokens N (or
+  by its sentences with `objective.normalization="sentences"`); joint terms are divided by the
+  forward direction's N. A plain model has one direction; an `Agreement` model two, forward on
+  `batch` and reverse on `reverse_batch(batch)` with the key folded with 1, reported as
+  forward_loss and reverse_loss. The cross-entropy and tokens returned are the forward
+  direction's; metrics hold every term's (its forward value), and "ce_loss" (cross-entropy per
+  target token) when a penalty term is on or the loss is per sentence.
   """
   model = nnx.merge(state.graphdef, params)
+  ctx = StepContext(rng, state.baseline, state.step == 0)
+  needs = objective.needs
   if isinstance(model, models.Agreement):
-    if weights.normalization != "tokens":
-      raise ValueError("model.name=agreement trains with train.loss_normalization='tokens'")
-    loss, parts = agreement_loss(model, batch, rng, weights)
-    extras = {k: parts[k] for k in AGREEMENT_METRICS}
-    return loss, (parts["forward_ce"], parts["tokens"], extras)
-  reinforce = (state.baseline, state.step == 0)
-  objective, total, tokens, _, extras = direction_objective(
-    model, batch, rng, weights, reinforce=reinforce
-  )
-  per_token = 1.0 / jnp.maximum(tokens, 1.0)
-  penalties = [key for key in PENALTY_METRICS if key in extras]
-  for key in penalties:  # Unweighted, per target token, beside the cross-entropy.
-    extras[key] = extras[key] * per_token
-  if penalties or weights.normalization == "sentences":
-    extras["ce_loss"] = total * per_token
-  if weights.normalization == "sentences":
-    sentences = jnp.sum(jnp.any(batch["tgt_mask"] > 0, axis=-1).astype(jnp.float32))
-    return objective / jnp.maximum(sentences, 1.0), (total, tokens, extras)
-  return objective * per_token, (total, tokens, extras)
+    rng_rev = None if rng is None else jax.random.fold_in(rng, 1)
+    passes = {
+      "forward": direction_pass(model.forward, batch, rng, needs),
+      "reverse": direction_pass(model.reverse, reverse_batch(batch), rng_rev, needs),
+    }
+  else:
+    passes = {"forward": direction_pass(model, batch, rng, needs)}
+  fwd = passes["forward"]
+  loss, metrics = 0.0, {}
+  for name, p in passes.items():
+    summed = 0.0
+    for term in objective.terms:
+      if term.joint:
+        continue
+      value, term_metrics = term(p, ctx)
+      summed = summed + value
+      if name == "forward":
+        metrics.update(term_metrics)
+        if isinstance(term, CrossEntropy):
+          total = value
+    if objective.normalization == "sentences":
+      sentences = jnp.sum(jnp.any(p.batch["tgt_mask"] > 0, axis=-1).astype(jnp.float32))
+      per_direction = summed / jnp.maximum(sentences, 1.0)
+    else:
+      per_direction = summed * (1.0 / jnp.maximum(p.tokens, 1.0))
+    if len(passes) > 1:
+      metrics[f"{name}_loss"] = per_direction
+    loss = loss + per_direction
+  for term in objective.terms:
+    if term.joint:
+      value, term_metrics = term(passes, ctx)
+      loss = loss + value / jnp.maximum(fwd.tokens, 1.0)
+      metrics.update(term_metrics)
+  if any(t.penalty for t in objective.terms) or objective.normalization == "sentences":
+    metrics["ce_loss"] = total / jnp.maximum(fwd.tokens, 1.0)
+  return loss, (total, fwd.tokens, metrics)
 
 
-AGREEMENT_METRICS = ("forward_loss", "reverse_loss", "agreement")  # Logged for agreement runs.
-PENALTY_METRICS = ("fertility_loss", "supervision_loss")  # Logged with "ce_loss" when trained.
-EXTRA_METRICS = (*AGREEMENT_METRICS, *PENALTY_METRICS, "ce_loss", "reward", "baseline")
+DIRECTION_METRICS = ("forward_loss", "reverse_loss")  # Logged for agreement runs.
+EXTRA_METRICS = (
+  *DIRECTION_METRICS,
+  *(m for term in TERMS.values() for m in term.metrics),
+  "ce_loss",
+  "baseline",
+)

@@ -100,7 +100,7 @@ def train_step(
   with a reward baseline (hard attention) also reward (the batch's mean sentence log-likelihood)
   and baseline (after this step's update b <- decay * b + (1 - decay) * reward; at step 0,
   b <- reward); for agreement runs forward_loss, reverse_loss and agreement (see
-  `agreement_loss`; tokens are the forward direction's, so tokens/s counts sentence pairs as for
+  `objective.loss_fn`; tokens are the forward direction's, so tokens/s counts sentence pairs as for
   a plain model).
   """
   keyed = config.model.dropout > 0 or structures.uses_rng(config.model)
@@ -111,7 +111,7 @@ def train_step(
     state,
     batch,
     dropout_rng,
-    objective.LossWeights.from_config(config.train),
+    objective.Objective.from_config(config),
   )
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -98,13 +98,14 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   model = randomise(fresh, seed=4)
   b = jnp_batch(seed=5)
   ts = state_of(model, cfg)
-  independent = objective.LossWeights(agreement=0.0)
+  independent = objective.Objective.from_config(cfg)  # Weight 0.
   loss, (ce, tokens, extras) = objective.loss_fn(ts.params, ts, b, None, independent)
   # The same forward and reverse weights as plain RNNsearch models.
   fwd = state_of(model.forward, plain_cfg)
   rev = state_of(model.reverse, plain_cfg)
-  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = objective.loss_fn(fwd.params, fwd, b, None)
-  rev_loss, _ = objective.loss_fn(rev.params, rev, objective.reverse_batch(b), None)
+  plain = objective.Objective.from_config(plain_cfg)
+  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = objective.loss_fn(fwd.params, fwd, b, None, plain)
+  rev_loss, _ = objective.loss_fn(rev.params, rev, objective.reverse_batch(b), None, plain)
   assert fwd_extras == {}
   assert float(extras["forward_loss"]) == pytest.approx(float(fwd_loss), rel=1e-6)
   assert float(extras["reverse_loss"]) == pytest.approx(float(rev_loss), rel=1e-6)
@@ -112,7 +113,8 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   assert float(ce) == pytest.approx(float(fwd_ce), rel=1e-6) and float(tokens) == float(fwd_tokens)
   assert 0.0 < float(extras["agreement"]) <= 1.0
   # With weight 1 the bonus is subtracted.
-  loss1, _ = objective.loss_fn(ts.params, ts, b, None, objective.LossWeights(agreement=1.0))
+  weight_one = objective.Objective.from_config(agreement_config(weight=1.0))
+  loss1, _ = objective.loss_fn(ts.params, ts, b, None, weight_one)
   assert float(loss1) == pytest.approx(float(loss) - float(extras["agreement"]), rel=1e-5)
 
 
@@ -124,11 +126,11 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
   b = jnp_batch(seed=6)
 
   def loss(params):
-    return objective.loss_fn(params, ts, b, None, objective.LossWeights(fertility=0.1))[0]
+    return objective.loss_fn(params, ts, b, None, objective.Objective.from_config(cfg))[0]
 
   def bonus_only(params):
-    agreement = nnx.merge(ts.graphdef, params)
-    return objective.agreement_loss(agreement, b, None)[1]["agreement"]
+    bonus = objective.Objective((objective.CrossEntropy(), objective.AgreementBonus()))
+    return objective.loss_fn(params, ts, b, None, bonus)[1][2]["agreement"]
 
   both = jax.jit(lambda p: (jax.grad(loss)(p), jax.grad(bonus_only)(p)))(ts.params)
   for grads in map(nnx.to_pure_dict, both):

@@ -16,7 +16,6 @@ from seq2seq import decode, models, objective, steps, train
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 40
-NEW_WEIGHTS = ("cov_proj", "fert_proj", "prev_conv", "prev_proj")
 
 
 def featured_config(coverage=True, fertility=True, filters=3):
@@ -39,8 +38,9 @@ def test_coverage_is_the_running_sum_of_the_attention():
     state, _, alpha = model.decoder_step(enc, state, jnp.asarray(b["tgt_in"][:, t]))
     total += np.asarray(alpha, np.float64)
     alphas.append(np.asarray(alpha))
-    np.testing.assert_allclose(np.asarray(state.coverage), total, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(state.prev_alpha), np.asarray(alpha))
+    coverage, prev = state.features["coverage"], state.features["prev_attention"]
+    np.testing.assert_allclose(np.asarray(coverage), total, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(prev), np.asarray(alpha))
   # The scan (training) sees the same attention as the step loop.
   _, alpha_BTS = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
   np.testing.assert_allclose(np.asarray(alpha_BTS), np.stack(alphas, 1), rtol=1e-5, atol=1e-6)
@@ -58,12 +58,12 @@ def _train_state(model, cfg):
   return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 
-def _zeroed(model, names=NEW_WEIGHTS):
+def _zeroed(model):
   """(graphdef, state) of a copy of `model` with the feature weights set to zero."""
   graphdef, state = nnx.split(nnx.clone(model))
   flat = dict(nnx.to_flat_state(state))
   for path in flat:
-    if path[0] in names and path[-1] in ("kernel", "bias"):
+    if path[0] == "features" and path[-1] in ("kernel", "bias"):
       flat[path].value = jnp.zeros_like(flat[path].value)
   return graphdef, nnx.from_flat_state(flat)
 
@@ -82,10 +82,10 @@ def test_zero_feature_weights_give_plain_rnnsearch_exactly(features):
     flat[path].value = value.value  # Every plain weight is shared; only the new ones are extra.
   featured = nnx.merge(graphdef, nnx.from_flat_state(flat))
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=4, vocab=VOCAB).items()}
-  losses = []
+  losses, plain_objective = [], objective.Objective.from_config(plain_cfg)
   for model in (plain, featured):
     ts = _train_state(model, plain_cfg)
-    losses.append(objective.loss_fn(ts.params, ts, b, None)[0])
+    losses.append(objective.loss_fn(ts.params, ts, b, None, plain_objective)[0])
   assert float(losses[0]) == float(losses[1])
 
 
@@ -109,10 +109,10 @@ def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
   model = build(cfg)
   ts = _train_state(model, cfg)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
-  weights = objective.LossWeights(fertility=0.5)
+  weights = objective.Objective.from_config(cfg)
   grads = jax.grad(lambda p: objective.loss_fn(p, ts, b, None, weights)[0])(ts.params)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
-  fert_grad = dict(nnx.to_flat_state(grads))[("fert_proj", "kernel")].value
+  fert_grad = dict(nnx.to_flat_state(grads))[("features", "coverage", "fert_proj", "kernel")].value
   assert float(jnp.abs(fert_grad).sum()) > 0  # The learned fertility is trained by the penalty.
 
 
@@ -194,9 +194,12 @@ def test_penalty_terms_are_reported_beside_the_cross_entropy():
   rng = np.random.default_rng(2)
   (batch, src_len), tgt_len = b["src"].shape, b["tgt_in"].shape[1]
   b["align"] = jnp.asarray(rng.integers(0, 2, (batch, tgt_len, src_len)), jnp.float32)
-  plain, (_, _, extras) = objective.loss_fn(ts.params, ts, b, None)
+  plain, (_, _, extras) = objective.loss_fn(
+    ts.params, ts, b, None, objective.Objective.from_config(cfg)
+  )
   assert extras == {}  # Plain RNNsearch logs no penalty terms.
-  weights = objective.LossWeights(fertility=0.5, supervision=2.0)
+  cfg.train.fertility_weight, cfg.train.attention_supervision = 0.5, 2.0
+  weights = objective.Objective.from_config(cfg)
   loss, (total, tokens, extras) = objective.loss_fn(ts.params, ts, b, None, weights)
   assert set(extras) == {"ce_loss", "fertility_loss", "supervision_loss"}
   assert float(extras["ce_loss"]) == pytest.approx(float(plain), rel=1e-6)

@@ -457,7 +457,8 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
 
   @jit
   def grads(params, reinforce_weight, entropy_weight):
-    weights = objective.LossWeights(reinforce=reinforce_weight, entropy=entropy_weight)
+    terms = (objective.CrossEntropy(), objective.Reinforce(reinforce_weight, entropy_weight))
+    weights = objective.Objective(terms)
     loss = lambda p: objective.loss_fn(p, state, b, jax.random.key(1), weights)[0]
     return jax.grad(loss)(params)
 
@@ -503,7 +504,7 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   # The training loss (with its key: hard attention samples, monotonic adds noise), with and
   # without jit, on the trained model.
   key = jax.random.key(7) if structures.uses_rng(cfg.model) else None
-  weights = objective.LossWeights(reinforce=1.0, entropy=0.01)
+  weights = objective.Objective.from_config(cfg)  # Hard attention: reinforce 1, entropy 0.01.
   loss = lambda params, key: objective.loss_fn(params, state, batch, key, weights)[0]
   eager = float(loss(state.params, key))
   np.testing.assert_allclose(float(jit(loss)(state.params, key)), eager, rtol=1e-5)

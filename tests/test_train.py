@@ -101,7 +101,7 @@ def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences
   tokens, sentences = float(b["tgt_mask"].sum()), 3.0
 
   def loss_and_grads(normalization):
-    weights = objective.LossWeights(normalization=normalization)
+    weights = objective.Objective((objective.CrossEntropy(),), normalization)
     fn = lambda p: objective.loss_fn(p, state, b, None, weights)
     (loss, (total, _, extras)), grads = jax.value_and_grad(fn, has_aux=True)(state.params)
     return loss, total, extras, grads
@@ -115,7 +115,7 @@ def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences
     np.testing.assert_allclose(c, a * tokens / sentences, rtol=1e-4, atol=1e-9)
   tiny_config.train.loss_normalization = "words"
   with pytest.raises(ValueError, match="'words' is not one of"):
-    objective.LossWeights.from_config(tiny_config.train)
+    objective.Objective.from_config(tiny_config)
 
 
 def test_paper_configs_use_groundhog_normalisation():

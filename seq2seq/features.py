@@ -1,0 +1,134 @@
+"""Alignment features: what the additive score may know about the attention so far.
+
+Each feature is a per-source-position quantity carried from one decoder step to the next that
+enters the additive score through its keys (Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016;
+Chorowski et al. 2015):
+
+  e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + sum_f key_f(state_f)_j)
+
+A feature is an `nnx.Module` registered by name with four methods, which the decoder calls for
+every configured feature in registration order:
+
+* `prepare(annotations_BSH)`: what it computes once per sentence (e.g. the learned fertility);
+* `init_state(mask_BS)`: its state before the first step [B, S];
+* `keys(state_BS, prepared)`: its contribution to the step's keys [B, S, A];
+* `update(state_BS, alpha_BS)`: its state after a step with attention alpha.
+
+`enabled(cfg)` says from the `config.model` section whether the feature is on. All are off by
+default; a model without features is exactly the paper's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from seq2seq import layers
+
+
+class Feature(nnx.Module):
+  """The protocol of an alignment feature (see the module docstring)."""
+
+  name: ClassVar[str]
+
+  @classmethod
+  def enabled(cls, cfg: ml_collections.ConfigDict) -> bool:
+    raise NotImplementedError  # Every registered feature defines it.
+
+  def prepare(self, annotations_BSH: jax.Array) -> Any:
+    return None
+
+  def init_state(self, mask_BS: jax.Array) -> jax.Array:
+    return jnp.zeros(mask_BS.shape, jnp.float32)
+
+  def keys(self, state_BS: jax.Array, prepared: Any) -> jax.Array:
+    raise NotImplementedError  # Every registered feature defines it.
+
+  def update(self, state_BS: jax.Array, alpha_BS: jax.Array) -> jax.Array:
+    raise NotImplementedError  # Every registered feature defines it.
+
+
+FEATURES: dict[str, type[Feature]] = {}
+
+
+def register(cls: type[Feature]) -> type[Feature]:
+  """Adds a feature to `FEATURES` under its name (registration order is the order of keys)."""
+  FEATURES[cls.name] = cls
+  return cls
+
+
+def enabled_names(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The features `cfg` (a `config.model` section) turns on, in registration order."""
+  return tuple(name for name, cls in FEATURES.items() if cls.enabled(cfg))
+
+
+@register
+class Coverage(Feature):
+  """The running sum of past attention, cov_{i-1,j} = sum_{k<i} alpha_kj (`model.coverage`),
+  divided by a fertility N_j: 1, or learned N_j = `model.fertility_max` * sigmoid(U_f h_j)
+  (`model.fertility`). Keys: V_c cov_{i-1,j} / N_j."""
+
+  name: ClassVar[str] = "coverage"
+
+  def __init__(self, cfg: ml_collections.ConfigDict, annot_dim: int, *, rngs: nnx.Rngs):
+    self.cov_proj = layers.dense(1, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+    self.fertility_max = float(cfg.fertility_max)
+    self.fert_proj = (
+      layers.dense(annot_dim, 1, cfg, rngs=rngs, role="attention", use_bias=True)
+      if cfg.fertility
+      else None
+    )
+
+  @classmethod
+  def enabled(cls, cfg):
+    if cfg.fertility and not cfg.coverage:
+      raise ValueError("model.fertility divides the coverage: set model.coverage=true too")
+    return bool(cfg.coverage)
+
+  def prepare(self, annotations_BSH):
+    """The fertility N_j [B, S] (ones without `model.fertility`)."""
+    if self.fert_proj is None:
+      return jnp.ones(annotations_BSH.shape[:2], jnp.float32)
+    gate = jax.nn.sigmoid(self.fert_proj(annotations_BSH).astype(jnp.float32)[..., 0])
+    return self.fertility_max * gate
+
+  def keys(self, state_BS, fertility_BS):
+    return self.cov_proj((state_BS / fertility_BS)[..., None])
+
+  def update(self, state_BS, alpha_BS):
+    return state_BS + alpha_BS
+
+
+@register
+class PreviousAttention(Feature):
+  """`model.prev_attention_filters` filters of width `model.prev_attention_width` (odd) over the
+  previous step's attention (Chorowski et al.'s location-aware features).
+  Keys: V_p conv(alpha_{i-1})_j."""
+
+  name: ClassVar[str] = "prev_attention"
+
+  def __init__(self, cfg: ml_collections.ConfigDict, annot_dim: int, *, rngs: nnx.Rngs):
+    self.width = int(cfg.prev_attention_width)
+    if self.width < 1 or self.width % 2 == 0:
+      raise ValueError(f"model.prev_attention_width must be odd, got {self.width}")
+    filters = int(cfg.prev_attention_filters)
+    self.prev_conv = layers.dense(self.width, filters, cfg, rngs=rngs, role="attention")
+    self.prev_proj = layers.dense(filters, cfg.attn_dim, cfg, rngs=rngs, role="attention")
+
+  @classmethod
+  def enabled(cls, cfg):
+    return cfg.prev_attention_filters > 0
+
+  def keys(self, prev_alpha_BS, prepared):
+    half = self.width // 2
+    padded = jnp.pad(prev_alpha_BS, ((0, 0), (half, half)))
+    src_len = prev_alpha_BS.shape[1]
+    windows_BSW = jnp.stack([padded[:, w : w + src_len] for w in range(self.width)], -1)
+    return self.prev_proj(self.prev_conv(windows_BSW))
+
+  def update(self, state_BS, alpha_BS):
+    return alpha_BS
