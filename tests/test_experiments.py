@@ -230,6 +230,17 @@ def test_study_jobs_group_decoding_points_and_split_sequential_seeds(tmp_path):
   assert all("--preset=smoke" in line and "--training=sequential" in line for line in lines)
 
 
+def test_score_study_points_are_named_by_score(tmp_path):
+  out = tmp_path / "scores"
+  argv = ["--out", str(out), "--preset", "smoke", "--scores", "additive,cosine", "--seeds", "3"]
+  sweep_scores.main([*argv, "--launcher", "jobs"])
+  lines = (out / "jobs.txt").read_text().splitlines()
+  assert [line.split("--only=")[1].split()[0] for line in lines] == ["additive", "cosine"]
+  assert all("-m experiments.sweep_scores" in line and "--seeds=3" in line for line in lines)
+  with pytest.raises(SystemExit, match="unknown score"):
+    sweep_scores.main([*argv, "--scores", "additive,bilinear"])
+
+
 def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
   points = [Point("additive", {}), Point("coverage", {}), Point("copy", {}, decode_from="additive")]
   sweep = Sweep("configs/tiny.py", points, [0, 1], tmp_path, {}, {})

@@ -6,13 +6,14 @@ that wrote the file, logging to OUT/logs/. A group is a trained point with every
 decodes its runs; with `--training together` a line trains all seeds of its group as one
 vmapped group, with `sequential` there is one line per group and seed. Lines depend on no other
 line: they run alone, in any order and concurrently (GNU parallel, `xargs -P`, a SLURM job
-array), and a line whose runs are finished returns at once, so a failed array is rerun whole.
+array), and a line whose runs are finished trains nothing, so a failed array is rerun whole.
 
 Shared state: the corpus every run reads from OUT/data (`data.cache_dir`) is built here, once,
-before the file is written, so no two jobs build it at the same time (tfds builds are not safe
-to race); vocabularies live in each workdir; JAX's compilation cache may be shared (a racing
-read is a miss, not an error). Only groups with unfinished runs get a line; `--collect` gathers
-the workdirs once every line has finished.
+before the file is written, so no two jobs build it at the same time (tfds does not coordinate
+concurrent builds of one dataset: each process builds its own copy and renames it into place);
+vocabularies live in each workdir; JAX's compilation cache may be shared (an entry read while
+another process writes it is a miss, with a warning, not an error). Only groups with unfinished
+runs get a line; `--collect` gathers the workdirs once every line has finished.
 """
 
 from __future__ import annotations

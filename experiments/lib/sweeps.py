@@ -26,6 +26,7 @@ import itertools
 import re
 import statistics
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from experiments.lib import stats
 from experiments.lib.runs import Run
 
 TRAININGS = ("together", "sequential")
-# Figures averaged over seeds per point: results.json key -> row key prefix, per split.
+# Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
 TEST_METRICS = ("bleu", "chrf", "aer", "aer_threshold", "attention_entropy")
 
 
@@ -171,7 +172,9 @@ def unfinished(sweep: Sweep) -> list[Run]:
 
 
 # ---------------------------------------------------------------------- collecting
-def records(sweep: Sweep, trained: set[str] = frozenset()) -> dict[str, list[dict[str, Any]]]:
+def records(
+  sweep: Sweep, trained: AbstractSet[str] = frozenset()
+) -> dict[str, list[dict[str, Any]]]:
   """{point: every seed's run record}; `reused` is False for the runs in `trained`."""
   out = {}
   for point in sweep.points:
