@@ -26,7 +26,7 @@ lint: .venv
 	$(VENV)/bin/ruff format --check .
 
 bench: .venv
-	$(PY) experiments/benchmark.py --out runs/benchmark.json
+	$(PY) -m experiments.benchmark --out runs/benchmark.json
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,6 +1,6 @@
 """Training-speed benchmark of the library's real train step, with an optional PyTorch peer.
 
-    python experiments/benchmark.py --out runs/benchmark.json [--preset bench|paper|tiny]
+    python -m experiments.benchmark --out runs/benchmark.json [--preset bench|paper|tiny]
         [--repeats N] [--steps N] [--dtype float32|bfloat16] [--maxout M] [--devices N]
         [--set KEY=VALUE] [--breakdown] [--peer]
 
@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import importlib.metadata
-import importlib.util
 import json
 import math
 import os
@@ -55,22 +53,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the checkout.
-  sys.path.insert(0, str(REPO_ROOT))
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+from jax.extend import core as jax_core
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-from jax.extend import core as jax_core  # noqa: E402
-
-from configs import default as default_config  # noqa: E402
-from configs import tiny as tiny_config  # noqa: E402
-from experiments import reproduce_paper as rp  # noqa: E402
-from seq2seq import objective, steps  # noqa: E402
-from seq2seq import runtime as rt  # noqa: E402
+from configs import default as default_config
+from configs import tiny as tiny_config
+from experiments.lib import reports
+from experiments.lib.configs import REPO_ROOT, apply_overrides, parse_sets
+from experiments.lib.timing import median_seconds, timed_calls
+from seq2seq import objective, steps
+from seq2seq import runtime as rt
 
 PRESETS = ("bench", "paper", "tiny")
 # Per preset: (sentence length, timed runs, steps per run, warm-up steps, matmul size, peer size).
@@ -228,17 +224,6 @@ def _rss_mb() -> float:
   return peak / _MB if sys.platform == "darwin" else peak / 1024.0
 
 
-def timed_calls(fn, repeats: int) -> list[float]:
-  """Wall-clock seconds of each of `repeats` calls of `fn()`, its results waited for. Warm up
-  (compile) before calling this."""
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return times
-
-
 def measure_matmul(dtype: str, n: int, repeats: int = 5) -> dict[str, Any]:
   """GFLOP/s of a jitted [n, n] @ [n, n] in `dtype`: median, min, max and the `repeats` samples."""
   keys = jax.random.split(jax.random.key(0))
@@ -366,12 +351,6 @@ def measure_training(bench: TrainBench, *, steps: int, repeats: int, warmup: int
     "xla_memory": _memory_analysis_mb(bench.compiled),
     "xla_cost_flops_per_step": _xla_flops(bench.compiled),
   }
-
-
-def median_seconds(fn, args, repeats: int) -> float:
-  """Median seconds of `fn(*args)` over `repeats` calls after a compiling one."""
-  jax.block_until_ready(fn(*args))
-  return float(statistics.median(timed_calls(lambda: fn(*args), repeats)))
 
 
 def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
@@ -540,25 +519,6 @@ def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------------- environment
-def versions() -> dict[str, str]:
-  """Versions of Python and the numerical stack."""
-  out = {"python": platform.python_version()}
-  for name in ("jax", "jaxlib", "flax", "optax", "numpy"):
-    try:
-      out[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      out[name] = "not installed"
-  return out
-
-
-def _load_average() -> list[float] | None:
-  """The host's 1, 5 and 15 minute load averages (other work competing for the cores)."""
-  try:
-    return [round(x, 2) for x in os.getloadavg()]
-  except OSError:
-    return None
-
-
 def device_info() -> dict[str, Any]:
   """The jax devices and the host they run on."""
   devices = jax.devices()
@@ -581,8 +541,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
   steps = args.steps if args.steps is not None else run["steps"]
   warmup = args.warmup if args.warmup is not None else run["warmup"]
   matmul_n = args.matmul_size if args.matmul_size is not None else run["matmul_n"]
-  load_start = _load_average()
-  cfg = rp.apply_overrides(make_config(args.preset, args.dtype, args.maxout), args.sets)
+  load_start = reports.load_average()
+  cfg = apply_overrides(make_config(args.preset, args.dtype, args.maxout), args.sets)
   length = cfg.data.max_len
   flops = forward_flops_per_token(cfg, length, length)
   traced = traced_flops_per_token(cfg)
@@ -638,9 +598,9 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     "greedy_sentences_per_s": decode["greedy_sentences_per_s"]["median"],
     "beam10_sentences_per_s": decode["beam10_sentences_per_s"]["median"],
     "config": cfg.to_dict(),
-    "versions": versions(),
+    "versions": reports.versions(),
     "device": device_info(),
-    "load_average": {"start": load_start, "end_of_training": _load_average()},
+    "load_average": {"start": load_start, "end_of_training": reports.load_average()},
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
   }
@@ -661,7 +621,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
       if args.dtype != "float32":
         peer["note"] = f"the peer computes in float32; ours in {args.dtype}"
     results["peer"] = peer
-    results["load_average"]["end_of_peer"] = _load_average()
+    results["load_average"]["end_of_peer"] = reports.load_average()
   return results
 
 
@@ -771,7 +731,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
       p.error(f"--{name.replace('_', '-')} must be at least 1")
   if args.warmup is not None and args.warmup < 0:
     p.error("--warmup must be non-negative")
-  args.sets = rp.parse_sets(args.set)
+  args.sets = parse_sets(args.set)
   return args
 
 

@@ -1,6 +1,6 @@
 """Multi30k under a wall-clock budget: explore on validation, train the chosen config, test once.
 
-    python experiments/realtext.py --workdir runs/realtext --out experiments/results
+    python -m experiments.realtext --workdir runs/realtext --out experiments/results
         [--stage explore|final|report|all] [--explore-minutes 10] [--only NAME ...]
         [--pair en-fr] [--minutes 30] [--preset full|smoke]
 
@@ -36,15 +36,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `configs` and `experiments` are top-level packages.
-  sys.path.insert(0, str(REPO_ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from experiments import reproduce_paper as rp  # noqa: E402
-from seq2seq import eval_run, evaluate, plots, summary  # noqa: E402
-from seq2seq import runtime as rt  # noqa: E402
+from experiments.lib import reports
+from experiments.lib.configs import REPO_ROOT, load_config
+from experiments.lib.runs import Run
+from seq2seq import eval_run, evaluate, plots, summary
+from seq2seq import runtime as rt
 
 CONFIG = "configs/multi30k.py"
 STAGES = ("explore", "final", "report", "all")
@@ -90,17 +88,17 @@ SMOKE = {  # Overrides making every run of the smoke preset a few seconds long.
 }
 
 
-def run_config(args, overrides: dict[str, Any], minutes: float) -> rp.Run:
+def run_config(args, overrides: dict[str, Any], minutes: float) -> Run:
   """The `main.py` run of `configs/multi30k.py:PAIR` with `overrides` and a budget."""
   shared = {"data.cache_dir": str((args.workdir / "data").resolve()), "train.final_eval": False}
   if args.data_dir:
     shared["data.local.dir"] = str(args.data_dir)
   smoke = SMOKE if args.preset == "smoke" else {}
   overrides = {**shared, **overrides, **smoke, "train.max_minutes": minutes}
-  return rp.Run("", f"{CONFIG}:{args.pair}", overrides, Path())
+  return Run("", f"{CONFIG}:{args.pair}", overrides, Path())
 
 
-def train_run(run: rp.Run, workdir: Path) -> dict[str, Any]:
+def train_run(run: Run, workdir: Path) -> dict[str, Any]:
   """Trains `run` in `workdir` with main.py in a fresh process, unless a record says it finished.
 
   Returns WORKDIR/run.json: the command, its wall seconds and the resolved config.
@@ -108,7 +106,7 @@ def train_run(run: rp.Run, workdir: Path) -> dict[str, Any]:
   record_path = workdir / "run.json"
   if record_path.exists():
     return json.loads(record_path.read_text())
-  run = rp.Run(run.name, run.config_file, run.overrides, workdir)
+  run = Run(run.name, run.config_file, run.overrides, workdir)
   command = run.command()
   print(f"$ {command}", flush=True)
   argv = [sys.executable, *shlex.split(command)[1:]]
@@ -233,10 +231,6 @@ def final(args) -> None:
   (workdir / "final.json").write_text(json.dumps(out, indent=2) + "\n")
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-  return "–" if value is None else f"{value:.{digits}f}"
-
-
 def report(args) -> dict[str, Any]:
   explored = {}
   for name in EXPLORE:
@@ -274,7 +268,7 @@ def report(args) -> dict[str, Any]:
     "command": record["command"],
     "config": record["config"],
     "reference": REFERENCE,
-    "environment": rp.environment(),
+    "environment": reports.environment(),
     "preset": args.preset,
   }
   args.out.mkdir(parents=True, exist_ok=True)
@@ -286,13 +280,17 @@ def report(args) -> dict[str, Any]:
   return result
 
 
+def fmt(value: float | None, digits: int = 2) -> str:
+  return reports.fmt(value, digits, missing="–")
+
+
 def markdown(r: dict[str, Any]) -> str:
   d = r["chosen_decode"]
   out = [
     f"# Multi30k {r['config']['data']['local']['src_lang']}→"
-    f"{r['config']['data']['local']['tgt_lang']} in {_fmt(r['train_minutes'], 1)} minutes",
+    f"{r['config']['data']['local']['tgt_lang']} in {fmt(r['train_minutes'], 1)} minutes",
     "",
-    "Made by `python experiments/realtext.py` (preset "
+    "Made by `python -m experiments.realtext` (preset "
     f"`{r['preset']}`) on {r['environment'].get('cpu_count', '?')} CPU cores. BLEU and chrF: "
     "sacrebleu on detokenised output against the raw reference lines.",
     "",
@@ -300,8 +298,8 @@ def markdown(r: dict[str, Any]) -> str:
     "",
     "| system | test BLEU | test chrF | train minutes | target tokens/s |",
     "|---|---|---|---|---|",
-    f"| this repo, `configs/multi30k.py` | {_fmt(r['test_bleu'])} | {_fmt(r['test_chrf'])} | "
-    f"{_fmt(r['train_minutes'], 1)} | {r['tokens_per_s']:.0f} |",
+    f"| this repo, `configs/multi30k.py` | {fmt(r['test_bleu'])} | {fmt(r['test_chrf'])} | "
+    f"{fmt(r['train_minutes'], 1)} | {r['tokens_per_s']:.0f} |",
     f"| {REFERENCE['system']} (issue's figure) | {REFERENCE['test_bleu']} | "
     f"{REFERENCE['test_chrf']} | 35 | {REFERENCE['tokens_per_s']} |",
     "",
@@ -310,7 +308,7 @@ def markdown(r: dict[str, Any]) -> str:
     f"Best checkpoint: step {r['best_step']} of {r['steps']} ({r['epochs']:.1f} epochs). "
     f"Tokens/s counts the whole training wall time (compiling and validation included); "
     f"steady-state windows ran at {r['window_tokens_per_s']:.0f}. The process, with data "
-    f"loading, took {_fmt(r['process_minutes'], 1)} minutes before the test decoding.",
+    f"loading, took {fmt(r['process_minutes'], 1)} minutes before the test decoding.",
     "",
     f"Signature: `{r['sacrebleu_signature']}`",
     "",
@@ -330,8 +328,8 @@ def markdown(r: dict[str, Any]) -> str:
     best = max(e["curve"], key=lambda c: c["bleu"]) if e["curve"] else None
     overrides = ", ".join(f"`{k}={v}`" for k, v in e["overrides"].items()) or "(config as is)"
     out.append(
-      f"| {name} | {overrides} | {_fmt(e['best_valid_bleu'])} | "
-      f"{_fmt(best['minutes'] if best else None, 1)} |"
+      f"| {name} | {overrides} | {fmt(e['best_valid_bleu'])} | "
+      f"{fmt(best['minutes'] if best else None, 1)} |"
     )
   missing = [name for name in EXPLORE if name not in r["exploration"]]
   if missing:
@@ -346,7 +344,7 @@ def markdown(r: dict[str, Any]) -> str:
   for g in r["decode_grid"]:
     out.append(
       f"| {g['beam_size']} | {g['length_norm_alpha']} | {'on' if g['replace_unk'] else 'off'} | "
-      f"{_fmt(g['valid_bleu'])} | {_fmt(g['valid_chrf'])} | {g['decode_s']:.0f} |"
+      f"{fmt(g['valid_bleu'])} | {fmt(g['valid_chrf'])} | {g['decode_s']:.0f} |"
     )
   out += [
     "",
@@ -356,7 +354,7 @@ def markdown(r: dict[str, Any]) -> str:
     "|---|---|---|---|",
   ]
   for c in r["valid_curve"]:
-    out.append(f"| {c['minutes']:.1f} | {c['step']} | {_fmt(c['bleu'])} | {_fmt(c['loss'], 3)} |")
+    out.append(f"| {c['minutes']:.1f} | {c['step']} | {fmt(c['bleu'])} | {fmt(c['loss'], 3)} |")
   out += ["", "![validation BLEU against minutes](multi30k_bleu_vs_minutes.png)", ""]
   return "\n".join(out)
 
@@ -374,7 +372,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--only", nargs="*", choices=sorted(EXPLORE), help="explore these settings")
   args = p.parse_args(argv)
   if args.minutes is None:
-    args.minutes = rp.load_config(f"{CONFIG}:{args.pair}").train.max_minutes
+    args.minutes = load_config(f"{CONFIG}:{args.pair}").train.max_minutes
   return args
 
 

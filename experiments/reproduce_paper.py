@@ -1,6 +1,6 @@
 """Reproduces Table 1, Fig. 2 and Fig. 3 of Bahdanau et al. (2014) at a chosen scale.
 
-    python experiments/reproduce_paper.py --out runs/paper [--preset smoke|cpu|paper]
+    python -m experiments.reproduce_paper --out runs/paper [--preset smoke|cpu|paper]
         [--corpus synthetic|local] [--with-star] [--set key=value ...] [--compilation-cache DIR]
 
 Trains RNNencdec-30, RNNsearch-30, RNNencdec-50 and RNNsearch-50 (and, with `--with-star`,
@@ -44,34 +44,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import importlib
-import importlib.metadata
-import json
-import os
-import platform
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the checkout.
-  sys.path.insert(0, str(REPO_ROOT))
+import ml_collections
+import numpy as np
 
-import jax  # noqa: E402
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
-
-from seq2seq import plots, train  # noqa: E402
-from seq2seq.checkpoints import flatten  # noqa: E402
-from seq2seq.data import builders  # noqa: E402
+from experiments.lib import presets, reports
+from experiments.lib import runs as runs_lib
+from experiments.lib.configs import apply_overrides, load_config, parse_sets
+from experiments.lib.reports import fmt
+from experiments.lib.runs import Run
+from seq2seq import plots
+from seq2seq.data import builders
 
 PRESETS = ("smoke", "cpu", "paper")
 CORPORA = ("synthetic", "local")
-SPLITS = ("valid", "test")
 
 # The cpu preset's budget (see the module docstring).
 CPU_BUDGET_MIN = 90  # Wall-clock minutes for the four models on 2 CPU cores.
@@ -79,7 +70,6 @@ DEMO_TOKENS_PER_S = 4_000  # configs/demo.py's training throughput on 2 CPU core
 CPU_TRAIN_FRACTION = 0.6  # Share of the budget spent in training steps.
 CPU_EVALS_PER_RUN = 4  # Validation passes (loss, greedy BLEU, best checkpoint) per run.
 CPU_LONG_SENTENCES = 80  # data.synthetic.max_len: the corpus has sentences up to this long.
-SMOKE_STEPS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,96 +93,6 @@ MODELS = (
   Model("RNNsearch-50", "rnnsearch", 50),
 )
 STAR = Model("RNNsearch-50*", "rnnsearch", 50, steps_factor=2)
-
-
-@dataclasses.dataclass
-class Run:
-  """A run: a config file (with its variant argument) plus dotted overrides, in a workdir."""
-
-  name: str
-  config_file: str  # e.g. "configs/demo.py" or "configs/rnnsearch.py:maxlen=30".
-  overrides: dict[str, Any]
-  workdir: Path
-
-  def config(self) -> ml_collections.ConfigDict:
-    return apply_overrides(load_config(self.config_file), self.overrides)
-
-  def command(self) -> str:
-    """The main.py command that trains (or resumes) this run alone."""
-    return main_command(self.config_file, self.workdir, self.config())
-
-
-# ---------------------------------------------------------------------- configs
-def load_config(spec: str) -> ml_collections.ConfigDict:
-  """The config of `configs/NAME.py[:ARG]`, as `main.py --config=SPEC` would build it."""
-  path, _, arg = spec.partition(":")
-  module = importlib.import_module(f"configs.{Path(path).stem}")
-  return module.get_config(arg) if arg else module.get_config()
-
-
-def _parse_value(old: Any, text: str, key: str) -> Any:
-  """`text` as the type of the field's current value `old`."""
-  if isinstance(old, bool):
-    if text.lower() not in ("true", "false", "1", "0"):
-      raise ValueError(f"--set {key}={text}: expected true or false")
-    return text.lower() in ("true", "1")
-  if isinstance(old, int):
-    return int(text)
-  if isinstance(old, float):
-    return float(text)
-  return text
-
-
-def apply_overrides(
-  config: ml_collections.ConfigDict, overrides: dict[str, Any]
-) -> ml_collections.ConfigDict:
-  """Sets dotted fields (`{"model.score": "dot"}`); string values take the field's type.
-
-  Raises ValueError naming an unknown field.
-  """
-  config = config.copy_and_resolve_references()
-  for key, value in overrides.items():
-    *parents, leaf = key.split(".")
-    node = config
-    for part in parents:
-      if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-        raise ValueError(f"unknown config section {part!r} in {key!r}")
-      node = node[part]
-    if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
-      raise ValueError(f"unknown config field {key!r}")
-    if isinstance(value, str):
-      value = _parse_value(node[leaf], value, key)
-    node[leaf] = value
-  return config
-
-
-def parse_sets(items: Sequence[str]) -> dict[str, str]:
-  """`["train.num_steps=20", ...]` -> {"train.num_steps": "20", ...} (typed later)."""
-  out = {}
-  for item in items:
-    key, sep, value = item.partition("=")
-    if not sep or not key:
-      raise ValueError(f"--set {item!r}: expected key=value")
-    out[key.strip()] = value.strip()
-  return out
-
-
-def _flag_value(value: Any) -> str:
-  if isinstance(value, bool):
-    return str(value).lower()
-  return str(value)
-
-
-def main_command(config_file: str, workdir: Path, config: ml_collections.ConfigDict) -> str:
-  """`python main.py --config=FILE --workdir=DIR --config.X=Y ...` for every field that differs
-  from FILE's config."""
-  base = flatten(load_config(config_file).to_dict())
-  new = flatten(config.to_dict())
-  parts = ["python main.py", f"--config={config_file}", f"--workdir={workdir}"]
-  for key in sorted(new):
-    if new[key] != base.get(key):
-      parts.append(f"--config.{key}={_flag_value(new[key])}")
-  return " ".join(parts)
 
 
 def mean_target_tokens(config: ml_collections.ConfigDict, data_dir: Path, max_len: int) -> float:
@@ -230,13 +130,7 @@ def build_runs(
   data_dir = (out / "data").resolve()
   shared: dict[str, Any] = {"data.corpus": corpus, "data.cache_dir": str(data_dir)}
   if preset == "smoke":
-    shared |= {
-      "train.num_steps": SMOKE_STEPS,
-      "train.log_every": SMOKE_STEPS // 2,
-      "train.eval_every": SMOKE_STEPS,
-      "train.checkpoint_every": SMOKE_STEPS,
-      "train.valid_bleu": False,
-    }
+    shared |= presets.SMOKE
   if preset == "cpu":
     shared["data.synthetic.max_len"] = CPU_LONG_SENTENCES
   runs = []
@@ -258,118 +152,6 @@ def build_runs(
     overrides["train.num_steps"] = steps * model.steps_factor
     runs.append(Run(model.name, file, overrides, out / "runs" / model.dirname))
   return runs
-
-
-# ---------------------------------------------------------------------- running
-def checkpoint_steps(workdir: Path) -> list[int]:
-  """Steps of the checkpoints kept in WORKDIR/checkpoints."""
-  ckpt = workdir / "checkpoints"
-  if not ckpt.is_dir():
-    return []
-  return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit())
-
-
-def read_results(workdir: Path) -> dict[str, Any] | None:
-  """{"valid": ..., "test": ...} from WORKDIR/eval/SPLIT/results.json, or None if missing."""
-  paths = {split: workdir / "eval" / split / "results.json" for split in SPLITS}
-  if not all(p.exists() for p in paths.values()):
-    return None
-  return {split: json.loads(p.read_text()) for split, p in paths.items()}
-
-
-def is_finished(run: Run, config: ml_collections.ConfigDict) -> bool:
-  """Trained to `train.num_steps` and evaluated (results newer than the last checkpoint)."""
-  steps = checkpoint_steps(run.workdir)
-  results = run.workdir / "eval" / "test" / "results.json"
-  if not steps or steps[-1] != config.train.num_steps or not results.exists():
-    return False
-  last = run.workdir / "checkpoints" / str(steps[-1])
-  return results.stat().st_mtime >= last.stat().st_mtime
-
-
-def seed_from(run: Run, source: Run, config: ml_collections.ConfigDict) -> bool:
-  """Starts `run` as a copy of `source`'s workdir (it then resumes to its own steps); whether
-  it did (not when `run` exists already or `source` has no usable checkpoint)."""
-  steps = checkpoint_steps(source.workdir)
-  if run.workdir.exists() or not steps or steps[-1] > config.train.num_steps:
-    return False
-  shutil.copytree(source.workdir, run.workdir, ignore=shutil.ignore_patterns("eval"))
-  (run.workdir / "wall_time.json").unlink(missing_ok=True)
-  return True
-
-
-def execute(run: Run) -> dict[str, Any]:
-  """Trains/evaluates `run` unless already finished; its results, command and wall time.
-
-  Wall time accumulates over invocations in WORKDIR/wall_time.json (a reused run costs 0 s).
-  """
-  config = run.config()
-  wall_file = run.workdir / "wall_time.json"
-  previous = json.loads(wall_file.read_text())["seconds"] if wall_file.exists() else 0.0
-  reused = is_finished(run, config)
-  start = time.perf_counter()
-  if not reused:
-    print(f"[{run.name}] {run.command()}", flush=True)
-    outcome = train.train_and_evaluate(config, run.workdir)
-    if "preempted_at_step" in outcome:
-      raise SystemExit(f"{run.name} preempted at step {outcome['preempted_at_step']}; rerun")
-  seconds = previous + time.perf_counter() - start
-  if jax.process_index() == 0:
-    wall_file.write_text(json.dumps({"seconds": seconds}) + "\n")
-  results = read_results(run.workdir)
-  if results is None:
-    raise FileNotFoundError(f"{run.workdir}/eval has no results; is train.final_eval off?")
-  return {
-    "name": run.name,
-    "workdir": str(run.workdir),
-    "command": run.command(),
-    "config_file": run.config_file,
-    "overrides": run.overrides,
-    "config": json.loads(config.to_json_best_effort()),
-    "results": results,
-    "wall_s": seconds,
-    "reused": reused,
-  }
-
-
-def enable_compilation_cache(path: str) -> None:
-  """JAX's persistent compilation cache in `path` (every program; "none" leaves it off)."""
-  if path.lower() == "none":
-    return
-  Path(path).mkdir(parents=True, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", str(path))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-def versions() -> dict[str, str]:
-  """Versions of Python and the packages the results depend on."""
-  out = {"python": platform.python_version()}
-  for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "grain"):
-    out[name] = _version(name)
-  for name in ("tensorflow-datasets", "sacrebleu", "sentencepiece", "matplotlib"):
-    out[name] = _version(name)
-  return out
-
-
-def _version(name: str) -> str:
-  try:
-    return importlib.metadata.version(name)
-  except importlib.metadata.PackageNotFoundError:
-    return "not installed"
-
-
-def environment() -> dict[str, Any]:
-  """Devices, host, package versions and the date: what a reader needs to compare runs."""
-  return {
-    "versions": versions(),
-    "backend": jax.default_backend(),
-    "cpu_count": os.cpu_count(),
-    "devices": [repr(d) for d in jax.devices()],
-    "host": platform.platform(),
-    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    "argv": sys.argv,
-  }
 
 
 # ---------------------------------------------------------------------- tables and figures
@@ -397,10 +179,6 @@ def table1(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   return rows
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-  return "-" if value is None else f"{value:.{digits}f}"
-
-
 def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) -> str:
   """Table 1 as Markdown: BLEU (All, No UNK) and AER on the test split."""
   lines = [
@@ -411,8 +189,8 @@ def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) ->
   ]
   for r in rows:
     lines.append(
-      f"| {r['model']} | {_fmt(r['bleu_all'])} | {_fmt(r['bleu_no_unk'])} | "
-      f"{_fmt(r['bleu_no_unk_plain'])} | {_fmt(r['bleu_tokenized'])} | {_fmt(r['aer'], 3)} | "
+      f"| {r['model']} | {fmt(r['bleu_all'])} | {fmt(r['bleu_no_unk'])} | "
+      f"{fmt(r['bleu_no_unk_plain'])} | {fmt(r['bleu_tokenized'])} | {fmt(r['aer'], 3)} | "
       f"{r['num_sentences']} ({r['num_no_unk']}) | {r['step']} |"
     )
   lines += [
@@ -430,8 +208,8 @@ def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) ->
 def write_outputs(out: Path, records: Sequence[dict[str, Any]], args, total_s: float) -> dict:
   """table1.{md,json}, bleu_vs_length.png, alignments/ and summary.json in `out`."""
   rows = table1(records)
-  (out / "table1.json").write_text(
-    json.dumps({"preset": args.preset, "corpus": args.corpus, "rows": rows}, indent=2) + "\n"
+  reports.write_json(
+    out / "table1.json", {"preset": args.preset, "corpus": args.corpus, "rows": rows}
   )
   (out / "table1.md").write_text(table1_markdown(rows, args.preset, args.corpus))
   curves = {rec["name"]: rec["results"]["test"]["bleu_by_length"] for rec in records}
@@ -463,9 +241,9 @@ def write_outputs(out: Path, records: Sequence[dict[str, Any]], args, total_s: f
     }
     if args.preset == "cpu"
     else None,
-    **environment(),
+    **reports.environment(),
   }
-  (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+  reports.write_json(out / "summary.json", summary)
   return summary
 
 
@@ -499,13 +277,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs = build_runs(args.preset, args.corpus, args.with_star, out, parse_sets(args.set))
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"error: {e}") from e
-  enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
+  runs_lib.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
   start = time.perf_counter()
   records = []
   by_name = {run.name: run for run in runs}
   for run in runs:
-    seeded = run.name == STAR.name and seed_from(run, by_name[MODELS[-1].name], run.config())
-    records.append({**execute(run), "seeded_from": MODELS[-1].name if seeded else None})
+    seeded = run.name == STAR.name and runs_lib.seed_from(run, by_name[MODELS[-1].name])
+    records.append({**runs_lib.execute(run), "seeded_from": MODELS[-1].name if seeded else None})
   summary = write_outputs(out, records, args, time.perf_counter() - start)
   print((out / "table1.md").read_text())
   print(f"wrote {out / 'summary.json'} ({summary['total_wall_s']:.0f} s)")

@@ -1,20 +1,23 @@
 """Where attention may look: every attention structure over seeds, on all test sentences and on
 the long ones.
 
-    python experiments/structural_study.py --out runs/structures [--preset smoke|cpu]
+    python -m experiments.structural_study --out runs/structures [--preset smoke|cpu]
         [--seeds 0,1,2] [--variants soft,local_m,local_p,monotonic,conv,multihead,hard]
         [--baseline soft] [--set key=value ...] [--bootstrap-samples 1000]
-        [--decode-sentences 50] [--compilation-cache DIR]
+        [--decode-sentences 50] [--training together|sequential] [--launcher local|jobs]
+        [--only VARIANT,...] [--collect] [--compilation-cache DIR]
 
 A variant is one config override, `{"model.attention": NAME}` (seq2seq/structures.py), crossed
-with the seeds: a sweep in the sense of experiments/sweep_scores.py, whose functions this script
-reuses. Every run is an ordinary workdir OUT/runs/NAME-seedN (rerunning resumes or reuses it);
+with the seeds: a named grid on the generic sweep (`python -m experiments.sweep`, whose flags it
+shares: jobs file, collecting, resuming; `experiments/lib/sweeps.py`). Every run is an ordinary
+workdir OUT/runs/NAME/seed_N (record `NAME-seedN`; rerunning resumes or reuses it);
 `--training together` (default) trains a variant's seeds as one vmapped group
 (`seq2seq/seed_group.py`), `sequential` one after another with
-`seq2seq.train.train_and_evaluate`. Plain RNNsearch (`soft`,
-the additive score everywhere) is the baseline of the paired bootstrap.
+`seq2seq.train.train_and_evaluate`. Plain RNNsearch (`soft`, the additive score everywhere) is
+the baseline of the paired bootstrap.
 
-After training, each run's best (else latest) checkpoint is measured once more (`measure`, cached in
+When the study reports (after training, or with `--collect`, on the machine that collects), each
+run's best (else latest) checkpoint is measured once more (`measure`, cached in
 WORKDIR/structural_study.json):
 
 * the long split: the test pairs whose source length in words is in the preset's range
@@ -34,58 +37,123 @@ sources; milliseconds per decoder step of a teacher-forced forward pass over a f
 with sources of a quarter of the long split's longest and of its longest (`step_ms`: the cost
 per step, free of how long each model's translations are); the paired bootstrap p-value of
 test BLEU against the baseline, on all pairs and on the long split
-(`sweep_scores.paired_bootstrap`, hypotheses of shared seeds concatenated). Outputs:
+(`sweeps.bootstrap`: every seed's hypotheses concatenated in seed order and paired with the
+baseline's of the same seed). Outputs:
 OUT/study.json, OUT/study.md, OUT/study_bleu.png (all pairs), OUT/study_bleu_long.png,
 OUT/study_decode_long.png and OUT/study_step_ms.png.
 
 Presets:
 * `smoke`: configs/tiny.py for a few steps (the test); its sentences have at most 18 words, so
   its "long split" is 10-18 words.
-* `cpu`: the cpu preset shared by the study scripts (`sweep_scores.CPU_OVERRIDES`: half the
+* `cpu`: the cpu preset shared by the study scripts (`experiments/lib/presets.py`: half the
   demo's width, Glorot initialisation, 400 updates of 64 pairs of at most 30 words, on a corpus
   whose 1,000 test pairs hold about 100 of 40-80 words, so the long split also tests length
   generalisation). Its measured wall time is in study.json (`total_wall_s`).
+
+`--config FILE[:ARG]` runs the study on another config instead of a preset; its long split is
+then the config's `data.long_test_min_words` to `_max_words` (set them, e.g. through `--set`),
+and AER needs a corpus with gold alignments (the embedded one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # `configs` is a top-level package of the checkout.
-  sys.path.insert(0, str(REPO_ROOT))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+from experiments.lib import cli, plots, reports, stats, sweeps, timing
+from experiments.lib import runs as runs_lib
+from experiments.lib.reports import fmt
+from experiments.lib.runs import Run
+from experiments.lib.sweeps import Point, Sweep
+from seq2seq import eval_run, evaluate, input_pipeline, structures
+from seq2seq import runtime as rt
+from seq2seq.data import synthetic
 
-from experiments import benchmark  # noqa: E402
-from experiments import reproduce_paper as rp  # noqa: E402
-from experiments import sweep_scores as sweep  # noqa: E402
-from seq2seq import eval_run, evaluate, input_pipeline, structures  # noqa: E402
-from seq2seq import runtime as rt  # noqa: E402
-from seq2seq.data import synthetic  # noqa: E402
-
-PRESETS = ("smoke", "cpu")
 LONG_SPLITS = {"smoke": (10, 18), "cpu": (40, 80)}  # Source words (inclusive) of the long split.
 MEASURE_FILE = "structural_study.json"
 
 
-def configurations(variants: Sequence[str]) -> list[dict[str, Any]]:
-  """The study: one {"name", "overrides"} per attention structure."""
-  return [{"name": v, "overrides": {"model.attention": v}} for v in variants]
+class StructuralStudy(cli.PresetStudy):
+  """One point per attention structure, measured on all test sentences and on long ones."""
+
+  module = "experiments.structural_study"
+
+  def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+    names = ",".join(structures.names())
+    parser.add_argument("--variants", default=names, help="model.attention values")
+    parser.add_argument("--baseline", default="soft", help="the variant tested against")
+    parser.add_argument(
+      "--decode-sentences", type=int, default=50, help="long (and short) sources timed per run"
+    )
+
+  def points(self, args: argparse.Namespace) -> list[Point]:
+    if args.decode_sentences < 1:
+      raise ValueError("--decode-sentences must be at least 1")
+    names = cli.names_flag(args.variants, structures.names(), "variant")
+    return [Point(name, {"model.attention": name}) for name in names]
+
+  def check(self, sweep: Sweep, args: argparse.Namespace) -> None:
+    long_split(sweep, args)
+
+  def report(
+    self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float
+  ) -> dict[str, Any]:
+    words = long_split(sweep, args)
+    baseline = args.baseline
+    recs = sweeps.records(sweep, trained)
+    measured = {
+      p.name: [measure(run, words, args.decode_sentences) for run in sweep.runs(p)]
+      for p in sweep.points
+    }
+    rows = [aggregate(sweep, p, recs[p.name], measured[p.name]) for p in sweep.points]
+    examples = runs_lib.test_examples(sweep.runs(baseline)[0])
+    refs = [ex.tgt for ex in examples]
+    ids = long_ids([ex.src for ex in examples], words)
+    n = args.bootstrap_samples
+    significance = {
+      "all": sweeps.bootstrap(sweep, baseline, refs, n),
+      "long": sweeps.bootstrap(sweep, baseline, refs, n, indices=ids),
+    }
+    for row in rows:
+      row["p_value_vs_baseline"] = significance["all"][row["name"]]["p_value"]
+      row["p_value_long_vs_baseline"] = significance["long"][row["name"]]["p_value"]
+    tested = {
+      "hypotheses": "test split, every seed's concatenated in seed order, paired seed by seed",
+      "per_configuration": significance["all"],
+      "per_configuration_long": significance["long"],
+    }
+    result = cli.record(sweep, args, baseline, rows, tested, recs, start)
+    result["long_split"] = list(words)
+    result["measured"] = {
+      run.name: m
+      for p in sweep.points
+      for run, m in zip(sweep.runs(p), measured[p.name], strict=True)
+    }
+    names = [r["name"] for r in rows]
+    for key, file, label in (
+      ("bleu", "study_bleu.png", "test BLEU"),
+      ("long_bleu", "study_bleu_long.png", f"test BLEU, {words[0]}-{words[1]} words"),
+      ("decode_long_sent_per_s", "study_decode_long.png", "decode sentences/s (long)"),
+      ("step_ms_long", "study_step_ms.png", f"ms per decoder step, {words[1]}-word sources"),
+    ):
+      means = [r[f"{key}_mean"] or 0.0 for r in rows]
+      stds = [r[f"{key}_std"] or 0.0 for r in rows]
+      title = f"{label}, seeds {sweep.seeds}"
+      plots.bar_plot(names, means, stds, sweep.out / file, title, ylabel=label)
+    cli.write(sweep.out, "study", result, markdown(rows, baseline, cli.setting(result), words))
+    return result
 
 
-def build_runs(
-  preset: str, variants: Sequence[str], seeds: Sequence[int], out: Path, sets: dict[str, Any]
-) -> dict[str, list[rp.Run]]:
-  """{variant: its runs, one per seed}: `sweep_scores.build_runs` (its presets; `--set` wins)."""
-  return sweep.build_runs(preset, configurations(variants), seeds, out, sets)
+def long_split(sweep: Sweep, args: argparse.Namespace) -> tuple[int, int]:
+  """Source words (inclusive) of the long split: the preset's, or the config's long test split
+  (ValueError where it has none)."""
+  return LONG_SPLITS[args.preset] if args.preset else sweeps.long_test_words(sweep)
 
 
 def subset(split: input_pipeline.Split, ids: Sequence[int]) -> input_pipeline.Split:
@@ -125,12 +193,10 @@ def step_ms(state, vocab: int, src_len: int, repeats: int = 5) -> float:
   tgt = rng.integers(4, vocab, (STEP_BATCH, src_len)).astype(np.int32)
   mask = np.ones_like(src)
   forward = jax.jit(lambda params, s, m, t: state.replace(params=params).model()(s, m, t))
-  return (
-    1000.0 * benchmark.median_seconds(forward, (state.params, src, mask, tgt), repeats) / src_len
-  )
+  return 1000.0 * timing.median_seconds(forward, (state.params, src, mask, tgt), repeats) / src_len
 
 
-def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> dict[str, Any]:
+def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dict[str, Any]:
   """The long split's BLEU, AER and entropy and the decoding speeds of a finished run (cached in
   WORKDIR/MEASURE_FILE for its last evaluation)."""
   path = run.workdir / MEASURE_FILE
@@ -148,7 +214,7 @@ def measure(run: rp.Run, long_split: tuple[int, int], decode_sentences: int) -> 
   raw = data.raw("test")
   test = data.splits["test"]
   ids = long_ids([src for src, _, _ in raw], long_split)
-  hyps = sweep.hypotheses(run)
+  hyps = runs_lib.hypotheses(run)
   out: dict[str, Any] = {"long_split": list(long_split), "long_sentences": len(ids)}
   out["long_bleu"] = evaluate.bleu([hyps[i] for i in ids], [raw[i][1] for i in ids])[0]
   if ids and all(raw[i][2] is not None for i in ids):
@@ -188,39 +254,51 @@ def step_lengths(long_split: tuple[int, int]) -> dict[str, int]:
   return {"short": max(1, long_split[1] // 4), "long": long_split[1]}
 
 
-def aggregate(name: str, records, runs, measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
-  """`sweep_scores.aggregate` plus the long split's figures and the decoding speeds."""
-  row = sweep.aggregate(name, records, runs)
+def aggregate(
+  sweep: Sweep, point: Point, recs: Sequence[dict[str, Any]], measured: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+  """The sweep's aggregate plus the long split's figures and the decoding speeds."""
+  row = sweeps.aggregate(sweep, point, recs)
   for field in LONG_FIELDS:
-    row[f"{field}_mean"], row[f"{field}_std"] = sweep.mean_std([m.get(field) for m in measured])
+    row[f"{field}_mean"], row[f"{field}_std"] = stats.mean_std([m.get(field) for m in measured])
   row["long_sentences"] = measured[0]["long_sentences"]
   return row
 
 
-def markdown(rows: Sequence[dict[str, Any]], baseline: str, preset: str, long_split) -> str:
+def markdown(
+  rows: Sequence[dict[str, Any]], baseline: str, label: str, words: tuple[int, int]
+) -> str:
   """The study table: one row per attention structure."""
-  f = rp._fmt
-  low, high = long_split
-  short = step_lengths(long_split)["short"]
-  pm = lambda r, key, digits=2: f"{f(r[key + '_mean'], digits)} ± {f(r[key + '_std'], digits)}"
-  lines = [
-    f"# Attention structures ({preset} preset, test split; long: {low}-{high} source words)",
-    "",
-    "| attention | seeds | BLEU | BLEU long | AER | AER long | entropy | entropy long | "
-    f"train tok/s | decode sent/s short | decode sent/s long | ms/step src {short} | "
-    f"ms/step src {high} | p vs {baseline} | p long |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+  low, high = words
+  short = step_lengths(words)["short"]
+  pm = reports.mean_sd
+  header = ["attention", "seeds", "BLEU", "BLEU long", "AER", "AER long", "entropy"]
+  header += ["entropy long", "train tok/s", "decode sent/s short", "decode sent/s long"]
+  header += [f"ms/step src {short}", f"ms/step src {high}", f"p vs {baseline}", "p long"]
+  cells = [
+    [
+      r["name"],
+      str(len(r["seeds"])),
+      pm(r, "bleu"),
+      pm(r, "long_bleu"),
+      pm(r, "aer", 3),
+      pm(r, "long_aer", 3),
+      pm(r, "attention_entropy"),
+      pm(r, "long_attention_entropy"),
+      fmt(r["train_tokens_per_s_median"], 0),
+      pm(r, "decode_short_sent_per_s", 1),
+      pm(r, "decode_long_sent_per_s", 1),
+      pm(r, "step_ms_short", 3),
+      pm(r, "step_ms_long", 3),
+      fmt(r["p_value_vs_baseline"], 4),
+      fmt(r["p_value_long_vs_baseline"], 4),
+    ]
+    for r in rows
   ]
-  for r in rows:
-    lines.append(
-      f"| {r['name']} | {len(r['seeds'])} | {pm(r, 'bleu')} | {pm(r, 'long_bleu')} | "
-      f"{pm(r, 'aer', 3)} | {pm(r, 'long_aer', 3)} | {pm(r, 'attention_entropy')} | "
-      f"{pm(r, 'long_attention_entropy')} | {f(r['train_tokens_per_s_median'], 0)} | "
-      f"{pm(r, 'decode_short_sent_per_s', 1)} | {pm(r, 'decode_long_sent_per_s', 1)} | "
-      f"{pm(r, 'step_ms_short', 3)} | {pm(r, 'step_ms_long', 3)} | "
-      f"{f(r['p_value_vs_baseline'], 4)} | {f(r['p_value_long_vs_baseline'], 4)} |"
-    )
-  lines += [
+  lines = [
+    f"# Attention structures ({label}, test split; long: {low}-{high} source words)",
+    "",
+    *reports.table(header, cells),
     "",
     "Mean ± sample standard deviation over seeds. long: the test pairs whose source has "
     f"{low}-{high} words ({rows[0]['long_sentences']} pairs), selected after evaluation.",
@@ -234,73 +312,8 @@ def markdown(rows: Sequence[dict[str, Any]], baseline: str, preset: str, long_sp
   return "\n".join(lines) + "\n"
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-  p = sweep.common_parser(__doc__)
-  p.add_argument("--variants", default=",".join(structures.names()), help="model.attention values")
-  p.add_argument("--baseline", default="soft", help="the variant tested against")
-  p.add_argument(
-    "--decode-sentences", type=int, default=50, help="long (and short) sources timed per run"
-  )
-  args = p.parse_args(argv)
-  sweep.check_common(p, args)
-  args.variants = sweep.names_flag(p, args.variants, structures.names(), "variant")
-  if args.baseline not in args.variants:
-    p.error(f"--baseline {args.baseline!r} is not among --variants")
-  if args.decode_sentences < 1:
-    p.error("--decode-sentences must be at least 1")
-  return args
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-  args = parse_args(argv)
-  long_split = LONG_SPLITS[args.preset]
-  out, runs = sweep.prepare(
-    args, lambda out, sets: build_runs(args.preset, args.variants, args.seeds, out, sets)
-  )
-  start = time.perf_counter()
-  if args.training == "together":
-    sweep.train_groups(runs)
-  records, measured = {}, {}
-  for name, name_runs in runs.items():
-    records[name] = [rp.execute(run) for run in name_runs]
-    measured[name] = [measure(run, long_split, args.decode_sentences) for run in name_runs]
-  rows = [aggregate(name, records[name], runs[name], measured[name]) for name in runs]
-  references = sweep.test_references(runs[args.baseline][0])
-  ids = long_ids([ex.src for ex in sweep.test_examples(runs[args.baseline][0])], long_split)
-  significance = {
-    "all": sweep.paired_bootstrap(runs, args.baseline, references, args.bootstrap_samples),
-    "long": sweep.paired_bootstrap(
-      runs, args.baseline, references, args.bootstrap_samples, indices=ids
-    ),
-  }
-  for row in rows:
-    row["p_value_vs_baseline"] = significance["all"][row["name"]]["p_value"]
-    row["p_value_long_vs_baseline"] = significance["long"][row["name"]]["p_value"]
-  tested = {
-    "hypotheses": "test split, concatenated over the seeds shared with the baseline",
-    "per_configuration": significance["all"],
-    "per_configuration_long": significance["long"],
-  }
-  result = sweep.study_record(args, args.baseline, rows, tested, records, start)
-  result["long_split"] = list(long_split)
-  result["measured"] = {
-    run.name: m for name in runs for run, m in zip(runs[name], measured[name], strict=True)
-  }
-  (out / "study.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-  (out / "study.md").write_text(markdown(rows, args.baseline, args.preset, long_split))
-  names = [r["name"] for r in rows]
-  for key, file, label in (
-    ("bleu", "study_bleu.png", "test BLEU"),
-    ("long_bleu", "study_bleu_long.png", f"test BLEU, {long_split[0]}-{long_split[1]} words"),
-    ("decode_long_sent_per_s", "study_decode_long.png", "decode sentences/s (long)"),
-    ("step_ms_long", "study_step_ms.png", f"ms per decoder step, {long_split[1]}-word sources"),
-  ):
-    means = [r[f"{key}_mean"] or 0.0 for r in rows]
-    stds = [r[f"{key}_std"] or 0.0 for r in rows]
-    sweep.bar_plot(names, means, stds, out / file, f"{label}, seeds {args.seeds}", ylabel=label)
-  print((out / "study.md").read_text())
-  print(f"wrote {out / 'study.json'} ({result['total_wall_s']:.0f} s)")
-  return result
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+  return cli.main(StructuralStudy(__doc__), argv)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
   """A 20-step run of configs/tiny.py through main.py (shared by the end-to-end tests)."""
-  from test_main import run_main
+  from helpers import run_main
 
   workdir = tmp_path_factory.mktemp("run") / "full"
   run_main(workdir, "--config.train.num_steps=20")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import random_batch, randomise
 from flax import nnx
-from test_main import run_main
+from helpers import run_main
 
 from configs import tiny
 from seq2seq import eval_run, models, objective, steps

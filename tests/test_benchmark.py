@@ -1,16 +1,13 @@
-"""Smoke test of experiments/benchmark.py: the tiny preset end to end, as a subprocess."""
+"""Smoke test of experiments/benchmark.py: the tiny preset end to end, as a subprocess (XLA's
+backend optimisations turned down: the test checks the keys and their consistency, not speed)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "benchmark.py"
+from helpers import run_module
 
 
 def _positive_finite(value: object) -> bool:
@@ -19,12 +16,10 @@ def _positive_finite(value: object) -> bool:
 
 def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   out = tmp_path / "bench.json"
-  env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-  cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--preset", "tiny"]
-  cmd += ["--repeats", "2", "--steps", "2", "--peer", "--set", "model.scan_unroll=2"]
-  cmd += ["--breakdown", "--devices", "2"]  # Data parallel over two forced CPU devices.
-  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  args = ["--out", str(out), "--preset", "tiny", "--repeats", "2", "--steps", "2", "--peer"]
+  args += ["--set", "model.scan_unroll=2"]
+  args += ["--breakdown", "--devices", "2"]  # Data parallel over two forced CPU devices.
+  proc = run_module("experiments.benchmark", *args, timeout=300)
   assert "tokens/s" in proc.stdout
 
   res = json.loads(out.read_text())

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_main import subprocess_env
+from helpers import ROOT, run_module
 
 from configs import multi30k
 from seq2seq import summary, train
 
-ROOT = Path(__file__).resolve().parents[1]
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 NOUNS = [("man", "homme"), ("dog", "chien"), ("child", "enfant"), ("cat", "chat")]
@@ -67,10 +64,7 @@ def test_realtext_smoke(tmp_path):
     str(data_dir),
   ]
   args += ["--explore-minutes", "0.05", "--minutes", "0.05", "--only", "base", "dropout-0.5"]
-  env = {**subprocess_env(), "JAX_PLATFORMS": "cpu"}
-  cmd = [sys.executable, "experiments/realtext.py", *args]
-  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  run_module("experiments.realtext", *args)
 
   result = json.loads((out / "multi30k.json").read_text())
   for key in ("test_bleu", "test_chrf", "train_minutes", "tokens_per_s"):

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import randomise
 from flax import nnx
+from helpers import ROOT, final_params, main_command, metrics, run_main, subprocess_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_main import ROOT, final_params, main_command, metrics, run_main, subprocess_env
 
 from seq2seq import models, objective, steps, train
 

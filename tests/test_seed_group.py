@@ -5,7 +5,7 @@ import json
 import jax
 import numpy as np
 import pytest
-from test_main import final_params
+from helpers import final_params
 
 from configs import tiny
 from seq2seq import runtime as rt

@@ -1,0 +1,13 @@
+"""What the experiment scripts share, one job per module:
+
+* `configs`: config files (`configs/NAME.py[:ARG]`), typed dotted overrides, main.py commands;
+* `runs`: a run in its workdir: training with resume, what it has finished and produced;
+* `stats`: mean and standard deviation, sacrebleu's paired bootstrap;
+* `reports`: Markdown tables, number formatting, the environment a result was measured in;
+* `plots`: figures drawn from the JSON the scripts write;
+* `timing`: wall-clock timing of jitted functions;
+* `presets`: the `smoke` and `cpu` presets the study scripts share;
+* `sweeps`: points of a sweep crossed with seeds, trained (seeds together) and collected;
+* `launch`: a sweep handed to a scheduler as a jobs file and an sbatch script;
+* `cli`: the command line every sweep script shares.
+"""

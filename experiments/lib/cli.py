@@ -1,0 +1,276 @@
+"""The command line every sweep script shares, and what it does.
+
+A sweep script defines a `Study`: which points it sweeps, on which config (its presets, or any
+`--config=FILE[:ARG]`), against which baseline, and what it reports. `main(study, argv)` parses
+
+    --out DIR [--config FILE[:ARG] | --preset NAME] [--seeds 0,1,2] [--set KEY=VALUE ...]
+    [--training together|sequential] [--launcher local|jobs] [--only POINT,...] [--collect]
+    [--bootstrap-samples N] [--compilation-cache DIR]
+
+plus the study's own flags, checks every run's config (a bad field fails in one line before
+anything trains), and then:
+
+* by default trains every unfinished run (`sweeps.train`) and reports (`Study.report`);
+* `--only P,Q` trains those points and stops (the jobs of a scheduler run this);
+* `--launcher=jobs` writes OUT/jobs.txt and OUT/sbatch.sh instead of training (`launch`);
+* `--collect` trains nothing and reports on the finished workdirs (an unfinished run is an
+  error naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.lib import configs, launch, reports, stats, sweeps
+from experiments.lib import runs as runs_lib
+from experiments.lib.presets import STUDIES
+from experiments.lib.sweeps import Point, Sweep
+
+LAUNCHERS = ("local", "jobs")
+
+
+class Study:
+  """A named sweep. Subclasses set `module` (what the jobs file runs) and the presets, and
+  override `points`; `report` writes the study's files from the finished runs."""
+
+  module = "experiments.sweep"
+  presets: dict[str, tuple[str, dict[str, Any]]] = {}  # --preset NAME: (config file, overrides).
+  default_preset: str | None = None
+
+  def __init__(self, description: str):
+    self.description = description
+
+  def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+    """The study's own flags."""
+
+  def points(self, args: argparse.Namespace) -> list[Point]:
+    raise NotImplementedError
+
+  def baseline(self, args: argparse.Namespace, points: Sequence[Point]) -> str:
+    """The point the others are tested against: `--baseline` where the study has it, else the
+    first point."""
+    return getattr(args, "baseline", None) or points[0].name
+
+  def shared(self, args: argparse.Namespace) -> dict[str, Any]:
+    """Overrides of every run on top of the preset's (none by default)."""
+    return {}
+
+  def check(self, sweep: Sweep, args: argparse.Namespace) -> None:
+    """Raises ValueError where the study cannot run on `sweep` (its configs resolve)."""
+
+  def report(
+    self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float
+  ) -> dict[str, Any]:
+    """Writes the study's files from the finished runs; returns its JSON record."""
+    raise NotImplementedError
+
+
+class PresetStudy(Study):
+  """A study on the presets the study scripts share (`experiments/lib/presets.py`), `cpu` unless
+  `--preset` or `--config` says otherwise."""
+
+  presets = STUDIES
+  default_preset = "cpu"
+
+
+def parser(study: Study) -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(description=study.description.split("\n\n")[0])
+  p.add_argument("--out", required=True, help="output folder (runs go to OUT/runs/POINT/seed_S)")
+  p.add_argument("--config", default=None, help="config file FILE[:ARG], as main.py takes it")
+  if study.presets:
+    p.add_argument(
+      "--preset",
+      default=None,
+      choices=sorted(study.presets),
+      help=f"config file and overrides of the study (default {study.default_preset}; "
+      "not with --config)",
+    )
+  p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+  p.add_argument(
+    "--set", action="append", default=[], metavar="KEY=VALUE", help="override of every run"
+  )
+  p.add_argument(
+    "--training",
+    default="together",
+    choices=sweeps.TRAININGS,
+    help="a point's seeds: vmapped as one group, or one run after another",
+  )
+  p.add_argument(
+    "--launcher",
+    default="local",
+    choices=LAUNCHERS,
+    help="local: train here; jobs: write OUT/jobs.txt and OUT/sbatch.sh for a scheduler",
+  )
+  p.add_argument("--only", default=None, help="train only these points (comma-separated)")
+  p.add_argument("--collect", action="store_true", help="report on the finished runs only")
+  p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
+  p.add_argument(
+    "--compilation-cache",
+    default=None,
+    help="JAX persistent compilation cache folder (default OUT/jax_cache; 'none': off)",
+  )
+  study.add_arguments(p)
+  return p
+
+
+def names_flag(value: str, valid: Sequence[str], what: str) -> list[str]:
+  """A comma-separated list of names, each of which must be in `valid` (ValueError)."""
+  names = [s.strip() for s in value.split(",") if s.strip()]
+  unknown = [n for n in names if n not in valid]
+  if unknown or not names:
+    raise ValueError(f"unknown {what} {unknown or value!r}; valid: {', '.join(valid)}")
+  return names
+
+
+def _absolute(args: argparse.Namespace) -> None:
+  """Paths in `args` made independent of the working directory (the jobs file repeats them)."""
+  args.out = str(Path(args.out).resolve())
+  if args.config:
+    args.config = configs.normalize_spec(args.config)
+  cache = args.compilation_cache
+  if cache and cache.lower() != "none":
+    args.compilation_cache = str(Path(cache).resolve())
+
+
+def seeds_flag(value: str) -> list[int]:
+  """`--seeds 0,1,2` as integers (ValueError naming the flag)."""
+  try:
+    return [int(s) for s in value.split(",") if s.strip()]
+  except ValueError:
+    raise ValueError(f"--seeds {value!r}: expected comma-separated integers") from None
+
+
+def plan(study: Study, args: argparse.Namespace) -> Sweep:
+  """The sweep the arguments ask for; ValueError for anything wrong (its baseline included)."""
+  preset = getattr(args, "preset", None)
+  if args.config and preset:
+    raise ValueError("--config and --preset exclude each other")
+  if not args.config and not study.presets:
+    raise ValueError("--config is required")
+  if args.config:
+    config_file, overrides = args.config, {}
+  else:
+    args.preset = preset or study.default_preset
+    config_file, overrides = study.presets[args.preset]
+  seeds = seeds_flag(args.seeds)
+  if args.bootstrap_samples < 1:
+    raise ValueError("--bootstrap-samples must be at least 1")
+  out = Path(args.out)
+  shared: dict[str, Any] = {}
+  if not configs.load_config(config_file).data.cache_dir:  # Runs share one corpus, built once.
+    shared["data.cache_dir"] = str(out / "data")
+  shared |= overrides | study.shared(args)
+  points = study.points(args)
+  sets = configs.typed(configs.load_config(config_file), configs.parse_sets(args.set))
+  sweep = Sweep(config_file, points, seeds, out, shared, sets, args.training)
+  sweep.check()
+  study.check(sweep, args)
+  sweep.point(study.baseline(args, points))
+  return sweep
+
+
+def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+  """Runs the study as the command line asks; its JSON record when it reported."""
+  p = parser(study)
+  args = p.parse_args(argv)
+  if args.collect and (args.only or args.launcher != "local"):
+    p.error("--collect goes without --only and --launcher")
+  try:
+    _absolute(args)
+    arguments = dict(vars(args))  # As parsed, for the jobs file.
+    sweep = plan(study, args)
+    only = names_flag(args.only, sweep.names(), "point") if args.only else sweep.names()
+  except (ValueError, TypeError, FileNotFoundError) as e:
+    raise SystemExit(f"error: {e}") from None
+  sweep.out.mkdir(parents=True, exist_ok=True)
+  if args.launcher == "jobs":
+    written = launch.write_jobs(sweep, study.module, arguments)
+    count = len((sweep.out / launch.JOBS_FILE).read_text().splitlines())
+    print(f"wrote {', '.join(map(str, written))}: {count} jobs")
+    print(f"run them, e.g.: xargs -d '\\n' -P 2 -I{{}} sh -c {{}} < {written[0]}")
+    print(f"then: python -m {study.module} ... --collect")
+    return None
+  runs_lib.enable_compilation_cache(args.compilation_cache or str(sweep.out / "jax_cache"))
+  start = time.perf_counter()
+  trained = set() if args.collect else sweeps.train(sweep, only)
+  if args.only:
+    return None
+  missing = sweeps.unfinished(sweep)
+  if missing:
+    names = ", ".join(run.name for run in missing[:8]) + (" ..." if len(missing) > 8 else "")
+    raise SystemExit(f"error: {len(missing)} runs unfinished ({names}); run them first")
+  return study.report(sweep, args, trained, start)
+
+
+def record(
+  sweep: Sweep,
+  args: argparse.Namespace,
+  baseline: str,
+  rows: Sequence[dict[str, Any]],
+  tested: dict[str, Any],
+  recs: dict[str, Sequence[dict[str, Any]]],
+  start: float,
+  **extra: Any,
+) -> dict[str, Any]:
+  """The JSON record of a study: its settings (`extra` after them), rows, significance (the
+  test, then `tested`), every run's record, the wall time of this invocation and of every run,
+  and the environment."""
+  runs = {rec["name"]: rec for point_recs in recs.values() for rec in point_recs}
+  return {
+    "preset": getattr(args, "preset", None),
+    "config_file": sweep.config_file,
+    "seeds": sweep.seeds,
+    "baseline": baseline,
+    "training": sweep.training,
+    "sets": args.set,
+    **extra,
+    "configurations": rows,
+    "significance": {"test": stats.BOOTSTRAP, "n_samples": args.bootstrap_samples, **tested},
+    "runs": runs,
+    "total_wall_s": time.perf_counter() - start,
+    "runs_wall_s": sum(rec["wall_s"] for rec in runs.values()),
+    **reports.environment(),
+  }
+
+
+def setting(result: dict[str, Any]) -> str:
+  """What a study record ran on, for titles: "cpu preset", or the config file."""
+  return f"{result['preset']} preset" if result["preset"] else result["config_file"]
+
+
+def write(out: Path, name: str, result: dict[str, Any], markdown: str) -> None:
+  """OUT/NAME.json and OUT/NAME.md, the table printed."""
+  reports.write_json(out / f"{name}.json", result)
+  (out / f"{name}.md").write_text(markdown)
+  print(markdown)
+  print(f"wrote {out / f'{name}.json'} ({result['total_wall_s']:.0f} s)")
+
+
+def collect(
+  sweep: Sweep,
+  args: argparse.Namespace,
+  baseline: str,
+  trained: set[str],
+  start: float,
+  **extra: Any,
+) -> dict[str, Any]:
+  """The record of a finished sweep: per point the test-split figures over seeds
+  (`sweeps.aggregate`) with the paired bootstrap p of its test BLEU against `baseline`
+  (`sweeps.bootstrap`), every run's record, and the validation learning curves."""
+  recs = sweeps.records(sweep, trained)
+  rows = [sweeps.aggregate(sweep, point, recs[point.name]) for point in sweep.points]
+  refs = sweeps.references(sweep)
+  significance = sweeps.bootstrap(sweep, baseline, refs, args.bootstrap_samples)
+  for row in rows:
+    row["p_value_vs_baseline"] = significance[row["name"]]["p_value"]
+  tested = {
+    "hypotheses": "test split, every seed's concatenated in seed order, paired seed by seed",
+    "per_configuration": significance,
+  }
+  result = record(sweep, args, baseline, rows, tested, recs, start, **extra)
+  result["curves"] = sweeps.curves(sweep)
+  return result

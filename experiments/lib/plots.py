@@ -1,0 +1,62 @@
+"""Figures of the experiment scripts, drawn from the structures their JSON files hold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _save(fig: Any, path: Path) -> None:
+  fig.tight_layout()
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def bar_plot(
+  names: Sequence[str],
+  means: Sequence[float],
+  stds: Sequence[float],
+  path: Path,
+  title: str,
+  ylabel: str = "test BLEU",
+) -> None:
+  """Bars of `means` with +- `stds` error bars, one per name (PNG at `path`)."""
+  fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 4))
+  x = np.arange(len(names))
+  ax.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
+  ax.set_xticks(x, names, rotation=30, ha="right")
+  ax.set_ylabel(ylabel)
+  ax.set_ylim(bottom=0)
+  ax.grid(axis="y", alpha=0.3)
+  ax.set_title(title)
+  _save(fig, path)
+
+
+def learning_curves(curves: Mapping[str, Mapping[str, Any]], path: Path, title: str) -> None:
+  """One line per point, its mean over seeds with a band of one standard deviation.
+
+  `curves`: {point: {"metric": "bleu" | "loss", "step": [...], "mean": [...], "std": [...]}}, as
+  a sweep's JSON holds them (every point's curve has the same metric).
+  """
+  fig, ax = plt.subplots(figsize=(6.5, 4))
+  metric = "bleu"
+  for name, curve in curves.items():
+    metric = curve["metric"]
+    steps, mean, std = (np.asarray(curve[k], float) for k in ("step", "mean", "std"))
+    (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=name)
+    ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+  ax.set_xlabel("training step")
+  ax.set_ylabel("validation BLEU (greedy)" if metric == "bleu" else "validation loss")
+  ax.grid(alpha=0.3)
+  if curves:
+    ax.legend(fontsize=8)
+  ax.set_title(title)
+  _save(fig, path)

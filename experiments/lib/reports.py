@@ -1,0 +1,85 @@
+"""What a result file says besides its numbers: formatted cells, Markdown tables, JSON, and the
+environment it was measured in (package versions, devices, host, load, date, command line)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+
+PACKAGES = (
+  "jax",
+  "jaxlib",
+  "flax",
+  "optax",
+  "orbax-checkpoint",
+  "numpy",
+  "grain",
+  "tensorflow-datasets",
+  "sacrebleu",
+  "sentencepiece",
+  "matplotlib",
+)
+
+
+def fmt(value: float | None, digits: int = 2, missing: str = "-") -> str:
+  """`value` with `digits` decimals, or `missing` for None."""
+  return missing if value is None else f"{value:.{digits}f}"
+
+
+def mean_sd(row: Mapping[str, Any], key: str, digits: int = 2) -> str:
+  """ "MEAN ± SD" of `row[key + "_mean"]` and `row[key + "_std"]`."""
+  return f"{fmt(row[key + '_mean'], digits)} ± {fmt(row[key + '_std'], digits)}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+  """A Markdown table's lines: the first column left-aligned, the others (numbers) right."""
+  lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+  lines += ["| " + " | ".join(row) + " |" for row in rows]
+  return lines
+
+
+def write_json(path: Path, value: Any) -> None:
+  """`value` as indented JSON (what json cannot encode written as its string)."""
+  path.write_text(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def versions() -> dict[str, str]:
+  """Versions of Python and the packages results depend on ("not installed" where absent)."""
+  out = {"python": platform.python_version()}
+  for name in PACKAGES:
+    try:
+      out[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      out[name] = "not installed"
+  return out
+
+
+def load_average() -> list[float] | None:
+  """The host's 1, 5 and 15 minute load averages (other work competing for the cores)."""
+  try:
+    return [round(x, 2) for x in os.getloadavg()]
+  except OSError:
+    return None
+
+
+def environment() -> dict[str, Any]:
+  """Devices, host, package versions, load and date: what a reader needs to compare runs."""
+  return {
+    "versions": versions(),
+    "backend": jax.default_backend(),
+    "cpu_count": os.cpu_count(),
+    "devices": [repr(d) for d in jax.devices()],
+    "host": platform.platform(),
+    "load_average": load_average(),
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "argv": sys.argv,
+  }

@@ -1,0 +1,199 @@
+"""A run: a config file with dotted overrides, trained in an ordinary workdir.
+
+Every run the experiment scripts launch is what `main.py --config=FILE --workdir=DIR
+--config.X=Y ...` would train (`Run.command` prints that command), so each can be inspected,
+resumed or continued alone. Training goes through `seq2seq.train.train_and_evaluate`, or
+`seq2seq.seed_group.train_together` for the seeds of one configuration; a rerun resumes an
+unfinished run from its last checkpoint and leaves a finished one alone.
+
+What a workdir holds that this module reads: `checkpoints/STEP`, `eval/SPLIT/results.json` and
+`hypotheses.txt` (written by the final evaluation), `metrics.jsonl` (train and valid lines) and
+`wall_time.json` (kept here: the seconds spent training it, summed over invocations).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+
+from experiments.lib import configs
+from seq2seq import input_pipeline, seed_group, summary, train
+from seq2seq.data import builders
+
+WALL_TIME_FILE = "wall_time.json"
+
+
+@dataclasses.dataclass
+class Run:
+  """A config file (with its variant argument) plus dotted overrides, trained in `workdir`."""
+
+  name: str
+  config_file: str  # e.g. "configs/demo.py" or "configs/rnnsearch.py:maxlen=30".
+  overrides: dict[str, Any]
+  workdir: Path
+
+  def config(self) -> ml_collections.ConfigDict:
+    return configs.apply_overrides(configs.load_config(self.config_file), self.overrides)
+
+  def command(self) -> str:
+    """The main.py command that trains (or resumes) this run alone."""
+    return configs.main_command(self.config_file, self.workdir, self.config())
+
+
+# ---------------------------------------------------------------------- what a workdir holds
+def checkpoint_steps(workdir: Path) -> list[int]:
+  """Steps of the checkpoints kept in WORKDIR/checkpoints."""
+  ckpt = workdir / "checkpoints"
+  if not ckpt.is_dir():
+    return []
+  return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit())
+
+
+def read_results(workdir: Path) -> dict[str, Any] | None:
+  """{split: results} from every WORKDIR/eval/SPLIT/results.json (valid, test and any other
+  split evaluated, such as the long test split), or None while valid or test is missing."""
+  found = {p.parent.name: p for p in sorted((workdir / "eval").glob("*/results.json"))}
+  if not {"valid", "test"} <= set(found):
+    return None
+  return {split: json.loads(path.read_text()) for split, path in found.items()}
+
+
+def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bool:
+  """Trained to `train.num_steps` and evaluated (test results newer than the last checkpoint)."""
+  config = config or run.config()
+  steps = checkpoint_steps(run.workdir)
+  results = run.workdir / "eval" / "test" / "results.json"
+  if not steps or steps[-1] != config.train.num_steps or not results.exists():
+    return False
+  last = run.workdir / "checkpoints" / str(steps[-1])
+  return results.stat().st_mtime >= last.stat().st_mtime
+
+
+def wall_time(workdir: Path) -> float:
+  """Seconds spent training the run, over every invocation (0 if none was recorded)."""
+  path = workdir / WALL_TIME_FILE
+  return json.loads(path.read_text())["seconds"] if path.exists() else 0.0
+
+
+def add_wall_time(workdir: Path, seconds: float) -> None:
+  if jax.process_index() == 0:
+    total = wall_time(workdir) + seconds
+    (workdir / WALL_TIME_FILE).write_text(json.dumps({"seconds": total}) + "\n")
+
+
+def hypotheses(run: Run, split: str = "test") -> list[str]:
+  """The run's translations of `split`, one line per sentence."""
+  return (run.workdir / "eval" / split / "hypotheses.txt").read_text().splitlines()
+
+
+def test_examples(run: Run) -> list[builders.Example]:
+  """The test split's pairs, from the run's (built) corpus."""
+  config = run.config()
+  corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run.workdir))
+  return list(corpus.read("test"))
+
+
+def train_tokens_per_s(workdir: Path) -> list[float]:
+  """tokens_per_s of a run's train lines, without the first (it includes compiling)."""
+  values = [r["tokens_per_s"] for r in summary.read_metrics(workdir) if r["split"] == "train"]
+  return values[1:] if len(values) > 1 else values
+
+
+def valid_curve(workdir: Path, key: str) -> dict[int, float]:
+  """{step: value} of `key` ("bleu" or "loss") on the run's validation lines."""
+  rows = summary.read_metrics(workdir)
+  return {r["step"]: r[key] for r in rows if r["split"] == "valid" and key in r}
+
+
+# ---------------------------------------------------------------------- training
+def train_alone(run: Run) -> bool:
+  """Trains and evaluates `run` unless it is finished; whether it trained."""
+  config = run.config()
+  if is_finished(run, config):
+    return False
+  print(f"[{run.name}] {run.command()}", flush=True)
+  start = time.perf_counter()
+  outcome = train.train_and_evaluate(config, run.workdir)
+  add_wall_time(run.workdir, time.perf_counter() - start)
+  if "preempted_at_step" in outcome:
+    raise SystemExit(f"{run.name} preempted at step {outcome['preempted_at_step']}; rerun")
+  return True
+
+
+def train_together(runs: Sequence[Run]) -> bool:
+  """Trains the seeds of one configuration as one vmapped group (`seq2seq.seed_group`) unless
+  every one is finished; whether it trained. Each workdir's wall time gets an equal share."""
+  configs_ = [run.config() for run in runs]
+  if all(is_finished(run, c) for run, c in zip(runs, configs_, strict=True)):
+    return False
+  print(f"[{runs[0].name} ...] {len(runs)} seeds together", flush=True)
+  start = time.perf_counter()
+  seeds = [c.seed for c in configs_]
+  outcome = seed_group.train_together(configs_[0], seeds, [run.workdir for run in runs])
+  share = (time.perf_counter() - start) / len(runs)
+  for run in runs:
+    add_wall_time(run.workdir, share)
+  if "preempted_at_step" in outcome[0]:
+    raise SystemExit(f"preempted at step {outcome[0]['preempted_at_step']}; rerun")
+  return True
+
+
+def seed_from(run: Run, source: Run) -> bool:
+  """Starts `run` as a copy of `source`'s workdir (it then resumes to its own steps); whether it
+  did (not when `run` exists already or `source` has no checkpoint it may start from)."""
+  steps = checkpoint_steps(source.workdir)
+  if run.workdir.exists() or not steps or steps[-1] > run.config().train.num_steps:
+    return False
+  shutil.copytree(source.workdir, run.workdir, ignore=shutil.ignore_patterns("eval"))
+  (run.workdir / WALL_TIME_FILE).unlink(missing_ok=True)
+  return True
+
+
+# ---------------------------------------------------------------------- records
+def record(run: Run) -> dict[str, Any]:
+  """What a finished run is: name, workdir, main.py command, config, results, wall time.
+
+  Raises FileNotFoundError when its evaluation is missing.
+  """
+  config = run.config()
+  results = read_results(run.workdir)
+  if results is None:
+    raise FileNotFoundError(f"{run.workdir}/eval has no results: unfinished, or final_eval off")
+  return {
+    "name": run.name,
+    "workdir": str(run.workdir),
+    "command": configs.main_command(run.config_file, run.workdir, config),
+    "config_file": run.config_file,
+    "overrides": run.overrides,
+    "config": json.loads(config.to_json_best_effort()),
+    "results": results,
+    "wall_s": wall_time(run.workdir),
+  }
+
+
+def execute(run: Run) -> dict[str, Any]:
+  """Trains `run` if it is unfinished, then its record with `reused` (it was finished before)."""
+  trained = train_alone(run)
+  return {**record(run), "reused": not trained}
+
+
+def enable_compilation_cache(path: str) -> None:
+  """JAX's persistent compilation cache in `path` (every program; "none" leaves it off).
+
+  Processes may share one folder: an entry read while another process writes it is a cache
+  miss (JAX warns and compiles), never a wrong program.
+  """
+  if path.lower() == "none":
+    return
+  Path(path).mkdir(parents=True, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", str(path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

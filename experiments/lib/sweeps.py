@@ -1,0 +1,281 @@
+"""A sweep: named points (sets of config overrides) crossed with seeds, one workdir per run.
+
+Every run of point P and seed S trains in OUT/runs/P/seed_S (its name in records: `P-seedS`),
+with the config file's settings, then the sweep's shared overrides, then P's, then `seed=S`, then
+the `--set` overrides, which win. A grid (`{"model.score": ["additive", "dot"], ...}`) becomes
+its cross product of points, each named from its values (`score=dot+coverage=true`).
+
+Training (`train`): the seeds of a point go as one vmapped group through
+`seq2seq.seed_group.train_together` (`training="together"`; they share the first seed's data
+order and differ in initialisation and dropout) or one after another through
+`seq2seq.train.train_and_evaluate` (`training="sequential"`; each seed also shuffles the data its
+own way; also the fallback for one seed and for multi-process runs). A point may instead decode
+another point's runs (`Point.decode_from`): each seed's workdir is copied from that point's and
+evaluated with its own (decoding) settings. Finished runs are left alone, unfinished ones
+resume, so a sweep is rerun, or its points run as separate jobs, without repeating work.
+
+Collecting (`records`, `aggregate`, `bootstrap`, `curves`): every run's results and command,
+per point the mean and sample standard deviation over seeds, the paired bootstrap of test BLEU
+against a baseline point (pooled over seeds, see `bootstrap`), and validation learning curves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import statistics
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from experiments.lib import runs as runs_lib
+from experiments.lib import stats
+from experiments.lib.runs import Run
+
+TRAININGS = ("together", "sequential")
+# Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
+TEST_METRICS = ("bleu", "chrf", "aer", "aer_threshold", "attention_entropy")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One configuration of a sweep: dotted overrides, or the decoding of another point's runs."""
+
+  name: str
+  overrides: dict[str, Any]
+  decode_from: str | None = None  # Evaluate copies of this point's runs instead of training.
+
+
+@dataclasses.dataclass
+class Sweep:
+  """Points crossed with seeds on one config file, written under `out`."""
+
+  config_file: str
+  points: list[Point]
+  seeds: list[int]
+  out: Path
+  shared: dict[str, Any]  # Every run, before its point's overrides.
+  sets: dict[str, Any]  # Every run, last: --set wins.
+  training: str = "together"
+
+  def point(self, name: str) -> Point:
+    for point in self.points:
+      if point.name == name:
+        return point
+    raise ValueError(f"unknown point {name!r}; points: {', '.join(self.names())}")
+
+  def names(self) -> list[str]:
+    return [p.name for p in self.points]
+
+  def runs(self, point: Point | str) -> list[Run]:
+    """The point's runs, one per seed, in seed order."""
+    point = self.point(point) if isinstance(point, str) else point
+    return [
+      Run(
+        f"{point.name}-seed{seed}",
+        self.config_file,
+        {**self.shared, **point.overrides, "seed": seed, **self.sets},
+        self.out / "runs" / point.name / f"seed_{seed}",
+      )
+      for seed in self.seeds
+    ]
+
+  def check(self) -> None:
+    """Raises ValueError for a bad sweep: no seeds or points, repeated names or seeds, a
+    `decode_from` that is not an earlier trained point, or a run whose config does not resolve
+    (an unknown field, a value of the wrong type), before anything trains."""
+    if not self.points or not self.seeds:
+      raise ValueError("a sweep needs at least one point and one seed")
+    if len(set(self.names())) != len(self.points):
+      raise ValueError(f"repeated point names in {self.names()}")
+    if len(set(self.seeds)) != len(self.seeds):
+      raise ValueError(f"repeated seeds in {self.seeds}")
+    if self.training not in TRAININGS:
+      raise ValueError(f"unknown training {self.training!r}; valid: {', '.join(TRAININGS)}")
+    trained: set[str] = set()
+    for point in self.points:
+      if point.decode_from is None:
+        trained.add(point.name)
+      elif point.decode_from not in trained:
+        raise ValueError(
+          f"{point.name} decodes {point.decode_from!r}: not a trained point before it"
+        )
+      for run in self.runs(point):
+        run.config()
+
+
+def _value_name(text: str) -> str:
+  return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "empty"
+
+
+def grid_points(grid: dict[str, Sequence[str]]) -> list[Point]:
+  """The cross product of `grid` ({dotted key: value texts}), in order (the last key varies
+  fastest), each point named `FIELD=VALUE+FIELD=VALUE...` by each key's last component (the
+  whole dotted key where two keys share it)."""
+  leaves = [key.rsplit(".", 1)[-1] for key in grid]
+  labels = [key if leaves.count(leaf) > 1 else leaf for key, leaf in zip(grid, leaves, strict=True)]
+  points = []
+  for values in itertools.product(*grid.values()):
+    name = "+".join(f"{label}={_value_name(v)}" for label, v in zip(labels, values, strict=True))
+    points.append(Point(name, dict(zip(grid, values, strict=True))))
+  return points
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
+  """`["model.score=additive,dot", ...]` -> {"model.score": ["additive", "dot"], ...}."""
+  grid: dict[str, list[str]] = {}
+  for item in items:
+    key, sep, values = item.partition("=")
+    key = key.strip()
+    texts = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not key or not texts:
+      raise ValueError(f"--grid {item!r}: expected key=value,value,...")
+    if key in grid:
+      raise ValueError(f"--grid {key} given twice")
+    if len(set(texts)) != len(texts):
+      raise ValueError(f"--grid {item!r}: repeated values")
+    grid[key] = texts
+  return grid
+
+
+# ---------------------------------------------------------------------- training
+def train(sweep: Sweep, names: Sequence[str]) -> set[str]:
+  """Trains (or resumes) the unfinished runs of the points `names`, in the sweep's order; the
+  names of the runs this call trained."""
+  trained: set[str] = set()
+  for point in sweep.points:
+    if point.name not in names:
+      continue
+    runs = sweep.runs(point)
+    if point.decode_from is not None:
+      for run, source in zip(runs, sweep.runs(point.decode_from), strict=True):
+        if not (runs_lib.is_finished(source) or runs_lib.is_finished(run)):
+          raise SystemExit(f"error: {run.name} decodes {source.name}, which is unfinished")
+        runs_lib.seed_from(run, source)
+        if runs_lib.train_alone(run):
+          trained.add(run.name)
+    elif sweep.training == "together" and len(runs) > 1 and jax.process_count() == 1:
+      if runs_lib.train_together(runs):
+        trained.update(run.name for run in runs)
+    else:
+      trained.update(run.name for run in runs if runs_lib.train_alone(run))
+  return trained
+
+
+def unfinished(sweep: Sweep) -> list[Run]:
+  """The runs without a final evaluation of their last step."""
+  return [run for p in sweep.points for run in sweep.runs(p) if not runs_lib.is_finished(run)]
+
+
+# ---------------------------------------------------------------------- collecting
+def records(
+  sweep: Sweep, trained: AbstractSet[str] = frozenset()
+) -> dict[str, list[dict[str, Any]]]:
+  """{point: every seed's run record}; `reused` is False for the runs in `trained`."""
+  out = {}
+  for point in sweep.points:
+    sources = sweep.runs(point.decode_from) if point.decode_from else [None] * len(sweep.seeds)
+    out[point.name] = [
+      {
+        **runs_lib.record(run),
+        "reused": run.name not in trained,
+        "decode_only_from": source.name if source else None,
+      }
+      for run, source in zip(sweep.runs(point), sources, strict=True)
+    ]
+  return out
+
+
+def aggregate(sweep: Sweep, point: Point, recs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+  """One point's row: test BLEU, chrF, AER (argmax and thresholded) and attention entropy, and
+  validation BLEU, each as mean and sample standard deviation over seeds (None where a run lacks
+  it); the median training tokens/s and the summed wall time."""
+  runs = sweep.runs(point)
+  tests = [rec["results"]["test"] for rec in recs]
+  speeds = [v for run in runs for v in runs_lib.train_tokens_per_s(run.workdir)]
+  row: dict[str, Any] = {
+    "name": point.name,
+    "overrides": {k: v for k, v in runs[0].overrides.items() if k != "seed"},
+    "seeds": list(sweep.seeds),
+    "runs": [run.name for run in runs],
+    "bleu": [t["bleu"] for t in tests],
+  }
+  for key in TEST_METRICS:
+    row[f"{key}_mean"], row[f"{key}_std"] = stats.mean_std([t.get(key) for t in tests])
+  valid = [rec["results"]["valid"].get("bleu") for rec in recs]
+  row["valid_bleu_mean"], row["valid_bleu_std"] = stats.mean_std(valid)
+  row["train_tokens_per_s_median"] = statistics.median(speeds) if speeds else None
+  row["wall_s"] = sum(rec["wall_s"] for rec in recs)
+  return row
+
+
+def references(sweep: Sweep) -> list[str]:
+  """The test split's reference translations (the corpus of the first point's first run)."""
+  return [ex.tgt for ex in runs_lib.test_examples(sweep.runs(sweep.points[0])[0])]
+
+
+def long_test_words(sweep: Sweep) -> tuple[int, int]:
+  """Source words (inclusive) of the long test split the runs evaluate (`data.long_test_min_words`
+  and `_max_words` of the first run); ValueError when the config has none."""
+  data = sweep.runs(sweep.points[0])[0].config().data
+  if data.long_test_min_words <= 0:
+    raise ValueError(
+      "no long test split: set data.long_test_min_words and data.long_test_max_words"
+    )
+  return data.long_test_min_words, data.long_test_max_words
+
+
+def bootstrap(
+  sweep: Sweep,
+  baseline: str,
+  refs: Sequence[str],
+  n_samples: int,
+  split: str = "test",
+  indices: Sequence[int] | None = None,
+) -> dict[str, dict[str, Any]]:
+  """The paired bootstrap of every point's BLEU on `split` (whose references `refs` are)
+  against the point `baseline`'s, pooled over seeds: a point's hypotheses of every seed are
+  concatenated in seed order, the baseline's likewise, against the references repeated once per
+  seed, so seed S of the point is paired with seed S of the baseline sentence by sentence (one
+  seed: the plain comparison). `indices`: only these sentences of the split (e.g. a length
+  bucket). {point: stats.paired_bootstrap's result and "seeds"}; the baseline's p is None.
+  """
+  select = (lambda lines: lines) if indices is None else (lambda lines: [lines[i] for i in indices])
+  base_runs = sweep.runs(baseline)
+  base_hyps = [h for run in base_runs for h in select(runs_lib.hypotheses(run, split))]
+  pooled_refs = list(select(list(refs))) * len(base_runs)
+  out: dict[str, dict[str, Any]] = {}
+  for point in sweep.points:
+    if point.name == baseline:
+      continue
+    hyps = [h for run in sweep.runs(point) for h in select(runs_lib.hypotheses(run, split))]
+    result = stats.paired_bootstrap(base_hyps, hyps, pooled_refs, n_samples, (baseline, point.name))
+    out[point.name] = {**result, "seeds": list(sweep.seeds)}
+  out[baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
+  return out
+
+
+def curves(sweep: Sweep) -> dict[str, dict[str, Any]]:
+  """Per point, validation BLEU (else, where no run computed it, validation loss) against
+  steps: mean and sample standard deviation over the seeds at the steps they all logged."""
+
+  def per_seed(point: Point, key: str) -> list[dict[int, float]]:
+    return [runs_lib.valid_curve(run.workdir, key) for run in sweep.runs(point)]
+
+  metric = "bleu" if any(any(per_seed(p, "bleu")) for p in sweep.points) else "loss"
+  out = {}
+  for point in sweep.points:
+    seeds = per_seed(point, metric)
+    steps = sorted(set.intersection(*(set(c) for c in seeds)))
+    pairs = [stats.mean_std([c[s] for c in seeds]) for s in steps]
+    out[point.name] = {
+      "metric": metric,
+      "step": steps,
+      "mean": [m for m, _ in pairs],
+      "std": [s for _, s in pairs],
+    }
+  return out

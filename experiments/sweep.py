@@ -1,0 +1,127 @@
+"""Sweeps any config over a grid of fields and seeds, and compares the points.
+
+    python -m experiments.sweep --config=configs/demo.py --out runs/my-sweep \
+        --grid model.score=additive,dot,general --grid model.coverage=false,true \
+        --seeds 0,1,2 [--set train.num_steps=2000 ...] [--baseline POINT]
+        [--training together|sequential] [--launcher local|jobs] [--only POINT,...]
+        [--collect] [--bootstrap-samples 1000] [--compilation-cache DIR]
+
+The points are the cross product of the `--grid KEY=V1,V2,...` values (each read as the type of
+the config field it sets; an unknown field fails at once), named from them
+(`score=dot+coverage=true`); every point runs once per seed, each run an ordinary resumable
+workdir OUT/runs/POINT/seed_S that `main.py` could train alone (its command is in sweep.json).
+`--config` is any config file with its argument (`configs/rnnsearch.py:maxlen=50`); `--set`
+applies to every run and wins over the grid. Runs share one corpus in OUT/data unless the
+config sets `data.cache_dir`.
+
+Training (`experiments/lib/sweeps.py`): by default the seeds of a point train together, one
+compiled step vmapped over their stacked parameters (`seq2seq.seed_group`; they share the first
+seed's data order), `--training sequential` one after another. A rerun resumes unfinished runs
+and skips finished ones. `--launcher=jobs` trains nothing: it builds the corpus and writes
+OUT/jobs.txt, one self-contained command per point (per point and seed when sequential), and
+OUT/sbatch.sh, a SLURM array over those lines (`experiments/lib/launch.py`):
+
+    xargs -d '\\n' -P 4 -I{} sh -c {} < OUT/jobs.txt      # or: parallel -j 4 < OUT/jobs.txt
+    sbatch OUT/sbatch.sh                                     # on a SLURM cluster
+
+and then the same command with `--collect` gathers the finished workdirs.
+
+Outputs (after training, or with `--collect`): OUT/sweep.md, per point the mean ± sample standard
+deviation over seeds of test BLEU, test chrF, validation BLEU (the final evaluation's) and,
+where the corpus has gold alignments, AER, and the paired bootstrap p of test BLEU against
+`--baseline` (default: the first point), pooled over seeds (each seed's test hypotheses
+concatenated in seed order and paired with the baseline's of the same seed); OUT/sweep.json
+(rows, significance, every run's record and command, learning curves, environment) and
+OUT/learning_curves.png (validation BLEU against steps, or validation loss where no run computed
+BLEU: mean over seeds, band of one standard deviation, one line per point).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from experiments.lib import cli, configs, plots, reports, sweeps
+from experiments.lib.reports import fmt, mean_sd
+from experiments.lib.sweeps import Point, Sweep
+
+
+class GridSweep(cli.Study):
+  """The cross product of `--grid` values on `--config`."""
+
+  module = "experiments.sweep"
+
+  def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+      "--grid",
+      action="append",
+      default=[],
+      metavar="KEY=V1,V2",
+      help="dotted config field and its values (repeatable: the points are the cross product)",
+    )
+    parser.add_argument("--baseline", default=None, help="point tested against (default: first)")
+
+  def points(self, args: argparse.Namespace) -> list[Point]:
+    if not args.grid:
+      raise ValueError("--grid KEY=V1,V2,... is required")
+    config = configs.load_config(args.config)
+    points = sweeps.grid_points(sweeps.parse_grid(args.grid))
+    return [Point(p.name, configs.typed(config, p.overrides)) for p in points]
+
+  def report(
+    self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float
+  ) -> dict[str, Any]:
+    baseline = self.baseline(args, sweep.points)
+    grid = sweeps.parse_grid(args.grid)
+    result = cli.collect(sweep, args, baseline, trained, start, grid=grid)
+    plots.learning_curves(
+      result["curves"],
+      sweep.out / "learning_curves.png",
+      f"{sweep.config_file}, seeds {sweep.seeds}",
+    )
+    cli.write(sweep.out, "sweep", result, markdown(result))
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+  """The sweep table: one row per point."""
+  rows, baseline = result["configurations"], result["baseline"]
+  with_aer = any(r["aer_mean"] is not None for r in rows)
+  header = ["point", "seeds", "test BLEU", "test chrF", "valid BLEU"]
+  header += ["AER"] * with_aer + [f"p vs {baseline}"]
+  cells = []
+  for r in rows:
+    cells.append(
+      [r["name"], str(len(r["seeds"])), mean_sd(r, "bleu"), mean_sd(r, "chrf")]
+      + [mean_sd(r, "valid_bleu")]
+      + [mean_sd(r, "aer", 3)] * with_aer
+      + [fmt(r["p_value_vs_baseline"], 4)]
+    )
+  grid = ", ".join(f"`{k}` = {', '.join(v)}" for k, v in result["grid"].items())
+  lines = [f"# Sweep of `{result['config_file']}`: {grid}", "", *reports.table(header, cells)]
+  seeds = ", ".join(map(str, result["seeds"]))
+  lines += [
+    "",
+    f"Mean ± sample standard deviation over seeds {seeds} (`--training {result['training']}`).",
+    "BLEU and chrF: sacrebleu on the detokenised test split; valid BLEU: the final evaluation's.",
+  ]
+  if with_aer:
+    lines.append("AER: argmax attention against the gold alignments of the test split.")
+  lines += [
+    f"p: sacrebleu's paired bootstrap ({result['significance']['n_samples']} resamples) of test "
+    f"BLEU against {baseline},",
+    "every seed's hypotheses concatenated and paired with the baseline's of the same seed (1 where",
+    "they are identical).",
+  ]
+  if result["sets"]:
+    lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+  return cli.main(GridSweep(__doc__), argv)
+
+
+if __name__ == "__main__":
+  main()
