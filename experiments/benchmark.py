@@ -378,7 +378,8 @@ def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
     jnp.asarray(rng.normal(size=(b, t, n)), jnp.float32)
     for n in (cfg.model.dec_hidden, cfg.model.emb_dim, 2 * cfg.model.enc_hidden)
   ]
-  full = jax.jit(jax.grad(lambda p: objective.loss_fn(p, state, batch, None)[0]))
+  terms = objective.Objective.from_config(cfg)
+  full = jax.jit(jax.grad(lambda p: objective.loss_fn(p, state, batch, None, terms)[0]))
   encoder = jax.jit(jax.grad(encoder_sum))
   readout = jax.jit(jax.grad(readout_loss, argnums=(0, 1, 2, 3)))
   out = {

@@ -279,30 +279,15 @@ def beam_search_pool(
   return jax.lax.while_loop(cond, body, init)
 
 
-def beam_search(
-  model: Any,
-  src_BS: jax.Array,
-  src_mask_BS: jax.Array,
-  *,
-  beam_size: int,
-  max_len: int,
-  length_norm_alpha: float = 1.0,
-  coverage_beta: float = 0.0,
-  ban_unk: bool = False,
-) -> DecodeResult:
-  """The best output of `beam_search_pool` for every sentence: its best finished hypothesis, or,
-  for a sentence where nothing finished within `max_len` steps, its best live one (length
+def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **settings) -> DecodeResult:
+  """The best output of `beam_search_pool` (same arguments: beam_size, max_len and optionally
+  length_norm_alpha, coverage_beta, ban_unk) for every sentence: its best finished hypothesis,
+  or, for a sentence where nothing finished within `max_len` steps, its best live one (length
   `max_len`, no EOS), ranked the same way."""
-  bs = beam_search_pool(
-    model,
-    src_BS,
-    src_mask_BS,
-    beam_size=beam_size,
-    max_len=max_len,
-    length_norm_alpha=length_norm_alpha,
-    coverage_beta=coverage_beta,
-    ban_unk=ban_unk,
-  )
+  bs = beam_search_pool(model, src_BS, src_mask_BS, **settings)
+  max_len, beam_size = settings["max_len"], settings["beam_size"]
+  length_norm_alpha = settings.get("length_norm_alpha", 1.0)
+  coverage_beta = settings.get("coverage_beta", 0.0)
   finished_B = jnp.isfinite(bs.fin_scores[:, 0])
   live_norm_BK = _normalise(bs.live_scores, max_len, length_norm_alpha)
   if coverage_beta != 0:

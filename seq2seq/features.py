@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import layers
+from seq2seq import layers, registry
 
 
 class Feature(nnx.Module):
@@ -52,27 +52,22 @@ class Feature(nnx.Module):
     raise NotImplementedError  # Every registered feature defines it.
 
 
-FEATURES: dict[str, type[Feature]] = {}
-
-
-def register(cls: type[Feature]) -> type[Feature]:
-  """Adds a feature to `FEATURES` under its name (registration order is the order of keys)."""
-  FEATURES[cls.name] = cls
-  return cls
+_REGISTRY: registry.Registry[Feature] = registry.Registry("alignment feature")
+register = _REGISTRY.register  # Class decorator: @register("name") on a Feature subclass.
+names = _REGISTRY.names  # The registered features, in registration order (the order of keys).
+get = _REGISTRY.get  # The feature class registered under a name.
 
 
 def enabled_names(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
   """The features `cfg` (a `config.model` section) turns on, in registration order."""
-  return tuple(name for name, cls in FEATURES.items() if cls.enabled(cfg))
+  return tuple(name for name in names() if get(name).enabled(cfg))
 
 
-@register
+@register("coverage")
 class Coverage(Feature):
   """The running sum of past attention, cov_{i-1,j} = sum_{k<i} alpha_kj (`model.coverage`),
   divided by a fertility N_j: 1, or learned N_j = `model.fertility_max` * sigmoid(U_f h_j)
   (`model.fertility`). Keys: V_c cov_{i-1,j} / N_j."""
-
-  name: ClassVar[str] = "coverage"
 
   def __init__(self, cfg: ml_collections.ConfigDict, annot_dim: int, *, rngs: nnx.Rngs):
     self.cov_proj = layers.dense(1, cfg.attn_dim, cfg, rngs=rngs, role="attention")
@@ -103,13 +98,11 @@ class Coverage(Feature):
     return state_BS + alpha_BS
 
 
-@register
+@register("prev_attention")
 class PreviousAttention(Feature):
   """`model.prev_attention_filters` filters of width `model.prev_attention_width` (odd) over the
   previous step's attention (Chorowski et al.'s location-aware features).
   Keys: V_p conv(alpha_{i-1})_j."""
-
-  name: ClassVar[str] = "prev_attention"
 
   def __init__(self, cfg: ml_collections.ConfigDict, annot_dim: int, *, rngs: nnx.Rngs):
     self.width = int(cfg.prev_attention_width)

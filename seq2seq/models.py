@@ -188,7 +188,7 @@ class Seq2Seq(nnx.Module):
       )
     if self.feature_names:
       self.features = nnx.Dict(
-        {name: features.FEATURES[name](cfg, annot, rngs=rngs) for name in self.feature_names}
+        {name: features.get(name)(cfg, annot, rngs=rngs) for name in self.feature_names}
       )
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
@@ -213,7 +213,7 @@ class Seq2Seq(nnx.Module):
       s0 = jnp.tanh(self.init_proj(fixed).astype(jnp.float32))
     prepared = {n: self.features[n].prepare(annotations) for n in self.feature_names}
     # The fertility N_j that the coverage divides by and the fertility penalty reads (else 1).
-    fertility = prepared.get(features.Coverage.name, jnp.ones(src_mask_BS.shape, jnp.float32))
+    fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
     state = DecoderState(s0, feature_states, attention_state)
     return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared)

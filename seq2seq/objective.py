@@ -1,6 +1,6 @@
 """The training objective: the cross-entropy and the terms added to it, and the loss of a batch.
 
-`loss_fn(params, state, batch, rng, weights) -> (loss, (summed cross-entropy, target tokens,
+`loss_fn(params, state, batch, rng, objective) -> (loss, (summed cross-entropy, target tokens,
 extra metrics))` is what `steps.train_step` differentiates. Batches are dicts of int32 arrays:
 `src` [B, S], `src_mask` [B, S], `tgt_in` [B, T], `tgt_out` [B, T], `tgt_mask` [B, T], and
 `align` [B, T, S] (gold links) when attention is supervised.
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import models, structures, tokenizer
+from seq2seq import models, registry, structures, tokenizer
 
 if TYPE_CHECKING:
   from seq2seq.steps import TrainState
@@ -212,21 +212,17 @@ class Term:
     raise NotImplementedError  # Every registered term defines it.
 
 
-TERMS: dict[str, type[Term]] = {}
+_REGISTRY: registry.Registry[Term] = registry.Registry("loss term")
+register = _REGISTRY.register  # Class decorator: @register("name") on a Term subclass.
+names = _REGISTRY.names  # The registered terms, in registration order (the order of summing).
+get = _REGISTRY.get  # The term class registered under a name.
 
 
-def register(cls: type[Term]) -> type[Term]:
-  """Adds a term to `TERMS` under its name (the order of registration is the order of summing)."""
-  TERMS[cls.name] = cls
-  return cls
-
-
-@register
+@register("cross_entropy")
 @dataclasses.dataclass(frozen=True)
 class CrossEntropy(Term):
   """The cross-entropy of the reference words (with `train.label_smoothing`), always on."""
 
-  name: ClassVar[str] = "cross_entropy"
   label_smoothing: float = 0.0
 
   @classmethod
@@ -240,12 +236,11 @@ class CrossEntropy(Term):
     return total, {}
 
 
-@register
+@register("fertility")
 @dataclasses.dataclass(frozen=True)
 class Fertility(Term):
   """`train.fertility_weight` x `fertility_loss` (Cohn et al. 2016)."""
 
-  name: ClassVar[str] = "fertility"
   needs: ClassVar[frozenset[str]] = frozenset({"alpha", "fertility"})
   metrics: ClassVar[tuple[str, ...]] = ("fertility_loss",)
   penalty: ClassVar[bool] = True
@@ -263,13 +258,12 @@ class Fertility(Term):
     return self.weight * penalty, {"fertility_loss": penalty / jnp.maximum(p.tokens, 1.0)}
 
 
-@register
+@register("supervision")
 @dataclasses.dataclass(frozen=True)
 class Supervision(Term):
   """`train.attention_supervision` x `attention_supervision_loss` against the gold links
   `batch["align"]` [B, T, S] (of kind `train.attention_supervision_loss`)."""
 
-  name: ClassVar[str] = "supervision"
   needs: ClassVar[frozenset[str]] = frozenset({"alpha"})
   batch_keys: ClassVar[tuple[str, ...]] = ("align",)
   metrics: ClassVar[tuple[str, ...]] = ("supervision_loss",)
@@ -287,7 +281,7 @@ class Supervision(Term):
     return self.weight * guided, {"supervision_loss": guided / jnp.maximum(p.tokens, 1.0)}
 
 
-@register
+@register("reinforce")
 @dataclasses.dataclass(frozen=True)
 class Reinforce(Term):
   """Hard attention's score-function estimator (`reinforce_loss`, Xu et al. 2015), on for a
@@ -296,7 +290,6 @@ class Reinforce(Term):
   It adds the estimator's gradient, not its value, so the loss stays comparable; its metric
   "reward" (the batch's mean reward) moves the baseline."""
 
-  name: ClassVar[str] = "reinforce"
   needs: ClassVar[frozenset[str]] = frozenset({"alpha", "sample_logp", "entropy"})
   metrics: ClassVar[tuple[str, ...]] = ("reward",)
   weight: float = 1.0
@@ -328,14 +321,13 @@ class Reinforce(Term):
     return surrogate - jax.lax.stop_gradient(surrogate), {"reward": mean_reward}
 
 
-@register
+@register("agreement")
 @dataclasses.dataclass(frozen=True)
 class AgreementBonus(Term):
   """Agreement runs (Cohn et al. 2016): minus `train.agreement_weight` x `agreement_bonus` of
   the forward and reverse attention; its metric "agreement" is the bonus per forward target
   token (in [0, 1])."""
 
-  name: ClassVar[str] = "agreement"
   needs: ClassVar[frozenset[str]] = frozenset({"alpha"})
   metrics: ClassVar[tuple[str, ...]] = ("agreement",)
   joint: ClassVar[bool] = True
@@ -376,7 +368,7 @@ class Objective:
       )
     if normalization != "tokens" and config.model.name == "agreement":
       raise ValueError("model.name=agreement trains with train.loss_normalization='tokens'")
-    terms = (term.from_config(config) for term in TERMS.values())
+    terms = (get(name).from_config(config) for name in names())
     return cls(tuple(t for t in terms if t is not None), normalization)
 
   @property
@@ -469,7 +461,7 @@ def loss_fn(
 DIRECTION_METRICS = ("forward_loss", "reverse_loss")  # Logged for agreement runs.
 EXTRA_METRICS = (
   *DIRECTION_METRICS,
-  *(m for term in TERMS.values() for m in term.metrics),
+  *(m for name in names() for m in get(name).metrics),
   "ce_loss",
   "baseline",
 )
