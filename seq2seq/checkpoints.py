@@ -35,6 +35,13 @@ RESUMABLE_FIELDS = (
 )
 
 
+# Fields added after runs were saved, with the value that reproduces how those runs behaved: a
+# saved config without the field resumes as if it held this value.
+ADDED_FIELDS = {
+  "train.loss_normalization": "tokens",
+}
+
+
 class IncompatibleRunError(ValueError):
   """The workdir holds a run whose config differs in fields that matter."""
 
@@ -52,7 +59,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """Dotted names of fields that differ between two config dicts and may not change on resume."""
-  a, b = flatten(old), flatten(new)
+  a, b = {**ADDED_FIELDS, **flatten(old)}, flatten(new)
   names = sorted(set(a) | set(b))
   changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]
   return [n for n in changed if not any(n.startswith(f) for f in RESUMABLE_FIELDS)]

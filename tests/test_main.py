@@ -191,3 +191,20 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
   np.testing.assert_allclose(
     [r["loss"] for r in metrics(workdir)], [r["loss"] for r in metrics(trained)], rtol=2e-4
   )
+
+
+def test_a_config_saved_before_a_field_existed_resumes_as_that_fields_old_behaviour(tmp_path):
+  """config.json of a run saved before train.loss_normalization existed equals a config holding
+  its old behaviour ("tokens"), and differs from one asking for "sentences"."""
+  from configs import tiny
+  from seq2seq import checkpoints
+
+  config = tiny.get_config()
+  saved = json.loads(config.to_json_best_effort())
+  del saved["train"]["loss_normalization"]
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  checkpoints.check_and_save_config(tmp_path, config)
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  config.train.loss_normalization = "sentences"
+  with pytest.raises(checkpoints.IncompatibleRunError, match="train.loss_normalization"):
+    checkpoints.check_and_save_config(tmp_path, config)
