@@ -114,6 +114,14 @@ def markdown(result: dict[str, Any]) -> str:
     "every seed's hypotheses concatenated and paired with the baseline's of the same seed (1 where",
     "they are identical).",
   ]
+  curve = result.get("curves", {}).get(baseline)
+  if curve and curve["final"] is not None:  # How trained the models are.
+    what = "validation BLEU (greedy)" if curve["metric"] == "bleu" else "validation loss"
+    lines += [
+      "",
+      f"How trained: {baseline}'s {what} is {fmt(curve['final'])} at step {curve['step'][-1]}, "
+      f"{fmt(curve['gain_last_quarter'])} more than at three quarters of the steps.",
+    ]
   if result["sets"]:
     lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
   return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from helpers import ROOT, run_module, subprocess_env
 
 from experiments import sweep as grid_sweep
 from experiments import sweep_scores
-from experiments.lib import cli, launch, plots, sweeps
+from experiments.lib import cli, launch, plots, stats, sweeps
 from experiments.lib.sweeps import Point, Sweep
 from seq2seq import summary
 
@@ -173,6 +173,8 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert (
     "| score=additive | 2 |" in md and "| score=dot | 2 |" in md and "p vs score=additive" in md
   )
+  base = result["curves"]["score=additive"]
+  assert f"How trained: score=additive's validation loss is {base['final']:.2f} at step 4" in md
   assert (out / "learning_curves.png").stat().st_size > 0
   # The score study's table reads the same rows.
   table = sweep_scores.markdown(result)
@@ -256,6 +258,13 @@ def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
   assert result["additive"] == {"p_value": None, "seeds": [0, 1]}
 
 
+def test_last_quarter_gain_reads_the_curve_at_three_quarters():
+  steps, bleu = [500, 1000, 1500, 2000], [20.0, 30.0, 34.0, 34.5]
+  assert stats.last_quarter_gain(steps, bleu) == 34.5 - 34.0  # The value at 1500 = 3/4 of 2000.
+  assert stats.last_quarter_gain([100], [1.0]) is None
+  assert stats.last_quarter_gain([], []) is None
+
+
 def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
   sweep = Sweep("configs/tiny.py", [Point("a", {})], [0, 1], tmp_path, {}, {})
   for run, bleus in zip(sweep.runs("a"), ([1.0, 3.0, 5.0], [5.0, 7.0]), strict=True):
@@ -270,6 +279,7 @@ def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
   curve = sweeps.curves(sweep)["a"]
   assert curve["metric"] == "bleu" and curve["step"] == [10, 15]
   assert curve["mean"] == [4.0, 6.0] and curve["std"] == pytest.approx([math.sqrt(2.0)] * 2)
+  assert curve["final"] == 6.0 and curve["gain_last_quarter"] == 2.0  # 6 at 15, 4 at 10 <= 11.25
   plots.learning_curves({"a": curve}, tmp_path / "curves.png", "test")
   assert (tmp_path / "curves.png").stat().st_size > 0
 

@@ -17,6 +17,18 @@ from typing import Any
 import sacrebleu
 from sacrebleu.significance import PairedTest
 
+
+def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | None:
+  """How much a learning curve still moved over the last quarter of its steps: the value at the
+  last step minus the value at the last logged step <= 3/4 of it (None without such a step).
+  Under 1 BLEU on validation is the studies' "flattened"."""
+  if not steps:
+    return None
+  cut = 0.75 * steps[-1]
+  earlier = [v for s, v in zip(steps, values, strict=True) if s <= cut]
+  return values[-1] - earlier[-1] if earlier else None
+
+
 BOOTSTRAP = "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')"
 
 

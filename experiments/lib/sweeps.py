@@ -261,7 +261,8 @@ def bootstrap(
 
 def curves(sweep: Sweep) -> dict[str, dict[str, Any]]:
   """Per point, validation BLEU (else, where no run computed it, validation loss) against
-  steps: mean and sample standard deviation over the seeds at the steps they all logged."""
+  steps: mean and sample standard deviation over the seeds at the steps they all logged, the
+  final mean and its gain over the last quarter of the steps (`stats.last_quarter_gain`)."""
 
   def per_seed(point: Point, key: str) -> list[dict[int, float]]:
     return [runs_lib.valid_curve(run.workdir, key) for run in sweep.runs(point)]
@@ -272,10 +273,13 @@ def curves(sweep: Sweep) -> dict[str, dict[str, Any]]:
     seeds = per_seed(point, metric)
     steps = sorted(set.intersection(*(set(c) for c in seeds)))
     pairs = [stats.mean_std([c[s] for c in seeds]) for s in steps]
+    means = [m for m, _ in pairs]
     out[point.name] = {
       "metric": metric,
       "step": steps,
-      "mean": [m for m, _ in pairs],
+      "mean": means,
       "std": [s for _, s in pairs],
+      "final": means[-1] if means else None,  # How trained the point is at the end ...
+      "gain_last_quarter": stats.last_quarter_gain(steps, means),  # ... and still moving.
     }
   return out
