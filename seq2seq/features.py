@@ -20,6 +20,7 @@ default; a model without features is exactly the paper's.
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import jax
@@ -30,14 +31,15 @@ from flax import nnx
 from seq2seq import layers, registry
 
 
-class Feature(nnx.Module):
+class Feature(nnx.Module, abc.ABC):
   """The protocol of an alignment feature (see the module docstring)."""
 
   name: ClassVar[str]
 
   @classmethod
+  @abc.abstractmethod
   def enabled(cls, cfg: ml_collections.ConfigDict) -> bool:
-    raise NotImplementedError  # Every registered feature defines it.
+    """Whether `cfg` (a `config.model` section) turns the feature on."""
 
   def prepare(self, annotations_BSH: jax.Array) -> Any:
     return None
@@ -45,11 +47,13 @@ class Feature(nnx.Module):
   def init_state(self, mask_BS: jax.Array) -> jax.Array:
     return jnp.zeros(mask_BS.shape, jnp.float32)
 
+  @abc.abstractmethod
   def keys(self, state_BS: jax.Array, prepared: Any) -> jax.Array:
-    raise NotImplementedError  # Every registered feature defines it.
+    """Its contribution to the step's keys [B, S, A]."""
 
+  @abc.abstractmethod
   def update(self, state_BS: jax.Array, alpha_BS: jax.Array) -> jax.Array:
-    raise NotImplementedError  # Every registered feature defines it.
+    """Its state after a step whose attention is alpha [B, S]."""
 
 
 _REGISTRY: registry.Registry[Feature] = registry.Registry("alignment feature")

@@ -8,6 +8,7 @@ extra metrics))` is what `steps.train_step` differentiates. Batches are dicts of
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from typing import TYPE_CHECKING, ClassVar
@@ -185,7 +186,7 @@ class StepContext:
   first_step: jax.Array  # bool scalar: step 0 (the baseline is the batch's mean reward then).
 
 
-class Term:
+class Term(abc.ABC):
   """One registered term of the training objective.
 
   A term says which model outputs it reads beyond the logits (`needs`: keys of `DirectionPass.aux`),
@@ -205,11 +206,14 @@ class Term:
   penalty: ClassVar[bool] = False
 
   @classmethod
+  @abc.abstractmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Term | None:
-    raise NotImplementedError  # Every registered term defines it.
+    """The term `config` asks for, or None when it is off."""
 
+  @abc.abstractmethod
   def __call__(self, passes, ctx: StepContext) -> tuple[jax.Array, dict[str, jax.Array]]:
-    raise NotImplementedError  # Every registered term defines it.
+    """(value added to the summed objective, metrics) of one direction's pass (a joint term:
+    of every direction's, {name: pass})."""
 
 
 _REGISTRY: registry.Registry[Term] = registry.Registry("loss term")

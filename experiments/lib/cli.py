@@ -19,6 +19,7 @@ anything trains), and then:
 
 from __future__ import annotations
 
+import abc
 import argparse
 import time
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from experiments.lib.sweeps import Point, Sweep
 LAUNCHERS = ("local", "jobs")
 
 
-class Study:
+class Study(abc.ABC):
   """A named sweep. Subclasses set `module` (what the jobs file runs) and the presets, and
   override `points`; `report` writes the study's files from the finished runs."""
 
@@ -44,11 +45,12 @@ class Study:
   def __init__(self, description: str):
     self.description = description
 
-  def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+  def add_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027 (optional hook)
     """The study's own flags."""
 
+  @abc.abstractmethod
   def points(self, args: argparse.Namespace) -> list[Point]:
-    raise NotImplementedError
+    """The study's grid points."""
 
   def baseline(self, args: argparse.Namespace, points: Sequence[Point]) -> str:
     """The point the others are tested against: `--baseline` where the study has it, else the
@@ -59,14 +61,14 @@ class Study:
     """Overrides of every run on top of the preset's (none by default)."""
     return {}
 
-  def check(self, sweep: Sweep, args: argparse.Namespace) -> None:
+  def check(self, sweep: Sweep, args: argparse.Namespace) -> None:  # noqa: B027 (optional hook)
     """Raises ValueError where the study cannot run on `sweep` (its configs resolve)."""
 
+  @abc.abstractmethod
   def report(
     self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float
   ) -> dict[str, Any]:
     """Writes the study's files from the finished runs; returns its JSON record."""
-    raise NotImplementedError
 
 
 class PresetStudy(Study):
