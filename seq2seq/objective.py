@@ -169,7 +169,6 @@ def agreement_bonus(
 class DirectionPass:
   """One translation direction's teacher-forced pass: what the terms read."""
 
-  model: models.Seq2Seq
   batch: dict[str, jax.Array]  # The direction's batch (an agreement run's reverse is swapped).
   logits: jax.Array  # [B, T, V] float32.
   aux: dict[str, jax.Array]  # "alpha" [B, T, S], "fertility" [B, S] and the structure's per-step
@@ -400,7 +399,7 @@ def direction_pass(model, batch, rng, needs: frozenset[str]) -> DirectionPass:
   else:
     logits = model(*args, dropout_rng=rng)
   tokens = jnp.sum(batch["tgt_mask"].astype(jnp.float32))
-  return DirectionPass(model, batch, logits, aux, tokens)
+  return DirectionPass(batch, logits, aux, tokens)
 
 
 def loss_fn(
