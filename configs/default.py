@@ -23,29 +23,17 @@ def get_config() -> ml_collections.ConfigDict:
   m.dec_hidden = 1000  # Decoder GRU units (paper: 1000).
   m.attn_dim = 1000  # Hidden size of the additive alignment model (paper: 1000).
   m.maxout_dim = 500  # Units after maxout over pairs in the deep output (paper: 500).
-  m.score = "additive"  # Alignment model: additive, dot, general, scaled, cosine, location.
-  m.cosine_sharpness = 10.0  # Initial sharpness (beta) of the cosine score; learned.
-  m.max_src_len = 100  # Longest source the `location` score can address (its output size).
-  # Alignment features of the additive score (Tu et al. 2016, Cohn et al. 2016); all off.
-  m.coverage = False  # Running sum of past attention per source word enters the score.
-  m.fertility = False  # Divide that coverage by a learned fertility N_j (needs coverage).
-  m.fertility_max = 2.0  # N in N_j = N * sigmoid(U_f h_j).
-  m.prev_attention_filters = 0  # Filters over the previous step's attention (0: off).
-  m.prev_attention_width = 5  # Width (odd) of those filters.
+  # Components are named by specs, NAME or NAME(setting=value, ...): each registered component
+  # owns its settings and their defaults (seq2seq/registry.py). `python -m seq2seq.settings`
+  # lists every component with its settings.
+  m.score = "additive"  # Alignment model (seq2seq/scores.py), e.g. "dot", "cosine(sharpness=5)".
+  # Where attention may look (seq2seq/structures.py); "soft" is the paper's global attention.
+  m.attention = "soft"  # E.g. "local_p(window=10)", "multihead(heads=4)", "hard".
+  # Alignment features of the additive score (seq2seq/features.py), "+"-joined; "" is none.
+  m.features = ""  # E.g. "coverage(fertility=true)+prev_attention(filters=8)".
   # Time steps per loop iteration of the encoder's and the teacher-forced decoder's lax.scan
   # (the same results; fewer, larger loop bodies for XLA to schedule). Decoding is unaffected.
   m.scan_unroll = 1
-  # Where attention may look (seq2seq/structures.py); "soft" is the paper's global attention.
-  m.attention = "soft"  # soft, local_m, local_p, monotonic, conv, multihead or hard.
-  m.local_window = 10  # D of local_m / local_p: the window is p_i - D .. p_i + D (Luong: 10).
-  m.monotonic_bias_init = 0.0  # Initial r in p_ij = sigmoid(e_ij + r) (0: one word on per step).
-  m.monotonic_noise = 1.0  # Std of the noise added to monotonic energies in training (0: none).
-  # Decoding scores this many positions from the last attended one first (all only when no
-  # sentence stops there; the same choice, cheaper on long sources); 0: always all positions.
-  m.monotonic_lookahead = 8
-  m.conv_filters = 32  # Feature maps of the convolutional attention's convolutions.
-  m.conv_width = 3  # Width (odd) of those convolutions.
-  m.num_heads = 4  # Heads of the multihead attention (must divide attn_dim).
   m.dropout = 0.0  # Dropout on embeddings and the deep-output layer (paper: none).
   m.dtype = "float32"  # Compute dtype: "float32" or "bfloat16" (parameters stay float32).
   m.init = "paper"  # "paper": orthogonal recurrent, N(0, 0.001^2) W_a/U_a, 0 v_a/biases, else N(0, 0.01^2).
@@ -102,14 +90,10 @@ def get_config() -> ml_collections.ConfigDict:
   # The summed loss divided by the batch's target "tokens", or by its "sentences" (GroundHog's
   # cost: summed over a sentence's words, mean over sentences; the paper's configs use it).
   t.loss_normalization = "tokens"
-  t.fertility_weight = 0.0  # Weight of the fertility penalty sum_j (sum_i alpha_ij - N_j)^2.
-  t.attention_supervision = 0.0  # Weight of the loss between attention and gold alignments.
-  t.attention_supervision_loss = "ce"  # "ce" (cross-entropy, default) or "mse".
-  # Hard attention (model.attention="hard") is trained with REINFORCE (Xu et al. 2015).
-  t.reinforce_weight = 1.0  # lambda_r: weight of the score-function (REINFORCE) term.
-  t.entropy_weight = 0.01  # lambda_e: weight of the attention-entropy bonus.
-  t.baseline_decay = 0.9  # The reward baseline b <- decay * b + (1 - decay) * mean reward.
-  t.agreement_weight = 1.0  # Agreement: weight of the bonus sum A_fwd[t,s] A_rev[s,t] (0: none).
+  # Terms added to the cross-entropy (seq2seq/objective.py), "+"-joined specs; "" is none. The
+  # model implies some (REINFORCE for hard attention, the bonus of agreement runs): list those
+  # only to change their settings.
+  t.loss_terms = ""  # E.g. "fertility(weight=0.1)", "supervision(weight=1.0, loss=mse)".
   t.num_steps = 10_000  # Updates to run.
   t.max_minutes = (
     0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.

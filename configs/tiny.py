@@ -12,7 +12,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.dec_hidden = 32  # = 2 * enc_hidden, so dot/scaled/cosine scores apply as they are.
   c.model.attn_dim = 16
   c.model.maxout_dim = 16
-  c.model.max_src_len = 40
   c.data.src_vocab_size = 200
   c.data.tgt_vocab_size = 200
   c.data.max_len = 20

@@ -11,12 +11,12 @@ Variants (`VARIANTS`; each a set of config overrides on the preset's RNNsearch, 
 * `additive`: plain RNNsearch, the baseline every other variant is tested against.
 * `coverage`: the running sum of past attention enters the score (Tu et al. 2016).
 * `coverage+fertility`: that coverage divided by a learned fertility N_j.
-* `prev-attention`: `PREV_FILTERS` filters of width 5 over the previous step's attention
+* `prev-attention`: `PREV` (8 filters of width 5) over the previous step's attention
   (Cohn et al. 2016; Chorowski et al. 2015).
-* `fertility-penalty`: the loss sum_j (sum_i alpha_ij - 1)^2 with weight `FERTILITY_WEIGHT`.
-* `supervised`: cross-entropy against the gold links, weight `SUPERVISION_WEIGHT`;
-  `supervised-0.1` a tenth of that weight; `supervised-mse` squared error, weight
-  `SUPERVISION_WEIGHT` (at the cpu preset the full cross-entropy weight throws decoding into
+* `fertility-penalty`: the loss sum_j (sum_i alpha_ij - 1)^2, weight 0.1 (`FERTILITY`).
+* `supervised`: cross-entropy against the gold links, weight 1 (`SUPERVISED`);
+  `supervised-0.1` a tenth of that weight; `supervised-mse` squared error, weight 1
+  (at the cpu preset the full cross-entropy weight throws decoding into
   repetition loops, see experiments/results/alignment/README.md).
 * `agreement`: source->target and target->source models trained jointly with the trace bonus
   (weight 1; Cohn et al. 2016); evaluated with its forward model.
@@ -86,37 +86,28 @@ BASELINE = "additive"
 LONG = input_pipeline.LONG_TEST
 SPLITS = ("test", LONG)
 
-FERTILITY_WEIGHT = 0.1  # train.fertility_weight of the penalty variants.
-SUPERVISION_WEIGHT = 1.0  # train.attention_supervision of `supervised`.
-PREV_FILTERS = 8  # model.prev_attention_filters of the previous-attention variants.
+FERTILITY = "fertility(weight=0.1)"  # The penalty variants' loss term.
+SUPERVISED = "supervision(weight=1.0)"  # `supervised`'s loss term.
+PREV = "prev_attention(filters=8)"  # The previous-attention variants' feature.
 GNMT_BETA = 0.2  # decode.coverage_penalty of `gnmt-beam` (Wu et al. 2016 use 0.2).
 
 LONG_WORDS = {"smoke": (12, 18), "cpu": (40, 80)}  # Source words of the long split, per preset.
 
 VARIANTS = (
   Point(BASELINE, {}),
-  Point("coverage", {"model.coverage": True}),
-  Point("coverage+fertility", {"model.coverage": True, "model.fertility": True}),
-  Point("prev-attention", {"model.prev_attention_filters": PREV_FILTERS}),
-  Point("fertility-penalty", {"train.fertility_weight": FERTILITY_WEIGHT}),
-  Point("supervised", {"train.attention_supervision": SUPERVISION_WEIGHT}),
-  Point("supervised-0.1", {"train.attention_supervision": SUPERVISION_WEIGHT / 10}),
-  Point(
-    "supervised-mse",
-    {
-      "train.attention_supervision": SUPERVISION_WEIGHT,
-      "train.attention_supervision_loss": "mse",
-    },
-  ),
+  Point("coverage", {"model.features": "coverage"}),
+  Point("coverage+fertility", {"model.features": "coverage(fertility=true)"}),
+  Point("prev-attention", {"model.features": PREV}),
+  Point("fertility-penalty", {"train.loss_terms": FERTILITY}),
+  Point("supervised", {"train.loss_terms": SUPERVISED}),
+  Point("supervised-0.1", {"train.loss_terms": "supervision(weight=0.1)"}),
+  Point("supervised-mse", {"train.loss_terms": "supervision(weight=1.0, loss=mse)"}),
   Point("agreement", {"model.name": "agreement"}),
   Point(
     "coverage+fertility+penalty",
-    {"model.coverage": True, "model.fertility": True, "train.fertility_weight": FERTILITY_WEIGHT},
+    {"model.features": "coverage(fertility=true)", "train.loss_terms": FERTILITY},
   ),
-  Point(
-    "coverage+prev-attention",
-    {"model.coverage": True, "model.prev_attention_filters": PREV_FILTERS},
-  ),
+  Point("coverage+prev-attention", {"model.features": f"coverage+{PREV}"}),
   Point("gnmt-beam", {"decode.coverage_penalty": GNMT_BETA}, decode_from=BASELINE),
 )
 VARIANT_NAMES = tuple(v.name for v in VARIANTS)

@@ -65,7 +65,7 @@ from configs import tiny as tiny_config
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT, apply_overrides, parse_sets
 from experiments.lib.timing import median_seconds, timed_calls
-from seq2seq import objective, steps
+from seq2seq import objective, scores, steps
 from seq2seq import runtime as rt
 
 PRESETS = ("bench", "paper", "tiny")
@@ -145,17 +145,18 @@ def forward_flops_per_token(
   decoder_gru = 2 * e * 3 * dd + 2 * h * 3 * dd + 2 * dd * 3 * dd
   keys, attention = 0.0, 0.0
   if m.name == "rnnsearch":
+    score = scores.spec(m.score)
     context = s * 2 * h  # c_i = sum_j alpha_ij h_j.
-    if m.score == "additive":  # U_a h_j once; W_a s_{i-1}, then v_a at every position.
+    if score.name == "additive":  # U_a h_j once; W_a s_{i-1}, then v_a at every position.
       keys, attention = per_src * 2 * h * a, 2 * dd * a + s * 2 * a + context
-    elif m.score == "general":  # W h_j once; s^T (W h_j) at every position.
+    elif score.name == "general":  # W h_j once; s^T (W h_j) at every position.
       keys, attention = per_src * 2 * h * dd, s * 2 * dd + context
-    elif m.score in ("dot", "scaled", "cosine"):
+    elif score.name in ("dot", "scaled", "cosine"):
       attention = s * 2 * h + context
-    elif m.score == "location":
-      attention = 2 * dd * m.max_src_len + context
+    elif score.name == "location":
+      attention = 2 * dd * score.settings.max_len + context
     else:
-      raise ValueError(f"no FLOP count for score {m.score!r}")
+      raise ValueError(f"no FLOP count for score {str(score)!r}")
   deep_output = 2 * (dd + e + h) * 2 * mo  # U_o s + V_o E y + C_o c, each to 2M before maxout.
   output_layer = 2 * mo * v
   parts = {

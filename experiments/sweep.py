@@ -1,15 +1,17 @@
 """Sweeps any config over a grid of fields and seeds, and compares the points.
 
     python -m experiments.sweep --config=configs/demo.py --out runs/my-sweep \
-        --grid model.score=additive,dot,general --grid model.coverage=false,true \
+        --grid model.score=additive,dot,general --grid model.features=none,coverage \
         --seeds 0,1,2 [--set train.num_steps=2000 ...] [--baseline POINT]
         [--training together|sequential] [--launcher local|jobs] [--only POINT,...]
         [--collect] [--bootstrap-samples 1000] [--compilation-cache DIR]
 
 The points are the cross product of the `--grid KEY=V1,V2,...` values (each read as the type of
 the config field it sets; an unknown field fails at once), named from them
-(`score=dot+coverage=true`); every point runs once per seed, each run an ordinary resumable
-workdir OUT/runs/POINT/seed_S that `main.py` could train alone (its command is in sweep.json).
+(`score=dot+features=coverage`); a value may be a spec with settings, its commas inside the
+parentheses (`--grid "model.attention=soft,local_p(window=5),multihead(heads=2)"`). Every point
+runs once per seed, each run an ordinary resumable workdir OUT/runs/POINT/seed_S that `main.py`
+could train alone (its command is in sweep.json).
 `--config` is any config file with its argument (`configs/rnnsearch.py:maxlen=50`); `--set`
 applies to every run and wins over the grid. Runs share one corpus in OUT/data unless the
 config sets `data.cache_dir`.

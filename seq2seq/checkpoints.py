@@ -2,7 +2,9 @@
 
 A workdir belongs to one run: `config.json` holds its resolved config. Resuming with a config
 that differs only in fields that do not change the model, the data or the optimisation (see
-`RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields.
+`RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields. Specs are compared
+canonically, and a config saved before components owned their settings is upgraded first
+(`settings.upgrade`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
+
+from seq2seq import settings
 
 # Fields that may change between runs on the same workdir.
 RESUMABLE_FIELDS = (
@@ -29,7 +33,6 @@ RESUMABLE_FIELDS = (
   "train.nonfinite",
   "train.inject_nonfinite_step",  # Removed (a test hook); old workdirs' config.json has it.
   "model.direction",
-  "model.monotonic_lookahead",  # Decoding's speed only (the same choices).
   "model.scan_unroll",  # Speed only (the same function).
   "data.long_test_",
 )
@@ -59,7 +62,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """Dotted names of fields that differ between two config dicts and may not change on resume."""
-  a, b = {**ADDED_FIELDS, **flatten(old)}, flatten(new)
+  a = {**ADDED_FIELDS, **flatten(settings.upgrade(old))}
+  b = flatten(settings.canonical(new))
   names = sorted(set(a) | set(b))
   changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]
   return [n for n in changed if not any(n.startswith(f) for f in RESUMABLE_FIELDS)]

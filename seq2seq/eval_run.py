@@ -13,7 +13,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from seq2seq import checkpoints, evaluate, input_pipeline, models, steps
+from seq2seq import checkpoints, evaluate, input_pipeline, models, settings, steps
 from seq2seq import runtime as rt
 
 
@@ -59,7 +59,7 @@ def restore_for_eval(
   raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
 
 
-DIRECTIONS = ("forward", "reverse")
+DIRECTIONS = settings.DIRECTIONS
 
 
 def direction_state(state: steps.TrainState, direction: str) -> steps.TrainState:
@@ -88,6 +88,7 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   its `model.direction` model: the forward one as any RNNsearch, the reverse one on the corpus
   read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}.
   """
+  settings.validate(config)
   workdir = Path(workdir)
   runtime = runtime or rt.Runtime()
   data = data or rt.load_data(config, workdir)

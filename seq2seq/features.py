@@ -6,26 +6,28 @@ Chorowski et al. 2015):
 
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + sum_f key_f(state_f)_j)
 
-A feature is an `nnx.Module` registered by name with four methods, which the decoder calls for
-every configured feature in registration order:
+`model.features` lists the features of a run as "+"-joined specs with their own settings
+(`seq2seq.registry`), e.g. "coverage(fertility=true)+prev_attention(filters=8)"; "" is none.
+A feature is an `nnx.Module` registered by name, its settings a nested frozen dataclass
+`Settings`, with four methods, which the decoder calls for every configured feature in
+registration order:
 
 * `prepare(annotations_BSH)`: what it computes once per sentence (e.g. the learned fertility);
 * `init_state(mask_BS)`: its state before the first step [B, S];
 * `keys(state_BS, prepared)`: its contribution to the step's keys [B, S, A];
 * `update(state_BS, alpha_BS)`: its state after a step with attention alpha.
 
-`enabled(cfg)` says from the `config.model` section whether the feature is on. All are off by
-default; a model without features is exactly the paper's.
+All are off by default; a model without features is exactly the paper's.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 
 from seq2seq import layers, registry
@@ -35,11 +37,7 @@ class Feature(nnx.Module, abc.ABC):
   """The protocol of an alignment feature (see the module docstring)."""
 
   name: ClassVar[str]
-
-  @classmethod
-  @abc.abstractmethod
-  def enabled(cls, cfg: ml_collections.ConfigDict) -> bool:
-    """Whether `cfg` (a `config.model` section) turns the feature on."""
+  Settings: ClassVar[type] = registry.NoSettings  # The feature's own settings.
 
   def prepare(self, annotations_BSH: jax.Array) -> Any:
     return None
@@ -56,40 +54,51 @@ class Feature(nnx.Module, abc.ABC):
     """Its state after a step whose attention is alpha [B, S]."""
 
 
-_REGISTRY: registry.Registry[Feature] = registry.Registry("alignment feature")
-register = _REGISTRY.register  # Class decorator: @register("name") on a Feature subclass.
-names = _REGISTRY.names  # The registered features, in registration order (the order of keys).
-get = _REGISTRY.get  # The feature class registered under a name.
+REGISTRY: registry.Registry[Feature] = registry.Registry(
+  "alignment feature", field="model.features"
+)
+register = REGISTRY.register  # Class decorator: @register("name") on a Feature subclass.
+names = REGISTRY.names  # The registered features, in registration order (the order of keys).
+get = REGISTRY.get  # The feature class registered under a name.
 
 
-def enabled_names(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
-  """The features `cfg` (a `config.model` section) turns on, in registration order."""
-  return tuple(name for name in names() if get(name).enabled(cfg))
+def specs(text: str) -> tuple[registry.Spec, ...]:
+  """The features a `model.features` string turns on, in registration order."""
+  order = {name: i for i, name in enumerate(names())}
+  return tuple(sorted(REGISTRY.specs(text), key=lambda s: order[s.name]))
+
+
+def make_feature(spec: registry.Spec, cfg: Any, annot_dim: int, *, rngs: nnx.Rngs) -> Feature:
+  """Builds feature `spec` for annotations of size H; `cfg`: the model's shared settings."""
+  return get(spec.name)(cfg, annot_dim, spec.settings, rngs=rngs)
 
 
 @register("coverage")
 class Coverage(Feature):
-  """The running sum of past attention, cov_{i-1,j} = sum_{k<i} alpha_kj (`model.coverage`),
-  divided by a fertility N_j: 1, or learned N_j = `model.fertility_max` * sigmoid(U_f h_j)
-  (`model.fertility`). Keys: V_c cov_{i-1,j} / N_j."""
+  """The running sum of past attention, cov_{i-1,j} = sum_{k<i} alpha_kj (Tu et al.), divided
+  by a fertility N_j: 1, or with `fertility=true` a learned N_j = `fertility_max` *
+  sigmoid(U_f h_j). Keys: V_c cov_{i-1,j} / N_j."""
 
-  def __init__(self, cfg: ml_collections.ConfigDict, annot_dim: int, *, rngs: nnx.Rngs):
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    fertility: bool = False  # Divide the coverage by a learned fertility N_j.
+    fertility_max: float = 2.0  # N in N_j = N * sigmoid(U_f h_j).
+
+    def __post_init__(self):
+      if self.fertility_max <= 0:
+        raise ValueError(f"fertility_max must be positive, got {self.fertility_max}")
+
+  def __init__(self, cfg: Any, annot_dim: int, settings: Settings, *, rngs: nnx.Rngs):
     self.cov_proj = layers.dense(1, cfg.attn_dim, cfg, rngs=rngs, role="attention")
-    self.fertility_max = float(cfg.fertility_max)
+    self.fertility_max = float(settings.fertility_max)
     self.fert_proj = (
       layers.dense(annot_dim, 1, cfg, rngs=rngs, role="attention", use_bias=True)
-      if cfg.fertility
+      if settings.fertility
       else None
     )
 
-  @classmethod
-  def enabled(cls, cfg):
-    if cfg.fertility and not cfg.coverage:
-      raise ValueError("model.fertility divides the coverage: set model.coverage=true too")
-    return bool(cfg.coverage)
-
   def prepare(self, annotations_BSH):
-    """The fertility N_j [B, S] (ones without `model.fertility`)."""
+    """The fertility N_j [B, S] (ones without `fertility`)."""
     if self.fert_proj is None:
       return jnp.ones(annotations_BSH.shape[:2], jnp.float32)
     gate = jax.nn.sigmoid(self.fert_proj(annotations_BSH).astype(jnp.float32)[..., 0])
@@ -104,21 +113,25 @@ class Coverage(Feature):
 
 @register("prev_attention")
 class PreviousAttention(Feature):
-  """`model.prev_attention_filters` filters of width `model.prev_attention_width` (odd) over the
-  previous step's attention (Chorowski et al.'s location-aware features).
-  Keys: V_p conv(alpha_{i-1})_j."""
+  """`filters` filters of width `width` (odd) over the previous step's attention (Chorowski et
+  al.'s location-aware features). Keys: V_p conv(alpha_{i-1})_j."""
 
-  def __init__(self, cfg: ml_collections.ConfigDict, annot_dim: int, *, rngs: nnx.Rngs):
-    self.width = int(cfg.prev_attention_width)
-    if self.width < 1 or self.width % 2 == 0:
-      raise ValueError(f"model.prev_attention_width must be odd, got {self.width}")
-    filters = int(cfg.prev_attention_filters)
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    filters: int = 8  # Filters over the previous step's attention.
+    width: int = 5  # Their width (odd).
+
+    def __post_init__(self):
+      if self.width < 1 or self.width % 2 == 0:
+        raise ValueError(f"width must be odd, got {self.width}")
+      if self.filters < 1:
+        raise ValueError(f"filters must be positive, got {self.filters}")
+
+  def __init__(self, cfg: Any, annot_dim: int, settings: Settings, *, rngs: nnx.Rngs):
+    self.width = int(settings.width)
+    filters = int(settings.filters)
     self.prev_conv = layers.dense(self.width, filters, cfg, rngs=rngs, role="attention")
     self.prev_proj = layers.dense(filters, cfg.attn_dim, cfg, rngs=rngs, role="attention")
-
-  @classmethod
-  def enabled(cls, cfg):
-    return cfg.prev_attention_filters > 0
 
   def keys(self, prev_alpha_BS, prepared):
     half = self.width // 2

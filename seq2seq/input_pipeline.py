@@ -85,7 +85,7 @@ class Split:
   line: np.ndarray  # [N] int64: 0-based line of the pair in the corpus files (local text keeps
   # the original numbering across skipped lines; otherwise equal to the index).
   align: Ragged | None = None  # Gold links per pair, flattened (s0, t0, s1, t1, ...): loaded
-  # for the training split when attention is supervised (`train.attention_supervision` > 0).
+  # for the training split when attention is supervised (`train.loss_terms="supervision"`).
 
   def __len__(self) -> int:
     return len(self.src)
@@ -220,12 +220,10 @@ def load_alignments(
   Positions index the tokens of the configured word tokenizer.
   """
   d = config.data
-  if d.tokenizer != "word":
-    raise ValueError("train.attention_supervision needs data.tokenizer=word (links index words)")
   if d.corpus == "local":
     if not d.local.align:
       raise ValueError(
-        "train.attention_supervision on local text needs data.local.align: the suffix of the "
+        "the supervision loss term on local text needs data.local.align: the suffix of the "
         "alignment file DIR/PREFIX.SUFFIX (one 'i-j ...' line per sentence pair)"
       )
     path = Path(d.local.dir) / f"{d.local.train}.{d.local.align}"
@@ -238,7 +236,7 @@ def load_alignments(
   elif all(ex.align is not None for ex in examples):
     texts = [(ex.align, f"{d.corpus} train pair {i}") for i, ex in enumerate(examples)]
   else:
-    raise ValueError(f"the {d.corpus} corpus has no alignments for train.attention_supervision")
+    raise ValueError(f"the {d.corpus} corpus has no alignments for the supervision loss term")
   src_len, tgt_len = split.src_lengths, split.tgt_lengths
   return Ragged.from_lists(
     [parse_links(text, src_len[i], tgt_len[i], where) for i, (text, where) in enumerate(texts)]

@@ -18,11 +18,15 @@ Chorowski et al. 2015), all off by default, enter the additive score through its
 
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + V_c cov_{i-1,j} / N_j + V_p conv(alpha_{i-1})_j)
 
-with cov_{i-1,j} = sum_{k<i} alpha_kj carried in the decoder state (`model.coverage`), the
-learned fertility N_j = `model.fertility_max` * sigmoid(U_f h_j) (`model.fertility`, else
-N_j = 1), and `model.prev_attention_filters` filters of width `model.prev_attention_width`
-over the previous step's attention (`model.prev_attention_filters` > 0). Each is a registered
-module the decoder step loops over (prepare once per sentence, initial state, keys, update).
+with cov_{i-1,j} = sum_{k<i} alpha_kj carried in the decoder state (`model.features="coverage"`),
+the learned fertility N_j = N * sigmoid(U_f h_j) (`coverage(fertility=true)`, else N_j = 1), and
+filters over the previous step's attention (`prev_attention(filters=8, width=5)`). Each is a
+registered module the decoder step loops over (prepare once per sentence, initial state, keys,
+update).
+
+Settings: the `config.model` section becomes a typed `ModelSettings` once, at `build_model`
+(its score, structure and features parsed into `registry.Spec`s, the cross-field rules checked
+there); modules below receive it (`cfg`) and their own component's settings.
 
 Where attention may look (`model.attention`: soft, local_m, local_p, monotonic, conv, multihead,
 hard) is a `seq2seq.structures` module between the score and the context: `_context` hands it
@@ -49,6 +53,7 @@ built from the same pieces.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
@@ -56,7 +61,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import features, layers, scores, structures
+from seq2seq import features, layers, registry, scores, structures
 
 
 class DecoderState(NamedTuple):
@@ -75,7 +80,9 @@ class Encoded(NamedTuple):
   mask: jax.Array  # [B, S] 1 for real tokens.
   init_state: DecoderState  # s_0 = tanh(W_s bwd h_1) and the features' initial states.
   fixed_context: jax.Array  # [B, H] the RNNencdec context (also computed for RNNsearch).
-  fertility: jax.Array  # [B, S] N_j dividing the coverage (ones without `model.fertility`).
+  fertility: (
+    jax.Array
+  )  # [B, S] N_j dividing the coverage (ones without `coverage(fertility=true)`).
   prepared: dict[str, Any] | None = None  # What each feature computed once per sentence.
 
 
@@ -86,7 +93,7 @@ class BiGRUEncoder(nnx.Module):
   def __init__(
     self,
     vocab_size: int,
-    cfg: ml_collections.ConfigDict,
+    cfg: ModelSettings,
     *,
     rngs: nnx.Rngs,
     bidirectional: bool = True,
@@ -145,17 +152,10 @@ class Seq2Seq(nnx.Module):
   uses_attention = True
   bidirectional = True
 
-  def __init__(self, cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs):
+  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs):
     # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
-    structure = structures.get(cfg.attention)
-    if not self.uses_attention and cfg.attention != "soft":
-      raise ValueError(f"model.attention={cfg.attention!r} needs model.name=rnnsearch")
-    if not structure.uses_score and cfg.score != "additive":
-      raise ValueError(
-        f"model.attention={cfg.attention!r} scores with its own parameters; leave model.score "
-        f"at 'additive' (got {cfg.score!r})"
-      )
+    structure = structures.get(cfg.attention.name)
     self.dropout_rate = cfg.dropout
     self.scan_unroll = int(cfg.scan_unroll)  # Steps per iteration of the training scans.
     self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=self.bidirectional)
@@ -175,20 +175,10 @@ class Seq2Seq(nnx.Module):
         cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs
       )
     # Alignment features (seq2seq/features.py), built in registration order.
-    self.feature_names = features.enabled_names(cfg)
-    if self.feature_names and not (self.uses_attention and cfg.score == "additive"):
-      raise ValueError(
-        "model.coverage and model.prev_attention_filters extend the additive score: set "
-        f"model.score=additive and model.name=rnnsearch|agreement (got {cfg.score!r}, {cfg.name!r})"
-      )
-    if self.feature_names and not structure.uses_score:
-      raise ValueError(
-        f"model.attention={cfg.attention!r} has its own score: the alignment features "
-        "(model.coverage, model.prev_attention_filters) need one that uses model.score"
-      )
+    self.feature_names = tuple(spec.name for spec in cfg.features)
     if self.feature_names:
       self.features = nnx.Dict(
-        {name: features.get(name)(cfg, annot, rngs=rngs) for name in self.feature_names}
+        {spec.name: features.make_feature(spec, cfg, annot, rngs=rngs) for spec in cfg.features}
       )
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
@@ -346,12 +336,7 @@ class Agreement(nnx.Module):
 
   samples_attention = False  # Hard attention's REINFORCE is not wired into the joint loss.
 
-  def __init__(self, cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs):
-    if structures.get(cfg.attention).sampled:
-      raise ValueError(
-        f"model.name=agreement trains with a differentiable attention; model.attention="
-        f"{cfg.attention!r} samples its positions (REINFORCE), which the joint loss lacks"
-      )
+  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs):
     self.forward = RNNsearch(cfg, src_vocab, tgt_vocab, rngs=rngs)
     self.reverse = RNNsearch(cfg, tgt_vocab, src_vocab, rngs=rngs)
 
@@ -377,10 +362,95 @@ MODELS: dict[str, type[nnx.Module]] = {
 ENCDEC_NAMES = tuple(name for name, cls in MODELS.items() if not cls.uses_attention)
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+  """The `config.model` section, typed (see configs/default.py for each field's meaning): the
+  score, structure and features as `registry.Spec`s. `from_config` checks every rule that
+  involves more than one component."""
+
+  name: str
+  direction: str
+  emb_dim: int
+  enc_hidden: int
+  dec_hidden: int
+  attn_dim: int
+  maxout_dim: int
+  score: registry.Spec
+  attention: registry.Spec
+  features: tuple[registry.Spec, ...]
+  scan_unroll: int
+  dropout: float
+  dtype: str
+  init: str
+
+  @classmethod
+  def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
+    """The typed settings of a `config.model` section (itself if it is typed already)."""
+    if isinstance(model, ModelSettings):
+      return model
+    given = dict(model.items())
+    fields = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+      raise ValueError(
+        f"unknown model setting(s) {', '.join(unknown)}; valid: {', '.join(fields)} "
+        "(a score's, structure's or feature's own settings go in its spec, e.g. "
+        "model.attention='local_p(window=10)'; `python -m seq2seq.settings --upgrade "
+        "CONFIG_JSON` rewrites a saved config)"
+      )
+    missing = sorted(set(fields) - set(given))
+    if missing:
+      raise ValueError(f"model settings missing: {', '.join(missing)}")
+    typed = cls(
+      **{
+        **given,
+        "score": scores.spec(given["score"]),
+        "attention": structures.spec(given["attention"]),
+        "features": features.specs(given["features"]),
+      }
+    )
+    typed.check()
+    return typed
+
+  def check(self) -> None:
+    """The rules across components (each component checks its own settings when parsed)."""
+    if self.name not in MODELS:
+      raise ValueError(f"unknown model {self.name!r}; valid: {', '.join(sorted(MODELS))}")
+    structure = structures.get(self.attention.name)
+    attention = str(self.attention)
+    if not MODELS[self.name].uses_attention and self.attention.name != "soft":
+      raise ValueError(f"model.attention={attention!r} needs model.name=rnnsearch")
+    if not structure.uses_score and self.score.name != "additive":
+      raise ValueError(
+        f"model.attention={attention!r} scores with its own parameters; leave model.score "
+        f"at 'additive' (got {str(self.score)!r})"
+      )
+    if self.features and not (MODELS[self.name].uses_attention and self.score.name == "additive"):
+      raise ValueError(
+        f"model.features={self.feature_spec!r} extend the additive score: set "
+        f"model.score=additive and model.name=rnnsearch|agreement (got {str(self.score)!r}, "
+        f"{self.name!r})"
+      )
+    if self.features and not structure.uses_score:
+      raise ValueError(
+        f"model.attention={attention!r} has its own score: model.features need one that uses "
+        "model.score"
+      )
+    if self.name == "agreement" and structure.sampled:
+      raise ValueError(
+        f"model.name=agreement trains with a differentiable attention; model.attention="
+        f"{attention!r} samples its positions (REINFORCE), which the joint loss lacks"
+      )
+
+  @property
+  def feature_spec(self) -> str:
+    """The canonical `model.features` string."""
+    return "+".join(str(spec) for spec in self.features)
+
+
 def build_model(
-  cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int, *, rngs: nnx.Rngs
+  cfg: ml_collections.ConfigDict | ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs: nnx.Rngs
 ) -> Seq2Seq | Agreement:
-  """The model named by `cfg.name` (a `config.model` section)."""
-  if cfg.name not in MODELS:
-    raise ValueError(f"unknown model {cfg.name!r}; valid: {', '.join(sorted(MODELS))}")
-  return MODELS[cfg.name](cfg, src_vocab, tgt_vocab, rngs=rngs)
+  """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`)."""
+  settings = ModelSettings.from_config(cfg)
+  return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -72,9 +72,7 @@ def attention_supervision_loss(
   "mse": sum_j (alpha_tj - g_tj)^2. Rows without links (unaligned words, padding) add nothing.
   """
   if kind not in SUPERVISION_LOSSES:
-    raise ValueError(
-      f"train.attention_supervision_loss={kind!r} is not one of {SUPERVISION_LOSSES}"
-    )
+    raise ValueError(f"supervision loss {kind!r} is not one of {SUPERVISION_LOSSES}")
   links_BT1 = jnp.sum(gold_BTS, axis=-1, keepdims=True)
   target = gold_BTS / jnp.maximum(links_BT1, 1.0)
   if kind == "ce":
@@ -190,14 +188,18 @@ class Term(abc.ABC):
 
   A term says which model outputs it reads beyond the logits (`needs`: keys of `DirectionPass.aux`),
   which batch keys it needs beyond the standard ones (`batch_keys`, built by the input pipeline),
-  and which metrics it reports (`metrics`), and builds itself from the config (`from_config`,
-  None when off). Called on one direction's pass it returns (value added to that direction's
-  summed objective, its metrics); a `joint` term is called once with every direction's pass
-  (agreement). A `penalty` term adds to the reported loss, which is then logged with the
-  cross-entropy per target token ("ce_loss") beside it.
+  and which metrics it reports (`metrics`). Its own settings are a frozen dataclass `Settings`,
+  given in `train.loss_terms` as a spec (`"fertility(weight=0.1)"`, `seq2seq.registry`). A run
+  has the terms listed there and those its model implies (`implied`: the cross-entropy always,
+  REINFORCE for sampled attention, the agreement bonus for agreement runs; listing an implied
+  term changes its settings). Called on one direction's pass it returns (value added to that
+  direction's summed objective, its metrics); a `joint` term is called once with every
+  direction's pass (agreement). A `penalty` term adds to the reported loss, which is then
+  logged with the cross-entropy per target token ("ce_loss") beside it.
   """
 
   name: ClassVar[str]
+  Settings: ClassVar[type] = registry.NoSettings
   needs: ClassVar[frozenset[str]] = frozenset()
   batch_keys: ClassVar[tuple[str, ...]] = ()
   metrics: ClassVar[tuple[str, ...]] = ()
@@ -205,9 +207,19 @@ class Term(abc.ABC):
   penalty: ClassVar[bool] = False
 
   @classmethod
-  @abc.abstractmethod
-  def from_config(cls, config: ml_collections.ConfigDict) -> Term | None:
-    """The term `config` asks for, or None when it is off."""
+  def implied(cls, config: ml_collections.ConfigDict) -> bool:
+    """Whether a run under `config` has this term without `train.loss_terms` naming it."""
+    return False
+
+  @classmethod  # noqa: B027 (an optional hook)
+  def check(cls, config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError (one line) when `train.loss_terms` names the term for a run it does
+    not apply to."""
+
+  @classmethod
+  def build(cls, settings: Any, config: ml_collections.ConfigDict) -> Term:
+    """The term with its settings (and whatever else of `config` it reads)."""
+    return cls(settings)
 
   @abc.abstractmethod
   def __call__(self, passes, ctx: StepContext) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -215,10 +227,17 @@ class Term(abc.ABC):
     of every direction's, {name: pass})."""
 
 
-_REGISTRY: registry.Registry[Term] = registry.Registry("loss term")
-register = _REGISTRY.register  # Class decorator: @register("name") on a Term subclass.
-names = _REGISTRY.names  # The registered terms, in registration order (the order of summing).
-get = _REGISTRY.get  # The term class registered under a name.
+REGISTRY: registry.Registry[Term] = registry.Registry("loss term", field="train.loss_terms")
+register = REGISTRY.register  # Class decorator: @register("name") on a Term subclass.
+names = REGISTRY.names  # The registered terms, in registration order (the order of summing).
+get = REGISTRY.get  # The term class registered under a name.
+
+
+def _require_attention(config: ml_collections.ConfigDict, term: str) -> None:
+  if config.model.name in models.ENCDEC_NAMES:
+    raise ValueError(
+      f"train.loss_terms: {term} reads the attention, which model.name={config.model.name} lacks"
+    )
 
 
 @register("cross_entropy")
@@ -229,7 +248,11 @@ class CrossEntropy(Term):
   label_smoothing: float = 0.0
 
   @classmethod
-  def from_config(cls, config):
+  def implied(cls, config):
+    return True
+
+  @classmethod
+  def build(cls, settings, config):
     return cls(config.train.label_smoothing)
 
   def __call__(self, p: DirectionPass, ctx):
@@ -242,66 +265,98 @@ class CrossEntropy(Term):
 @register("fertility")
 @dataclasses.dataclass(frozen=True)
 class Fertility(Term):
-  """`train.fertility_weight` x `fertility_loss` (Cohn et al. 2016)."""
+  """`weight` x `fertility_loss` (Cohn et al. 2016): N_j is the learned fertility with
+  `model.features="coverage(fertility=true)"`, else 1."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    weight: float = 0.1
 
   needs: ClassVar[frozenset[str]] = frozenset({"alpha", "fertility"})
   metrics: ClassVar[tuple[str, ...]] = ("fertility_loss",)
   penalty: ClassVar[bool] = True
-  weight: float = 0.0
+  settings: Settings = Settings()
 
   @classmethod
-  def from_config(cls, config):
-    weight = config.train.fertility_weight
-    return cls(weight) if weight > 0 else None
+  def check(cls, config):
+    _require_attention(config, "fertility")
 
   def __call__(self, p: DirectionPass, ctx):
     penalty = fertility_loss(
       p.aux["alpha"], p.aux["fertility"], p.batch["src_mask"], p.batch["tgt_mask"]
     )
-    return self.weight * penalty, {"fertility_loss": penalty / jnp.maximum(p.tokens, 1.0)}
+    return self.settings.weight * penalty, {"fertility_loss": penalty / jnp.maximum(p.tokens, 1.0)}
 
 
 @register("supervision")
 @dataclasses.dataclass(frozen=True)
 class Supervision(Term):
-  """`train.attention_supervision` x `attention_supervision_loss` against the gold links
-  `batch["align"]` [B, T, S] (of kind `train.attention_supervision_loss`)."""
+  """`weight` x `attention_supervision_loss` of kind `loss` against the gold links
+  `batch["align"]` [B, T, S] (`data.local.align` names them)."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    weight: float = 1.0
+    loss: str = "ce"  # "ce" (cross-entropy) or "mse" (`attention_supervision_loss`).
+
+    def __post_init__(self):
+      if self.loss not in SUPERVISION_LOSSES:
+        raise ValueError(f"loss={self.loss!r} is not one of {SUPERVISION_LOSSES}")
 
   needs: ClassVar[frozenset[str]] = frozenset({"alpha"})
   batch_keys: ClassVar[tuple[str, ...]] = ("align",)
   metrics: ClassVar[tuple[str, ...]] = ("supervision_loss",)
   penalty: ClassVar[bool] = True
-  weight: float = 0.0
-  kind: str = "ce"
+  settings: Settings = Settings()
 
   @classmethod
-  def from_config(cls, config):
-    weight = config.train.attention_supervision
-    return cls(weight, config.train.attention_supervision_loss) if weight > 0 else None
+  def check(cls, config):
+    _require_attention(config, "supervision")
+    if config.data.tokenizer != "word":
+      raise ValueError(
+        "train.loss_terms: supervision needs data.tokenizer=word (gold links index words)"
+      )
 
   def __call__(self, p: DirectionPass, ctx):
-    guided = attention_supervision_loss(p.aux["alpha"], p.batch["align"], self.kind)
-    return self.weight * guided, {"supervision_loss": guided / jnp.maximum(p.tokens, 1.0)}
+    guided = attention_supervision_loss(p.aux["alpha"], p.batch["align"], self.settings.loss)
+    return self.settings.weight * guided, {"supervision_loss": guided / jnp.maximum(p.tokens, 1.0)}
 
 
 @register("reinforce")
 @dataclasses.dataclass(frozen=True)
 class Reinforce(Term):
-  """Hard attention's score-function estimator (`reinforce_loss`, Xu et al. 2015), on for a
-  model whose attention samples its positions and given a key: each sentence's log-likelihood is
-  its reward, against the baseline (the batch's mean reward at the first step or without one).
-  It adds the estimator's gradient, not its value, so the loss stays comparable; its metric
-  "reward" (the batch's mean reward) moves the baseline."""
+  """Hard attention's score-function estimator (`reinforce_loss`, Xu et al. 2015), implied by a
+  model whose attention samples its positions, on when given a key: each sentence's
+  log-likelihood is its reward, against the baseline (the batch's mean reward at the first step
+  or without one). It adds the estimator's gradient, not its value, so the loss stays
+  comparable; its metric "reward" (the batch's mean reward) moves the baseline
+  b <- baseline_decay * b + (1 - baseline_decay) * reward (`steps.train_step`)."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    weight: float = 1.0  # lambda_r: weight of the score-function term.
+    entropy_weight: float = 0.01  # lambda_e: weight of the attention-entropy bonus.
+    baseline_decay: float = 0.9  # Of the reward baseline's moving average.
+
+    def __post_init__(self):
+      if not 0.0 <= self.baseline_decay < 1.0:
+        raise ValueError(f"baseline_decay must be in [0, 1), got {self.baseline_decay}")
 
   needs: ClassVar[frozenset[str]] = frozenset({"alpha", "sample_logp", "entropy"})
   metrics: ClassVar[tuple[str, ...]] = ("reward",)
-  weight: float = 1.0
-  entropy_weight: float = 0.01
+  settings: Settings = Settings()
 
   @classmethod
-  def from_config(cls, config):
-    sampled = config.model.name != "agreement" and structures.get(config.model.attention).sampled
-    return cls(config.train.reinforce_weight, config.train.entropy_weight) if sampled else None
+  def implied(cls, config):
+    return config.model.name != "agreement" and _sampled(config)
+
+  @classmethod
+  def check(cls, config):
+    if not cls.implied(config):
+      raise ValueError(
+        "train.loss_terms: reinforce trains attention that samples its positions "
+        f"(model.attention=hard), not model.attention={config.model.attention!r}"
+      )
 
   def __call__(self, p: DirectionPass, ctx):
     if ctx.rng is None:  # A deterministic pass samples nothing.
@@ -318,27 +373,44 @@ class Reinforce(Term):
       p.aux["sample_logp"],
       p.aux["entropy"],
       mask,
-      self.weight,
-      self.entropy_weight,
+      self.settings.weight,
+      self.settings.entropy_weight,
     )
     return surrogate - jax.lax.stop_gradient(surrogate), {"reward": mean_reward}
+
+
+def _sampled(config: ml_collections.ConfigDict) -> bool:
+  return config.model.name not in models.ENCDEC_NAMES and (
+    structures.get(structures.spec(config.model.attention).name).sampled
+  )
 
 
 @register("agreement")
 @dataclasses.dataclass(frozen=True)
 class AgreementBonus(Term):
-  """Agreement runs (Cohn et al. 2016): minus `train.agreement_weight` x `agreement_bonus` of
-  the forward and reverse attention; its metric "agreement" is the bonus per forward target
-  token (in [0, 1])."""
+  """Agreement runs (Cohn et al. 2016), implied by `model.name=agreement`: minus `weight` x
+  `agreement_bonus` of the forward and reverse attention; its metric "agreement" is the bonus
+  per forward target token (in [0, 1])."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    weight: float = 1.0  # 0: the two directions train side by side, unjoined.
 
   needs: ClassVar[frozenset[str]] = frozenset({"alpha"})
   metrics: ClassVar[tuple[str, ...]] = ("agreement",)
   joint: ClassVar[bool] = True
-  weight: float = 1.0
+  settings: Settings = Settings()
 
   @classmethod
-  def from_config(cls, config):
-    return cls(config.train.agreement_weight) if config.model.name == "agreement" else None
+  def implied(cls, config):
+    return config.model.name == "agreement"
+
+  @classmethod
+  def check(cls, config):
+    if not cls.implied(config):
+      raise ValueError(
+        "train.loss_terms: agreement joins the two directions of model.name=agreement"
+      )
 
   def __call__(self, passes, ctx):
     fwd, rev = passes["forward"], passes["reverse"]
@@ -346,7 +418,7 @@ class AgreementBonus(Term):
       fwd.aux["alpha"], rev.aux["alpha"], fwd.batch["src_mask"], fwd.batch["tgt_mask"]
     )
     agreement = bonus / jnp.maximum(fwd.tokens, 1.0)
-    return -self.weight * bonus, {"agreement": agreement}
+    return -self.settings.weight * bonus, {"agreement": agreement}
 
 
 # "tokens": the mean over the batch's target tokens. "sentences": summed over each sentence's
@@ -371,8 +443,20 @@ class Objective:
       )
     if normalization != "tokens" and config.model.name == "agreement":
       raise ValueError("model.name=agreement trains with train.loss_normalization='tokens'")
-    terms = (get(name).from_config(config) for name in names())
-    return cls(tuple(t for t in terms if t is not None), normalization)
+    listed = {spec.name: spec.settings for spec in REGISTRY.specs(config.train.loss_terms)}
+    terms = []
+    for name in names():
+      term = get(name)
+      if name in listed:
+        term.check(config)
+        terms.append(term.build(listed[name], config))
+      elif term.implied(config):
+        terms.append(term.build(term.Settings(), config))
+    return cls(tuple(terms), normalization)
+
+  def term(self, name: str) -> Term | None:
+    """The configured term registered as `name`, or None."""
+    return next((t for t in self.terms if t.name == name), None)
 
   @property
   def needs(self) -> frozenset[str]:

@@ -8,29 +8,39 @@ Every score function is an NNX module with two methods:
   decoder state s_{i-1}) against all S positions. `seq2seq.attention.attend` lifts it over the
   batch with `jax.vmap`.
 
-Register a new one with `@register("name")` on a `Score` subclass; `make_score(name, ...)` builds
-it and lists the valid names when the name is unknown.
+Register a new one with `@register("name")` on a `Score` subclass. Settings of its own go in a
+nested frozen dataclass `Settings` and are named in the spec, e.g.
+`model.score="cosine(sharpness=5)"` (`seq2seq.registry`); `make_score(spec, ...)` builds it and
+lists the valid names when the name is unknown.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 
 from seq2seq import layers, registry
 
-_REGISTRY: registry.Registry[Score] = registry.Registry("score function", sort=True)
-register = _REGISTRY.register  # Class decorator: @register("name") on a Score subclass.
-names = _REGISTRY.names  # The registered score names, sorted.
+REGISTRY: registry.Registry[Score] = registry.Registry(
+  "score function", field="model.score", sort=True
+)
+register = REGISTRY.register  # Class decorator: @register("name") on a Score subclass.
+names = REGISTRY.names  # The registered score names, sorted.
+get = REGISTRY.get  # The score class registered under a name.
+spec = REGISTRY.spec  # The Spec (name, typed settings) of a `model.score` string.
 
 
 def make_score(
-  name: str, query_dim: int, annot_dim: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs
+  score: str | registry.Spec, query_dim: int, annot_dim: int, cfg: Any, *, rngs: nnx.Rngs
 ) -> Score:
-  """Builds the score function `name` for queries of size D and annotations of size H."""
-  return _REGISTRY.get(name)(query_dim, annot_dim, cfg, rngs=rngs)
+  """Builds the score function `score` (a spec) for queries of size D and annotations of size H;
+  `cfg` holds the model's shared settings (`models.ModelSettings`)."""
+  parsed = spec(score)
+  return get(parsed.name)(query_dim, annot_dim, cfg, parsed.settings, rngs=rngs)
 
 
 class Score(nnx.Module):
@@ -38,6 +48,15 @@ class Score(nnx.Module):
 
   name = "base"
   positional = False  # Scores depend on absolute positions, not only on the keys given.
+  Settings = registry.NoSettings  # The score's own settings (a frozen dataclass).
+
+  def __init__(self, query_dim: int, annot_dim: int, cfg: Any, settings: Any, *, rngs: nnx.Rngs):
+    pass
+
+  @classmethod
+  def source_limit(cls, settings: Any) -> int | None:
+    """The most source positions (EOS included) it can score; None: no limit."""
+    return None
 
   def keys(self, annotations_BSH: jax.Array) -> jax.Array:
     return annotations_BSH
@@ -59,7 +78,7 @@ def _require_same_size(name: str, query_dim: int, annot_dim: int) -> None:
 class Additive(Score):
   """Bahdanau et al.: e_j = v_a^T tanh(W_a s + U_a h_j); U_a h_j is the precomputed key."""
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     self.w_a = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
     self.u_a = layers.dense(annot_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
     self.v_a = layers.dense(cfg.attn_dim, 1, cfg, rngs=rngs, role="zeros")
@@ -76,7 +95,7 @@ class Additive(Score):
 class Dot(Score):
   """Luong et al.: e_j = s^T h_j (requires dec_hidden == 2 * enc_hidden)."""
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     _require_same_size(self.name, query_dim, annot_dim)
     self.dtype = layers.compute_dtype(cfg)
 
@@ -96,7 +115,7 @@ class ScaledDot(Dot):
 class General(Score):
   """Luong et al.: e_j = s^T W h_j; W h_j is the precomputed key."""
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     self.w = layers.dense(annot_dim, query_dim, cfg, rngs=rngs, role="attention")
 
   def keys(self, annotations_BSH):
@@ -110,12 +129,16 @@ class General(Score):
 class Cosine(Score):
   """Graves et al.'s content-based addressing: e_j = beta * cos(s, h_j), beta learned.
 
-  The key is the unit-normalised annotation; beta starts at `model.cosine_sharpness`.
+  The key is the unit-normalised annotation; beta starts at `sharpness`.
   """
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    sharpness: float = 10.0  # Initial beta; learned.
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     _require_same_size(self.name, query_dim, annot_dim)
-    self.sharpness = nnx.Param(jnp.asarray(cfg.cosine_sharpness, jnp.float32))
+    self.sharpness = nnx.Param(jnp.asarray(settings.sharpness, jnp.float32))
 
   def keys(self, annotations_BSH):
     return _unit(annotations_BSH.astype(jnp.float32))
@@ -132,21 +155,33 @@ def _unit(x: jax.Array, eps: float = 1e-6) -> jax.Array:
 class Location(Score):
   """Luong et al.'s location-based score: e = W s over positions, blind to content.
 
-  W maps the query to `model.max_src_len` scores, of which the first S are used; a longer source
-  is an error.
+  W maps the query to `max_len` scores, of which the first S are used; a longer source is an
+  error (translation truncates inputs to fit).
   """
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    max_len: int = 100  # Longest source (in tokens, EOS included) it can address.
+
+    def __post_init__(self):
+      if self.max_len < 1:
+        raise ValueError(f"max_len must be positive, got {self.max_len}")
 
   positional = True
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
-    self.max_src_len = cfg.max_src_len
-    self.w = layers.dense(query_dim, cfg.max_src_len, cfg, rngs=rngs, role="attention")
+  @classmethod
+  def source_limit(cls, settings):
+    return settings.max_len
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
+    self.max_len = settings.max_len
+    self.w = layers.dense(query_dim, settings.max_len, cfg, rngs=rngs, role="attention")
 
   def __call__(self, query_D, keys_SK, annotations_SH):
     num_positions = keys_SK.shape[0]
-    if num_positions > self.max_src_len:
+    if num_positions > self.max_len:
       raise ValueError(
-        f"score 'location' addresses at most model.max_src_len={self.max_src_len} source "
+        f"score 'location(max_len={self.max_len})' addresses at most {self.max_len} source "
         f"positions, got a batch padded to {num_positions}"
       )
     return self.w(query_D)[:num_positions]

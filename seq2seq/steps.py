@@ -103,16 +103,13 @@ def train_step(
   `objective.loss_fn`; tokens are the forward direction's, so tokens/s counts sentence pairs as for
   a plain model).
   """
-  keyed = config.model.dropout > 0 or structures.uses_rng(config.model)
-  dropout_rng = rng if keyed else None
-  grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
-  (loss, (_, tokens, extras)), grads = grad_fn(
-    state.params,
-    state,
-    batch,
-    dropout_rng,
-    objective.Objective.from_config(config),
+  keyed = config.model.dropout > 0 or (
+    config.model.name not in models.ENCDEC_NAMES and structures.uses_rng(config.model.attention)
   )
+  dropout_rng = rng if keyed else None
+  objective_ = objective.Objective.from_config(config)
+  grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
+  (loss, (_, tokens, extras)), grads = grad_fn(state.params, state, batch, dropout_rng, objective_)
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
@@ -136,7 +133,7 @@ def train_step(
   }
   baseline = state.baseline
   if baseline is not None and "reward" in extras:
-    decay, reward = config.train.baseline_decay, extras["reward"]
+    decay, reward = objective_.term("reinforce").settings.baseline_decay, extras["reward"]
     moved = jnp.where(state.step == 0, reward, decay * baseline + (1.0 - decay) * reward)
     baseline = jnp.where(finite, moved, baseline)
     metrics["baseline"] = baseline

@@ -8,7 +8,7 @@ attention alpha_i of one decoder step. `model.attention` names it:
 
 * `soft`: the paper's global soft attention, alpha_i = masked softmax_j e_ij (the default).
 * `local_m`, `local_p`: Luong et al. (2015). The softmax only covers the window
-  |j - p_i| <= D (`model.local_window`); local-m centres it on the target position,
+  |j - p_i| <= D (`local_p(window=D)`); local-m centres it on the target position,
   p_i = min(i, |x| - 1), local-p predicts p_i = |x| sigmoid(v_p^T tanh(W_p s_{i-1})) and weights
   the window by exp(-(j - p_i)^2 / (2 sigma^2)), sigma = D / 2 (so its rows sum to at most 1).
 * `monotonic`: Raffel et al. (2017). Position j "emits" with p_ij = sigmoid(e_ij + r) (learned r,
@@ -32,37 +32,45 @@ Every structure is an NNX module with
 
 Structures with `uses_score = True` score through the model's registered score function (and
 its alignment features); `conv` and `multihead` bring their own. Register a new one with
-`@register("name")`; `make_structure` lists the valid names when the name is unknown.
+`@register("name")`; its own settings go in a nested frozen dataclass `Settings`, named in the
+spec (`model.attention="monotonic(noise=0.5)"`, `seq2seq.registry`). `make_structure` lists the
+valid names when the name is unknown.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 
 from seq2seq import attention, layers, registry
 
-_REGISTRY: registry.Registry[Structure] = registry.Registry("model.attention")
-register = _REGISTRY.register  # Class decorator: @register("name") on a Structure subclass.
-names = _REGISTRY.names  # The registered structure names, in registration order (`soft` first).
-get = _REGISTRY.get  # The structure class registered under a name.
+REGISTRY: registry.Registry[Structure] = registry.Registry(
+  "attention structure", field="model.attention"
+)
+register = REGISTRY.register  # Class decorator: @register("name") on a Structure subclass.
+names = REGISTRY.names  # The registered structure names, in registration order (`soft` first).
+get = REGISTRY.get  # The structure class registered under a name.
+spec = REGISTRY.spec  # The Spec (name, typed settings) of a `model.attention` string.
 
 
 def make_structure(
-  name: str, query_dim: int, annot_dim: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs
+  structure: str | registry.Spec, query_dim: int, annot_dim: int, cfg: Any, *, rngs: nnx.Rngs
 ) -> Structure:
-  """Builds structure `name` for queries of size D and annotations of size H."""
-  return get(name)(query_dim, annot_dim, cfg, rngs=rngs)
+  """Builds the structure `structure` (a spec) for queries of size D and annotations of size H;
+  `cfg` holds the model's shared settings (`models.ModelSettings`)."""
+  parsed = spec(structure)
+  return get(parsed.name)(query_dim, annot_dim, cfg, parsed.settings, rngs=rngs)
 
 
-def uses_rng(cfg: ml_collections.ConfigDict) -> bool:
-  """Whether training must hand the model a random key for the attention of `cfg` (a
-  `config.model` section), even without dropout."""
-  return not cfg.name.startswith("rnnencdec") and get(cfg.attention).uses_rng(cfg)
+def uses_rng(structure: str | registry.Spec) -> bool:
+  """Whether training must hand the model a random key for the attention `structure` (a spec),
+  even without dropout."""
+  parsed = spec(structure)
+  return get(parsed.name).uses_rng(parsed.settings)
 
 
 class Attended(NamedTuple):
@@ -80,13 +88,14 @@ class Structure(nnx.Module):
   name = "base"
   uses_score = True  # Scores through the model's score function (and its alignment features).
   sampled = False  # Samples where to look: training adds `objective.reinforce_loss`.
+  Settings = registry.NoSettings  # The structure's own settings (a frozen dataclass).
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
+  def __init__(self, query_dim: int, annot_dim: int, cfg: Any, settings: Any, *, rngs: nnx.Rngs):
     pass
 
   @classmethod
-  def uses_rng(cls, cfg: ml_collections.ConfigDict) -> bool:
-    """Whether training under `cfg` (a `config.model` section) needs a random key."""
+  def uses_rng(cls, settings: Any) -> bool:
+    """Whether training with these settings needs a random key."""
     return False
 
   def keys(self, score, annotations_BSH: jax.Array, mask_BS: jax.Array) -> Any:
@@ -117,11 +126,13 @@ class Soft(Structure):
     return Attended(context, alpha, state, {})
 
 
-def _window_size(cfg: ml_collections.ConfigDict, minimum: int) -> int:
-  window = int(cfg.local_window)
-  if window < minimum:
-    raise ValueError(f"model.local_window must be at least {minimum}, got {window}")
-  return window
+@dataclasses.dataclass(frozen=True)
+class WindowSettings:
+  window: int = 10  # D: the window is p_i - D .. p_i + D (Luong et al.: 10).
+
+  def __post_init__(self):
+    if self.window < 0:
+      raise ValueError(f"window must be at least 0, got {self.window}")
 
 
 def _slice_rows(tree, start_B: jax.Array, width: int):
@@ -170,8 +181,10 @@ class LocalM(Structure):
   positions of the window are scored and read (`_score_window`), so a step costs O(D), not O(S).
   """
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
-    self.window = _window_size(cfg, 0)
+  Settings = WindowSettings
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
+    self.window = settings.window
 
   def init_state(self, mask_BS):
     return jnp.zeros(mask_BS.shape[:1], jnp.int32)
@@ -198,8 +211,14 @@ class LocalP(Structure):
   which holds every position of the window, is scored (`_score_window`).
   """
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
-    self.window = _window_size(cfg, 1)
+  @dataclasses.dataclass(frozen=True)
+  class Settings(WindowSettings):
+    def __post_init__(self):
+      if self.window < 1:  # sigma = D / 2 must be positive.
+        raise ValueError(f"window must be at least 1, got {self.window}")
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
+    self.window = settings.window
     self.w_p = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
     self.v_p = layers.dense(cfg.attn_dim, 1, cfg, rngs=rngs, role="attention")
 
@@ -281,21 +300,33 @@ def hard_monotonic(energy_BS: jax.Array, prev_alpha_BS: jax.Array, mask_BS: jax.
 
 @register("monotonic")
 class Monotonic(Structure):
-  """Monotonic attention: energies e_ij + r from the score function, r learned
-  (`model.monotonic_bias_init`), N(0, `model.monotonic_noise`^2) noise added to them in
-  training. The state is the previous alignment [B, S], one-hot at the first word before the
-  first step; training carries the expected alignment, decoding the hard choice."""
+  """Monotonic attention: energies e_ij + r from the score function, r learned (starting at
+  `bias_init`), N(0, `noise`^2) noise added to them in training. The state is the previous
+  alignment [B, S], one-hot at the first word before the first step; training carries the
+  expected alignment, decoding the hard choice."""
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
-    self.bias = nnx.Param(jnp.asarray(cfg.monotonic_bias_init, jnp.float32))
-    self.noise = float(cfg.monotonic_noise)
-    self.lookahead = int(cfg.monotonic_lookahead)
-    if self.lookahead < 0:
-      raise ValueError(f"model.monotonic_lookahead must be >= 0, got {self.lookahead}")
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    bias_init: float = 0.0  # Initial r in p_ij = sigmoid(e_ij + r) (0: one word on per step).
+    noise: float = 1.0  # Std of the noise added to the energies in training (0: none).
+    # Decoding scores this many positions from the last attended one first (all only when no
+    # sentence stops there; the same choice, cheaper on long sources); 0: always all positions.
+    lookahead: int = 8
+
+    def __post_init__(self):
+      if self.lookahead < 0:
+        raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
+      if self.noise < 0:
+        raise ValueError(f"noise must be >= 0, got {self.noise}")
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
+    self.bias = nnx.Param(jnp.asarray(settings.bias_init, jnp.float32))
+    self.noise = float(settings.noise)
+    self.lookahead = int(settings.lookahead)
 
   @classmethod
-  def uses_rng(cls, cfg):
-    return cfg.monotonic_noise > 0
+  def uses_rng(cls, settings):
+    return settings.noise > 0
 
   def init_state(self, mask_BS):
     first = jnp.arange(mask_BS.shape[-1]) == 0
@@ -349,13 +380,13 @@ def _unit(x: jax.Array, eps: float = 1e-6) -> jax.Array:
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-def _conv(in_features, out_features, cfg, *, rngs, role, use_bias=True) -> nnx.Conv:
-  """A 1-D convolution over source positions, width `model.conv_width`, zero-padded at the
-  borders ("SAME"), [B, S, in] -> [B, S, out] in the compute dtype."""
+def _conv(in_features, out_features, width, cfg, *, rngs, role, use_bias=True) -> nnx.Conv:
+  """A 1-D convolution over source positions, `width` wide, zero-padded at the borders
+  ("SAME"), [B, S, in] -> [B, S, out] in the compute dtype."""
   return nnx.Conv(
     in_features,
     out_features,
-    kernel_size=(cfg.conv_width,),
+    kernel_size=(width,),
     padding="SAME",
     use_bias=use_bias,
     dtype=layers.compute_dtype(cfg),
@@ -379,14 +410,23 @@ class Convolutional(Structure):
 
   uses_score = False
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
-    if cfg.conv_width < 1 or cfg.conv_width % 2 == 0:
-      raise ValueError(f"model.conv_width must be odd, got {cfg.conv_width}")
-    filters = cfg.conv_filters
-    self.conv1 = _conv(annot_dim, filters, cfg, rngs=rngs, role="other")
-    self.conv2 = _conv(filters, filters, cfg, rngs=rngs, role="other")
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    filters: int = 32  # Feature maps of the convolutions.
+    width: int = 3  # Width (odd) of the convolutions.
+
+    def __post_init__(self):
+      if self.width < 1 or self.width % 2 == 0:
+        raise ValueError(f"width must be odd, got {self.width}")
+      if self.filters < 1:
+        raise ValueError(f"filters must be positive, got {self.filters}")
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
+    filters, width = settings.filters, settings.width
+    self.conv1 = _conv(annot_dim, filters, width, cfg, rngs=rngs, role="other")
+    self.conv2 = _conv(filters, filters, width, cfg, rngs=rngs, role="other")
     self.gate = layers.dense(query_dim, filters, cfg, rngs=rngs)
-    self.conv_att = _conv(filters, 1, cfg, rngs=rngs, role="zeros", use_bias=False)
+    self.conv_att = _conv(filters, 1, width, cfg, rngs=rngs, role="zeros", use_bias=False)
 
   def keys(self, score, annotations_BSH, mask_BS):
     """L2 [B, S, F] (compute dtype), zero at padding."""
@@ -428,11 +468,20 @@ class MultiHead(Structure):
 
   uses_score = False
 
-  def __init__(self, query_dim, annot_dim, cfg, *, rngs):
-    self.num_heads = int(cfg.num_heads)
-    if self.num_heads < 1 or cfg.attn_dim % self.num_heads:
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    heads: int = 4  # N; must divide model.attn_dim.
+
+    def __post_init__(self):
+      if self.heads < 1:
+        raise ValueError(f"heads must be positive, got {self.heads}")
+
+  def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
+    self.num_heads = int(settings.heads)
+    if cfg.attn_dim % self.num_heads:
       raise ValueError(
-        f"model.num_heads={cfg.num_heads} must be positive and divide model.attn_dim={cfg.attn_dim}"
+        f"model.attention: multihead(heads={self.num_heads}) must divide "
+        f"model.attn_dim={cfg.attn_dim}"
       )
     self.dtype = layers.compute_dtype(cfg)
     self.w_a = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
@@ -480,7 +529,7 @@ class Hard(Structure):
   sampled = True
 
   @classmethod
-  def uses_rng(cls, cfg):
+  def uses_rng(cls, settings):
     return True
 
   def __call__(

@@ -32,7 +32,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import checkpoints, eval_run, input_pipeline, objective, steps, summary
+from seq2seq import checkpoints, eval_run, input_pipeline, objective, settings, steps, summary
 from seq2seq import runtime as rt
 
 
@@ -52,8 +52,6 @@ def handle_nonfinite(workdir: Path, step: int, batch, config, last_checkpoint) -
       f"non-finite loss or gradient at step {step}; the update was not applied, the last good "
       f"checkpoint (step {last_checkpoint}) is kept, the batch's example ids are in {path}"
     )
-  if config.train.nonfinite != "skip":
-    raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of stop, skip")
   logging.warning("non-finite loss or gradient at step %d: update skipped (ids in %s)", step, path)
 
 
@@ -109,6 +107,8 @@ class Members:
       raise ValueError("several members train only together (stacked)")
     if together and jax.process_count() > 1:
       raise ValueError("seeds are trained together in one process; run groups per host")
+    for config in configs:
+      settings.validate(config)
     self.configs = list(configs)
     self.workdirs = [Path(w) for w in workdirs]
     self.together = together

@@ -3,7 +3,7 @@
 Input is tokenised the way training text was (the run's saved source vocabulary). An empty input
 line gives an empty output line. Invalid UTF-8 is decoded with replacement characters (counted
 and logged), never a crash. Lines longer than the model can address (only the `location` score
-has a limit, `model.max_src_len`) are truncated with a warning; every other line is translated
+has a limit, `location(max_len=N)`) are truncated with a warning; every other line is translated
 in full.
 """
 
@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import eval_run, evaluate, input_pipeline
+from seq2seq import eval_run, evaluate, input_pipeline, scores, settings
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -50,7 +50,7 @@ def translate_file(
   Returns counts: lines, empty, invalid_utf8, truncated. An agreement run translates with its
   `model.direction` model ("reverse": target-language text into the source language).
   """
-  evaluate.check_replace_unk(config)  # Before loading anything.
+  settings.validate(config)  # Before loading anything.
   workdir = Path(workdir)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   state = eval_run.restore_for_eval(
@@ -61,7 +61,9 @@ def translate_file(
   if config.model.direction == "reverse":  # Target-language text in, source language out.
     src_tok, tgt_tok = tgt_tok, src_tok
   lines, invalid = _read_lines(input_path)
-  limit = config.model.max_src_len - 1 if config.model.score == "location" else None
+  score = scores.spec(config.model.score)
+  positions = scores.get(score.name).source_limit(score.settings)
+  limit = None if positions is None else positions - 1  # Room for EOS.
   ids, keep, truncated = [], [], 0
   for i, line in enumerate(lines):
     if not line.strip():
@@ -75,7 +77,7 @@ def translate_file(
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
   if truncated:
-    logging.warning("%d lines truncated to model.max_src_len=%d", truncated, limit + 1)
+    logging.warning("%d lines truncated to the location score's max_len=%d", truncated, limit + 1)
   split = input_pipeline.Split(
     "translate",
     input_pipeline.Ragged.from_lists(ids),

@@ -22,7 +22,7 @@ SRC_VOCAB, TGT_VOCAB = 40, 45
 def agreement_config(weight=1.0):
   cfg = tiny.get_config()
   cfg.model.name = "agreement"
-  cfg.train.agreement_weight = weight
+  cfg.train.loss_terms = f"agreement(weight={weight})"
   return cfg
 
 
@@ -120,7 +120,7 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
 
 def test_agreement_gradients_are_finite_and_reach_both_models():
   cfg = agreement_config()
-  cfg.model.coverage, cfg.train.fertility_weight = True, 0.1  # Composes with the features.
+  cfg.model.features, cfg.train.loss_terms = "coverage", "fertility"  # Composes with features.
   model = randomise(models.build_model(cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(0)))
   ts = state_of(model, cfg)
   b = jnp_batch(seed=6)

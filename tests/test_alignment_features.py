@@ -20,8 +20,9 @@ VOCAB = 40
 
 def featured_config(coverage=True, fertility=True, filters=3):
   cfg = tiny.get_config()
-  cfg.model.coverage, cfg.model.fertility = coverage, fertility
-  cfg.model.prev_attention_filters, cfg.model.prev_attention_width = filters, 3
+  parts = [f"coverage(fertility={fertility})"] if coverage else []
+  parts += [f"prev_attention(filters={filters}, width=3)"] if filters else []
+  cfg.model.features = "+".join(parts)
   return cfg
 
 
@@ -105,7 +106,7 @@ def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
   assert float(value) == pytest.approx(expected, rel=1e-5)
 
   cfg = featured_config()
-  cfg.train.fertility_weight = 0.5
+  cfg.train.loss_terms = "fertility(weight=0.5)"
   model = build(cfg)
   ts = _train_state(model, cfg)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
@@ -121,9 +122,19 @@ def test_features_need_the_additive_score():
   cfg.model.score = "general"
   with pytest.raises(ValueError, match="model.score=additive"):
     models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
-  cfg = featured_config(coverage=False, fertility=True, filters=0)
-  with pytest.raises(ValueError, match="model.coverage=true"):
+  cfg = featured_config()
+  cfg.model.attention = "conv"
+  with pytest.raises(ValueError, match="has its own score: model.features need one"):
     models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+  for features, message in [
+    ("coverage+coverage", "names alignment feature 'coverage' twice"),
+    ("coverage(fertility=maybe)", r"coverage\(fertility=...\) must be bool, got 'maybe'"),
+    ("prev_attention(width=4)", "width must be odd, got 4"),
+    ("fertility", r"unknown alignment feature 'fertility' \(model.features\); valid: coverage"),
+  ]:
+    cfg.model.attention, cfg.model.features = "soft", features
+    with pytest.raises(ValueError, match=message):
+      models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
 
 
 def test_coverage_penalty_values():
@@ -198,7 +209,7 @@ def test_penalty_terms_are_reported_beside_the_cross_entropy():
     ts.params, ts, b, None, objective.Objective.from_config(cfg)
   )
   assert extras == {}  # Plain RNNsearch logs no penalty terms.
-  cfg.train.fertility_weight, cfg.train.attention_supervision = 0.5, 2.0
+  cfg.train.loss_terms = "fertility(weight=0.5)+supervision(weight=2)"
   weights = objective.Objective.from_config(cfg)
   loss, (total, tokens, extras) = objective.loss_fn(ts.params, ts, b, None, weights)
   assert set(extras) == {"ce_loss", "fertility_loss", "supervision_loss"}
@@ -221,7 +232,7 @@ def _local_corpus(directory, align_lines):
 def _local_config(directory):
   cfg = tiny.get_config()
   cfg.data.corpus, cfg.data.local.dir, cfg.data.local.align = "local", str(directory), "align"
-  cfg.train.attention_supervision = 1.0
+  cfg.train.loss_terms = "supervision"
   return cfg
 
 
@@ -258,7 +269,7 @@ def test_supervised_attention_lowers_aer(tmp_path):
     cfg = tiny.get_config()
     cfg.train.num_steps, cfg.train.eval_every, cfg.train.checkpoint_every = 300, 300, 300
     cfg.train.log_every, cfg.train.valid_bleu = 100, False
-    cfg.train.attention_supervision = weight
+    cfg.train.loss_terms = f"supervision(weight={weight})"
     cfg.model.init = "glorot"  # The paper init starts attention uniform and slow to move.
     cfg.decode.beam_size, cfg.decode.num_heatmaps = 1, 0
     cfg.data.cache_dir = str(tmp_path / "data")

@@ -21,6 +21,8 @@ from helpers import ROOT, run_module, subprocess_env
 from experiments import sweep as grid_sweep
 from experiments import sweep_scores
 from experiments.lib import cli, launch, plots, stats, sweeps
+from experiments.lib import runs as runs_lib
+from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
 from seq2seq import summary
 
@@ -200,15 +202,20 @@ def test_sweep_refuses_bad_settings_in_one_line(tmp_path, extra, message):
 
 
 def test_grid_points_cross_product_named_and_typed():
-  grid = sweeps.parse_grid(["model.score=additive,dot", "model.coverage=false,true"])
+  grid = sweeps.parse_grid(
+    ["model.score=additive,dot", "model.features=none,coverage(fertility=true,fertility_max=3)"]
+  )
   points = sweeps.grid_points(grid)
   assert [p.name for p in points] == [
-    "score=additive+coverage=false",
-    "score=additive+coverage=true",
-    "score=dot+coverage=false",
-    "score=dot+coverage=true",
+    "score=additive+features=none",
+    "score=additive+features=coverage-fertility-true-fertility_max-3-",
+    "score=dot+features=none",
+    "score=dot+features=coverage-fertility-true-fertility_max-3-",
   ]
-  assert points[1].overrides == {"model.score": "additive", "model.coverage": "true"}
+  assert points[1].overrides == {
+    "model.score": "additive",
+    "model.features": "coverage(fertility=true,fertility_max=3)",
+  }
   same_leaf = sweeps.grid_points({"model.dropout": ["0.1"], "data.dropout": ["a/b"]})
   assert same_leaf[0].name == "model.dropout=0.1+data.dropout=a-b"
   for bad in (["model.score"], ["model.score="], ["a=1", "a=2"], ["a=1,1"]):
@@ -256,6 +263,19 @@ def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
   assert result["copy"] == {"p_value": 1.0, "identical_to_baseline": True, "seeds": [0, 1]}
   assert 0.0 < result["coverage"]["p_value"] <= 1.0 and "signature" in result["coverage"]
   assert result["additive"] == {"p_value": None, "seeds": [0, 1]}
+
+
+def test_a_run_kept_without_checkpoints_is_finished_at_its_last_step(tmp_path):
+  run = Run("p-seed0", "configs/tiny.py", {"train.num_steps": 40}, tmp_path / "w")
+  results = run.workdir / "eval" / "test" / "results.json"
+  assert not runs_lib.is_finished(run)
+  results.parent.mkdir(parents=True)
+  results.write_text(json.dumps({"step": 20}))
+  assert not runs_lib.is_finished(run)  # Evaluated early (a wall budget), not at num_steps.
+  results.write_text(json.dumps({"step": 40}))
+  assert runs_lib.is_finished(run)  # A committed study's run: results, no weights.
+  (run.workdir / "checkpoints" / "20").mkdir(parents=True)
+  assert not runs_lib.is_finished(run)  # Weights present: they decide.
 
 
 def test_last_quarter_gain_reads_the_curve_at_three_quarters():

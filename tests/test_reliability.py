@@ -191,7 +191,6 @@ def test_loss_is_finite_for_any_mask(mask, dtype, smoothing):
 @pytest.mark.parametrize("src_len", [1, 200])
 def test_loss_finite_for_extreme_lengths(tiny_config, dtype, src_len):
   tiny_config.model.dtype = dtype
-  tiny_config.model.max_src_len = 256
   model = randomise(models.build_model(tiny_config.model, 40, 40, rngs=nnx.Rngs(0)), scale=0.2)
   rng = np.random.default_rng(0)
   src = rng.integers(4, 40, (2, src_len)).astype(np.int32)

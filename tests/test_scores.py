@@ -15,9 +15,13 @@ D, H, S, B = 6, 6, 5, 3
 def _cfg(tiny_config, **overrides):
   cfg = tiny_config.model
   cfg.attn_dim = 4
-  cfg.max_src_len = 8
   cfg.update(overrides)
   return cfg
+
+
+def _spec(name):
+  """`name`, with location scores addressing 8 positions."""
+  return "location(max_len=8)" if name == "location" else name
 
 
 def _kernel(layer):
@@ -47,7 +51,7 @@ def _reference(score, q, h):
 @pytest.mark.parametrize("name", scores.names())
 def test_score_matches_float64_reference(tiny_config, name):
   score = randomise(
-    scores.make_score(name, D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 1, scale=0.5
+    scores.make_score(_spec(name), D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 1, scale=0.5
   )
   rng = np.random.default_rng(0)
   q_BD = rng.normal(size=(B, D)).astype(np.float32)
@@ -61,7 +65,7 @@ def test_score_matches_float64_reference(tiny_config, name):
 @pytest.mark.parametrize("name", scores.names())
 def test_attend_with_padding_matches_reference_and_jit(tiny_config, name):
   score = randomise(
-    scores.make_score(name, D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 2, scale=0.5
+    scores.make_score(_spec(name), D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 2, scale=0.5
   )
   rng = np.random.default_rng(1)
   q = rng.normal(size=(B, D)).astype(np.float32)
@@ -88,7 +92,10 @@ def test_attend_with_padding_matches_reference_and_jit(tiny_config, name):
 
 
 def test_unknown_score_lists_valid_names(tiny_config):
-  with pytest.raises(ValueError, match="unknown score function 'bilinear'.*additive.*location"):
+  with pytest.raises(
+    ValueError,
+    match=r"unknown score function 'bilinear' \(model.score\); valid: additive.*location",
+  ):
     scores.make_score("bilinear", D, H, _cfg(tiny_config), rngs=nnx.Rngs(0))
 
 
@@ -105,9 +112,9 @@ def test_size_mismatch_names_both_sizes(tiny_config, name):
 
 
 def test_location_rejects_sources_longer_than_configured(tiny_config):
-  score = scores.make_score("location", D, H, _cfg(tiny_config, max_src_len=4), rngs=nnx.Rngs(0))
+  score = scores.make_score("location(max_len=4)", D, H, _cfg(tiny_config), rngs=nnx.Rngs(0))
   h = jnp.ones((S, H))
-  with pytest.raises(ValueError, match="max_src_len=4"):
+  with pytest.raises(ValueError, match=r"location\(max_len=4\)' addresses at most 4"):
     score(jnp.ones(D), h, h)
 
 

@@ -37,10 +37,14 @@ jit = functools.partial(jax.jit, compiler_options=FAST)
 
 
 def model_config(attention="soft", dtype="float32", **fields):
+  """The tiny config with `attention`; `fields` that are not model fields are its settings."""
   cfg = tiny.get_config()
-  cfg.model.attention, cfg.model.dtype = attention, dtype
+  own = {k: v for k, v in fields.items() if k not in cfg.model}
+  args = ", ".join(f"{k}={v}" for k, v in own.items())
+  cfg.model.attention, cfg.model.dtype = f"{attention}({args})" if own else attention, dtype
   for key, value in fields.items():
-    setattr(cfg.model, key, value)
+    if key not in own:
+      setattr(cfg.model, key, value)
   return cfg
 
 
@@ -62,7 +66,7 @@ def structure(name, seed=1, **fields):
   """(randomised structure `name`, randomised additive score) at the tiny config's sizes."""
   cfg = model_config(name, **fields).model
   annot = 2 * cfg.enc_hidden
-  built = structures.make_structure(name, cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
+  built = structures.make_structure(cfg.attention, cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
   score = scores.make_score("additive", cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
   return randomise(built, seed=seed, scale=1.0), randomise(score, seed=seed + 1, scale=1.0)
 
@@ -74,7 +78,10 @@ def step(module, score, query, annotations, mask, state=(), rng=None):
 
 
 def test_unknown_attention_lists_the_valid_ones():
-  with pytest.raises(ValueError, match="unknown model.attention 'sparse'; valid: soft, local_m"):
+  with pytest.raises(
+    ValueError,
+    match=r"unknown attention structure 'sparse' \(model.attention\); valid: soft, local_m",
+  ):
     build(model_config("sparse"))
   assert VARIANTS == ["soft", "local_m", "local_p", "monotonic", "conv", "multihead", "hard"]
 
@@ -84,9 +91,11 @@ def test_soft_adds_no_parameter_and_structures_check_their_settings():
   paths = [path for path, _ in nnx.to_flat_state(nnx.state(soft, nnx.Param))]
   assert ("score", "v_a", "kernel") in paths and not any("structure" in p for p in paths)
   for attention, field, value, message in [
-    ("multihead", "num_heads", 3, "must be positive and divide model.attn_dim=16"),
-    ("conv", "conv_width", 2, "conv_width must be odd"),
-    ("local_p", "local_window", 0, "local_window must be at least 1"),
+    ("multihead", "heads", 3, r"multihead\(heads=3\) must divide model.attn_dim=16"),
+    ("multihead", "heads", 0, "heads must be positive"),
+    ("conv", "width", 2, "width must be odd"),
+    ("local_p", "window", 0, "window must be at least 1"),
+    ("local_p", "windw", 1, "local_p has no setting 'windw'; valid: window"),
   ]:
     with pytest.raises(ValueError, match=message):
       nnx.eval_shape(lambda a=attention, f=field, v=value: build(model_config(a, **{f: v})))
@@ -98,7 +107,7 @@ def test_soft_adds_no_parameter_and_structures_check_their_settings():
 
 # ------------------------------------------------------------------------------ local attention
 def test_local_m_with_a_window_over_the_whole_sentence_is_global_attention():
-  local, score = structure("local_m", local_window=S - 1)
+  local, score = structure("local_m", window=S - 1)
   soft, _ = structure("soft")
   query, annotations, mask = source()
   want = step(soft, score, query, annotations, mask)
@@ -110,7 +119,7 @@ def test_local_m_with_a_window_over_the_whole_sentence_is_global_attention():
 
 
 def test_local_p_with_an_infinitely_wide_gaussian_is_global_attention():
-  local, score = structure("local_p", local_window=10**6)
+  local, score = structure("local_p", window=10**6)
   soft, _ = structure("soft")
   query, annotations, mask = source()
   want = step(soft, score, query, annotations, mask)
@@ -119,18 +128,18 @@ def test_local_p_with_an_infinitely_wide_gaussian_is_global_attention():
   np.testing.assert_allclose(got.context, want.context, rtol=1e-5, atol=1e-6)
 
 
-def test_local_windows_stop_at_sentence_borders_and_padding():
+def test_windows_stop_at_sentence_borders_and_padding():
   query, annotations, mask = source(lengths=(7, 4, 2))
   real = np.asarray(mask, bool)
   positions = np.arange(S)
-  local_m, score = structure("local_m", local_window=1)
+  local_m, score = structure("local_m", window=1)
   for i in (0, 3, 9):  # First word, middle, past the end (the centre stops at the last word).
     alpha = np.asarray(step(local_m, score, query, annotations, mask, jnp.full((B,), i)).alpha)
     centre = np.minimum(i, real.sum(1) - 1)[:, None]
     inside = real & (np.abs(positions[None] - centre) <= 1)
     assert np.all(alpha[~inside] == 0) and np.all(alpha[inside] > 0)
     np.testing.assert_allclose(alpha.sum(1), 1.0, rtol=1e-6)
-  local_p, score = structure("local_p", local_window=2)
+  local_p, score = structure("local_p", window=2)
   alpha = np.asarray(step(local_p, score, query, annotations, mask).alpha, np.float64)
   p = np.asarray(jit(local_p.centre)(query, mask), np.float64)[:, None]
   assert np.all((p >= 0) & (p <= real.sum(1, keepdims=True)))
@@ -149,8 +158,8 @@ def test_local_m_scores_only_its_window_and_matches_the_masked_softmax(score_nam
   softmax over all positions masked to the window, context included. `location` depends on
   absolute positions, so it is scored everywhere (Score.positional) and must agree as well."""
   query, annotations, mask = source(seed=4, lengths=(7, 5, 2))
-  cfg = model_config("local_m", local_window=1).model
-  local, _ = structure("local_m", local_window=1)
+  cfg = model_config("local_m", window=1).model
+  local, _ = structure("local_m", window=1)
   annot = 2 * cfg.enc_hidden
   score = scores.make_score(score_name, cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
   score = randomise(score, seed=3, scale=1.0)
@@ -312,7 +321,7 @@ def test_monotonic_lookahead_decodes_exactly_like_scoring_every_position(lookahe
   for bias in (-2.0, 0.0, 2.0):  # Few stops (long jumps, runs past the end), some, many.
     outs = []
     for look in (0, lookahead):
-      cfg = model_config("monotonic", monotonic_lookahead=look, monotonic_bias_init=bias)
+      cfg = model_config("monotonic", lookahead=look, bias_init=bias)
       outs.append(decoded(randomise(build(cfg), seed=4, scale=0.5), b, 3, max_len=12))
     np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
     np.testing.assert_array_equal(outs[0].alpha, outs[1].alpha)
@@ -320,7 +329,7 @@ def test_monotonic_lookahead_decodes_exactly_like_scoring_every_position(lookahe
 
 # ---------------------------------------------------------------------- convolutional attention
 def test_convolutional_attention_with_width_one_is_a_content_score_by_hand():
-  conv, _ = structure("conv", conv_width=1, conv_filters=3)
+  conv, _ = structure("conv", width=1, filters=3)
   query, annotations, mask = source(seed=4)
   got = step(conv, None, query, annotations, mask)
   h = np.asarray(annotations, np.float64)
@@ -343,7 +352,7 @@ def test_convolutional_attention_sees_the_next_word_only_with_wider_kernels():
   query, annotations, mask = source(seed=5, lengths=(7, 7, 7))
   moved = annotations.at[:, 3].add(1.0)  # Change word 3; look at the score of word 2.
   for width, changes in ((1, False), (3, True)):
-    conv, _ = structure("conv", conv_width=width)
+    conv, _ = structure("conv", width=width)
     alphas = [np.asarray(step(conv, None, query, a, mask).alpha) for a in (annotations, moved)]
     ratio = [a[:, 2] / a[:, 0] for a in alphas]  # Free of the softmax normaliser.
     assert np.allclose(ratio[0], ratio[1], rtol=1e-5) != changes
@@ -351,7 +360,7 @@ def test_convolutional_attention_sees_the_next_word_only_with_wider_kernels():
 
 # ------------------------------------------------------------------------- multi-head attention
 def test_multihead_with_one_head_is_additive_attention():
-  heads, _ = structure("multihead", num_heads=1)
+  heads, _ = structure("multihead", heads=1)
   heads.w_o.kernel[...] = jnp.eye(heads.w_o.kernel.shape[0])  # Its initial value.
   _, score = structure("soft")
   score.w_a.kernel[...] = heads.w_a.kernel[...]
@@ -367,7 +376,7 @@ def test_multihead_with_one_head_is_additive_attention():
 
 
 def test_multihead_returns_every_head_and_their_mean():
-  heads, _ = structure("multihead", num_heads=4)
+  heads, _ = structure("multihead", heads=4)
   query, annotations, mask = source(seed=7)
   got = step(heads, None, query, annotations, mask)
   per_head = np.asarray(got.extras["alpha_heads"])
@@ -379,7 +388,7 @@ def test_multihead_returns_every_head_and_their_mean():
 
 def test_multihead_heatmaps_reproduce_the_decoded_attention():
   cfg = tiny.get_config()
-  cfg.model.attention, cfg.model.num_heads, cfg.decode.beam_size = "multihead", 2, 3
+  cfg.model.attention, cfg.decode.beam_size = "multihead(heads=2)", 3
   state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))  # Heads differ.
   batch = random_batch(seed=3, batch=4, src_len=7, vocab=30)
@@ -457,7 +466,10 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
 
   @jit
   def grads(params, reinforce_weight, entropy_weight):
-    terms = (objective.CrossEntropy(), objective.Reinforce(reinforce_weight, entropy_weight))
+    terms = (
+      objective.CrossEntropy(),
+      objective.Reinforce(objective.Reinforce.Settings(reinforce_weight, entropy_weight)),
+    )
     weights = objective.Objective(terms)
     loss = lambda p: objective.loss_fn(p, state, b, jax.random.key(1), weights)[0]
     return jax.grad(loss)(params)
@@ -485,14 +497,19 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
 
 
 # ------------------------------------------------------------------------------ every variant
+def variant_config(name, dtype="float32"):
+  """`name` with its default settings, but local windows of 2 (smaller than the sources)."""
+  return model_config(name, dtype, **({"window": 2} if name.startswith("local") else {}))
+
+
 def _random_model(name, dtype="float32", seed=0):
-  cfg = model_config(name, dtype, local_window=2)
+  cfg = variant_config(name, dtype)
   return cfg, randomise(build(cfg, seed), seed=seed + 1, scale=0.5)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
-  cfg = model_config(name, local_window=2)
+  cfg = variant_config(name)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=VOCAB, pad_rows=True)
   state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)

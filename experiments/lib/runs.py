@@ -67,11 +67,20 @@ def read_results(workdir: Path) -> dict[str, Any] | None:
 
 
 def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bool:
-  """Trained to `train.num_steps` and evaluated (test results newer than the last checkpoint)."""
+  """Trained to `train.num_steps` and evaluated (test results newer than the last checkpoint).
+
+  A workdir kept without its checkpoints (a study's results committed to the repository, the
+  weights left out) is finished when its test results are of step `train.num_steps`, so a study
+  resumes from what is committed.
+  """
   config = config or run.config()
   steps = checkpoint_steps(run.workdir)
   results = run.workdir / "eval" / "test" / "results.json"
-  if not steps or steps[-1] != config.train.num_steps or not results.exists():
+  if not results.exists():
+    return False
+  if not steps:
+    return json.loads(results.read_text()).get("step") == config.train.num_steps
+  if steps[-1] != config.train.num_steps:
     return False
   last = run.workdir / "checkpoints" / str(steps[-1])
   return results.stat().st_mtime >= last.stat().st_mtime

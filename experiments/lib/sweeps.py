@@ -3,7 +3,7 @@
 Every run of point P and seed S trains in OUT/runs/P/seed_S (its name in records: `P-seedS`),
 with the config file's settings, then the sweep's shared overrides, then P's, then `seed=S`, then
 the `--set` overrides, which win. A grid (`{"model.score": ["additive", "dot"], ...}`) becomes
-its cross product of points, each named from its values (`score=dot+coverage=true`).
+its cross product of points, each named from its values (`score=dot+features=coverage`).
 
 Training (`train`): the seeds of a point go as one vmapped group through
 `seq2seq.seed_group.train_together` (`training="together"`; they share the first seed's data
@@ -35,6 +35,7 @@ import jax
 from experiments.lib import runs as runs_lib
 from experiments.lib import stats
 from experiments.lib.runs import Run
+from seq2seq import registry
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
@@ -126,12 +127,13 @@ def grid_points(grid: dict[str, Sequence[str]]) -> list[Point]:
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
-  """`["model.score=additive,dot", ...]` -> {"model.score": ["additive", "dot"], ...}."""
+  """`["model.score=additive,dot", ...]` -> {"model.score": ["additive", "dot"], ...}. Commas
+  inside parentheses belong to a value (`model.attention=soft,local_p(window=5,...)`)."""
   grid: dict[str, list[str]] = {}
   for item in items:
     key, sep, values = item.partition("=")
     key = key.strip()
-    texts = [v.strip() for v in values.split(",") if v.strip()]
+    texts = [v.strip() for v in registry.split_top_level(values, ",") if v.strip()]
     if not sep or not key or not texts:
       raise ValueError(f"--grid {item!r}: expected key=value,value,...")
     if key in grid:

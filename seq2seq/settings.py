@@ -1,0 +1,207 @@
+"""One check of a run's settings, and the conversion of configs saved before components owned
+their settings.
+
+`validate(config)` is called by every entry point (training, evaluation, translation, the seed
+group) before anything is built or loaded: it types the model section (`models.ModelSettings`,
+which parses the score, structure and feature specs and checks the rules across them), builds
+the objective (`objective.Objective`, whose terms check what they need) and checks the
+remaining choices, so a mistake fails at once in one line.
+
+Configs saved before the redesign (a workdir's `config.json`) had 14 flat model fields that
+belonged to one component (`model.local_window`, `model.coverage`, ...) and one train field per
+loss term (`train.fertility_weight`, ...). `upgrade(saved)` rewrites such a dict into specs; a
+workdir resumes through it (`checkpoints.config_differences`), and
+
+    python -m seq2seq.settings --upgrade WORKDIR/config.json
+
+rewrites the file. `python -m seq2seq.settings` lists every component with its settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+from seq2seq import (
+  evaluate,
+  features,
+  input_pipeline,
+  models,
+  objective,
+  registry,
+  scores,
+  steps,
+  structures,
+)
+
+NONFINITE = ("stop", "skip")
+DIRECTIONS = ("forward", "reverse")
+
+
+def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
+  """Checks every setting of a run and returns its typed model settings; raises ValueError
+  with one line naming the setting and its valid values."""
+  model = models.ModelSettings.from_config(config.model)
+  objective.Objective.from_config(config)
+  steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
+  if config.train.nonfinite not in NONFINITE:
+    raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
+  if model.direction not in DIRECTIONS:
+    raise ValueError(f"model.direction={model.direction!r} is not one of {DIRECTIONS}")
+  if model.direction == "reverse" and model.name != "agreement":
+    raise ValueError("model.direction=reverse needs an agreement run (model.name=agreement)")
+  if config.data.batching not in input_pipeline.BATCHINGS:
+    raise ValueError(
+      f"data.batching={config.data.batching!r} is not one of {input_pipeline.BATCHINGS}"
+    )
+  if config.decode.beam_size < 1:
+    raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
+  evaluate.check_replace_unk(config)
+  return model
+
+
+# --------------------------------------------------------------------------- saved configs
+# Old flat field -> (which spec it moved into, the setting's name there). "score:cosine" moves
+# only when the score is cosine, and so on.
+_MOVED = {
+  "cosine_sharpness": ("score", "cosine", "sharpness"),
+  "max_src_len": ("score", "location", "max_len"),
+  "local_window": ("attention", ("local_m", "local_p"), "window"),
+  "monotonic_bias_init": ("attention", "monotonic", "bias_init"),
+  "monotonic_noise": ("attention", "monotonic", "noise"),
+  "monotonic_lookahead": ("attention", "monotonic", "lookahead"),
+  "conv_filters": ("attention", "conv", "filters"),
+  "conv_width": ("attention", "conv", "width"),
+  "num_heads": ("attention", "multihead", "heads"),
+}
+_FEATURE_FIELDS = (
+  "coverage",
+  "fertility",
+  "fertility_max",
+  "prev_attention_filters",
+  "prev_attention_width",
+)
+_TERM_FIELDS = (
+  "fertility_weight",
+  "attention_supervision",
+  "attention_supervision_loss",
+  "reinforce_weight",
+  "entropy_weight",
+  "baseline_decay",
+  "agreement_weight",
+)
+
+
+def _spec(reg: registry.Registry, name: str, values: dict[str, Any]) -> str:
+  """The canonical spec of `name` with `values` (settings not given keep their defaults)."""
+  return str(reg.spec(f"{name}({', '.join(f'{k}={v}' for k, v in values.items())})"))
+
+
+def is_legacy(saved: dict[str, Any]) -> bool:
+  """Whether a saved config dict predates component-owned settings."""
+  return "features" not in saved.get("model", {}) or "loss_terms" not in saved.get("train", {})
+
+
+def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
+  """A saved config dict with the old flat component fields rewritten as specs (a new dict;
+  one already in the new form comes back unchanged, its specs canonical)."""
+  out = copy.deepcopy(saved)
+  model, train = out.get("model", {}), out.get("train", {})
+  if is_legacy(saved):
+    for kind, reg in (("score", scores), ("attention", structures)):
+      name = model.get(kind, "additive" if kind == "score" else "soft")
+      values = {}
+      for old, (where, owners, setting) in _MOVED.items():
+        if where != kind:
+          continue
+        value = model.pop(old, None)
+        owners = (owners,) if isinstance(owners, str) else owners
+        if name in owners and value is not None:
+          values[setting] = value
+      model[kind] = _spec(reg.REGISTRY, name, values)
+    old = {k: model.pop(k, None) for k in _FEATURE_FIELDS}
+    parts = []
+    if old["coverage"]:
+      values = {"fertility": bool(old["fertility"])}
+      if old["fertility_max"] is not None:
+        values["fertility_max"] = old["fertility_max"]
+      parts.append(_spec(features.REGISTRY, "coverage", values))
+    if (old["prev_attention_filters"] or 0) > 0:
+      values = {"filters": old["prev_attention_filters"]}
+      if old["prev_attention_width"] is not None:
+        values["width"] = old["prev_attention_width"]
+      parts.append(_spec(features.REGISTRY, "prev_attention", values))
+    model["features"] = "+".join(parts)
+    old = {k: train.pop(k, None) for k in _TERM_FIELDS}
+    terms = []
+    if (old["fertility_weight"] or 0) > 0:
+      terms.append(_spec(objective.REGISTRY, "fertility", {"weight": old["fertility_weight"]}))
+    if (old["attention_supervision"] or 0) > 0:
+      values = {"weight": old["attention_supervision"]}
+      values["loss"] = old["attention_supervision_loss"] or "ce"
+      terms.append(_spec(objective.REGISTRY, "supervision", values))
+    if structures.spec(model["attention"]).name == "hard" and model.get("name") != "agreement":
+      values = {
+        "weight": old["reinforce_weight"],
+        "entropy_weight": old["entropy_weight"],
+        "baseline_decay": old["baseline_decay"],
+      }
+      spec = _spec(
+        objective.REGISTRY, "reinforce", {k: v for k, v in values.items() if v is not None}
+      )
+      if spec != "reinforce":
+        terms.append(spec)
+    if model.get("name") == "agreement" and old["agreement_weight"] not in (None, 1.0):
+      terms.append(_spec(objective.REGISTRY, "agreement", {"weight": old["agreement_weight"]}))
+    train["loss_terms"] = "+".join(terms)
+  return canonical(out)
+
+
+def canonical(saved: dict[str, Any]) -> dict[str, Any]:
+  """A config dict with its specs written canonically (defaults left out), so that equal
+  settings compare equal as text."""
+  out = copy.deepcopy(saved)
+  model, train = out.get("model", {}), out.get("train", {})
+  if "score" in model:
+    model["score"] = str(scores.spec(model["score"]))
+  if "attention" in model:
+    model["attention"] = str(structures.spec(model["attention"]))
+  if "features" in model:
+    model["features"] = "+".join(str(s) for s in features.specs(model["features"]))
+  if "loss_terms" in train:
+    terms = objective.REGISTRY.specs(train["loss_terms"])
+    train["loss_terms"] = "+".join(str(s) for s in terms)
+  return out
+
+
+def components_help() -> str:
+  """Every registered component and its settings with their defaults."""
+  sections = (
+    ("model.score", scores.REGISTRY),
+    ("model.attention", structures.REGISTRY),
+    ("model.features", features.REGISTRY),
+    ("train.loss_terms", objective.REGISTRY),
+  )
+  return "\n\n".join(f"{field}:\n{reg.settings_help()}" for field, reg in sections)
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m seq2seq.settings", description=__doc__)
+  parser.add_argument("--upgrade", metavar="CONFIG_JSON", help="rewrite a saved config.json")
+  args = parser.parse_args(argv)
+  if args.upgrade is None:
+    print(components_help())
+    return
+  path = Path(args.upgrade)
+  saved = json.loads(path.read_text())
+  path.write_text(json.dumps(upgrade(saved), indent=2, sort_keys=True) + "\n")
+  print(f"{path}: {'upgraded' if is_legacy(saved) else 'already current'}")
+
+
+if __name__ == "__main__":
+  main()

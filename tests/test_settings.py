@@ -1,0 +1,180 @@
+"""Settings owned by components: specs parsed into typed settings, one validate(config), and
+configs saved before the redesign upgraded."""
+
+import json
+
+import pytest
+
+from configs import tiny
+from seq2seq import checkpoints, features, objective, registry, scores, settings, structures
+
+REGISTRIES = (scores.REGISTRY, structures.REGISTRY, features.REGISTRY, objective.REGISTRY)
+
+
+def test_a_spec_types_its_settings_and_prints_canonically():
+  spec = structures.spec("monotonic( noise = 0.5, lookahead=3 )")
+  assert spec.settings == structures.Monotonic.Settings(bias_init=0.0, noise=0.5, lookahead=3)
+  assert isinstance(spec.settings.lookahead, int) and isinstance(spec.settings.noise, float)
+  assert str(spec) == "monotonic(noise=0.5, lookahead=3)"
+  assert str(structures.spec("local_p(window=10)")) == "local_p"  # Defaults are left out.
+  cov = features.specs("prev_attention(filters=2)+coverage(fertility=True)")
+  assert [str(s) for s in cov] == ["coverage(fertility=true)", "prev_attention(filters=2)"]
+  assert features.specs("") == features.specs("none") == ()
+
+
+@pytest.mark.parametrize("reg", REGISTRIES, ids=lambda r: r.field)
+def test_every_component_builds_from_its_bare_name_and_round_trips(reg):
+  for name in reg.names():
+    spec = reg.spec(name)
+    assert str(spec) == name and reg.spec(str(spec)) == spec
+
+
+@pytest.mark.parametrize(
+  "field,text,message",
+  [
+    (
+      "model.attention",
+      "local_p(windw=3)",
+      "model.attention: local_p has no setting 'windw'; valid: window",
+    ),
+    (
+      "model.attention",
+      "soft(window=3)",
+      "model.attention: soft has no setting 'window'; valid: none",
+    ),
+    ("model.attention", "local_p(window=3.5)", r"local_p\(window=...\) must be int, got '3.5'"),
+    ("model.attention", "local_p(window=-1)", "window must be at least 1, got -1"),
+    ("model.attention", "local_p(window=3", "is not a spec"),
+    (
+      "model.score",
+      "bilinear",
+      r"unknown score function 'bilinear' \(model.score\); valid: additive",
+    ),
+    ("model.score", "location(max_len=0)", "max_len must be positive"),
+    ("model.features", "coverage+coverage", "names alignment feature 'coverage' twice"),
+    ("train.loss_terms", "fertility(weight=heavy)", r"fertility\(weight=...\) must be float"),
+    ("train.loss_terms", "supervision(loss=kl)", "loss='kl' is not one of"),
+  ],
+)
+def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, message):
+  config = tiny.get_config()
+  section, key = field.split(".")
+  config[section][key] = text
+  with pytest.raises(ValueError, match=message) as error:
+    settings.validate(config)
+  assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+  "overrides,message",
+  [
+    ({"model.attention": "conv", "model.score": "dot"}, "leave model.score at 'additive'"),
+    ({"model.name": "rnnencdec", "model.attention": "local_m"}, "needs model.name=rnnsearch"),
+    ({"model.features": "coverage", "model.score": "general"}, "extend the additive score"),
+    ({"model.features": "coverage", "model.attention": "multihead"}, "has its own score"),
+    ({"model.name": "agreement", "model.attention": "hard"}, "samples its positions"),
+    ({"train.loss_terms": "reinforce"}, "reinforce trains attention that samples"),
+    ({"train.loss_terms": "agreement"}, "agreement joins the two directions"),
+    ({"train.loss_terms": "fertility", "model.name": "rnnencdec"}, "reads the attention"),
+    ({"model.direction": "reverse"}, "needs an agreement run"),
+    ({"train.nonfinite": "ignore"}, "train.nonfinite='ignore' is not one of"),
+    ({"train.optimizer": "lion"}, "lion"),
+    ({"data.batching": "words"}, "data.batching='words' is not one of"),
+    ({"decode.beam_size": 0}, "decode.beam_size must be at least 1"),
+  ],
+)
+def test_validate_holds_the_rules_across_components(overrides, message):
+  config = tiny.get_config()
+  for dotted, value in overrides.items():
+    section, key = dotted.split(".")
+    config[section][key] = value
+  with pytest.raises(ValueError, match=message):
+    settings.validate(config)
+
+
+def test_implied_terms_are_on_and_listing_them_changes_their_settings():
+  config = tiny.get_config()
+  config.model.attention = "hard"
+  terms = objective.Objective.from_config(config)
+  assert [t.name for t in terms.terms] == ["cross_entropy", "reinforce"]
+  assert terms.term("reinforce").settings == objective.Reinforce.Settings()
+  config.train.loss_terms = "reinforce(entropy_weight=0.5)"
+  assert objective.Objective.from_config(config).term("reinforce").settings.entropy_weight == 0.5
+
+
+def legacy_config(**model_fields):
+  """tiny's config as saved before components owned their settings (flat fields)."""
+  saved = json.loads(tiny.get_config().to_json_best_effort())
+  del saved["model"]["features"], saved["train"]["loss_terms"]
+  saved["model"].update(
+    cosine_sharpness=10.0,
+    max_src_len=40,
+    coverage=False,
+    fertility=False,
+    fertility_max=2.0,
+    prev_attention_filters=0,
+    prev_attention_width=5,
+    local_window=10,
+    monotonic_bias_init=0.0,
+    monotonic_noise=1.0,
+    monotonic_lookahead=8,
+    conv_filters=32,
+    conv_width=3,
+    num_heads=4,
+  )
+  saved["model"].update(model_fields)
+  saved["train"].update(
+    fertility_weight=0.0,
+    attention_supervision=0.0,
+    attention_supervision_loss="ce",
+    reinforce_weight=1.0,
+    entropy_weight=0.01,
+    baseline_decay=0.9,
+    agreement_weight=1.0,
+  )
+  return saved
+
+
+def test_old_saved_configs_upgrade_to_specs():
+  old = legacy_config(attention="local_p", local_window=5, coverage=True, fertility=True)
+  old["train"]["fertility_weight"] = 0.5
+  new = settings.upgrade(old)
+  assert new["model"]["attention"] == "local_p(window=5)"
+  assert new["model"]["features"] == "coverage(fertility=true)"
+  assert new["model"]["score"] == "additive"  # max_src_len belonged to `location` only.
+  assert new["train"]["loss_terms"] == "fertility(weight=0.5)"
+  assert not set(new["model"]) - set(tiny.get_config().model)
+  assert settings.upgrade(new) == new  # Current configs pass through.
+  hard = settings.upgrade(legacy_config(attention="hard", score="location"))
+  assert hard["model"]["score"] == "location(max_len=40)"
+  assert hard["train"]["loss_terms"] == ""  # REINFORCE at its defaults is implied.
+
+
+def test_an_old_workdir_resumes_and_a_changed_setting_is_still_refused(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps(legacy_config()))
+  checkpoints.check_and_save_config(tmp_path, tiny.get_config())  # Same settings: resumes.
+  (tmp_path / "config.json").write_text(json.dumps(legacy_config(attention="conv", conv_width=5)))
+  config = tiny.get_config()
+  config.model.attention = "conv(width=5)"
+  checkpoints.check_and_save_config(tmp_path, config)
+  config.model.attention = "conv(width=3)"  # The default: differs from the saved width 5.
+  with pytest.raises(checkpoints.IncompatibleRunError, match="model.attention"):
+    checkpoints.check_and_save_config(tmp_path, config)
+
+
+def test_upgrade_rewrites_a_saved_file_and_the_listing_names_every_component(tmp_path, capsys):
+  path = tmp_path / "config.json"
+  path.write_text(json.dumps(legacy_config(attention="multihead", num_heads=2)))
+  settings.main(["--upgrade", str(path)])
+  assert json.loads(path.read_text())["model"]["attention"] == "multihead(heads=2)"
+  settings.main([])
+  listing = capsys.readouterr().out
+  for reg in REGISTRIES:
+    assert all(name in listing for name in reg.names())
+  assert "local_p(window=10)" in listing and "reinforce(weight=1.0" in listing
+
+
+def test_a_component_settings_class_must_be_a_dataclass():
+  reg = registry.Registry("thing", field="x.thing")
+  with pytest.raises(TypeError, match="Settings must be a dataclass"):
+    reg.register("bad")(type("Bad", (), {"Settings": dict}))
