@@ -42,6 +42,7 @@ RESUMABLE_FIELDS = (
 # saved config without the field resumes as if it held this value.
 ADDED_FIELDS = {
   "train.loss_normalization": "tokens",
+  "train.ema_decay": 0.0,
 }
 
 
@@ -84,12 +85,17 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
     path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
+# Train-state fields a checkpoint holds only when the state has them (hard attention's reward
+# baseline, the parameters' moving average), so every other run's checkpoints keep their layout.
+OPTIONAL_FIELDS = ("baseline", "ema")
+
+
 def _tree(state: Any) -> dict[str, Any]:
-  """What a checkpoint holds: step, parameters, optimiser state, and hard attention's reward
-  baseline when the state has one (so every other run's checkpoints keep their layout)."""
+  """What a checkpoint holds: step, parameters, optimiser state and the optional fields."""
   tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}
-  if getattr(state, "baseline", None) is not None:
-    tree["baseline"] = state.baseline
+  for name in OPTIONAL_FIELDS:
+    if getattr(state, name, None) is not None:
+      tree[name] = getattr(state, name)
   return tree
 
 
@@ -135,9 +141,8 @@ class Checkpointer:
     restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     got = restored["state"]
     new_state = state.replace(step=got["step"], params=got["params"], opt_state=got["opt_state"])
-    if "baseline" in got:
-      new_state = new_state.replace(baseline=got["baseline"])
-    return new_state, (restored["data"] if with_data else None)
+    optional = {name: got[name] for name in OPTIONAL_FIELDS if name in got}
+    return new_state.replace(**optional), (restored["data"] if with_data else None)
 
   def close(self) -> None:
     self.manager.close()

@@ -46,7 +46,8 @@ def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict)
 def restore_for_eval(
   config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
 ) -> steps.TrainState:
-  """The best checkpoint by validation BLEU if one was kept, else the latest."""
+  """The best checkpoint by validation BLEU if one was kept, else the latest, with the
+  parameters evaluation uses (`TrainState.for_eval`: the moving average when there is one)."""
   fresh = rt.initial_state(config, src_vocab, tgt_vocab, runtime)
   for subdir in ("best", "checkpoints"):
     ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
@@ -54,7 +55,7 @@ def restore_for_eval(
       state, _ = ckpt.restore(fresh, with_data=False)
       ckpt.close()
       logging.info("evaluating %s checkpoint of step %d", subdir, int(state.step))
-      return state
+      return state.for_eval()
     ckpt.close()
   raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
 

@@ -49,6 +49,8 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   model = models.ModelSettings.from_config(config.model)
   objective.Objective.from_config(config)
   steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
+  if not 0.0 <= config.train.ema_decay < 1.0:
+    raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
   if config.train.nonfinite not in NONFINITE:
     raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
   if model.direction not in DIRECTIONS:

@@ -265,13 +265,13 @@ def train_members(
         eta,
       )
     if done % tcfg.eval_every == 0 or last:
-      result = eval_run.evaluate_loss(eval_fn, state, valid_batches(), runtime)
+      result = eval_run.evaluate_loss(eval_fn, state.for_eval(), valid_batches(), runtime)
       for k, (w, cfg) in enumerate(zip(writers, members.configs, strict=True)):
         scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
         scalars["elapsed_s"] = elapsed()
         if tcfg.valid_bleu:
           member_state = members.state(state, k)
-          scalars["bleu"] = eval_run.valid_bleu(member_state, data, cfg)
+          scalars["bleu"] = eval_run.valid_bleu(member_state.for_eval(), data, cfg)
           if scalars["bleu"] >= best_bleu[k]:  # Ties go to the later checkpoint.
             best_bleu[k] = scalars["bleu"]
             bests[k].save(member_state, None)

@@ -1,0 +1,111 @@
+"""Checkpoint averaging (seq2seq/average.py) and the parameters' moving average
+(`train.ema_decay`)."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from helpers import final_params
+
+from configs import tiny
+from seq2seq import average, eval_run, steps, train
+from seq2seq import runtime as rt
+from seq2seq import tokenizer as tok
+
+
+def checkpoint_params(workdir, step):
+  """{path: array} of the parameters saved at `step`."""
+  tree = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / str(step) / "state")
+  leaves = jax.tree_util.tree_flatten_with_path(tree["params"])[0]
+  return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
+
+
+def test_averaging_one_checkpoint_is_the_identity_and_two_their_mean(trained, tmp_path):
+  first, second = checkpoint_params(trained, 10), checkpoint_params(trained, 20)
+  record = average.average_checkpoints(trained, tmp_path / "one", last=1)
+  assert record["steps"] == [20]
+  one = checkpoint_params(tmp_path / "one", 20)
+  for key, value in second.items():
+    np.testing.assert_array_equal(one[key], value, err_msg=key)
+
+  average.average_checkpoints(trained, tmp_path / "two", steps_=[10, 20])
+  two = checkpoint_params(tmp_path / "two", 20)
+  assert set(two) == set(first)
+  for key in first:
+    want = (first[key].astype(np.float32) + second[key].astype(np.float32)) / 2
+    np.testing.assert_allclose(two[key], want, rtol=1e-6, atol=1e-7, err_msg=key)
+  assert json.loads((tmp_path / "two" / "average.json").read_text())["source"] == str(trained)
+
+
+def test_an_averaged_run_evaluates_like_any_run(trained, tmp_path):
+  out = tmp_path / "avg"
+  average.average_checkpoints(trained, out, last=2)
+  config = tiny.get_config()
+  config.decode.beam_size, config.decode.num_heatmaps = 1, 0
+  results = eval_run.evaluate_splits(config, out)
+  assert results["test"]["step"] == 20 and 0.0 <= results["test"]["bleu"] <= 100.0
+  assert (out / "eval" / "test" / "hypotheses.txt").exists()
+
+
+@pytest.mark.parametrize(
+  "kwargs,message",
+  [
+    ({"last": 3}, r"--last=3: the run keeps 2 checkpoint\(s\) \[10, 20\]"),
+    ({"steps_": [15]}, r"no checkpoint of step\(s\) \[15\]; the run keeps \[10, 20\]"),
+    ({}, "give either --last=K or --steps"),
+  ],
+)
+def test_averaging_refuses_what_the_run_does_not_hold(trained, tmp_path, kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    average.average_checkpoints(trained, tmp_path / "x", **kwargs)
+
+
+def test_the_moving_average_follows_its_schedule():
+  config = tiny.get_config()
+  config.train.ema_decay = 0.9
+  state = rt.initial_state(config, 30, 30, rt.Runtime())
+  decay = float(steps.ema_decay_at(0.9, 0))  # min(0.9, 1/10) at the first update.
+  assert decay == pytest.approx(0.1) and float(steps.ema_decay_at(0.9, 10**6)) == pytest.approx(0.9)
+  plain = state.replace(ema=None)
+  assert state.for_eval().params is state.ema and plain.for_eval() is plain
+  batch = {
+    "src": jnp.full((2, 5), 5, jnp.int32),
+    "src_mask": jnp.ones((2, 5), jnp.int32),
+    "tgt_in": jnp.full((2, 4), 6, jnp.int32),
+    "tgt_out": jnp.full((2, 4), 7, jnp.int32),
+    "tgt_mask": jnp.ones((2, 4), jnp.int32),
+  }
+  after, _ = steps.train_step(state, batch, jax.random.key(0), config=config)
+  leaves = [jax.tree.leaves(t) for t in (after.ema, state.params, after.params)]
+  for e, p0, p1 in zip(*leaves, strict=True):
+    np.testing.assert_allclose(e, decay * p0 + (1 - decay) * p1, rtol=1e-6, atol=1e-7)
+
+
+def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_it(tmp_path):
+  def config(num_steps):
+    c = tiny.get_config()
+    c.train.ema_decay, c.train.num_steps = 0.95, num_steps
+    c.train.final_eval, c.train.valid_bleu = False, False
+    c.data.cache_dir = str(tmp_path / "data")
+    return c
+
+  train.train_and_evaluate(config(20), tmp_path / "full")
+  train.train_and_evaluate(config(10), tmp_path / "resumed")
+  train.train_and_evaluate(config(20), tmp_path / "resumed")
+  trees = {}
+  for name in ("full", "resumed"):
+    trees[name] = ocp.StandardCheckpointer().restore(
+      tmp_path / name / "checkpoints" / "20" / "state"
+    )
+  for a, b in zip(jax.tree.leaves(trees["full"]), jax.tree.leaves(trees["resumed"]), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  step, params = final_params(tmp_path / "full")
+  ema_kernel = np.asarray(jax.tree.leaves(trees["full"]["ema"]["score"]["u_a"]["kernel"])[0])
+  assert step == 20 and not np.allclose(ema_kernel, params["/score/u_a/kernel/value"])
+  sizes = [tok.load(tmp_path / "full" / "vocab" / side).size for side in ("src", "tgt")]
+  state = eval_run.restore_for_eval(config(20), tmp_path / "full", *sizes, rt.Runtime())
+  got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
+  np.testing.assert_array_equal(np.asarray(got), ema_kernel)
