@@ -118,6 +118,11 @@ def get_config() -> ml_collections.ConfigDict:
   dec.length_norm_alpha = 1.0  # Divide scores by length**alpha (1: GroundHog; 0: off).
   dec.coverage_penalty = 0.0  # GNMT coverage penalty beta (0: off).
   dec.batch_size = 64  # Sentences decoded together.
+  # Evaluate and translate with the ensemble of these runs (comma-separated workdirs sharing the
+  # vocabularies) instead of the workdir's own checkpoint (seq2seq/ensemble.py); "" is none.
+  dec.ensemble = ""
+  dec.ensemble_combination = "mean_prob"  # "mean_prob" (log of the mean) or "mean_logprob".
+  dec.ensemble_attention = "mean"  # The attention reported: "mean" over members, or an index.
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

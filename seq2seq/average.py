@@ -21,19 +21,10 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from seq2seq import checkpoints, settings, steps
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
-
-
-def saved_config(workdir: Path) -> ml_collections.ConfigDict:
-  """The config a workdir was trained with (its config.json, upgraded if saved long ago)."""
-  path = Path(workdir) / "config.json"
-  if not path.exists():
-    raise FileNotFoundError(f"{path} not found: not a training workdir")
-  return ml_collections.ConfigDict(settings.upgrade(json.loads(path.read_text())))
 
 
 def mean_states(states: Sequence[steps.TrainState]) -> steps.TrainState:
@@ -70,7 +61,7 @@ def average_checkpoints(
   workdir, out = Path(workdir), Path(out)
   if out.exists() and any(out.iterdir()):
     raise FileExistsError(f"{out} exists and is not empty; give a new --out")
-  config = saved_config(workdir)
+  config = checkpoints.saved_config(workdir)
   settings.validate(config)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = rt.Runtime()

@@ -90,6 +90,14 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
 OPTIONAL_FIELDS = ("baseline", "ema")
 
 
+def saved_config(workdir: str | Path) -> ml_collections.ConfigDict:
+  """The config a workdir was trained with (its config.json, upgraded if saved long ago)."""
+  path = Path(workdir) / "config.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{path} not found: not a training workdir")
+  return ml_collections.ConfigDict(settings.upgrade(json.loads(path.read_text())))
+
+
 def _tree(state: Any) -> dict[str, Any]:
   """What a checkpoint holds: step, parameters, optimiser state and the optional fields."""
   tree = {"step": state.step, "params": state.params, "opt_state": state.opt_state}

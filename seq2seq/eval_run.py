@@ -13,8 +13,9 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from seq2seq import checkpoints, evaluate, input_pipeline, models, settings, steps
+from seq2seq import checkpoints, ensemble, evaluate, input_pipeline, models, settings, steps
 from seq2seq import runtime as rt
+from seq2seq import tokenizer as tok
 
 
 def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime) -> dict[str, Any]:
@@ -43,10 +44,8 @@ def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict)
   return evaluate.bleu(hyps, [r[1] for r in raw])[0]
 
 
-def restore_for_eval(
-  config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
-) -> steps.TrainState:
-  """The best checkpoint by validation BLEU if one was kept, else the latest, with the
+def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:
+  """The run's best checkpoint by validation BLEU if one was kept, else the latest, with the
   parameters evaluation uses (`TrainState.for_eval`: the moving average when there is one)."""
   fresh = rt.initial_state(config, src_vocab, tgt_vocab, runtime)
   for subdir in ("best", "checkpoints"):
@@ -57,7 +56,26 @@ def restore_for_eval(
       logging.info("evaluating %s checkpoint of step %d", subdir, int(state.step))
       return state.for_eval()
     ckpt.close()
-  raise FileNotFoundError(f"no checkpoint in {workdir / 'checkpoints'}; train first")
+  raise FileNotFoundError(f"no checkpoint in {Path(workdir) / 'checkpoints'}; train first")
+
+
+def restore_member(workdir: Path, runtime) -> steps.TrainState:
+  """An ensemble member: its run restored with the config it was trained with, as the
+  direction that config names."""
+  config = checkpoints.saved_config(workdir)
+  sizes = [tok.load(Path(workdir) / "vocab" / side).size for side in ("src", "tgt")]
+  state = restore_run(config, Path(workdir), *sizes, runtime)
+  return direction_state(state, config.model.direction)
+
+
+def restore_for_eval(
+  config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+) -> steps.TrainState:
+  """What evaluation and translation decode: the ensemble `decode.ensemble` names (see
+  `seq2seq.ensemble`), else the run in `workdir` (`restore_run`)."""
+  if ensemble.workdirs(config):
+    return ensemble.load(config, lambda member: restore_member(member, runtime))
+  return restore_run(config, workdir, src_vocab, tgt_vocab, runtime)
 
 
 DIRECTIONS = settings.DIRECTIONS
@@ -90,6 +108,7 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}.
   """
   settings.validate(config)
+  ensemble.prepare_workdir(config, workdir)
   workdir = Path(workdir)
   runtime = runtime or rt.Runtime()
   data = data or rt.load_data(config, workdir)

@@ -28,6 +28,7 @@ from typing import Any
 import ml_collections
 
 from seq2seq import (
+  ensemble,
   evaluate,
   features,
   input_pipeline,
@@ -60,6 +61,18 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   if config.data.batching not in input_pipeline.BATCHINGS:
     raise ValueError(
       f"data.batching={config.data.batching!r} is not one of {input_pipeline.BATCHINGS}"
+    )
+  dec = config.decode
+  if dec.ensemble_combination not in ensemble.COMBINATIONS:
+    raise ValueError(
+      f"decode.ensemble_combination={dec.ensemble_combination!r} is not one of "
+      f"{ensemble.COMBINATIONS}"
+    )
+  members = ensemble.workdirs(config)
+  attention = str(dec.ensemble_attention)
+  if attention != "mean" and not (attention.isdigit() and int(attention) < max(len(members), 1)):
+    raise ValueError(
+      f"decode.ensemble_attention={attention!r}: 'mean' or a member index below {len(members)}"
     )
   if config.decode.beam_size < 1:
     raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")

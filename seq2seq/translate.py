@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import eval_run, evaluate, input_pipeline, scores, settings
+from seq2seq import ensemble, eval_run, evaluate, input_pipeline, scores, settings
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -51,6 +51,7 @@ def translate_file(
   `model.direction` model ("reverse": target-language text into the source language).
   """
   settings.validate(config)  # Before loading anything.
+  ensemble.prepare_workdir(config, workdir)
   workdir = Path(workdir)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   state = eval_run.restore_for_eval(
