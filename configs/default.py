@@ -87,6 +87,9 @@ def get_config() -> ml_collections.ConfigDict:
   t.decay = "constant"  # Schedule after warm-up: "constant" or "rsqrt".
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
+  # The training softmax (seq2seq/softmax.py): "full", or "sampled(size=4096)" over the batch's
+  # target words plus uniformly drawn others (Jean et al. 2015); evaluation always uses "full".
+  t.softmax = "full"
   # Keep an exponential moving average of the parameters with this decay (0: none); validation,
   # evaluation and translation then use it (decay min(d, (1 + step) / (10 + step)) per update).
   t.ema_decay = 0.0

@@ -2,7 +2,7 @@
 
     python -m experiments.benchmark --out runs/benchmark.json [--preset bench|paper|tiny]
         [--repeats N] [--steps N] [--dtype float32|bfloat16] [--maxout M] [--devices N]
-        [--set KEY=VALUE] [--breakdown] [--peer]
+        [--set KEY=VALUE] [--breakdown] [--peer [--peer-output like|plain]]
 
 What it measures, on random int32 batches of the layout in `seq2seq/train.py` (full-length
 sentences, all-ones masks, so every position is a training target token):
@@ -22,7 +22,11 @@ sentences, all-ones masks, so every position is a training target token):
 Presets: `bench` is the Performance issue's benchmark config (the peer's `benchmark` size),
 `paper` the sizes of Bahdanau et al. (a few Adadelta steps), `tiny` the sizes of
 `configs/tiny.py` (smoke test). With `--peer`, the PyTorch peer `torch_rnnsearch.py` runs in
-the same session and its figures and the ratios ours / peer go under `peer` in the JSON.
+the same session and its figures and the ratios ours / peer go under `peer` in the JSON. By
+default the peer is given our deep output (`--peer-output like`: its `--maxout` set to our
+`model.maxout_dim`, so `bench` runs against `--maxout 1024` and `paper` against `--size paper
+--maxout 500`): the same function and FLOPs, so the ratio measures the implementations;
+`--peer-output plain` keeps the peer's single output layer (the comparison described below).
 Training is compared in rounds run back to back (see `compare_with_peer`). The peer's OpenMP
 threads collapse when another process holds a core (seen on a shared 2-core machine: 150 tokens/s
 with 2 threads against 1,670 with 1), while XLA's thread pool degrades gracefully; on a shared
@@ -426,11 +430,19 @@ def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- the PyTorch peer
 def _run_peer_mode(
-  python: Path, script: Path, mode: str, size: str, steps: int, threads: int, timeout_s: float
+  python: Path,
+  script: Path,
+  mode: str,
+  size: str,
+  steps: int,
+  threads: int,
+  timeout_s: float,
+  maxout: int = 0,
 ) -> dict[str, Any]:
-  """One run of the peer script; its JSON line, or an `error` entry."""
+  """One run of the peer script (with the paper's deep output of width `maxout`, 0: its plain
+  output layer); its JSON line, or an `error` entry."""
   cmd = [str(python), str(script), mode, "--size", size, "--steps", str(steps)]
-  cmd += ["--threads", str(threads)]
+  cmd += ["--threads", str(threads), "--maxout", str(maxout)]
   try:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
   except subprocess.TimeoutExpired:
@@ -456,9 +468,12 @@ def compare_with_peer(
   python: Path,
   script: Path,
   threads: int,
+  maxout: int = 0,
   timeout_s: float = 1800.0,
 ) -> dict[str, Any]:
   """The peer's training and greedy-decoding figures next to ours, or a note saying why not.
+  `maxout` > 0 gives the peer the paper's deep output of that width (like for like when it is
+  our `model.maxout_dim`); 0 keeps its plain output layer.
 
   The machine's load drifts, so training is compared in `rounds` pairs run back to back: one of
   our timed runs (`steps` steps), then one peer run (`peer_steps` timed steps after its own two
@@ -477,7 +492,7 @@ def compare_with_peer(
   for _ in range(rounds):
     times = bench.run(steps)
     ours = bench.tokens_per_step * len(times) / sum(times)
-    theirs = _run_peer_mode(python, script, "train", size, peer_steps, threads, timeout_s)
+    theirs = _run_peer_mode(python, script, "train", size, peer_steps, threads, timeout_s, maxout)
     pairs.append(
       {
         "ours_tokens_per_s": ours,
@@ -485,8 +500,15 @@ def compare_with_peer(
         "peer": theirs,
       }
     )
-  decode = _run_peer_mode(python, script, "decode", size, peer_steps, threads, timeout_s)
-  return {"size": size, "threads": threads, "train_rounds": pairs, "decode": decode}
+  decode = _run_peer_mode(python, script, "decode", size, peer_steps, threads, timeout_s, maxout)
+  return {
+    "size": size,
+    "threads": threads,
+    "maxout": maxout,
+    "like_for_like": maxout > 0,
+    "train_rounds": pairs,
+    "decode": decode,
+  }
 
 
 def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
@@ -617,6 +639,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
       python=Path(args.peer_python),
       script=Path(args.peer_script),
       threads=args.peer_threads,
+      maxout=cfg.model.maxout_dim if args.peer_output == "like" else 0,
     )
     if "skipped" not in peer:
       peer["ratios"] = peer_ratios(results, peer)
@@ -717,6 +740,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--peer-rounds", type=int, default=3, help="paired ours/peer training runs")
   p.add_argument("--peer-steps", type=int, default=None, help="the peer's timed steps per run")
   p.add_argument("--peer-threads", type=int, default=os.cpu_count() or 1)
+  p.add_argument(
+    "--peer-output",
+    default="like",
+    choices=("like", "plain"),
+    help="like: the peer gets our deep output (--maxout = model.maxout_dim, the same function "
+    "and FLOPs); plain: its own single output layer (the older, unlike comparison)",
+  )
   args = p.parse_args(argv)
   for name in (
     "repeats",

@@ -43,6 +43,7 @@ RESUMABLE_FIELDS = (
 ADDED_FIELDS = {
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,
+  "train.softmax": "full",
 }
 
 

@@ -242,12 +242,17 @@ class Seq2Seq(nnx.Module):
     moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
     return state._replace(s=new_s, features=moved, structure=att.state), att
 
-  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None):
-    """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes. The
+  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None):
+    """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes, or
+    [..., N] over the words `output_ids` [N] only (sampled softmax, `seq2seq.softmax`). The
     logits are accumulated and returned in float32 whatever the compute dtype."""
     t = self.u_o(prev_state) + self.v_o(emb_prev) + self.c_o(ctx)
     t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
-    return self.w_o(t)
+    if output_ids is None:
+      return self.w_o(t)
+    kernel_MN = self.w_o.kernel[...][:, output_ids].astype(t.dtype)
+    logits = jnp.einsum("...m,mn->...n", t, kernel_MN, preferred_element_type=jnp.float32)
+    return logits + self.w_o.bias[...][output_ids]
 
   # ------------------------------------------------------------------ decoding API
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
@@ -258,9 +263,18 @@ class Seq2Seq(nnx.Module):
 
   # ------------------------------------------------------------------ training API
   def __call__(
-    self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, return_aux=False, dropout_rng=None
+    self,
+    src_BS,
+    src_mask_BS,
+    tgt_in_BT,
+    *,
+    return_alpha=False,
+    return_aux=False,
+    dropout_rng=None,
+    output_ids=None,
   ):
-    """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked.
+    """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked; [B, T, N]
+    over the words `output_ids` [N] when given (sampled softmax).
 
     `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks; a
     sampling attention structure draws step i's key as fold_in(fold_in(dropout_rng, 3), i).
@@ -286,7 +300,7 @@ class Seq2Seq(nnx.Module):
     _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T), unroll=self.scan_unroll)
     prev_TBD, ctx_TBH, alpha_TBS, extras_T = outputs
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
-    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2])
+    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids)
     if not (return_alpha or return_aux):
       return logits
     if alpha_TBS is None:

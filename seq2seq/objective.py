@@ -19,6 +19,7 @@ import ml_collections
 from flax import nnx
 
 from seq2seq import models, registry, structures, tokenizer
+from seq2seq import softmax as softmax_lib
 
 if TYPE_CHECKING:
   from seq2seq.steps import TrainState
@@ -172,6 +173,7 @@ class DirectionPass:
   aux: dict[str, jax.Array]  # "alpha" [B, T, S], "fertility" [B, S] and the structure's per-step
   # extras (e.g. hard attention's "sample_logp", "entropy") when a term needs outputs; else {}.
   tokens: jax.Array  # Target tokens of the batch.
+  metrics: dict[str, jax.Array] = dataclasses.field(default_factory=dict)  # The softmax's.
 
 
 @dataclasses.dataclass
@@ -432,6 +434,7 @@ class Objective:
 
   terms: tuple[Term, ...]
   normalization: str = "tokens"
+  softmax: softmax_lib.Softmax = dataclasses.field(default_factory=lambda: softmax_lib.make("full"))
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Objective:
@@ -452,7 +455,7 @@ class Objective:
         terms.append(term.build(listed[name], config))
       elif term.implied(config):
         terms.append(term.build(term.Settings(), config))
-    return cls(tuple(terms), normalization)
+    return cls(tuple(terms), normalization, softmax_lib.make(config.train.softmax))
 
   def term(self, name: str) -> Term | None:
     """The configured term registered as `name`, or None."""
@@ -474,16 +477,23 @@ def batch_keys(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   return Objective.from_config(config).batch_keys
 
 
-def direction_pass(model, batch, rng, needs: frozenset[str]) -> DirectionPass:
-  """The teacher-forced pass of one direction, with the outputs `needs` asks for."""
+def direction_pass(
+  model, batch, rng, needs: frozenset[str], softmax: softmax_lib.Softmax | None = None
+) -> DirectionPass:
+  """The teacher-forced pass of one direction, with the outputs `needs` asks for, its logits
+  over the candidates `softmax` picks (and the batch's targets mapped onto them) in training."""
+  softmax = softmax or softmax_lib.make("full")
+  key = None if rng is None else jax.random.fold_in(rng, 11)
+  ids, batch, metrics = softmax.candidates(batch, model.w_o.out_features, key)
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
+  kwargs = {"dropout_rng": rng} if ids is None else {"dropout_rng": rng, "output_ids": ids}
   aux = {}
   if needs:
-    logits, aux = model(*args, return_aux=True, dropout_rng=rng)
+    logits, aux = model(*args, return_aux=True, **kwargs)
   else:
-    logits = model(*args, dropout_rng=rng)
+    logits = model(*args, **kwargs)
   tokens = jnp.sum(batch["tgt_mask"].astype(jnp.float32))
-  return DirectionPass(batch, logits, aux, tokens)
+  return DirectionPass(batch, logits, aux, tokens, metrics)
 
 
 def loss_fn(
@@ -509,13 +519,15 @@ def loss_fn(
   if isinstance(model, models.Agreement):
     rng_rev = None if rng is None else jax.random.fold_in(rng, 1)
     passes = {
-      "forward": direction_pass(model.forward, batch, rng, needs),
-      "reverse": direction_pass(model.reverse, reverse_batch(batch), rng_rev, needs),
+      "forward": direction_pass(model.forward, batch, rng, needs, objective.softmax),
+      "reverse": direction_pass(
+        model.reverse, reverse_batch(batch), rng_rev, needs, objective.softmax
+      ),
     }
   else:
-    passes = {"forward": direction_pass(model, batch, rng, needs)}
+    passes = {"forward": direction_pass(model, batch, rng, needs, objective.softmax)}
   fwd = passes["forward"]
-  loss, metrics = 0.0, {}
+  loss, metrics = 0.0, dict(fwd.metrics)
   for name, p in passes.items():
     summed = 0.0
     for term in objective.terms:
@@ -551,4 +563,5 @@ EXTRA_METRICS = (
   *(m for name in names() for m in get(name).metrics),
   "ce_loss",
   "baseline",
+  "sampled_missing",
 )

@@ -36,6 +36,7 @@ from seq2seq import (
   objective,
   registry,
   scores,
+  softmax,
   steps,
   structures,
 )
@@ -188,6 +189,8 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
     model["attention"] = str(structures.spec(model["attention"]))
   if "features" in model:
     model["features"] = "+".join(str(s) for s in features.specs(model["features"]))
+  if "softmax" in train:
+    train["softmax"] = str(softmax.REGISTRY.spec(train["softmax"]))
   if "loss_terms" in train:
     terms = objective.REGISTRY.specs(train["loss_terms"])
     train["loss_terms"] = "+".join(str(s) for s in terms)
@@ -201,6 +204,7 @@ def components_help() -> str:
     ("model.attention", structures.REGISTRY),
     ("model.features", features.REGISTRY),
     ("train.loss_terms", objective.REGISTRY),
+    ("train.softmax", softmax.REGISTRY),
   )
   return "\n\n".join(f"{field}:\n{reg.settings_help()}" for field, reg in sections)
 

@@ -120,11 +120,15 @@ def train_step(
   `objective.loss_fn`; tokens are the forward direction's, so tokens/s counts sentence pairs as for
   a plain model).
   """
-  keyed = config.model.dropout > 0 or (
-    config.model.name not in models.ENCDEC_NAMES and structures.uses_rng(config.model.attention)
+  objective_ = objective.Objective.from_config(config)
+  keyed = (
+    config.model.dropout > 0
+    or objective_.softmax.uses_rng
+    or (
+      config.model.name not in models.ENCDEC_NAMES and structures.uses_rng(config.model.attention)
+    )
   )
   dropout_rng = rng if keyed else None
-  objective_ = objective.Objective.from_config(config)
   grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
   (loss, (_, tokens, extras)), grads = grad_fn(state.params, state, batch, dropout_rng, objective_)
   grad_norm = optax.global_norm(grads)

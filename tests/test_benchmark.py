@@ -73,3 +73,20 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   assert (model["emb_dim"], model["dec_hidden"]) == (16, 32)  # configs/tiny.py sizes.
   assert {"python", "jax", "jaxlib", "flax", "optax", "numpy"} <= set(res["versions"])
   assert "skipped" in res["peer"]  # The peer has no tiny size: a note, no figures.
+
+
+def test_the_peer_gets_our_deep_output_for_a_like_for_like_run(tmp_path):
+  """A stand-in peer script that reports its arguments: the comparison hands it --maxout."""
+  import sys
+
+  from experiments import benchmark
+
+  script = tmp_path / "peer.py"
+  script.write_text("import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n")
+  like = benchmark._run_peer_mode(Path(sys.executable), script, "train", "paper", 1, 1, 60, 500)
+  assert like["argv"][like["argv"].index("--maxout") + 1] == "500"
+  assert like["argv"][:3] == ["train", "--size", "paper"]
+  plain = benchmark._run_peer_mode(Path(sys.executable), script, "decode", "benchmark", 1, 1, 60)
+  assert plain["argv"][plain["argv"].index("--maxout") + 1] == "0"
+  args = benchmark.parse_args(["--out", "x.json", "--peer"])
+  assert args.peer_output == "like"
