@@ -38,15 +38,6 @@ RESUMABLE_FIELDS = (
 )
 
 
-# Fields added after runs were saved, with the value that reproduces how those runs behaved: a
-# saved config without the field resumes as if it held this value.
-ADDED_FIELDS = {
-  "train.loss_normalization": "tokens",
-  "train.ema_decay": 0.0,
-  "train.softmax": "full",
-}
-
-
 class IncompatibleRunError(ValueError):
   """The workdir holds a run whose config differs in fields that matter."""
 
@@ -64,7 +55,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """Dotted names of fields that differ between two config dicts and may not change on resume."""
-  a = {**ADDED_FIELDS, **flatten(settings.upgrade(old))}
+  a = flatten(settings.upgrade(old))
   b = flatten(settings.canonical(new))
   names = sorted(set(a) | set(b))
   changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]

@@ -113,6 +113,18 @@ _TERM_FIELDS = (
 )
 
 
+# Fields added after runs were saved, with the value that reproduces how those runs behaved: a
+# saved config without the field reads as if it held this value.
+ADDED_FIELDS = {
+  "train.loss_normalization": "tokens",
+  "train.ema_decay": 0.0,
+  "train.softmax": "full",
+  "decode.ensemble": "",
+  "decode.ensemble_combination": "mean_prob",
+  "decode.ensemble_attention": "mean",
+}
+
+
 def _spec(reg: registry.Registry, name: str, values: dict[str, Any]) -> str:
   """The canonical spec of `name` with `values` (settings not given keep their defaults)."""
   return str(reg.spec(f"{name}({', '.join(f'{k}={v}' for k, v in values.items())})"))
@@ -124,9 +136,12 @@ def is_legacy(saved: dict[str, Any]) -> bool:
 
 
 def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
-  """A saved config dict with the old flat component fields rewritten as specs (a new dict;
-  one already in the new form comes back unchanged, its specs canonical)."""
+  """A saved config dict in the current form (a new dict): the old flat component fields
+  rewritten as specs, the fields added since filled with `ADDED_FIELDS`, the specs canonical."""
   out = copy.deepcopy(saved)
+  for dotted, value in ADDED_FIELDS.items():
+    section, key = dotted.split(".")
+    out.setdefault(section, {}).setdefault(key, value)
   model, train = out.get("model", {}), out.get("train", {})
   if is_legacy(saved):
     for kind, reg in (("score", scores), ("attention", structures)):

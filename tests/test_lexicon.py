@@ -1,0 +1,64 @@
+"""The IBM Model 1 lexical table and the shortlists it gives (seq2seq/lexicon.py)."""
+
+import numpy as np
+import pytest
+
+from seq2seq import lexicon
+from seq2seq.input_pipeline import Ragged
+
+# Source words 4 (a), 5 (b), 6 (c) translate as 7 (x), 8 (y), 9 (z); every pair mixes two.
+SRC = [[4, 5], [4, 6], [5, 6], [4, 5, 6], [6, 4]]
+TGT = [[7, 8], [7, 9], [8, 9], [7, 8, 9], [9, 7]]
+VS, VT = 7, 10
+
+
+def test_ibm1_learns_word_translations_from_co_occurrence_alone():
+  pair_src, pair_tgt, prob = lexicon.ibm1(Ragged.from_lists(SRC), Ragged.from_lists(TGT), VS, VT)
+  for e in (4, 5, 6, VS):  # Every source word and NULL is a distribution over targets.
+    assert prob[pair_src == e].sum() == pytest.approx(1.0)
+  ids, probs = lexicon.top_translations(pair_src, pair_tgt, prob, VS, 2)
+  assert ids[4, 0] == 7 and ids[5, 0] == 8 and ids[6, 0] == 9
+  assert probs[4, 0] > 0.6 and np.all(probs[:, 0] >= probs[:, 1])
+  assert np.all(ids[:4] == -1)  # Specials never occur in the corpus.
+
+
+def test_one_em_pass_matches_a_hand_computation():
+  # "a b" -> "x" and "a" -> "y". Start: t(.|e) uniform over e's co-occurring targets, so
+  # t(x|a) = t(y|a) = 1/2, t(x|b) = 1, t(x|NULL) = t(y|NULL) = 1/2. Posteriors of x's links:
+  # a 1/4, b 1/2, NULL 1/4 (denominator 2); of y's: a 1/2, NULL 1/2. Normalised per source:
+  # t(x|a) = 1/3, t(y|a) = 2/3, t(x|b) = 1, t(x|NULL) = 1/3, t(y|NULL) = 2/3.
+  a, b, x, y, null = 4, 5, 7, 8, VS
+  pair_src, pair_tgt, prob = lexicon.ibm1(
+    Ragged.from_lists([[a, b], [a]]), Ragged.from_lists([[x], [y]]), VS, VT, iterations=1
+  )
+  got = {(int(e), int(f)): float(p) for e, f, p in zip(pair_src, pair_tgt, prob, strict=True)}
+  want = {(a, x): 1 / 3, (a, y): 2 / 3, (b, x): 1.0, (null, x): 1 / 3, (null, y): 2 / 3}
+  assert got.keys() == want.keys()
+  for key, value in want.items():
+    assert got[key] == pytest.approx(value), key
+
+
+def table():
+  pair_src, pair_tgt, prob = lexicon.ibm1(Ragged.from_lists(SRC), Ragged.from_lists(TGT), VS, VT)
+  ids, probs = lexicon.top_translations(pair_src, pair_tgt, prob, VS, 2)
+  return lexicon.Lexicon(ids, probs, np.array([7, 9, 8, 0, 1, 2, 3, 4, 5, 6], np.int32))
+
+
+def test_a_shortlist_holds_the_specials_in_place_then_frequent_words_and_translations():
+  cand = lexicon.shortlist(table(), np.array([[5, 0, 0]]), frequent=1, per_word=1, multiple=1)
+  assert cand.tolist() == [0, 1, 2, 3, 7, 8]  # 7: most frequent; 8: b's best translation.
+  padded = lexicon.shortlist(table(), np.array([[5]]), frequent=1, per_word=1, multiple=4)
+  assert len(padded) == 8 and padded[:4].tolist() == [0, 1, 2, 3] and {7, 8} <= set(padded)
+  everything = lexicon.shortlist(table(), np.array([[4]]), frequent=VT, per_word=2, multiple=64)
+  assert everything.tolist() == list(range(VT))  # Capped at the vocabulary.
+
+
+def test_a_missing_or_empty_table_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="build it with python -m seq2seq.lexicon"):
+    lexicon.Lexicon.load(tmp_path / "lexicon.npz")
+  empty = lexicon.Lexicon(np.full((VS, 2), -1, np.int32), np.zeros((VS, 2)), np.arange(VT))
+  empty.save(tmp_path / "lexicon.npz")
+  with pytest.raises(ValueError, match="is empty"):
+    lexicon.Lexicon.load(tmp_path / "lexicon.npz")
+  table().save(tmp_path / "good.npz")
+  assert lexicon.Lexicon.load(tmp_path / "good.npz").ids[4, 0] == 7
