@@ -126,6 +126,13 @@ def get_config() -> ml_collections.ConfigDict:
   dec.ensemble = ""
   dec.ensemble_combination = "mean_prob"  # "mean_prob" (log of the mean) or "mean_logprob".
   dec.ensemble_attention = "mean"  # The attention reported: "mean" over members, or an index.
+  # Shortlist decoding: a lexical table (python -m seq2seq.lexicon writes WORKDIR/lexicon.npz);
+  # the output layer then runs over the batch's shortlist only: the specials, the
+  # `shortlist_frequent` most frequent target words and each source word's `shortlist_per_word`
+  # best translations. "" decodes over the full vocabulary.
+  dec.shortlist = ""
+  dec.shortlist_frequent = 1000
+  dec.shortlist_per_word = 10
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

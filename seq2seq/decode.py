@@ -40,6 +40,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from seq2seq import lexicon
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -332,13 +333,52 @@ def jit_decode(
   length_norm_alpha: float = 1.0,
   coverage_beta: float = 0.0,
   ban_unk: bool = False,
+  output_ids: jax.Array | None = None,
 ) -> DecodeResult:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1.
 
   `graphdef`, `beam_size`, `max_len`, `length_norm_alpha`, `coverage_beta` and `ban_unk` are
-  static; `params` is the model state, merged with `graphdef` inside the trace.
+  static; `params` is the model state, merged with `graphdef` inside the trace. `output_ids`
+  [N]: decode over that shortlist only (`lexicon.shortlist`, specials first), the output
+  mapped back to word ids.
   """
   model = nnx.merge(graphdef, params)
+  if output_ids is not None:
+    model = Shortlisted(model, output_ids)
+  result = _search(
+    model,
+    src_BS,
+    src_mask_BS,
+    beam_size=beam_size,
+    max_len=max_len,
+    length_norm_alpha=length_norm_alpha,
+    coverage_beta=coverage_beta,
+    ban_unk=ban_unk,
+  )
+  return result if output_ids is None else result._replace(tokens=output_ids[result.tokens])
+
+
+class Shortlisted:
+  """A model decoded over a shortlist `ids` [N] (`lexicon.shortlist`: the specials first, at
+  their own positions): the search works in candidate indices, so PAD, BOS, EOS and UNK keep
+  their ids; the embedding reads the candidate's word id and the output layer runs over the N
+  candidates only. Map the output back with `ids[tokens]`."""
+
+  def __init__(self, model: Any, ids_N: jax.Array):
+    self.model, self.ids = model, ids_N
+    self.uses_attention = model.uses_attention
+
+  def encode(self, src_BS, src_mask_BS):
+    return self.model.encode(src_BS, src_mask_BS)
+
+  def decoder_step(self, enc, state, y_prev_B):
+    return self.model.decoder_step(enc, state, self.ids[y_prev_B], output_ids=self.ids)
+
+
+def _search(
+  model, src_BS, src_mask_BS, *, beam_size, max_len, length_norm_alpha, coverage_beta, ban_unk
+):
+  """Greedy when beam_size == 1, else beam search."""
   if beam_size == 1:
     return greedy(model, src_BS, src_mask_BS, max_len=max_len, ban_unk=ban_unk)
   return beam_search(
@@ -366,12 +406,18 @@ def decode_batch(
 
   `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
   `config.decode.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
-  with S the padded source length. `jit_decode` keeps one compiled function per static setting,
-  so bucketed source lengths reuse their compilations.
+  with S the padded source length. With `decode.shortlist` (a lexical table, `seq2seq.lexicon`)
+  the output layer runs over the batch's shortlist only. `jit_decode` keeps one compiled
+  function per static setting, so bucketed source lengths reuse their compilations.
   """
   cfg = config.decode
   src = jnp.asarray(batch["src"], jnp.int32)
   mask = jnp.asarray(batch["src_mask"], jnp.int32)
+  output_ids = None
+  if cfg.shortlist:
+    table = lexicon.load_cached(cfg.shortlist)
+    ids = lexicon.shortlist(table, batch["src"], cfg.shortlist_frequent, cfg.shortlist_per_word)
+    output_ids = jnp.asarray(ids)
   return jit_decode(
     state.graphdef,
     state.params,
@@ -382,6 +428,7 @@ def decode_batch(
     length_norm_alpha=float(cfg.length_norm_alpha),
     coverage_beta=float(cfg.coverage_penalty),
     ban_unk=ban_unk,
+    output_ids=output_ids,
   )
 
 

@@ -97,10 +97,11 @@ class Ensemble(nnx.Module):
     encoded = tuple(m.encode(src_BS, src_mask_BS) for m in self.members)
     return EnsembleEncoded(encoded, src_mask_BS, tuple(e.init_state for e in encoded))
 
-  def decoder_step(self, enc: EnsembleEncoded, state: tuple, y_prev_B: jax.Array):
-    """(every member's next state, combined log-probabilities [B, V], attention [B, S])."""
+  def decoder_step(self, enc: EnsembleEncoded, state: tuple, y_prev_B: jax.Array, **kwargs):
+    """(every member's next state, combined log-probabilities [B, V], attention [B, S]); over
+    `output_ids` [N] only when given (shortlist decoding)."""
     outs = [
-      m.decoder_step(e, s, y_prev_B)
+      m.decoder_step(e, s, y_prev_B, **kwargs)
       for m, e, s in zip(self.members, enc.members, state, strict=True)
     ]
     log_probs = [jax.nn.log_softmax(o[1].astype(jnp.float32), axis=-1) for o in outs]

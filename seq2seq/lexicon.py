@@ -29,14 +29,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from seq2seq import checkpoints, input_pipeline
-from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
+
+if TYPE_CHECKING:
+  from seq2seq import input_pipeline
 
 FILE = "lexicon.npz"
 
@@ -139,6 +142,12 @@ def build(data: input_pipeline.Data, *, top: int = 100, iterations: int = 5) -> 
   return Lexicon(ids, probs, by_frequency)
 
 
+@functools.lru_cache(maxsize=4)
+def load_cached(path: str) -> Lexicon:
+  """`Lexicon.load(path)`, read once per process (decoding asks for it every batch)."""
+  return Lexicon.load(path)
+
+
 def shortlist(
   lexicon: Lexicon, src_ids: np.ndarray, frequent: int, per_word: int, multiple: int = 64
 ) -> np.ndarray:
@@ -168,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--top", type=int, default=100, help="translations kept per source word")
   parser.add_argument("--iterations", type=int, default=5, help="EM passes")
   args = parser.parse_args(argv)
+  # Imported here: decoding imports this module, and the run's loading sits above decoding.
+  from seq2seq import checkpoints
+  from seq2seq import runtime as rt
+
   workdir = Path(args.workdir)
   config = checkpoints.saved_config(workdir)
   data = rt.load_data(config, workdir)

@@ -255,11 +255,13 @@ class Seq2Seq(nnx.Module):
     return logits + self.w_o.bias[...][output_ids]
 
   # ------------------------------------------------------------------ decoding API
-  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
-    """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S])."""
+  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, output_ids=None):
+    """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S]);
+    logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding)."""
     emb = self.embed(y_prev_B)
     new_state, att = self._recur(enc, state, self.cell.project(emb), decoding=True)
-    return new_state, self._readout(state.s, emb, att.context), att.alpha
+    logits = self._readout(state.s, emb, att.context, output_ids=output_ids)
+    return new_state, logits, att.alpha
 
   # ------------------------------------------------------------------ training API
   def __call__(
@@ -358,9 +360,9 @@ class Agreement(nnx.Module):
     """The forward model's `encode`."""
     return self.forward.encode(src_BS, src_mask_BS, dropout_rng)
 
-  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array):
+  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, **kwargs):
     """The forward model's `decoder_step`."""
-    return self.forward.decoder_step(enc, state, y_prev_B)
+    return self.forward.decoder_step(enc, state, y_prev_B, **kwargs)
 
   def __call__(self, src_BS, src_mask_BS, tgt_in_BT, **kwargs):
     """The forward model's teacher-forced pass (the joint loss calls both models itself)."""

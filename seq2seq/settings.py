@@ -32,6 +32,7 @@ from seq2seq import (
   evaluate,
   features,
   input_pipeline,
+  lexicon,
   models,
   objective,
   registry,
@@ -75,6 +76,10 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     raise ValueError(
       f"decode.ensemble_attention={attention!r}: 'mean' or a member index below {len(members)}"
     )
+  if dec.shortlist:
+    lexicon.Lexicon.load(dec.shortlist)  # A missing or empty table: one line, before decoding.
+    if dec.shortlist_frequent < 0 or dec.shortlist_per_word < 0:
+      raise ValueError("decode.shortlist_frequent and decode.shortlist_per_word must be >= 0")
   if config.decode.beam_size < 1:
     raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
   evaluate.check_replace_unk(config)
@@ -122,6 +127,9 @@ ADDED_FIELDS = {
   "decode.ensemble": "",
   "decode.ensemble_combination": "mean_prob",
   "decode.ensemble_attention": "mean",
+  "decode.shortlist": "",
+  "decode.shortlist_frequent": 1000,
+  "decode.shortlist_per_word": 10,
 }
 
 

@@ -62,3 +62,52 @@ def test_a_missing_or_empty_table_is_a_clear_error(tmp_path):
     lexicon.Lexicon.load(tmp_path / "lexicon.npz")
   table().save(tmp_path / "good.npz")
   assert lexicon.Lexicon.load(tmp_path / "good.npz").ids[4, 0] == 7
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_shortlist_of_every_word_decodes_as_the_full_vocabulary(beam_size):
+  import jax.numpy as jnp
+  from conftest import random_batch, randomise
+  from flax import nnx
+
+  from configs import tiny
+  from seq2seq import decode, models
+
+  vocab = 30
+  model = randomise(models.build_model(tiny.get_config().model, vocab, vocab, rngs=nnx.Rngs(0)))
+  graphdef, params = nnx.split(model, nnx.Param)
+  b = random_batch(seed=2, batch=4, src_len=6, vocab=vocab)
+  run = lambda **kw: decode.jit_decode(
+    graphdef,
+    params,
+    jnp.asarray(b["src"]),
+    jnp.asarray(b["src_mask"]),
+    beam_size=beam_size,
+    max_len=10,
+    **kw,
+  )
+  full = run()
+  every = run(output_ids=jnp.arange(vocab, dtype=jnp.int32))
+  np.testing.assert_array_equal(np.asarray(every.tokens), np.asarray(full.tokens))
+  np.testing.assert_allclose(np.asarray(every.scores), np.asarray(full.scores), atol=1e-5)
+  # A partial shortlist produces only its own words (specials first, in place).
+  short = jnp.asarray([0, 1, 2, 3, 11, 17, 23], jnp.int32)
+  some = np.asarray(run(output_ids=short).tokens)
+  assert set(some.ravel().tolist()) <= set(np.asarray(short).tolist())
+
+
+def test_evaluating_with_a_shortlist_of_every_word_changes_no_translation(trained, tmp_path):
+  import shutil
+
+  from configs import tiny
+  from seq2seq import eval_run
+
+  run = tmp_path / "run"
+  shutil.copytree(trained, run, ignore=shutil.ignore_patterns("eval"))
+  lexicon.main(["--workdir", str(run), "--top", "5"])
+  config = tiny.get_config()
+  config.decode.shortlist, config.decode.shortlist_frequent = str(run / lexicon.FILE), 10_000
+  eval_run.evaluate_splits(config, run)
+  for split in ("valid", "test"):
+    got = (run / "eval" / split / "hypotheses.txt").read_text()
+    assert got == (trained / "eval" / split / "hypotheses.txt").read_text()
