@@ -59,9 +59,22 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from seq2seq import features, layers, registry, scores, structures
+from seq2seq import lexicon as lexicon_lib
+
+# Lexicon bias (Arthur, Neubig and Nakamura 2016): the translations kept per source word, and the
+# epsilon of log(p_lex + eps) (theirs: 0.001, which keeps unlikely words possible).
+LEXICON_TOP = 20
+LEXICON_EPS = 1e-3
+
+
+class LexiconTable(nnx.Param):
+  """The lexicon bias's table, stored with the parameters (so checkpoints, seed groups and
+  ensembles carry it) but read through stop_gradient: its gradient is zero and no optimiser
+  moves it. Ids are kept as float32 (exact below 2^24) so the parameter tree stays real."""
 
 
 class DecoderState(NamedTuple):
@@ -84,6 +97,8 @@ class Encoded(NamedTuple):
     jax.Array
   )  # [B, S] N_j dividing the coverage (ones without `coverage(fertility=true)`).
   prepared: dict[str, Any] | None = None  # What each feature computed once per sentence.
+  # Lexicon bias: each source word's best translations (ids [B, S, K] int32, p_lex [B, S, K]).
+  lexicon: tuple[jax.Array, jax.Array] | None = None
 
 
 class BiGRUEncoder(nnx.Module):
@@ -186,6 +201,18 @@ class Seq2Seq(nnx.Module):
     self.w_o = layers.dense(
       cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True, float32_output=True
     )
+    self.tgt_vocab = tgt_vocab
+    self.lexicon_bias = bool(cfg.lexicon_bias) and self.uses_attention
+    if self.lexicon_bias:  # The table travels with the parameters, never trained.
+      table = lexicon_lib.Lexicon.load(cfg.lexicon_bias)
+      if table.ids.shape[0] != src_vocab or len(table.by_frequency) != tgt_vocab:
+        raise ValueError(
+          f"model.lexicon_bias={cfg.lexicon_bias!r} is a table of {table.ids.shape[0]} source and "
+          f"{len(table.by_frequency)} target words; the model has {src_vocab} and {tgt_vocab}"
+        )
+      ids = np.maximum(table.ids[:, :LEXICON_TOP], 0)  # Padding: word 0 (PAD) with p = 0.
+      self.lexicon_ids = LexiconTable(jnp.asarray(ids, jnp.float32))
+      self.lexicon_probs = LexiconTable(jnp.asarray(table.probs[:, :LEXICON_TOP], jnp.float32))
 
   # ------------------------------------------------------------------ pieces
   def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
@@ -206,7 +233,31 @@ class Seq2Seq(nnx.Module):
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
     state = DecoderState(s0, feature_states, attention_state)
-    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared)
+    lexicon = None
+    if self.lexicon_bias:
+      ids_VK = jax.lax.stop_gradient(self.lexicon_ids[...]).astype(jnp.int32)
+      probs_VK = jax.lax.stop_gradient(self.lexicon_probs[...])
+      real = src_mask_BS.astype(bool)[..., None]
+      lexicon = (ids_VK[src_BS], jnp.where(real, probs_VK[src_BS], 0.0))
+    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared, lexicon)
+
+  def _lexicon_log_bias(self, lexicon, alpha, output_ids=None) -> jax.Array:
+    """Arthur et al.'s bias log(sum_j alpha_ij p_lex(w | x_j) + eps) [..., V] (or [..., N] over
+    `output_ids`) for attention alpha [..., S] with leading axes B (and T in training)."""
+    ids_BSK, probs_BSK = lexicon
+    lead = alpha.shape[:-1]
+    extra = alpha.ndim - 2  # The T axis in training.
+    ids = ids_BSK.reshape(ids_BSK.shape[:1] + (1,) * extra + ids_BSK.shape[1:])
+    probs = probs_BSK.reshape(ids.shape)
+    weights = (alpha.astype(jnp.float32)[..., None] * probs).reshape(*lead, -1)
+    ids = jnp.broadcast_to(ids, (*lead, *ids_BSK.shape[1:])).reshape(*lead, -1)
+    rows = int(np.prod(lead))
+    p_lex = jax.vmap(lambda i, w: jnp.zeros(self.tgt_vocab, jnp.float32).at[i].add(w))(
+      ids.reshape(rows, -1), weights.reshape(rows, -1)
+    ).reshape(*lead, self.tgt_vocab)
+    if output_ids is not None:
+      p_lex = p_lex[..., output_ids]
+    return jnp.log(p_lex + LEXICON_EPS)
 
   def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
     """The keys of this step: U_a h_j plus every alignment feature's contribution."""
@@ -261,6 +312,8 @@ class Seq2Seq(nnx.Module):
     emb = self.embed(y_prev_B)
     new_state, att = self._recur(enc, state, self.cell.project(emb), decoding=True)
     logits = self._readout(state.s, emb, att.context, output_ids=output_ids)
+    if self.lexicon_bias:
+      logits = logits + self._lexicon_log_bias(enc.lexicon, att.alpha, output_ids)
     return new_state, logits, att.alpha
 
   # ------------------------------------------------------------------ training API
@@ -303,6 +356,9 @@ class Seq2Seq(nnx.Module):
     prev_TBD, ctx_TBH, alpha_TBS, extras_T = outputs
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
     logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids)
+    if self.lexicon_bias:
+      alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
+      logits = logits + self._lexicon_log_bias(enc.lexicon, alpha_BTS, output_ids)
     if not (return_alpha or return_aux):
       return logits
     if alpha_TBS is None:
@@ -398,6 +454,7 @@ class ModelSettings:
   dropout: float
   dtype: str
   init: str
+  lexicon_bias: str = ""
 
   @classmethod
   def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
@@ -414,7 +471,8 @@ class ModelSettings:
         "model.attention='local_p(window=10)'; `python -m seq2seq.settings --upgrade "
         "CONFIG_JSON` rewrites a saved config)"
       )
-    missing = sorted(set(fields) - set(given))
+    required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+    missing = sorted(set(required) - set(given))
     if missing:
       raise ValueError(f"model settings missing: {', '.join(missing)}")
     typed = cls(
@@ -452,6 +510,10 @@ class ModelSettings:
         f"model.attention={attention!r} has its own score: model.features need one that uses "
         "model.score"
       )
+    if self.lexicon_bias and not MODELS[self.name].uses_attention:
+      raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
+    if self.lexicon_bias and self.name == "agreement":
+      raise ValueError("model.lexicon_bias: agreement runs have no table for the reverse model")
     if self.name == "agreement" and structure.sampled:
       raise ValueError(
         f"model.name=agreement trains with a differentiable attention; model.attention="

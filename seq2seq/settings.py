@@ -121,6 +121,7 @@ _TERM_FIELDS = (
 # Fields added after runs were saved, with the value that reproduces how those runs behaved: a
 # saved config without the field reads as if it held this value.
 ADDED_FIELDS = {
+  "model.lexicon_bias": "",
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,
   "train.softmax": "full",

@@ -1,0 +1,95 @@
+"""Lexicon bias (Arthur et al. 2016, `model.lexicon_bias`) against a computation written here."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch
+from flax import nnx
+
+from configs import tiny
+from seq2seq import lexicon, models, settings, steps
+
+VOCAB, K = 30, 3
+
+
+@pytest.fixture(scope="module")
+def table_path(tmp_path_factory):
+  rng = np.random.default_rng(0)
+  ids = np.stack([rng.choice(np.arange(4, VOCAB), K, replace=False) for _ in range(VOCAB)])
+  probs = rng.dirichlet(np.ones(K), VOCAB).astype(np.float32)
+  ids[5, 2], probs[5, 2] = -1, 0.0  # A padded entry.
+  path = tmp_path_factory.mktemp("lex") / lexicon.FILE
+  lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(VOCAB, dtype=np.int32)).save(path)
+  return path
+
+
+def pair(path):
+  """(model with the bias, the same model without it): equal parameters but the table."""
+  cfg = tiny.get_config()
+  plain = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+  cfg.model.lexicon_bias = str(path)
+  biased = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+  return biased, plain
+
+
+def reference_bias(path, src, alpha):
+  """log(sum_j alpha_j p_lex(w | x_j) + 0.001) [..., V] by loops over positions and entries."""
+  table = lexicon.Lexicon.load(path)
+  out = np.zeros((*alpha.shape[:-1], VOCAB))
+  for index in np.ndindex(*alpha.shape[:-1]):
+    b = index[0]
+    for j, word in enumerate(src[b]):
+      for i, p in zip(table.ids[word], table.probs[word], strict=True):
+        if i >= 0:
+          out[(*index, i)] += alpha[(*index, j)] * p
+  return np.log(out + models.LEXICON_EPS)
+
+
+def test_the_bias_is_the_log_of_the_attention_weighted_lexicon(table_path):
+  biased, plain = pair(table_path)
+  b = random_batch(seed=1, batch=3, src_len=6, tgt_len=4, vocab=VOCAB)
+  args = (jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]), jnp.asarray(b["tgt_in"]))
+  logits, alpha = biased(*args, return_alpha=True)
+  src = np.where(b["src_mask"] > 0, b["src"], 0)
+  want = np.asarray(plain(*args)) + reference_bias(table_path, src, np.asarray(alpha))
+  np.testing.assert_allclose(np.asarray(logits), want, rtol=1e-5, atol=1e-4)
+  # One decoding step: the same bias from the step's attention.
+  enc = biased.encode(args[0], args[1])
+  _, step_logits, step_alpha = biased.decoder_step(enc, enc.init_state, args[2][:, 0])
+  _, plain_logits, _ = plain.decoder_step(
+    plain.encode(args[0], args[1]), enc.init_state, args[2][:, 0]
+  )
+  want = np.asarray(plain_logits) + reference_bias(table_path, src, np.asarray(step_alpha))
+  np.testing.assert_allclose(np.asarray(step_logits), want, rtol=1e-5, atol=1e-4)
+
+
+def test_training_never_moves_the_table(table_path):
+  cfg = tiny.get_config()
+  cfg.model.lexicon_bias = str(table_path)
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=2, vocab=VOCAB).items()}
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  table = lambda s: (
+    np.asarray(s.params["lexicon_ids"][...]),
+    np.asarray(s.params["lexicon_probs"][...]),
+  )
+  before = table(state)
+  for i in range(3):
+    state, metrics = step(state, b, jax.random.key(i))
+  assert np.isfinite(float(metrics["loss"]))
+  for got, want in zip(table(state), before, strict=True):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_path):
+  cfg = tiny.get_config()
+  cfg.model.lexicon_bias, cfg.model.name = str(table_path), "rnnencdec"
+  with pytest.raises(ValueError, match="weighs the lexicon by attention: rnnencdec has none"):
+    settings.validate(cfg)
+  cfg.model.name = "rnnsearch"
+  with pytest.raises(ValueError, match="is a table of 30 source and 30 target words"):
+    models.build_model(cfg.model, VOCAB + 1, VOCAB, rngs=nnx.Rngs(0))
