@@ -62,7 +62,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import features, layers, registry, scores, structures
+from seq2seq import attention, features, layers, registry, scores, structures
 from seq2seq import lexicon as lexicon_lib
 
 # Lexicon bias (Arthur, Neubig and Nakamura 2016): the translations kept per source word, and the
@@ -83,6 +83,9 @@ class DecoderState(NamedTuple):
   s: jax.Array  # [B, D] s_{i-1}, float32.
   features: dict[str, jax.Array]  # Each alignment feature's state [B, S] (e.g. the coverage).
   structure: Any = ()  # What the attention structure carries across steps (soft: nothing).
+  # Intra-attention's memory of the decoder's own past: (states s_1.. [B, L, D], their keys
+  # [B, L, K], how many are stored [B] int32); () without intra-attention.
+  intra: Any = ()
 
 
 class Encoded(NamedTuple):
@@ -198,6 +201,14 @@ class Seq2Seq(nnx.Module):
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     self.c_o = layers.dense(annot, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+    # Intra-attention over the decoder's own past states (Cheng et al. 2016): its score, and its
+    # context d_i entering the GRU and the deep output.
+    self.intra_len = int(cfg.intra_attention_len) if cfg.intra_attention else 0
+    if self.intra_len:
+      d = cfg.dec_hidden
+      self.intra_score = scores.make_score(cfg.intra_attention, d, d, cfg, rngs=rngs)
+      self.intra_proj = layers.dense(d, 3 * d, cfg, rngs=rngs)
+      self.d_o = layers.dense(d, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     self.w_o = layers.dense(
       cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True, float32_output=True
     )
@@ -232,7 +243,16 @@ class Seq2Seq(nnx.Module):
     # The fertility N_j that the coverage divides by and the fertility penalty reads (else 1).
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
-    state = DecoderState(s0, feature_states, attention_state)
+    intra = ()
+    if self.intra_len:  # An empty memory: L slots for states and their keys.
+      batch, d = s0.shape
+      keys_B1K = self.intra_score.keys(jnp.zeros((batch, 1, d), s0.dtype))
+      intra = (
+        jnp.zeros((batch, self.intra_len, d), s0.dtype),
+        jnp.zeros((batch, self.intra_len, keys_B1K.shape[-1]), keys_B1K.dtype),
+        jnp.zeros((batch,), jnp.int32),
+      )
+    state = DecoderState(s0, feature_states, attention_state, intra)
     lexicon = None
     if self.lexicon_bias:
       ids_VK = jax.lax.stop_gradient(self.lexicon_ids[...]).astype(jnp.int32)
@@ -286,18 +306,47 @@ class Seq2Seq(nnx.Module):
       decoding=decoding,
     )
 
-  def _recur(self, enc: Encoded, state: DecoderState, x3_B3D, rng=None, decoding=False):
-    """One decoder recurrence given the projected word input: (state_i, Attended_i)."""
-    att = self._context(enc, state, rng, decoding)
-    new_s = self.cell(state.s, x3_B3D + self.context_proj(att.context))
-    moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
-    return state._replace(s=new_s, features=moved, structure=att.state), att
+  def _intra_context(self, state: DecoderState) -> jax.Array | None:
+    """d_i = sum_{k<i} beta_ik s_k [B, D] float32 with beta_i = masked softmax of the intra
+    score of s_{i-1} against the stored s_1 .. s_{i-1} (zeros before any is stored); None
+    without intra-attention."""
+    if not self.intra_len:
+      return None
+    values_BLD, keys_BLK, count_B = state.intra
+    mask_BL = jnp.arange(self.intra_len)[None, :] < count_B[:, None]
+    return attention.attend(self.intra_score, state.s, keys_BLK, values_BLD, mask_BL)[0]
 
-  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None):
+  def _intra_store(self, intra, s_BD: jax.Array):
+    """The memory with s_i (and its key) in the next free slot; beyond L slots nothing more
+    is kept (`model.intra_attention_len` bounds the output length)."""
+    values_BLD, keys_BLK, count_B = intra
+    rows = jnp.arange(s_BD.shape[0])
+    key_BK = self.intra_score.keys(s_BD[:, None, :])[:, 0]
+    values_BLD = values_BLD.at[rows, count_B].set(s_BD.astype(values_BLD.dtype), mode="drop")
+    keys_BLK = keys_BLK.at[rows, count_B].set(key_BK.astype(keys_BLK.dtype), mode="drop")
+    return values_BLD, keys_BLK, count_B + 1
+
+  def _recur(self, enc: Encoded, state: DecoderState, x3_B3D, rng=None, decoding=False):
+    """One decoder recurrence given the projected word input: (state_i, Attended_i, intra
+    context d_i or None)."""
+    att = self._context(enc, state, rng, decoding)
+    x3_B3D = x3_B3D + self.context_proj(att.context)
+    intra_ctx = self._intra_context(state)
+    if intra_ctx is not None:
+      x3_B3D = x3_B3D + self.intra_proj(intra_ctx)
+    new_s = self.cell(state.s, x3_B3D)
+    moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
+    intra = self._intra_store(state.intra, new_s) if self.intra_len else state.intra
+    new_state = state._replace(s=new_s, features=moved, structure=att.state, intra=intra)
+    return new_state, att, intra_ctx
+
+  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None, intra=None):
     """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes, or
     [..., N] over the words `output_ids` [N] only (sampled softmax, `seq2seq.softmax`). The
     logits are accumulated and returned in float32 whatever the compute dtype."""
     t = self.u_o(prev_state) + self.v_o(emb_prev) + self.c_o(ctx)
+    if intra is not None:  # Intra-attention's context d_i.
+      t = t + self.d_o(intra)
     t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
     if output_ids is None:
       return self.w_o(t)
@@ -310,8 +359,8 @@ class Seq2Seq(nnx.Module):
     """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S]);
     logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding)."""
     emb = self.embed(y_prev_B)
-    new_state, att = self._recur(enc, state, self.cell.project(emb), decoding=True)
-    logits = self._readout(state.s, emb, att.context, output_ids=output_ids)
+    new_state, att, intra = self._recur(enc, state, self.cell.project(emb), decoding=True)
+    logits = self._readout(state.s, emb, att.context, output_ids=output_ids, intra=intra)
     if self.lexicon_bias:
       logits = logits + self._lexicon_log_bias(enc.lexicon, att.alpha, output_ids)
     return new_state, logits, att.alpha
@@ -348,14 +397,15 @@ class Seq2Seq(nnx.Module):
     def step(state, inputs):
       x3, i = inputs
       rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
-      new_state, att = self._recur(enc, state, x3, rng)
-      return new_state, (state.s, att.context, att.alpha, att.extras)
+      new_state, att, intra = self._recur(enc, state, x3, rng)
+      return new_state, (state.s, att.context, att.alpha, att.extras, intra)
 
     positions_T = jnp.arange(x3_TB3D.shape[0])
     _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T), unroll=self.scan_unroll)
-    prev_TBD, ctx_TBH, alpha_TBS, extras_T = outputs
+    prev_TBD, ctx_TBH, alpha_TBS, extras_T, intra_TBD = outputs
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
-    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids)
+    intra_BTD = None if intra_TBD is None else jnp.swapaxes(intra_TBD, 0, 1)
+    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, intra_BTD)
     if self.lexicon_bias:
       alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
       logits = logits + self._lexicon_log_bias(enc.lexicon, alpha_BTS, output_ids)
@@ -455,6 +505,8 @@ class ModelSettings:
   dtype: str
   init: str
   lexicon_bias: str = ""
+  intra_attention: str = ""
+  intra_attention_len: int = 128
 
   @classmethod
   def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
@@ -510,6 +562,17 @@ class ModelSettings:
         f"model.attention={attention!r} has its own score: model.features need one that uses "
         "model.score"
       )
+    if self.intra_attention:
+      intra = scores.spec(self.intra_attention)
+      if scores.get(intra.name).positional:
+        raise ValueError(
+          f"model.intra_attention={self.intra_attention!r}: a positional score cannot attend "
+          "over the decoder's past; use a content score (additive, dot, general, ...)"
+        )
+      if self.intra_attention_len < 1:
+        raise ValueError(
+          f"model.intra_attention_len must be positive, got {self.intra_attention_len}"
+        )
     if self.lexicon_bias and not MODELS[self.name].uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
     if self.lexicon_bias and self.name == "agreement":

@@ -54,6 +54,11 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
   if not 0.0 <= config.train.ema_decay < 1.0:
     raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
+  if model.intra_attention and config.data.max_len + 1 > model.intra_attention_len:
+    raise ValueError(
+      f"model.intra_attention_len={model.intra_attention_len} keeps fewer past states than "
+      f"training targets have (data.max_len={config.data.max_len} + EOS)"
+    )
   if config.train.nonfinite not in NONFINITE:
     raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
   if model.direction not in DIRECTIONS:
@@ -121,6 +126,8 @@ _TERM_FIELDS = (
 # Fields added after runs were saved, with the value that reproduces how those runs behaved: a
 # saved config without the field reads as if it held this value.
 ADDED_FIELDS = {
+  "model.intra_attention": "",
+  "model.intra_attention_len": 128,
   "model.lexicon_bias": "",
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,

@@ -1,0 +1,82 @@
+"""Intra-attention over the decoder's own past (Cheng et al. 2016, `model.intra_attention`)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch, randomise
+from flax import nnx
+
+from configs import tiny
+from seq2seq import decode, models, settings
+
+VOCAB = 30
+
+
+def intra_model(score="dot", seed=0):
+  cfg = tiny.get_config()
+  cfg.model.intra_attention = score
+  return randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
+
+
+def batch_args(seed=1):
+  b = random_batch(seed=seed, batch=3, src_len=6, tgt_len=5, vocab=VOCAB)
+  return jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]), jnp.asarray(b["tgt_in"])
+
+
+@pytest.mark.parametrize("score", ["dot", "additive", "general"])
+def test_step_by_step_decoding_equals_the_teacher_forced_pass(score):
+  model = intra_model(score)
+  src, mask, tgt_in = batch_args()
+  forced = np.asarray(model(src, mask, tgt_in))
+  enc = model.encode(src, mask)
+  state = enc.init_state
+  for i in range(tgt_in.shape[1]):
+    state, logits, _ = model.decoder_step(enc, state, tgt_in[:, i])
+    np.testing.assert_allclose(np.asarray(logits), forced[:, i], rtol=1e-5, atol=1e-5)
+  assert np.asarray(state.intra[2]).tolist() == [tgt_in.shape[1]] * 3  # Every state stored.
+
+
+def test_changing_a_later_word_never_changes_an_earlier_step():
+  model = intra_model()
+  src, mask, tgt_in = batch_args(2)
+  before = np.asarray(model(src, mask, tgt_in))
+  for t in range(1, tgt_in.shape[1]):
+    changed = tgt_in.at[:, t].set((tgt_in[:, t] + 7) % (VOCAB - 4) + 4)
+    after = np.asarray(model(src, mask, changed))
+    np.testing.assert_array_equal(after[:, :t], before[:, :t])
+    assert not np.allclose(after[:, t:], before[:, t:])
+
+
+def test_the_intra_context_is_the_masked_softmax_over_stored_states():
+  model = intra_model("dot")
+  rng = np.random.default_rng(0)
+  d, length = 32, model.intra_len
+  values = rng.normal(size=(2, length, d)).astype(np.float32)
+  count = np.array([3, 0], np.int32)  # Three stored states, and none (a zero context).
+  query = rng.normal(size=(2, d)).astype(np.float32)
+  state = models.DecoderState(jnp.asarray(query), {}, (), (values, values, count))
+  got = np.asarray(model._intra_context(state))
+  e = values[0, :3] @ query[0]
+  beta = np.exp(e - e.max()) / np.exp(e - e.max()).sum()
+  np.testing.assert_allclose(got[0], beta @ values[0, :3], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(got[1], 0.0)
+
+
+def test_off_it_adds_no_parameter_and_on_it_decodes_with_beam_search():
+  plain = nnx.state(models.build_model(tiny.get_config().model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  assert not any("intra" in str(path) or "d_o" in str(path) for path, _ in nnx.to_flat_state(plain))
+  model = intra_model("additive")
+  src, mask, _ = batch_args(3)
+  graphdef, params = nnx.split(model, nnx.Param)
+  out = decode.jit_decode(graphdef, params, src, mask, beam_size=3, max_len=9)
+  assert np.isfinite(np.asarray(out.scores)).all()
+
+
+def test_intra_attention_settings_are_checked():
+  cfg = tiny.get_config()
+  cfg.model.intra_attention = "location"
+  with pytest.raises(ValueError, match="a positional score cannot attend"):
+    settings.validate(cfg)
+  cfg.model.intra_attention, cfg.model.intra_attention_len = "dot", 10
+  with pytest.raises(ValueError, match=r"intra_attention_len=10 keeps fewer past states"):
+    settings.validate(cfg)
