@@ -42,6 +42,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits; "" off.
   m.lexicon_bias = ""
+  m.tie_embeddings = False  # W_o = E^T for the target side (Press & Wolf); needs maxout = emb.
+  m.layer_norm = False  # Layer normalisation of every GRU's gate pre-activations (Ba et al.).
   m.dropout = 0.0  # Dropout on embeddings and the deep-output layer (paper: none).
   m.dtype = "float32"  # Compute dtype: "float32" or "bfloat16" (parameters stay float32).
   m.init = "paper"  # "paper": orthogonal recurrent, N(0, 0.001^2) W_a/U_a, 0 v_a/biases, else N(0, 0.01^2).

@@ -126,15 +126,44 @@ class GRUCell(nnx.Module):
     self.project = dense(in_features, 3 * hidden, cfg, rngs=rngs, use_bias=True)
     self.u_zr = dense(hidden, 2 * hidden, cfg, rngs=rngs, role="recurrent", num_blocks=2)
     self.u_h = dense(hidden, hidden, cfg, rngs=rngs, role="recurrent")
+    # Layer normalisation (Ba et al. 2016) of the input and recurrent pre-activations, per gate.
+    self.layer_norm = bool(cfg.layer_norm)
+    if self.layer_norm:
+      self.ln_x = GateNorm(3, hidden)
+      self.ln_zr = GateNorm(2, hidden)
+      self.ln_h = GateNorm(1, hidden)
 
   def __call__(self, h_BH: jax.Array, x3_B3H: jax.Array) -> jax.Array:
     """One step: state [B, H] (float32) and projected input [B, 3H] -> new state [B, H]."""
     x3 = x3_B3H.astype(jnp.float32)
+    u_zr = self.u_zr(h_BH).astype(jnp.float32)
+    if self.layer_norm:
+      x3, u_zr = self.ln_x(x3), self.ln_zr(u_zr)
     x_zr, x_h = x3[..., : 2 * self.hidden], x3[..., 2 * self.hidden :]
-    zr = jax.nn.sigmoid(x_zr + self.u_zr(h_BH).astype(jnp.float32))
+    zr = jax.nn.sigmoid(x_zr + u_zr)
     z, r = zr[..., : self.hidden], zr[..., self.hidden :]
-    candidate = jnp.tanh(x_h + self.u_h(r * h_BH).astype(jnp.float32))
+    u_h = self.u_h(r * h_BH).astype(jnp.float32)
+    if self.layer_norm:
+      u_h = self.ln_h(u_h)
+    candidate = jnp.tanh(x_h + u_h)
     return (1.0 - z) * h_BH + z * candidate
+
+
+class GateNorm(nnx.Module):
+  """Layer normalisation of G gate blocks of H units each ([..., G H]), every block over its own
+  units with its own gain (starting at 1) and bias (at 0), in float32."""
+
+  def __init__(self, gates: int, hidden: int, eps: float = 1e-5):
+    self.gates, self.hidden, self.eps = gates, hidden, eps
+    self.gain = nnx.Param(jnp.ones((gates * hidden,), jnp.float32))
+    self.bias = nnx.Param(jnp.zeros((gates * hidden,), jnp.float32))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    blocks = x.astype(jnp.float32).reshape(*x.shape[:-1], self.gates, self.hidden)
+    mean = jnp.mean(blocks, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(blocks - mean), axis=-1, keepdims=True)
+    normed = ((blocks - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)
+    return normed * self.gain[...] + self.bias[...]
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:

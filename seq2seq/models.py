@@ -209,9 +209,14 @@ class Seq2Seq(nnx.Module):
       self.intra_score = scores.make_score(cfg.intra_attention, d, d, cfg, rngs=rngs)
       self.intra_proj = layers.dense(d, 3 * d, cfg, rngs=rngs)
       self.d_o = layers.dense(d, 2 * cfg.maxout_dim, cfg, rngs=rngs)
-    self.w_o = layers.dense(
-      cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True, float32_output=True
-    )
+    # The output layer: its own W_o, or (tied) the target embeddings E^T with a bias.
+    self.tied = bool(cfg.tie_embeddings)
+    if self.tied:
+      self.out_bias = nnx.Param(jnp.zeros((tgt_vocab,), jnp.float32))
+    else:
+      self.w_o = layers.dense(
+        cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True, float32_output=True
+      )
     self.tgt_vocab = tgt_vocab
     self.lexicon_bias = bool(cfg.lexicon_bias) and self.uses_attention
     if self.lexicon_bias:  # The table travels with the parameters, never trained.
@@ -348,11 +353,18 @@ class Seq2Seq(nnx.Module):
     if intra is not None:  # Intra-attention's context d_i.
       t = t + self.d_o(intra)
     t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
-    if output_ids is None:
+    if output_ids is None and not self.tied:
       return self.w_o(t)
-    kernel_MN = self.w_o.kernel[...][:, output_ids].astype(t.dtype)
-    logits = jnp.einsum("...m,mn->...n", t, kernel_MN, preferred_element_type=jnp.float32)
-    return logits + self.w_o.bias[...][output_ids]
+    if self.tied:  # Press and Wolf (2017): W_o = E^T.
+      kernel_MV, bias_V = self.embed.embedding[...].T, self.out_bias[...]
+    else:
+      kernel_MV, bias_V = self.w_o.kernel[...], self.w_o.bias[...]
+    if output_ids is not None:
+      kernel_MV, bias_V = kernel_MV[:, output_ids], bias_V[output_ids]
+    logits = jnp.einsum(
+      "...m,mv->...v", t, kernel_MV.astype(t.dtype), preferred_element_type=jnp.float32
+    )
+    return logits + bias_V
 
   # ------------------------------------------------------------------ decoding API
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, output_ids=None):
@@ -507,6 +519,8 @@ class ModelSettings:
   lexicon_bias: str = ""
   intra_attention: str = ""
   intra_attention_len: int = 128
+  tie_embeddings: bool = False
+  layer_norm: bool = False
 
   @classmethod
   def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
@@ -573,6 +587,11 @@ class ModelSettings:
         raise ValueError(
           f"model.intra_attention_len must be positive, got {self.intra_attention_len}"
         )
+    if self.tie_embeddings and self.maxout_dim != self.emb_dim:
+      raise ValueError(
+        f"model.tie_embeddings reads the output layer from the target embeddings: "
+        f"model.maxout_dim ({self.maxout_dim}) must equal model.emb_dim ({self.emb_dim})"
+      )
     if self.lexicon_bias and not MODELS[self.name].uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
     if self.lexicon_bias and self.name == "agreement":

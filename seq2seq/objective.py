@@ -484,7 +484,7 @@ def direction_pass(
   over the candidates `softmax` picks (and the batch's targets mapped onto them) in training."""
   softmax = softmax or softmax_lib.make("full")
   key = None if rng is None else jax.random.fold_in(rng, 11)
-  ids, batch, metrics = softmax.candidates(batch, model.w_o.out_features, key)
+  ids, batch, metrics = softmax.candidates(batch, model.tgt_vocab, key)
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
   kwargs = {"dropout_rng": rng} if ids is None else {"dropout_rng": rng, "output_ids": ids}
   aux = {}

@@ -1,0 +1,60 @@
+"""Tied target embeddings and layer-normalised GRUs (`model.tie_embeddings`, `model.layer_norm`)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_batch, randomise
+from flax import nnx
+
+from configs import tiny
+from seq2seq import layers, models, settings, steps
+
+VOCAB = 30
+
+
+def test_tied_output_layer_reads_the_target_embeddings():
+  cfg = tiny.get_config()
+  cfg.model.tie_embeddings = True  # tiny: maxout 16 = emb 16.
+  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  assert not hasattr(model, "w_o")
+  b = random_batch(seed=1, batch=2, src_len=5, tgt_len=4, vocab=VOCAB)
+  args = [jnp.asarray(b[k]) for k in ("src", "src_mask", "tgt_in")]
+  logits = np.asarray(model(*args))
+  # Changing the embedding of word 9 changes exactly its logit column (and later steps' inputs
+  # only where word 9 is fed, so compare at the first step, whose input is BOS).
+  model.embed.embedding[...] = model.embed.embedding[...].at[9].multiply(2.0)
+  changed = np.asarray(model(*args))
+  assert not np.allclose(changed[:, 0, 9], logits[:, 0, 9])
+  np.testing.assert_allclose(
+    np.delete(changed[:, 0], 9, -1), np.delete(logits[:, 0], 9, -1), rtol=1e-6
+  )
+  cfg.model.maxout_dim = 8
+  with pytest.raises(ValueError, match=r"model.maxout_dim \(8\) must equal model.emb_dim \(16\)"):
+    settings.validate(cfg)
+
+
+def test_gate_norm_normalises_each_gate_block_on_its_own():
+  norm = layers.GateNorm(3, 4)
+  x = jnp.asarray(np.random.default_rng(0).normal(3.0, 2.0, (2, 12)), jnp.float32)
+  y = np.asarray(norm(x)).reshape(2, 3, 4)
+  np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
+  np.testing.assert_allclose(y.std(-1), 1.0, atol=1e-3)
+
+
+def test_a_layer_normalised_model_trains_and_starts_from_unit_gains():
+  cfg = tiny.get_config()
+  cfg.model.layer_norm = True
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  gains = [v for p, v in nnx.to_flat_state(state.params) if p[-1] == "gain"]
+  assert len(gains) == 3 * 3 and all(np.all(np.asarray(g[...]) == 1.0) for g in gains)  # 3 GRUs.
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=2, vocab=VOCAB).items()}
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  first = None
+  for i in range(40):
+    state, metrics = step(state, b, jax.random.key(i))
+    first = float(metrics["loss"]) if first is None else first
+  assert float(metrics["loss"]) < 0.5 * first
