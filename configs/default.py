@@ -42,6 +42,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits; "" off.
   m.lexicon_bias = ""
+  # "paper": s_i = GRU(s_{i-1}, [E y_{i-1}; c_i]), attention queried by s_{i-1}; "cgru": Nematus'
+  # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i).
+  m.decoder = "paper"
   m.tie_embeddings = False  # W_o = E^T for the target side (Press & Wolf); needs maxout = emb.
   m.layer_norm = False  # Layer normalisation of every GRU's gate pre-activations (Ba et al.).
   m.dropout = 0.0  # Dropout on embeddings and the deep-output layer (paper: none).

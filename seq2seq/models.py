@@ -68,6 +68,7 @@ from seq2seq import lexicon as lexicon_lib
 # Lexicon bias (Arthur, Neubig and Nakamura 2016): the translations kept per source word, and the
 # epsilon of log(p_lex + eps) (theirs: 0.001, which keeps unlikely words possible).
 LEXICON_TOP = 20
+DECODERS = ("paper", "cgru")  # `model.decoder`: see `Seq2Seq.__init__`.
 LEXICON_EPS = 1e-3
 
 
@@ -182,7 +183,14 @@ class Seq2Seq(nnx.Module):
     self.embed = layers.embed(tgt_vocab, cfg.emb_dim, cfg, rngs=rngs)
     self.init_proj = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs, use_bias=True)
     self.cell = layers.GRUCell(cfg.emb_dim, cfg.dec_hidden, cfg, rngs=rngs)
-    self.context_proj = layers.dense(annot, 3 * cfg.dec_hidden, cfg, rngs=rngs)
+    # The decoder: the paper's s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i]) with c_i attending from
+    # s_{i-1}, or Nematus' conditional GRU (`model.decoder="cgru"`): s'_i = GRU_1(s_{i-1},
+    # E y_{i-1}), c_i attending from s'_i, s_i = GRU_2(s'_i, c_i), the deep output reading s_i.
+    self.cgru = cfg.decoder == "cgru"
+    if self.cgru:
+      self.cell2 = layers.GRUCell(annot, cfg.dec_hidden, cfg, rngs=rngs)
+    else:
+      self.context_proj = layers.dense(annot, 3 * cfg.dec_hidden, cfg, rngs=rngs)
     if self.uses_attention:  # `conv` and `multihead` score with their own parameters.
       self.score = (
         scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
@@ -333,17 +341,23 @@ class Seq2Seq(nnx.Module):
 
   def _recur(self, enc: Encoded, state: DecoderState, x3_B3D, rng=None, decoding=False):
     """One decoder recurrence given the projected word input: (state_i, Attended_i, intra
-    context d_i or None)."""
-    att = self._context(enc, state, rng, decoding)
-    x3_B3D = x3_B3D + self.context_proj(att.context)
+    context d_i or None, the state the deep output reads: s_{i-1}, or s_i for the cGRU)."""
     intra_ctx = self._intra_context(state)
     if intra_ctx is not None:
       x3_B3D = x3_B3D + self.intra_proj(intra_ctx)
-    new_s = self.cell(state.s, x3_B3D)
+    if self.cgru:
+      s1 = self.cell(state.s, x3_B3D)
+      att = self._context(enc, state._replace(s=s1), rng, decoding)
+      new_s = self.cell2(s1, self.cell2.project(att.context))
+      readout_s = new_s
+    else:
+      att = self._context(enc, state, rng, decoding)
+      new_s = self.cell(state.s, x3_B3D + self.context_proj(att.context))
+      readout_s = state.s
     moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
     intra = self._intra_store(state.intra, new_s) if self.intra_len else state.intra
     new_state = state._replace(s=new_s, features=moved, structure=att.state, intra=intra)
-    return new_state, att, intra_ctx
+    return new_state, att, intra_ctx, readout_s
 
   def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None, intra=None):
     """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes, or
@@ -371,8 +385,10 @@ class Seq2Seq(nnx.Module):
     """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S]);
     logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding)."""
     emb = self.embed(y_prev_B)
-    new_state, att, intra = self._recur(enc, state, self.cell.project(emb), decoding=True)
-    logits = self._readout(state.s, emb, att.context, output_ids=output_ids, intra=intra)
+    new_state, att, intra, readout_s = self._recur(
+      enc, state, self.cell.project(emb), decoding=True
+    )
+    logits = self._readout(readout_s, emb, att.context, output_ids=output_ids, intra=intra)
     if self.lexicon_bias:
       logits = logits + self._lexicon_log_bias(enc.lexicon, att.alpha, output_ids)
     return new_state, logits, att.alpha
@@ -409,8 +425,8 @@ class Seq2Seq(nnx.Module):
     def step(state, inputs):
       x3, i = inputs
       rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
-      new_state, att, intra = self._recur(enc, state, x3, rng)
-      return new_state, (state.s, att.context, att.alpha, att.extras, intra)
+      new_state, att, intra, readout_s = self._recur(enc, state, x3, rng)
+      return new_state, (readout_s, att.context, att.alpha, att.extras, intra)
 
     positions_T = jnp.arange(x3_TB3D.shape[0])
     _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T), unroll=self.scan_unroll)
@@ -521,6 +537,7 @@ class ModelSettings:
   intra_attention_len: int = 128
   tie_embeddings: bool = False
   layer_norm: bool = False
+  decoder: str = "paper"
 
   @classmethod
   def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
@@ -587,6 +604,8 @@ class ModelSettings:
         raise ValueError(
           f"model.intra_attention_len must be positive, got {self.intra_attention_len}"
         )
+    if self.decoder not in DECODERS:
+      raise ValueError(f"model.decoder={self.decoder!r} is not one of {DECODERS}")
     if self.tie_embeddings and self.maxout_dim != self.emb_dim:
       raise ValueError(
         f"model.tie_embeddings reads the output layer from the target embeddings: "

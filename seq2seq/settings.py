@@ -126,6 +126,7 @@ _TERM_FIELDS = (
 # Fields added after runs were saved, with the value that reproduces how those runs behaved: a
 # saved config without the field reads as if it held this value.
 ADDED_FIELDS = {
+  "model.decoder": "paper",
   "model.tie_embeddings": False,
   "model.layer_norm": False,
   "model.intra_attention": "",

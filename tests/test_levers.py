@@ -58,3 +58,27 @@ def test_a_layer_normalised_model_trains_and_starts_from_unit_gains():
     state, metrics = step(state, b, jax.random.key(i))
     first = float(metrics["loss"]) if first is None else first
   assert float(metrics["loss"]) < 0.5 * first
+
+
+def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
+  cfg = tiny.get_config()
+  cfg.model.decoder = "cgru"
+  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  paths = {path[0] for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+  assert "cell2" in paths and "context_proj" not in paths
+  b = random_batch(seed=3, batch=3, src_len=6, tgt_len=5, vocab=VOCAB)
+  src, mask, tgt_in = (jnp.asarray(b[k]) for k in ("src", "src_mask", "tgt_in"))
+  forced, alpha = model(src, mask, tgt_in, return_alpha=True)
+  enc = model.encode(src, mask)
+  state = enc.init_state
+  for i in range(tgt_in.shape[1]):
+    state, logits, step_alpha = model.decoder_step(enc, state, tgt_in[:, i])
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(step_alpha), np.asarray(alpha[:, i]), atol=1e-6)
+  # The attention is queried by s'_i, so it already depends on the step's own input word.
+  changed = tgt_in.at[:, 0].set((tgt_in[:, 0] + 5) % (VOCAB - 4) + 4)
+  _, alpha_changed = model(src, mask, changed, return_alpha=True)
+  assert not np.allclose(np.asarray(alpha_changed[:, 0]), np.asarray(alpha[:, 0]))
+  cfg.model.decoder = "lstm"
+  with pytest.raises(ValueError, match="model.decoder='lstm' is not one of"):
+    settings.validate(cfg)
