@@ -30,8 +30,9 @@ def test_step_by_step_decoding_equals_the_teacher_forced_pass(score):
   forced = np.asarray(model(src, mask, tgt_in))
   enc = model.encode(src, mask)
   state = enc.init_state
+  step = nnx.jit(lambda m, e, s, y: m.decoder_step(e, s, y))  # One compilation for every step.
   for i in range(tgt_in.shape[1]):
-    state, logits, _ = model.decoder_step(enc, state, tgt_in[:, i])
+    state, logits, _ = step(model, enc, state, tgt_in[:, i])
     np.testing.assert_allclose(np.asarray(logits), forced[:, i], rtol=1e-5, atol=1e-5)
   assert np.asarray(state.intra[2]).tolist() == [tgt_in.shape[1]] * 3  # Every state stored.
 

@@ -71,8 +71,9 @@ def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
   forced, alpha = model(src, mask, tgt_in, return_alpha=True)
   enc = model.encode(src, mask)
   state = enc.init_state
+  step = nnx.jit(lambda m, e, s, y: m.decoder_step(e, s, y))  # One compilation for every step.
   for i in range(tgt_in.shape[1]):
-    state, logits, step_alpha = model.decoder_step(enc, state, tgt_in[:, i])
+    state, logits, step_alpha = step(model, enc, state, tgt_in[:, i])
     np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(step_alpha), np.asarray(alpha[:, i]), atol=1e-6)
   # The attention is queried by s'_i, so it already depends on the step's own input word.
