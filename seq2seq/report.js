@@ -286,7 +286,7 @@
   function heatmap(caption, name, outWords, srcWords, map, gold) {
     const rowsN = map.rows, colsN = map.cols;
     const w = weights(map);
-    const cell = Math.max(9, Math.min(20, Math.floor(560 / Math.max(colsN, 1))));
+    const cell = Math.max(8, Math.min(15, Math.floor(280 / Math.max(colsN, 1)))); // Two fit.
     const labelW = (words) => Math.min(170, 8 + 6.6 * Math.max(1, ...words.map((s) => s.length)));
     const left = labelW(outWords.slice(0, rowsN)), top = labelW(srcWords.slice(0, colsN));
     const width = left + colsN * cell + 2, height = top + rowsN * cell + 2;

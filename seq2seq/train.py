@@ -210,7 +210,9 @@ def train_members(
   step_keys = members.step_keys()
   budget_s, t_begin = 60.0 * tcfg.max_minutes, time.perf_counter()
   window_tokens, tick, skipped = 0.0, t_begin, np.zeros(group, np.int64)
-  eta = Eta(tcfg.num_steps, budget_s)
+  eta = Eta(
+    tcfg.num_steps, budget_s, eval_every=tcfg.eval_every, checkpoint_every=tcfg.checkpoint_every
+  )
 
   def elapsed() -> float:
     return elapsed_before + time.perf_counter() - t_begin
@@ -232,7 +234,8 @@ def train_members(
     window_tokens = window_tokens + members.value(metrics["tokens"], 0)  # Stays on device.
     done = step + 1
     finite = np.atleast_1d(np.asarray(metrics["finite"]))  # One sync a step: [G] flags.
-    eta.stepped(done, time.perf_counter())
+    if done == start + 1:
+      eta.start_window(done, time.perf_counter())  # After the first step and its compiling.
     skipped += ~finite
     for k in np.flatnonzero(~finite):
       handle_nonfinite(
@@ -267,11 +270,13 @@ def train_members(
           scalars["seeds_together"] = group
         w.write(done, "train", scalars)
       losses = " ".join(f"{float(x):.4f}" for x in np.atleast_1d(m["loss"]))
+      eta.end_window(done, now)
       console.say(
         f"step {done}/{tcfg.num_steps}  loss {losses}  {rate:,.0f} tokens/s  "
-        f"elapsed {console.duration(elapsed())}  {eta.text(done, now, elapsed())}"
+        f"elapsed {console.duration(elapsed())}  {eta.text(done, elapsed())}"
       )
     if done % tcfg.eval_every == 0 or last:
+      paused = time.perf_counter()
       result = eval_run.evaluate_loss(eval_fn, state.for_eval(), valid_batches(), runtime)
       for k, (w, cfg) in enumerate(zip(writers, members.configs, strict=True)):
         scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
@@ -285,10 +290,14 @@ def train_members(
         w.write(done, "valid", scalars)
         logging.info("step %d  valid %s", done, json.dumps(scalars))
         console.say(valid_line(done, scalars, best_bleu[k], f"seed {cfg.seed}: " * together))
+      eta.paused("eval", time.perf_counter() - paused)
     if done % tcfg.checkpoint_every == 0 or last:
+      paused = time.perf_counter()
       save_all()
+      eta.paused("checkpoint", time.perf_counter() - paused)
     if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
       window_tokens, tick = 0.0, time.perf_counter()  # Windows time training steps alone.
+      eta.start_window(done, tick)
     if last and done < tcfg.num_steps:
       console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
     if last:
@@ -316,31 +325,47 @@ def train_members(
 
 
 class Eta:
-  """Time left until training stops: the steps left at the pace since the first step ended
-  (so compiling is not counted, while validation and checkpoints are, spread over the steps),
-  or the wall-clock budget left (`train.max_minutes`) when that ends training first."""
+  """Time left until training stops, from what the loop measures: the pace of the latest
+  window of training steps (so compiling, mostly in the first steps, is left out, and the
+  estimate follows the run's current speed), plus the validation passes and checkpoints still
+  to come at their mean measured cost; or the wall-clock budget left (`train.max_minutes`) when
+  that ends training first."""
 
-  def __init__(self, num_steps: int, budget_s: float):
+  def __init__(self, num_steps: int, budget_s: float, *, eval_every: int, checkpoint_every: int):
     self.num_steps, self.budget_s = num_steps, budget_s
-    self.first: tuple[int, float] | None = None  # (step, time) when the first step ended.
+    self.every = {"eval": eval_every, "checkpoint": checkpoint_every}
+    self.costs: dict[str, list[float]] = {kind: [] for kind in self.every}
+    self.window: tuple[int, float] | None = None  # (step, time) the current window began.
+    self.pace: float | None = None  # Seconds a training step in the latest window.
 
-  def stepped(self, done: int, now: float) -> None:
-    if self.first is None:
-      self.first = (done, now)
+  def start_window(self, done: int, now: float) -> None:
+    self.window = (done, now)
 
-  def seconds(self, done: int, now: float, elapsed_s: float) -> tuple[float | None, bool]:
-    """(seconds left or None while unknown, whether the budget is what ends training)."""
-    if self.first is None or done <= self.first[0]:
-      return None, False  # One step in: its time was mostly compiling.
-    pace = (now - self.first[1]) / (done - self.first[0])
-    left = pace * (self.num_steps - done)
+  def end_window(self, done: int, now: float) -> None:
+    if self.window is not None and done > self.window[0]:
+      self.pace = (now - self.window[1]) / (done - self.window[0])
+
+  def paused(self, kind: str, seconds: float) -> None:
+    """A validation pass ("eval") or checkpoint took `seconds`."""
+    self.costs[kind].append(seconds)
+
+  def seconds(self, done: int, elapsed_s: float) -> tuple[float | None, bool]:
+    """(seconds left, or None before a window has been timed; whether the budget is what ends
+    training)."""
+    if self.pace is None:
+      return None, False
+    left = self.pace * (self.num_steps - done)
+    for kind, every in self.every.items():
+      if self.costs[kind]:  # Passes at multiples of `every`, and one at the last step.
+        passes = self.num_steps // every - done // every + (self.num_steps % every != 0)
+        left += np.mean(self.costs[kind]) * passes
     budget_left = max(self.budget_s - elapsed_s, 0.0)
     if self.budget_s > 0 and budget_left < left:
       return budget_left, True
-    return left, False
+    return float(left), False
 
-  def text(self, done: int, now: float, elapsed_s: float) -> str:
-    left, budget = self.seconds(done, now, elapsed_s)
+  def text(self, done: int, elapsed_s: float) -> str:
+    left, budget = self.seconds(done, elapsed_s)
     if left is None:
       return "ETA -"
     return f"ETA {console.duration(left)}" + " (train.max_minutes)" * budget

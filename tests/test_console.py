@@ -50,20 +50,24 @@ def test_durations_read_as_a_person_reads_them():
   ]
 
 
-def test_eta_leaves_out_compiling_and_counts_down_the_wall_clock_budget():
-  eta = train.Eta(num_steps=100, budget_s=0.0)
-  eta.stepped(1, now=50.0)  # The first step ends after 50 s of compiling.
-  assert eta.seconds(1, 50.0, 50.0) == (None, False) and eta.text(1, 50.0, 50.0) == "ETA -"
-  eta.stepped(2, now=51.0)
-  assert eta.seconds(11, 60.0, 60.0) == (pytest.approx(89.0), False)  # 1 s a step, 89 left.
-  budget = train.Eta(num_steps=100, budget_s=70.0)
-  budget.stepped(1, now=50.0)
-  assert budget.seconds(1, 50.0, 50.0) == (None, False)
-  assert budget.seconds(11, 60.0, 60.0) == (10.0, True)  # The budget ends training first.
-  assert budget.text(11, 60.0, 60.0) == "ETA 10s (train.max_minutes)"
-  far = train.Eta(num_steps=100, budget_s=1e6)
-  far.stepped(1, now=50.0)
-  assert far.text(11, 60.0, 60.0) == "ETA 1m29s"  # The steps end training first.
+def test_eta_times_training_steps_alone_and_adds_the_passes_to_come():
+  eta = train.Eta(100, 0.0, eval_every=50, checkpoint_every=100)
+  eta.start_window(1, now=50.0)  # The first step ended after 50 s of compiling.
+  assert eta.seconds(1, 50.0) == (None, False) and eta.text(1, 50.0) == "ETA -"
+  eta.end_window(11, now=70.0)  # 2 s a step, compiling left out: 89 steps left.
+  assert eta.seconds(11, 70.0) == (pytest.approx(178.0), False)
+  eta.start_window(11, now=70.0)
+  eta.end_window(21, now=80.0)  # The run got faster: the latest window counts.
+  assert eta.seconds(21, 80.0) == (pytest.approx(79.0), False)
+  eta.paused("eval", 30.0)  # Passes at steps 50 and 100 are still to come, a checkpoint at 100.
+  eta.paused("checkpoint", 5.0)
+  assert eta.seconds(21, 120.0) == (pytest.approx(79.0 + 2 * 30.0 + 5.0), False)
+  assert eta.text(21, 120.0) == "ETA 2m24s"
+  budget = train.Eta(100, 70.0, eval_every=1000, checkpoint_every=1000)
+  budget.start_window(1, 50.0)
+  budget.end_window(11, 60.0)
+  assert budget.seconds(11, 60.0) == (10.0, True)  # The budget ends training first.
+  assert budget.text(11, 60.0) == "ETA 10s (train.max_minutes)"
 
 
 def test_decoding_progress_ends_with_one_line(capsys):
