@@ -41,22 +41,31 @@ def run(
   status (0, or 1 after a one-line error). `config` may be None for "report" only."""
   if mode not in MODES:
     raise ValueError(f"mode {mode!r} is not one of {MODES}")
-  if config is None and mode != "report":
-    print(f"error: --mode={mode} needs --config", file=sys.stderr)
-    return 1
   workdir = Path(workdir)
+  problem = None
+  if config is None and mode != "report":
+    problem = f"--mode={mode} needs --config"
+  elif mode != "train" and not workdir.is_dir():
+    problem = f"no run in {workdir} (no such directory)"
+  if problem:
+    print(f"error: {problem}", file=sys.stderr)
+    return 1
   if mode == "report":  # Reads files only: nothing to log, nothing written beside the report.
     return _guarded(lambda: _report(workdir, compare))
-  with console.logged_to(workdir, verbose) as log_path:
-    if config is not None:
+  if mode == "translate":
+    job = lambda: _translate(config, workdir, input_path, output_path, alignments_path)
+  else:
+    job = lambda: _train_or_eval(mode, config, workdir, as_json)
+
+  def logged_job():  # An unusable workdir (a file, no permission) fails here: one error line.
+    with console.logged_to(workdir, verbose) as log_path:
       logging.info("config:\n%s", config)
-    if not verbose:
-      console.hide_library_progress()
-    console.say(f"{mode}: {workdir}  (log: {log_path})")
-    if mode == "translate":
-      return _guarded(lambda: _translate(config, workdir, input_path, output_path, alignments_path))
-    status = _guarded(lambda: _train_or_eval(mode, config, workdir, as_json))
-  return status
+      if not verbose:
+        console.hide_library_progress()
+      console.say(f"{mode}: {workdir}  (log: {log_path})")
+      job()
+
+  return _guarded(logged_job)
 
 
 def _guarded(job) -> int:

@@ -165,8 +165,8 @@ def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 def where_to_look(workdir: str | Path, splits: list[str], prefix: str = "eval") -> str:
   """Lines saying where a run's report, heatmaps, TensorBoard logs, results and log are."""
   workdir = Path(workdir)
-  last = splits[-1] if splits else "test"
-  out = workdir / prefix / last
+  shown = "test" if "test" in splits or not splits else splits[-1]
+  out = workdir / prefix / shown
   lines = []
   if (out / "report.html").exists():
     others = f"  (every split: {workdir / prefix}/*/report.html)" if len(splits) > 1 else ""

@@ -287,7 +287,8 @@ def write_reports(workdir: str | Path, compare: str | Path | None = None) -> lis
   if compare is None:
     return [write_report(workdir, prefix, split) for prefix, split in splits]
   other = Path(compare)
-  shared = [s for s in splits if s in evaluated_splits(other)]
+  theirs = evaluated_splits(other)
+  shared = [s for s in splits if s in theirs]
   if not shared:
     raise FileNotFoundError(f"{other} has no evaluated split in common with {workdir}")
   written = []

@@ -5,6 +5,7 @@ In-process, reading what was printed; exit codes through main.py."""
 
 import json
 import logging
+import pathlib
 import re
 import shutil
 import subprocess
@@ -174,8 +175,16 @@ def test_eval_ends_with_the_table_or_with_json(trained, tmp_path, capsys, caplog
   assert printed["results"]["test"]["num_sentences"] == 64
 
 
-def test_a_mode_that_needs_a_config_says_so_in_one_line(tmp_path):
-  cmd = [sys.executable, "main.py", f"--workdir={tmp_path}", "--mode=eval"]
+@pytest.mark.parametrize(
+  "args,message",
+  [
+    (["--mode=eval"], "error: --mode=eval needs --config"),
+    (["--mode=eval", "--config=configs/tiny.py", "--workdir=/no/such/run"], "error: no run in"),
+  ],
+)
+def test_a_mode_without_what_it_needs_says_so_in_one_line(tmp_path, args, message):
+  cmd = [sys.executable, "main.py", f"--workdir={tmp_path}", *args]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env())
   assert proc.returncode == 1
-  assert proc.stderr.strip().splitlines()[-1] == "error: --mode=eval needs --config"
+  assert proc.stderr.strip().splitlines()[-1].startswith(message) and "Traceback" not in proc.stderr
+  assert not pathlib.Path("/no/such/run").exists()  # Nothing is created for a mistyped run.
