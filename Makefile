@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all lint bench clean
+.PHONY: demo test test-all lint bench browser clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,11 +15,23 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 demo: .venv
 	$(PY) main.py --config=configs/demo.py --workdir=runs/demo
-	@echo "Results: runs/demo/eval/test/results.json, hypotheses.txt, bleu_vs_length.png, alignments/"
-	@echo "Metrics: runs/demo/metrics.jsonl; TensorBoard: runs/demo/tensorboard"
 
-test: .venv
+test: .venv browser
 	$(PY) -m pytest -q -n auto
+
+# Headless Chromium and its driver for the explorer's browser test, from apt (as root, or with
+# sudo that needs no password) where there is apt; elsewhere that test skips and says why.
+browser:
+	@command -v chromedriver >/dev/null 2>&1 || { \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "no apt-get: install Chromium and chromedriver to run the explorer's browser test"; \
+	  else \
+	    if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+	    { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	      { $$sudo apt-get update -q >/dev/null 2>&1 && \
+	        $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } || \
+	    echo "could not install chromium chromium-driver: the explorer's browser test will skip"; \
+	  fi; }
 
 lint: .venv
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,5 @@
-"""Entry point: train, evaluate or translate with a config from `configs/`.
+"""Entry point: train, evaluate or translate with a config from `configs/`, or write a run's
+explorer again.
 
   python main.py --config=configs/demo.py --workdir=runs/demo
   python main.py --config=configs/rnnsearch.py:maxlen=30 --workdir=runs/rs30 \
@@ -6,38 +7,35 @@
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=eval
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=translate --input=in.txt \
       --output=out.txt --alignments=att.jsonl
+  python main.py --mode=report --workdir=runs/demo [--compare=runs/other]
 
 Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
-the same workdir resumes the run.
+the same workdir resumes the run. Library logs go to WORKDIR/log.txt (--verbosity=0 shows them).
 """
 
-import json
 import sys
 
 import jax
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from seq2seq import eval_run, train, translate
+from seq2seq import cli
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
-  "config", None, "Config file (configs/*.py[:variant]).", lock_config=True
+  "config", None, "Config file (configs/*.py[:variant]); report mode reads none.", lock_config=True
 )
 flags.DEFINE_string("workdir", None, "Directory of the run: config, checkpoints, metrics, eval.")
-flags.DEFINE_enum("mode", "train", ["train", "eval", "translate"], "What to do with the run.")
+flags.DEFINE_enum("mode", "train", list(cli.MODES), "What to do with the run.")
 flags.DEFINE_string("input", "-", "translate: text to translate, one sentence a line (- = stdin).")
 flags.DEFINE_string("output", "-", "translate: where translations go (- = stdout).")
 flags.DEFINE_string("alignments", None, "translate: optional JSON-lines file of attention.")
+flags.DEFINE_string("compare", None, "report: a second run's workdir, shown beside this one.")
+flags.DEFINE_bool("json", False, "train/eval: print every result as JSON instead of the table.")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
-flags.mark_flags_as_required(["config", "workdir"])
-
-# Errors that describe a user's mistake: reported as one line, exit status 1.
-# OSError covers an unwritable or full workdir (checkpoints are written to a temporary
-# directory and renamed when complete, so a failed write is never loaded).
-USER_ERRORS = (ValueError, KeyError, TypeError, OSError)
+flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
@@ -45,23 +43,19 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if FLAGS.coordinator_address:
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-  config = FLAGS.config
-  logging.info("config:\n%s", config)
-  try:
-    if FLAGS.mode == "train":
-      results = train.train_and_evaluate(config, FLAGS.workdir)
-    elif FLAGS.mode == "eval":
-      results = eval_run.evaluate_splits(config, FLAGS.workdir)
-    else:
-      counts = translate.translate_file(
-        config, FLAGS.workdir, FLAGS.input, FLAGS.output, FLAGS.alignments
-      )
-      logging.info("translated: %s", counts)
-      return
-  except USER_ERRORS as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
-  print(json.dumps({"workdir": FLAGS.workdir, "results": results}, indent=2, sort_keys=True))
+  sys.exit(
+    cli.run(
+      FLAGS.mode,
+      FLAGS.config,
+      FLAGS.workdir,
+      input_path=FLAGS.input,
+      output_path=FLAGS.output,
+      alignments_path=FLAGS.alignments,
+      compare=FLAGS.compare,
+      as_json=FLAGS.json,
+      verbose=FLAGS["verbosity"].present and FLAGS.verbosity >= 0,
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,17 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from seq2seq import checkpoints, ensemble, evaluate, input_pipeline, models, settings, steps
+from seq2seq import (
+  checkpoints,
+  console,
+  ensemble,
+  evaluate,
+  input_pipeline,
+  models,
+  report,
+  settings,
+  steps,
+)
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -35,13 +45,15 @@ def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict)
   """Validation BLEU with greedy decoding (cheap enough to run at every evaluation)."""
   greedy = config.copy_and_resolve_references()
   greedy.decode.beam_size = 1
-  translations = evaluate.translate_split(rt.host_local(state), data.splits["valid"], greedy)
+  translations = evaluate.translate_split(
+    rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
+  )
   raw = data.raw("valid")
   hyps = [
     evaluate.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
     for t, r in zip(translations, raw, strict=True)
   ]
-  return evaluate.bleu(hyps, [r[1] for r in raw])[0]
+  return evaluate.bleu(hyps, [r[1] for r in raw], pretokenized=evaluate.pretokenized(config))[0]
 
 
 def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:
@@ -53,7 +65,7 @@ def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) 
     if ckpt.latest_step() is not None:
       state, _ = ckpt.restore(fresh, with_data=False)
       ckpt.close()
-      logging.info("evaluating %s checkpoint of step %d", subdir, int(state.step))
+      console.say(f"evaluating the {subdir} checkpoint (step {int(state.step)})")
       return state.for_eval()
     ckpt.close()
   raise FileNotFoundError(f"no checkpoint in {Path(workdir) / 'checkpoints'}; train first")
@@ -79,6 +91,13 @@ def restore_for_eval(
 
 
 DIRECTIONS = settings.DIRECTIONS
+
+
+def eval_prefix(config) -> str:
+  """The folder of a run's evaluations: "eval", or "eval_reverse" for an agreement run's
+  reverse model."""
+  direction = config.model.direction
+  return "eval" if direction == "forward" else f"eval_{direction}"
 
 
 def direction_state(state: steps.TrainState, direction: str) -> steps.TrainState:
@@ -119,7 +138,7 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   )
   direction = config.model.direction
   state = direction_state(state, direction)
-  prefix = "eval" if direction == "forward" else f"eval_{direction}"
+  prefix = eval_prefix(config)
   if direction == "reverse":
     data = input_pipeline.reversed_data(data)
   step = int(jax.device_get(state.step))
@@ -146,6 +165,8 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
     if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
       scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
       writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)
+    if jax.process_index() == 0:
+      report.write_report(workdir, prefix, split)
     logging.info(
       "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %.2f)",
       split,

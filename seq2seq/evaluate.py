@@ -37,7 +37,7 @@ import sacrebleu
 import sacremoses
 from flax import nnx
 
-from seq2seq import decode, input_pipeline, models, plots
+from seq2seq import console, decode, input_pipeline, models, plots, report
 from seq2seq import tokenizer as tok
 from seq2seq.data import synthetic
 from seq2seq.decode import replace_unknowns
@@ -45,11 +45,26 @@ from seq2seq.decode import replace_unknowns
 Link = tuple[int, int]
 
 
-def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
-  """(corpus BLEU, sacrebleu signature) with sacrebleu's default 13a tokenisation."""
-  metric = sacrebleu.metrics.BLEU()
+def bleu(
+  hypotheses: Sequence[str], references: Sequence[str], *, pretokenized: bool = False
+) -> tuple[float, str]:
+  """(corpus BLEU, sacrebleu signature) with sacrebleu's default 13a tokenisation.
+
+  `pretokenized` says the texts are written tokenised by design (`pretokenized(config)`: the
+  embedded corpus), which turns off sacrebleu's warning about tokenised input; the score and
+  signature are the same either way.
+  """
+  metric = sacrebleu.metrics.BLEU(force=pretokenized)
   score = metric.corpus_score(list(hypotheses), [list(references)])
   return float(score.score), str(metric.get_signature())
+
+
+def pretokenized(config) -> bool:
+  """Whether the run's corpus text is written tokenised: the embedded corpus is generated with
+  its punctuation as words of their own ("le chat dort ."), so that text is both its plain and
+  its tokenised form and the sacrebleu warning that lines "end in a tokenized period" is a
+  false alarm. Local text and WMT'14 are plain text (detokenised hypotheses are scored)."""
+  return config.data.corpus == "synthetic"
 
 
 @functools.cache
@@ -89,7 +104,9 @@ def tokenized_bleu(
   return float(metric.corpus_score(split(hypotheses), [split(references)]).score)
 
 
-def bleu_conventions(tokenizer: tok.Tokenizer, lang: str = "") -> dict[str, str]:
+def bleu_conventions(
+  tokenizer: tok.Tokenizer, lang: str = "", pretokenized: bool = False
+) -> dict[str, str]:
   """One line per BLEU-like figure of results.json saying which tokenisation it scores."""
   if isinstance(tokenizer, tok.SentencePieceTokenizer):
     words = f"sacremoses' Moses tokenizer ({lang or 'en'}; SentencePiece pieces are not words)"
@@ -98,6 +115,11 @@ def bleu_conventions(tokenizer: tok.Tokenizer, lang: str = "") -> dict[str, str]
   else:
     words = "whitespace (the target vocabulary's word split)"
   detok = "sacrebleu 13a on detokenised text (signature in bleu_signature)"
+  if pretokenized:
+    detok += (
+      "; the embedded corpus is written tokenised (punctuation split off), so its text is "
+      "scored as it is, with sacrebleu's tokenised-input warning off (force=True: same score)"
+    )
   return {
     "bleu": detok,
     "bleu_no_unk": (
@@ -126,6 +148,8 @@ def bleu_by_length(
   references: Sequence[str],
   src_lengths: Sequence[int],
   bin_width: int = 10,
+  *,
+  pretokenized: bool = False,
 ) -> list[dict]:
   """BLEU per source-length bin [1-10], [11-20], ...: {"min_len", "max_len", "count", "bleu"}.
 
@@ -138,7 +162,8 @@ def bleu_by_length(
     hi = lo + bin_width - 1
     idx = np.flatnonzero((lengths >= lo) & (lengths <= hi))
     if len(idx):
-      score, _ = bleu([hypotheses[i] for i in idx], [references[i] for i in idx])
+      hyps, refs = [hypotheses[i] for i in idx], [references[i] for i in idx]
+      score, _ = bleu(hyps, refs, pretokenized=pretokenized)
       rows.append({"min_len": lo, "max_len": hi, "count": len(idx), "bleu": score})
   return rows
 
@@ -379,11 +404,18 @@ def check_replace_unk(config, model: nnx.Module | None = None) -> None:
 
 
 def translate_split(
-  state, split: input_pipeline.Split, config, *, ban_unk: bool = False
+  state,
+  split: input_pipeline.Split,
+  config,
+  *,
+  ban_unk: bool = False,
+  progress: str | None = None,
 ) -> list[Translation]:
   """Decodes every sentence of `split` in order with the `config.decode` settings (never
-  producing UNK with `ban_unk`)."""
+  producing UNK with `ban_unk`), showing progress on the console under the label `progress`
+  if one is given."""
   out: list[Translation | None] = [None] * len(split)
+  shown = console.Progress(progress, len(split)) if progress else None
   for batch in input_pipeline.iter_batches(
     split, config.decode.batch_size, config.data.bucket_step
   ):
@@ -395,6 +427,10 @@ def translate_split(
       ids = [int(t) for t in result.tokens[row, :n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
       n_src = int(batch["src_mask"][row].sum())
       out[index] = Translation(ids, np.asarray(result.alpha[row, :n_out, :n_src]))
+    if shown:
+      shown.advance(int((batch["index"] >= 0).sum()))
+  if shown:
+    shown.close()
   return out
 
 
@@ -440,9 +476,17 @@ def word_attention(state, data, split_name: str, config) -> list[np.ndarray]:
   ]
 
 
-def attention_figures(state, data, split_name: str, config, translations, raw) -> dict:
+def gold_links(raw) -> list[set[Link]] | None:
+  """The gold links of every pair of a split's `raw` rows, or None unless all have them."""
+  if not raw or not all(r[2] is not None for r in raw):
+    return None
+  return [set(synthetic.parse_alignment(r[2])) for r in raw]
+
+
+def attention_figures(state, data, split_name: str, config, translations, raw, forced=None) -> dict:
   """Over- and under-translation of the decoded `translations`, and, with gold links, AER and
-  entropy of the references' teacher-forced attention; all over words (`pieces_to_words`)."""
+  entropy of the references' teacher-forced attention; all over words (`pieces_to_words`).
+  `forced`: that attention (`word_attention`) if the caller has it already."""
   split = data.splits[split_name]
   src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
   src_spans = [id_spans(src_tok, split.src.row(i)) for i in range(len(split))]
@@ -469,10 +513,11 @@ def attention_figures(state, data, split_name: str, config, translations, raw) -
     "source_words": sum(len(spans) for spans in src_spans),
     "aer_subword_mapping": subword_mapping(src_tok, tgt_tok),
   }
-  if not all(r[2] is not None for r in raw):
+  gold = gold_links(raw)
+  if gold is None:
     return results
-  gold = [set(synthetic.parse_alignment(r[2])) for r in raw]
-  forced = word_attention(state, data, split_name, config)
+  if forced is None:
+    forced = word_attention(state, data, split_name, config)
   for i, (alpha, r) in enumerate(zip(forced, raw, strict=True)):
     if alpha.shape != (len(r[1].split()), len(r[0].split())):
       raise ValueError(
@@ -496,23 +541,26 @@ def evaluate_split(
   """Decodes a split and scores it: BLEU (all / No UNK / tokenised / by length), chrF, and
   for models with attention over/under-translation and (gold links) AER and entropy.
 
-  Writes OUT_DIR/results.json, hypotheses.txt (one line per source line), bleu_vs_length.png
-  and alignments/*.png (heatmaps of the first `decode.num_heatmaps` sentences) when `write`;
-  `extra` (loss, step, ...) is merged into the results first.
+  Writes OUT_DIR/results.json, hypotheses.txt (one line per source line), sentences.jsonl (one
+  record per sentence: texts, sentence scores and attention, `sentence_records`, which the
+  explorer shows), bleu_vs_length.png and alignments/*.png (heatmaps of the first
+  `decode.num_heatmaps` sentences) when `write`; `extra` (loss, step, ...) is merged into the
+  results first.
   """
   check_replace_unk(config, state.model())
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer
   tgt_lang = input_pipeline.languages(config.data)[0 if data.reverse else 1]
-  translations = translate_split(state, split, config)
+  plain = pretokenized(config)
+  translations = translate_split(state, split, config, progress=f"decoding {split_name}")
   hyps = [
     output_text(tr, src, data.src_tokenizer, tgt_tok, config.decode.replace_unk)
     for tr, (src, _, _) in zip(translations, raw, strict=True)
   ]
   refs = [r[1] for r in raw]
   src_lengths = [len(r[0].split()) for r in raw]
-  score, signature = bleu(hyps, refs)
+  score, signature = bleu(hyps, refs, pretokenized=plain)
   keep = no_unk_subset(
     [bool(np.any(split.src.row(i) == tok.UNK_ID)) for i in range(len(split))],
     [bool(np.any(split.tgt.row(i) == tok.UNK_ID)) for i in range(len(split))],
@@ -520,48 +568,57 @@ def evaluate_split(
   no_unk_hyps = []
   if keep:  # The paper's protocol: the subset decoded again with UNK forbidden (--ignore-unk).
     sub = subset(split, keep)
+    label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
+    again = translate_split(state, sub, config, ban_unk=True, progress=label)
     no_unk_hyps = [
       output_text(tr, raw[i][0], data.src_tokenizer, tgt_tok)
-      for tr, i in zip(translate_split(state, sub, config, ban_unk=True), keep, strict=True)
+      for tr, i in zip(again, keep, strict=True)
     ]
+  kept_bleu = lambda texts: bleu(texts, [refs[i] for i in keep], pretokenized=plain)[0]
   results = dict(extra or {})
   results.update(
     {
       "bleu": score,
       "bleu_signature": signature,
       "bleu_tokenized": tokenized_bleu(hyps, refs, tgt_tok, tgt_lang),
-      "bleu_no_unk": bleu(no_unk_hyps, [refs[i] for i in keep])[0] if keep else 0.0,
-      "bleu_no_unk_plain": (
-        bleu([hyps[i] for i in keep], [refs[i] for i in keep])[0] if keep else 0.0
-      ),
+      "bleu_no_unk": kept_bleu(no_unk_hyps) if keep else 0.0,
+      "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else 0.0,
       "num_no_unk": len(keep),
       "chrf": chrf(hyps, refs),
       "num_sentences": len(hyps),
       "beam_size": int(config.decode.beam_size),
-      "bleu_by_length": bleu_by_length(hyps, refs, src_lengths),
-      "bleu_conventions": bleu_conventions(tgt_tok, tgt_lang),
+      "bleu_by_length": bleu_by_length(hyps, refs, src_lengths, pretokenized=plain),
+      "bleu_conventions": bleu_conventions(tgt_tok, tgt_lang, pretokenized=plain),
     }
   )
-  if state.model().uses_attention:
-    results.update(attention_figures(state, data, split_name, config, translations, raw))
+  attends = state.model().uses_attention
+  forced = heads = None
+  if attends:
+    if gold_links(raw) is not None:
+      forced = word_attention(state, data, split_name, config)
+    results.update(attention_figures(state, data, split_name, config, translations, raw, forced))
+    heads = decoded_heads(state, split, translations, config)
   if not write:
     return results
   out_dir.mkdir(parents=True, exist_ok=True)
   (out_dir / "hypotheses.txt").write_text("".join(h + "\n" for h in hyps))
   (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  records = sentence_records(
+    data, split_name, translations, hyps, plain, attends=attends, heads=heads, forced=forced
+  )
+  report.write_sentences(out_dir, records)
   plots.bleu_vs_length(
     {config.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png"
   )
   step = int(jax.device_get(state.step))
-  for i in range(min(config.decode.num_heatmaps, len(hyps))):
+  for i in range(min(config.decode.num_heatmaps, len(hyps)) if attends else 0):
     tr = translations[i]
     src_words = data.src_tokenizer.tokenize(raw[i][0]) + [tok.EOS]
     out_words = tgt_tok.decode_tokens(tr.ids) + [tok.EOS]
-    if not (tr.alpha.size and state.model().uses_attention):
+    if not tr.alpha.size:
       continue
     maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads) ...
-    heads = translation_heads(state, split.src.row(i), tr)
-    maps |= {f"_head{n}": a for n, a in enumerate(heads)}  # ... then each head's, if any.
+    maps |= {f"_head{n}": a for n, a in enumerate(heads[i] if heads else [])}  # ... each head's.
     for suffix, alpha in maps.items():
       image = plots.alignment_heatmap(
         alpha, src_words, out_words[: len(alpha)], out_dir / "alignments" / f"{i:03d}{suffix}.png"
@@ -571,19 +628,105 @@ def evaluate_split(
   return results
 
 
-def translation_heads(state, src_ids: np.ndarray, tr: Translation) -> list[np.ndarray]:
-  """Each head's attention [len(tr.alpha), S_real] over a decoded sentence ([] unless the
-  attention structure has several heads: "alpha_heads").
+def decoded_heads(
+  state, split: input_pipeline.Split, translations: Sequence[Translation], config
+) -> list[list[np.ndarray]] | None:
+  """Each head's attention over every decoded sentence: per sentence a list of N arrays
+  [len(tr.alpha), S_real], or None unless the attention structure has several heads
+  ("alpha_heads").
 
-  Attention at a step depends only on the output before it, so forcing the decoder through the
-  translation's own words reproduces the heads that decoding (greedy or beam) used.
+  Attention at a step depends only on the output before it, so forcing the decoder through each
+  translation's own words (in batches, as `teacher_forced_attention` does with the references)
+  reproduces the heads that decoding (greedy or beam) used; their mean is `tr.alpha`.
   """
-  model = state.model()
-  if getattr(model.structure, "num_heads", 1) < 2:
-    return []
-  steps = len(tr.alpha)
-  src = np.concatenate([src_ids, [tok.EOS_ID]]).astype(np.int32)[None]
-  tgt_in = np.asarray([[tok.BOS_ID, *tr.ids][:steps]], np.int32)
-  _, aux = model(src, np.ones_like(src), tgt_in, return_aux=True)
-  heads_TNS = np.asarray(jax.device_get(aux["alpha_heads"]))[0]
-  return [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]
+  if getattr(state.model().structure, "num_heads", 1) < 2:
+    return None
+  outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
+  forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
+  heads_fn = jax.jit(
+    lambda params, b: state.replace(params=params).model()(
+      b["src"], b["src_mask"], b["tgt_in"], return_aux=True
+    )[1]["alpha_heads"]
+  )
+  out: list[list[np.ndarray] | None] = [None] * len(split)
+  for batch in input_pipeline.iter_batches(
+    forced, config.decode.batch_size, config.data.bucket_step
+  ):
+    keys = {k: batch[k] for k in ("src", "src_mask", "tgt_in")}
+    heads_BTNS = np.asarray(jax.device_get(heads_fn(state.params, keys)))
+    for row, index in enumerate(batch["index"]):
+      if index >= 0:
+        n_out, n_src = translations[index].alpha.shape
+        heads_TNS = heads_BTNS[row, :n_out, :, :n_src]
+        out[index] = [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]
+  return out
+
+
+# ---------------------------------------------------------------------- sentence by sentence
+
+
+def sentence_records(
+  data,
+  split_name: str,
+  translations: Sequence[Translation],
+  hyps: Sequence[str],
+  pretokenized: bool = False,
+  *,
+  attends: bool = True,
+  heads: Sequence[Sequence[np.ndarray]] | None = None,
+  forced: Sequence[np.ndarray] | None = None,
+) -> list[dict]:
+  """One JSON-able record per sentence of an evaluated split, in corpus order: what the
+  explorer (`seq2seq.report`) shows and OUT_DIR/sentences.jsonl holds.
+
+  Each has `index`, `line` (in the corpus files), `source`, `reference`, `hypothesis`, sentence
+  `bleu` (sacrebleu, effective order: short sentences are not zero for a missing 4-gram) and
+  `chrf`, `source_words`, `unk` (<unk> tokens in the source, the reference and the output; the
+  No-UNK subset is the sentences with none in the first two), and, for models with attention:
+  `entropy` (mean over output steps of the decoded attention's entropy, nats) and `attention`
+  (the decoded attention's tokens and maps: the one used, then each head's when there are
+  several, `report.encode_map`); with gold links also `aer` (argmax links of the reference's
+  teacher-forced attention `forced`, as results.json's `aer` but for one sentence) and
+  `reference_attention` (that attention over the whitespace words of reference and source, with
+  the gold links).
+  """
+  split, raw = data.splits[split_name], data.raw(split_name)
+  src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+  gold = gold_links(raw) if forced is not None else None
+  sentence_bleu = sacrebleu.metrics.BLEU(effective_order=True, force=pretokenized)
+  sentence_chrf = sacrebleu.metrics.CHRF()
+  count_unk = lambda ids: int(np.count_nonzero(np.asarray(ids) == tok.UNK_ID))
+  records = []
+  for i, (tr, hyp, (src, ref, _)) in enumerate(zip(translations, hyps, raw, strict=True)):
+    record = {
+      "index": i,
+      "line": int(split.line[i]),
+      "source": src,
+      "reference": ref,
+      "hypothesis": hyp,
+      "bleu": float(sentence_bleu.sentence_score(hyp, [ref]).score),
+      "chrf": float(sentence_chrf.sentence_score(hyp, [ref]).score),
+      "source_words": len(src.split()),
+      "unk": {
+        "source": count_unk(split.src.row(i)),
+        "reference": count_unk(split.tgt.row(i)),
+        "output": count_unk(tr.ids),
+      },
+    }
+    if attends and tr.alpha.size:
+      maps = [("attention", tr.alpha)]
+      maps += [(f"head {n + 1}", a) for n, a in enumerate(heads[i] if heads else [])]
+      record["entropy"] = attention_entropy([tr.alpha])
+      record["attention"] = {
+        "source": src_tok.tokenize(src) + [tok.EOS],
+        "output": (tgt_tok.decode_tokens(tr.ids) + [tok.EOS])[: len(tr.alpha)],
+        "maps": [{"name": name, **report.encode_map(a)} for name, a in maps],
+      }
+    if gold is not None:
+      record["aer"] = alignment_error_rate([argmax_links(forced[i])], [gold[i]])
+      record["reference_attention"] = {  # Over the whitespace words of reference and source.
+        "map": report.encode_map(forced[i]),
+        "gold": sorted([s, t] for s, t in gold[i]),
+      }
+    records.append(record)
+  return records

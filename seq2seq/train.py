@@ -32,7 +32,16 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import checkpoints, eval_run, input_pipeline, objective, settings, steps, summary
+from seq2seq import (
+  checkpoints,
+  console,
+  eval_run,
+  input_pipeline,
+  objective,
+  settings,
+  steps,
+  summary,
+)
 from seq2seq import runtime as rt
 
 
@@ -162,11 +171,13 @@ def train_members(
     checkpoints.check_and_save_config(wd, cfg)
   runtime = rt.Runtime()
   runtime.check_batch_size(config.data.batch_size)
+  console.say(f"data: reading the {config.data.corpus} corpus (built on first use)")
   data = rt.load_data(config, members.workdirs[0])
   for wd in members.workdirs[1:]:  # One vocabulary for all: the same ids in every workdir.
     if not (wd / "vocab").exists():
       shutil.copytree(members.workdirs[0] / "vocab", wd / "vocab")
   logging.info("data: %s", json.dumps(data.stats, sort_keys=True))
+  console.say(data_line(data))
   primary = jax.process_index() == 0
   writers = [summary.MetricWriter(wd, enabled=primary) for wd in members.workdirs]
   pairs = list(zip(members.workdirs, members.configs, strict=True))
@@ -191,7 +202,7 @@ def train_members(
     fresh = [s for s, _ in restored]
     it.set_state(restored[0][1]["iterator"])
     elapsed_before = restored[0][1]["elapsed_s"]
-    logging.info("resumed from step %d (%d member%s)", resume, group, "s" * (group > 1))
+    console.say(f"resumed from step {resume} ({group} member{'s' * (group > 1)})")
   state = members.combine(fresh, runtime)
   start = int(resume or 0)
   for w in writers:  # Lines logged after the checkpoint by a killed run go.
@@ -199,6 +210,9 @@ def train_members(
   step_keys = members.step_keys()
   budget_s, t_begin = 60.0 * tcfg.max_minutes, time.perf_counter()
   window_tokens, tick, skipped = 0.0, t_begin, np.zeros(group, np.int64)
+  eta = Eta(
+    tcfg.num_steps, budget_s, eval_every=tcfg.eval_every, checkpoint_every=tcfg.checkpoint_every
+  )
 
   def elapsed() -> float:
     return elapsed_before + time.perf_counter() - t_begin
@@ -220,6 +234,8 @@ def train_members(
     window_tokens = window_tokens + members.value(metrics["tokens"], 0)  # Stays on device.
     done = step + 1
     finite = np.atleast_1d(np.asarray(metrics["finite"]))  # One sync a step: [G] flags.
+    if done == start + 1:
+      eta.start_window(done, time.perf_counter())  # After the first step and its compiling.
     skipped += ~finite
     for k in np.flatnonzero(~finite):
       handle_nonfinite(
@@ -253,18 +269,14 @@ def train_members(
         if together:
           scalars["seeds_together"] = group
         w.write(done, "train", scalars)
-      eta = (now - t_begin) / max(done - start, 1) * (tcfg.num_steps - done)
-      if budget_s > 0:  # The wall-clock budget may end training first.
-        eta = min(eta, max(budget_s - elapsed(), 0.0))
-      logging.info(
-        "step %d/%d  loss %s  tokens/s %.0f  ETA %.0fs",
-        done,
-        tcfg.num_steps,
-        " ".join(f"{float(x):.4f}" for x in np.atleast_1d(m["loss"])),
-        rate,
-        eta,
+      losses = " ".join(f"{float(x):.4f}" for x in np.atleast_1d(m["loss"]))
+      eta.end_window(done, now)
+      console.say(
+        f"step {done}/{tcfg.num_steps}  loss {losses}  {rate:,.0f} tokens/s  "
+        f"elapsed {console.duration(elapsed())}  {eta.text(done, elapsed())}"
       )
     if done % tcfg.eval_every == 0 or last:
+      paused = time.perf_counter()
       result = eval_run.evaluate_loss(eval_fn, state.for_eval(), valid_batches(), runtime)
       for k, (w, cfg) in enumerate(zip(writers, members.configs, strict=True)):
         scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
@@ -277,12 +289,17 @@ def train_members(
             bests[k].save(member_state, None)
         w.write(done, "valid", scalars)
         logging.info("step %d  valid %s", done, json.dumps(scalars))
+        console.say(valid_line(done, scalars, best_bleu[k], f"seed {cfg.seed}: " * together))
+      eta.paused("eval", time.perf_counter() - paused)
     if done % tcfg.checkpoint_every == 0 or last:
+      paused = time.perf_counter()
       save_all()
+      eta.paused("checkpoint", time.perf_counter() - paused)
     if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
       window_tokens, tick = 0.0, time.perf_counter()  # Windows time training steps alone.
+      eta.start_window(done, tick)
     if last and done < tcfg.num_steps:
-      logging.info("train.max_minutes=%g reached at step %d", tcfg.max_minutes, done)
+      console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
     if last:
       break
   if common_step(ckpts) != int(np.atleast_1d(jax.device_get(state.step))[0]):
@@ -305,6 +322,70 @@ def train_members(
     results.append(final)
     writers[k].close()
   return results
+
+
+class Eta:
+  """Time left until training stops, from what the loop measures: the pace of the latest
+  window of training steps (so compiling, mostly in the first steps, is left out, and the
+  estimate follows the run's current speed), plus the validation passes and checkpoints still
+  to come at their mean measured cost; or the wall-clock budget left (`train.max_minutes`) when
+  that ends training first."""
+
+  def __init__(self, num_steps: int, budget_s: float, *, eval_every: int, checkpoint_every: int):
+    self.num_steps, self.budget_s = num_steps, budget_s
+    self.every = {"eval": eval_every, "checkpoint": checkpoint_every}
+    self.costs: dict[str, list[float]] = {kind: [] for kind in self.every}
+    self.window: tuple[int, float] | None = None  # (step, time) the current window began.
+    self.pace: float | None = None  # Seconds a training step in the latest window.
+
+  def start_window(self, done: int, now: float) -> None:
+    self.window = (done, now)
+
+  def end_window(self, done: int, now: float) -> None:
+    if self.window is not None and done > self.window[0]:
+      self.pace = (now - self.window[1]) / (done - self.window[0])
+
+  def paused(self, kind: str, seconds: float) -> None:
+    """A validation pass ("eval") or checkpoint took `seconds`."""
+    self.costs[kind].append(seconds)
+
+  def seconds(self, done: int, elapsed_s: float) -> tuple[float | None, bool]:
+    """(seconds left, or None before a window has been timed; whether the budget is what ends
+    training)."""
+    if self.pace is None:
+      return None, False
+    left = self.pace * (self.num_steps - done)
+    for kind, every in self.every.items():
+      if self.costs[kind]:  # Passes at multiples of `every`, and one at the last step.
+        passes = self.num_steps // every - done // every + (self.num_steps % every != 0)
+        left += np.mean(self.costs[kind]) * passes
+    budget_left = max(self.budget_s - elapsed_s, 0.0)
+    if self.budget_s > 0 and budget_left < left:
+      return budget_left, True
+    return float(left), False
+
+  def text(self, done: int, elapsed_s: float) -> str:
+    left, budget = self.seconds(done, elapsed_s)
+    if left is None:
+      return "ETA -"
+    return f"ETA {console.duration(left)}" + " (train.max_minutes)" * budget
+
+
+def data_line(data: input_pipeline.Data) -> str:
+  """The run's data in one console line: pairs per split and vocabulary sizes."""
+  examples = data.stats.get("examples", {})
+  splits = ", ".join(f"{n:,} {name}" for name, n in examples.items())
+  vocab = f"{data.src_tokenizer.size:,}/{data.tgt_tokenizer.size:,}"
+  return f"data: {splits} pairs; vocabularies {vocab} (source/target)"
+
+
+def valid_line(step: int, scalars: dict[str, float], best: float, who: str = "") -> str:
+  """A validation pass in one console line."""
+  line = f"step {step}  {who}valid loss {scalars['loss']:.4f}"
+  line += f"  perplexity {scalars['perplexity']:.2f}"
+  if "bleu" in scalars:
+    line += f"  BLEU {scalars['bleu']:.2f}" + " (best so far)" * (scalars["bleu"] >= best)
+  return line
 
 
 def train_and_evaluate(

@@ -85,7 +85,9 @@ def translate_file(
     input_pipeline.Ragged.from_lists([[] for _ in ids]),
     np.asarray(keep, np.int64),
   )
-  translations = evaluate.translate_split(state, split, config) if ids else []
+  translations = (
+    evaluate.translate_split(state, split, config, progress="translating") if ids else []
+  )
   outputs = [""] * len(lines)
   records = [{"source": line, "target": "", "attention": []} for line in lines]
   for i, tr in zip(keep, translations, strict=True):

@@ -68,3 +68,64 @@ def run_module(module: str, *args: str, fast_compile: bool = True, timeout: floa
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
+
+
+def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0) -> list[dict]:
+  """`n` sentence records shaped as `evaluate.sentence_records` writes them, without a model:
+  made-up words, attention peaked near the diagonal (rows sum to 1), gold links on the
+  diagonal. For explorer tests that need no training, and for timing reports of any size."""
+  from seq2seq import report
+
+  rng = np.random.default_rng(seed)
+  records = []
+  for i in range(n):
+    words = int(rng.integers(3, max_words + 1))
+    out_len = max(1, words + int(rng.integers(-2, 3)))
+    src = [f"s{i}w{j}" for j in range(words)]
+    ref = [f"r{i}w{j}" for j in range(words)]
+    out = [f"h{i}w{t}" for t in range(out_len)]
+    logits = -np.abs(np.arange(out_len + 1)[:, None] - np.arange(words + 1)[None]) * 3.0
+    alpha = np.exp(logits + rng.normal(0, 0.5, logits.shape))
+    alpha /= alpha.sum(axis=1, keepdims=True)
+    forced = alpha[:words, :words] / alpha[:words, :words].sum(axis=1, keepdims=True)
+    maps = [{"name": "attention", **report.encode_map(alpha)}]
+    maps += [{"name": f"head {h + 1}", **report.encode_map(alpha[:, ::-1])} for h in range(heads)]
+    records.append(
+      {
+        "index": i,
+        "line": i,
+        "source": " ".join(src),
+        "reference": " ".join(ref),
+        "hypothesis": " ".join(out),
+        "bleu": float(rng.uniform(0, 100)),
+        "chrf": float(rng.uniform(0, 100)),
+        "source_words": words,
+        "unk": {"source": int(rng.integers(0, 2)), "reference": 0, "output": 0},
+        "entropy": float(rng.uniform(0, 2)),
+        "aer": float(rng.uniform(0, 1)),
+        "attention": {"source": src + ["</s>"], "output": out + ["</s>"], "maps": maps},
+        "reference_attention": {
+          "map": report.encode_map(forced),
+          "gold": [[j, j] for j in range(words)],
+        },
+      }
+    )
+  return records
+
+
+def explorer_run(name: str = "run", steps: int = 100) -> dict:
+  """A run summary shaped as `report.run_summary` returns it, with made-up curves."""
+  return {
+    "name": name,
+    "workdir": f"runs/{name}",
+    "results": {"step": steps, "bleu": 30.0, "chrf": 55.0, "num_sentences": 10},
+    "bleu_by_length": [
+      {"min_len": 1, "max_len": 10, "count": 4, "bleu": 35.0},
+      {"min_len": 11, "max_len": 20, "count": 6, "bleu": 28.0},
+    ],
+    "curves": {
+      "train": [{"step": s, "minutes": s / 50, "loss": 5.0 / (1 + s / 20)} for s in (10, 50, 100)],
+      "valid": [{"step": s, "minutes": s / 50, "loss": 4.0, "bleu": s / 4} for s in (50, 100)],
+    },
+    "config": {"model": {"score": "additive"}, "train": {"num_steps": steps}},
+  }

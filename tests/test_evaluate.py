@@ -177,8 +177,9 @@ def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkey
   results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
   assert [c[2:] for c in calls] == [(data.tgt_tokenizer, "fr")]
   assert results["bleu_tokenized"] == real(*calls[0])
-  assert results["bleu_conventions"] == evaluate.bleu_conventions(data.tgt_tokenizer, "fr")
-  assert "Moses" in results["bleu_conventions"]["bleu_tokenized"]
+  conventions = evaluate.bleu_conventions(data.tgt_tokenizer, "fr", pretokenized=True)
+  assert results["bleu_conventions"] == conventions  # The embedded corpus is written tokenised.
+  assert "Moses" in conventions["bleu_tokenized"] and "force=True" in conventions["bleu"]
 
 
 def test_replace_unk_copies_real_source_words_never_eos():

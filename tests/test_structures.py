@@ -19,6 +19,7 @@ from seq2seq import (
   checkpoints,
   decode,
   evaluate,
+  input_pipeline,
   models,
   objective,
   scores,
@@ -395,18 +396,25 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
   n_src = batch["src_mask"].sum(1)
   batch["src"][np.arange(4), n_src - 1] = EOS_ID  # Real rows end in EOS, as the pipeline's do.
   res = jax.device_get(decode.decode_batch(state, batch, cfg))
+  translations = []
   for b in range(4):
     n = int(res.lengths[b])
     ids = [int(t) for t in res.tokens[b, :n] if t != EOS_ID]
-    tr = evaluate.Translation(ids, np.asarray(res.alpha[b, :n, : n_src[b]]))
-    heads = evaluate.translation_heads(state, batch["src"][b, : n_src[b] - 1], tr)
+    translations.append(evaluate.Translation(ids, np.asarray(res.alpha[b, :n, : n_src[b]])))
+  rows = input_pipeline.Ragged.from_lists
+  sources = rows([batch["src"][b, : n_src[b] - 1] for b in range(4)])
+  split = input_pipeline.Split("decoded", sources, rows([[]] * 4), np.arange(4))
+  cfg.decode.batch_size = 3  # Two batches, the last one padded.
+  for b, (tr, heads) in enumerate(
+    zip(translations, evaluate.decoded_heads(state, split, translations, cfg), strict=True)
+  ):
     assert len(heads) == 2 and heads[0].shape == tr.alpha.shape
     np.testing.assert_allclose((heads[0] + heads[1]) / 2, tr.alpha, atol=1e-5)
     if n_src[b] > 2:  # Two different heads (over one word and EOS they might agree).
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
   soft = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
-  assert evaluate.translation_heads(soft, batch["src"][0, :2], tr) == []
+  assert evaluate.decoded_heads(soft, split, translations, cfg) is None
 
 
 # ----------------------------------------------------------------------------- hard attention

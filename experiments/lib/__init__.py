@@ -9,5 +9,6 @@
 * `presets`: the `smoke` and `cpu` presets the study scripts share;
 * `sweeps`: points of a sweep crossed with seeds, trained (seeds together) and collected;
 * `launch`: a sweep handed to a scheduler as a jobs file and an sbatch script;
-* `cli`: the command line every sweep script shares.
+* `cli`: the command line every sweep script shares;
+* `browser`: a headless Chromium that opens explorer reports (the browser test, the timing).
 """

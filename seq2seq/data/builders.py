@@ -23,9 +23,11 @@ up with their inputs. Nothing here needs TensorFlow.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import inspect
+import io
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -413,12 +415,17 @@ def prepare_corpus(
       split has no usable pair (empty files, or every pair skipped).
   """
   builder = make_builder(data_config, data_dir)
+  printed = io.StringIO()  # tfds prints where it builds to standard output: log it instead.
   try:
-    builder.download_and_prepare(file_format=FILE_FORMAT)
+    with contextlib.redirect_stdout(printed):
+      builder.download_and_prepare(file_format=FILE_FORMAT)
   except AssertionError as e:  # tfds' way of saying a split yielded nothing.
     if "No examples were yielded" not in str(e):
       raise
     raise ValueError(
       f"{data_config.corpus} corpus: {e} (empty files, or every pair skipped)"
     ) from e
+  finally:
+    if printed.getvalue().strip():
+      logging.info("tfds: %s", printed.getvalue().strip())
   return Corpus(builder, **_FEATURE_KEYS[data_config.corpus])

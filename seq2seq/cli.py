@@ -1,0 +1,121 @@
+"""What `main.py` runs: one mode on one workdir, with the console set up around it.
+
+`run` routes the logs to WORKDIR/log.txt (`console.logged_to`), runs the mode, turns a user's
+mistake into one `error: ...` line and exit status 1, and ends train and eval with the results
+table and where to look (or, with `as_json`, the results as JSON on standard output).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+from absl import logging
+
+from seq2seq import console, report
+
+MODES = ("train", "eval", "translate", "report")
+
+# Errors that describe a user's mistake: reported as one line, exit status 1.
+# OSError covers an unwritable or full workdir (checkpoints are written to a temporary
+# directory and renamed when complete, so a failed write is never loaded).
+USER_ERRORS = (ValueError, KeyError, TypeError, OSError)
+
+
+def run(
+  mode: str,
+  config: ml_collections.ConfigDict | None,
+  workdir: str | Path,
+  *,
+  input_path: str = "-",
+  output_path: str = "-",
+  alignments_path: str | None = None,
+  compare: str | None = None,
+  as_json: bool = False,
+  verbose: bool = False,
+) -> int:
+  """Runs `mode` ("train", "eval", "translate" or "report") on `workdir`; returns the exit
+  status (0, or 1 after a one-line error). `config` may be None for "report" only."""
+  if mode not in MODES:
+    raise ValueError(f"mode {mode!r} is not one of {MODES}")
+  workdir = Path(workdir)
+  problem = None
+  if config is None and mode != "report":
+    problem = f"--mode={mode} needs --config"
+  elif mode != "train" and not workdir.is_dir():
+    problem = f"no run in {workdir} (no such directory)"
+  if problem:
+    print(f"error: {problem}", file=sys.stderr)
+    return 1
+  if mode == "report":  # Reads files only: nothing to log, nothing written beside the report.
+    return _guarded(lambda: _report(workdir, compare))
+  if mode == "translate":
+    job = lambda: _translate(config, workdir, input_path, output_path, alignments_path)
+  else:
+    job = lambda: _train_or_eval(mode, config, workdir, as_json)
+
+  def logged_job():  # An unusable workdir (a file, no permission) fails here: one error line.
+    with console.logged_to(workdir, verbose) as log_path:
+      logging.info("config:\n%s", config)
+      if not verbose:
+        console.hide_library_progress()
+      console.say(f"{mode}: {workdir}  (log: {log_path})")
+      job()
+
+  return _guarded(logged_job)
+
+
+def _guarded(job) -> int:
+  try:
+    job()
+  except USER_ERRORS as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  return 0
+
+
+def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> None:
+  from seq2seq import eval_run, train  # JAX and the data stack: not needed by report mode.
+
+  if mode == "train":
+    results = train.train_and_evaluate(config, workdir)
+  else:
+    results = eval_run.evaluate_splits(config, workdir)
+  if as_json:
+    print(json.dumps({"workdir": str(workdir), "results": results}, indent=2, sort_keys=True))
+  else:
+    print(closing_summary(results, workdir, prefix=eval_run.eval_prefix(config)))
+
+
+def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval") -> str:
+  """The lines train and eval end with: the results table and where to look, or what stopped
+  training before its evaluation."""
+  if "preempted_at_step" in results:
+    return (
+      f"stopped at step {results['preempted_at_step']}: checkpoint saved; rerun the same "
+      "command to resume"
+    )
+  if not results:
+    return "no final evaluation (train.final_eval=false)\n" + console.where_to_look(workdir, [])
+  table = console.results_table(results)
+  return f"{table}\n\n{console.where_to_look(workdir, list(results), prefix)}"
+
+
+def _translate(config, workdir: Path, input_path, output_path, alignments_path) -> None:
+  from seq2seq import translate
+
+  counts = translate.translate_file(config, workdir, input_path, output_path, alignments_path)
+  logging.info("translated: %s", counts)
+  console.say(
+    f"translated {counts['lines']} lines ({counts['empty']} empty, "
+    f"{counts['invalid_utf8']} with invalid UTF-8, {counts['truncated']} truncated)"
+  )
+
+
+def _report(workdir: Path, compare: str | None) -> None:
+  written = report.write_reports(workdir, compare=None if compare is None else Path(compare))
+  for path in written:
+    print(path)
