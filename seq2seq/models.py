@@ -258,12 +258,22 @@ class Seq2Seq(nnx.Module):
 
   # ------------------------------------------------------------------ training API
   def __call__(
-    self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, return_aux=False, dropout_rng=None
+    self,
+    src_BS,
+    src_mask_BS,
+    tgt_in_BT,
+    *,
+    return_alpha=False,
+    return_aux=False,
+    dropout_rng=None,
+    decoding=False,
   ):
     """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked.
 
     `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks; a
     sampling attention structure draws step i's key as fold_in(fold_in(dropout_rng, 3), i).
+    `decoding`: take the structures' test-time choices, as `decoder_step` does (hard monotonic
+    attention rather than its expectation), so the pass scores outputs as search does.
     `return_aux`: return (logits, aux) instead, aux = {"alpha": [B, T, S], "fertility": N_j
     [B, S]} plus the structure's per-step extras [B, T, ...] (e.g. hard attention's
     "sample_logp" and "entropy", multi-head's "alpha_heads").
@@ -279,7 +289,7 @@ class Seq2Seq(nnx.Module):
     def step(state, inputs):
       x3, i = inputs
       rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
-      new_state, att = self._recur(enc, state, x3, rng)
+      new_state, att = self._recur(enc, state, x3, rng, decoding)
       return new_state, (state.s, att.context, att.alpha, att.extras)
 
     positions_T = jnp.arange(x3_TB3D.shape[0])
