@@ -5,7 +5,9 @@
       --config.model.score=dot
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=eval
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=translate --input=in.txt \
-      --output=out.txt --alignments=att.jsonl
+      --output=out.txt --alignments=att.jsonl [--nbest=5]
+  python main.py --config=configs/demo.py --workdir=runs/demo --mode=score --input=src.txt \
+      --reference=tgt.txt --output=scores.jsonl
 
 Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
 the same workdir resumes the run.
@@ -25,10 +27,14 @@ config_flags.DEFINE_config_file(
   "config", None, "Config file (configs/*.py[:variant]).", lock_config=True
 )
 flags.DEFINE_string("workdir", None, "Directory of the run: config, checkpoints, metrics, eval.")
-flags.DEFINE_enum("mode", "train", ["train", "eval", "translate"], "What to do with the run.")
-flags.DEFINE_string("input", "-", "translate: text to translate, one sentence a line (- = stdin).")
-flags.DEFINE_string("output", "-", "translate: where translations go (- = stdout).")
-flags.DEFINE_string("alignments", None, "translate: optional JSON-lines file of attention.")
+flags.DEFINE_enum(
+  "mode", "train", ["train", "eval", "translate", "score"], "What to do with the run."
+)
+flags.DEFINE_string("input", "-", "translate/score: source text, one sentence a line (- = stdin).")
+flags.DEFINE_string("output", "-", "translate/score: where the output goes (- = stdout).")
+flags.DEFINE_string("alignments", None, "translate/score: optional JSON-lines file of attention.")
+flags.DEFINE_integer("nbest", 0, "translate: write the N best per line as an n-best list.")
+flags.DEFINE_string("reference", None, "score: the given translations, one per --input line.")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
@@ -52,11 +58,19 @@ def main(argv):
       results = train.train_and_evaluate(config, FLAGS.workdir)
     elif FLAGS.mode == "eval":
       results = eval_run.evaluate_splits(config, FLAGS.workdir)
-    else:
+    elif FLAGS.mode == "translate":
       counts = translate.translate_file(
-        config, FLAGS.workdir, FLAGS.input, FLAGS.output, FLAGS.alignments
+        config, FLAGS.workdir, FLAGS.input, FLAGS.output, FLAGS.alignments, FLAGS.nbest
       )
       logging.info("translated: %s", counts)
+      return
+    else:
+      if not FLAGS.reference:
+        raise ValueError("--mode=score needs --reference=FILE, the translations to score")
+      counts = translate.score_file(
+        config, FLAGS.workdir, FLAGS.input, FLAGS.reference, FLAGS.output, FLAGS.alignments
+      )
+      logging.info("scored: %s", counts)
       return
   except USER_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)

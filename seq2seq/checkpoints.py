@@ -84,6 +84,22 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
     path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
+def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
+  """WORKDIR/config.json as a locked ConfigDict: upgraded if it predates component-owned settings
+  (`settings.upgrade`), with fields added since it was saved at the values that reproduce how
+  the run behaved (`ADDED_FIELDS`)."""
+  path = Path(workdir) / "config.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist: {workdir} holds no run (train first)")
+  saved = settings.upgrade(json.loads(path.read_text()))
+  for name, value in ADDED_FIELDS.items():
+    section, field = name.split(".")
+    saved.setdefault(section, {}).setdefault(field, value)
+  config = ml_collections.ConfigDict(saved)
+  config.lock()
+  return config
+
+
 def _tree(state: Any) -> dict[str, Any]:
   """What a checkpoint holds: step, parameters, optimiser state, and hard attention's reward
   baseline when the state has one (so every other run's checkpoints keep their layout)."""
