@@ -6,7 +6,9 @@ explorer again.
       --config.model.score=dot
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=eval
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=translate --input=in.txt \
-      --output=out.txt --alignments=att.jsonl
+      --output=out.txt --alignments=att.jsonl [--nbest=5]
+  python main.py --config=configs/demo.py --workdir=runs/demo --mode=score --input=src.txt \
+      --reference=tgt.txt --output=scores.jsonl
   python main.py --mode=report --workdir=runs/demo [--compare=runs/other]
 
 Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
@@ -27,9 +29,11 @@ config_flags.DEFINE_config_file(
 )
 flags.DEFINE_string("workdir", None, "Directory of the run: config, checkpoints, metrics, eval.")
 flags.DEFINE_enum("mode", "train", list(cli.MODES), "What to do with the run.")
-flags.DEFINE_string("input", "-", "translate: text to translate, one sentence a line (- = stdin).")
-flags.DEFINE_string("output", "-", "translate: where translations go (- = stdout).")
-flags.DEFINE_string("alignments", None, "translate: optional JSON-lines file of attention.")
+flags.DEFINE_string("input", "-", "translate/score: source text, one sentence a line (- = stdin).")
+flags.DEFINE_string("output", "-", "translate/score: where the output goes (- = stdout).")
+flags.DEFINE_string("alignments", None, "translate/score: optional JSON-lines file of attention.")
+flags.DEFINE_integer("nbest", 0, "translate: write the N best per line as an n-best list.")
+flags.DEFINE_string("reference", None, "score: the given translations, one per --input line.")
 flags.DEFINE_string("compare", None, "report: a second run's workdir, shown beside this one.")
 flags.DEFINE_bool("json", False, "train/eval: print every result as JSON instead of the table.")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
@@ -51,6 +55,8 @@ def main(argv):
       input_path=FLAGS.input,
       output_path=FLAGS.output,
       alignments_path=FLAGS.alignments,
+      nbest=FLAGS.nbest,
+      reference_path=FLAGS.reference,
       compare=FLAGS.compare,
       as_json=FLAGS.json,
       verbose=FLAGS["verbosity"].present and FLAGS.verbosity >= 0,

@@ -61,7 +61,7 @@ def average_checkpoints(
   workdir, out = Path(workdir), Path(out)
   if out.exists() and any(out.iterdir()):
     raise FileExistsError(f"{out} exists and is not empty; give a new --out")
-  config = checkpoints.saved_config(workdir)
+  config = checkpoints.load_config(workdir)
   settings.validate(config)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = rt.Runtime()

@@ -82,12 +82,16 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
 OPTIONAL_FIELDS = ("baseline", "ema")
 
 
-def saved_config(workdir: str | Path) -> ml_collections.ConfigDict:
-  """The config a workdir was trained with (its config.json, upgraded if saved long ago)."""
+def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
+  """WORKDIR/config.json as a locked ConfigDict, upgraded to the current form if saved long ago
+  (`settings.upgrade`: specs for the old flat fields, the fields added since at the values that
+  reproduce how the run behaved)."""
   path = Path(workdir) / "config.json"
   if not path.exists():
-    raise FileNotFoundError(f"{path} not found: not a training workdir")
-  return ml_collections.ConfigDict(settings.upgrade(json.loads(path.read_text())))
+    raise FileNotFoundError(f"{path} does not exist: {workdir} holds no run (train first)")
+  config = ml_collections.ConfigDict(settings.upgrade(json.loads(path.read_text())))
+  config.lock()
+  return config
 
 
 def _tree(state: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from absl import logging
 
 from seq2seq import console, report
 
-MODES = ("train", "eval", "translate", "report")
+MODES = ("train", "eval", "translate", "score", "report")
 
 # Errors that describe a user's mistake: reported as one line, exit status 1.
 # OSError covers an unwritable or full workdir (checkpoints are written to a temporary
@@ -33,12 +33,14 @@ def run(
   input_path: str = "-",
   output_path: str = "-",
   alignments_path: str | None = None,
+  nbest: int = 0,
+  reference_path: str | None = None,
   compare: str | None = None,
   as_json: bool = False,
   verbose: bool = False,
 ) -> int:
-  """Runs `mode` ("train", "eval", "translate" or "report") on `workdir`; returns the exit
-  status (0, or 1 after a one-line error). `config` may be None for "report" only."""
+  """Runs `mode` ("train", "eval", "translate", "score" or "report") on `workdir`; returns the
+  exit status (0, or 1 after a one-line error). `config` may be None for "report" only."""
   if mode not in MODES:
     raise ValueError(f"mode {mode!r} is not one of {MODES}")
   workdir = Path(workdir)
@@ -47,13 +49,17 @@ def run(
     problem = f"--mode={mode} needs --config"
   elif mode != "train" and not workdir.is_dir():
     problem = f"no run in {workdir} (no such directory)"
+  elif mode == "score" and not reference_path:
+    problem = "--mode=score needs --reference=FILE, the translations to score"
   if problem:
     print(f"error: {problem}", file=sys.stderr)
     return 1
   if mode == "report":  # Reads files only: nothing to log, nothing written beside the report.
     return _guarded(lambda: _report(workdir, compare))
   if mode == "translate":
-    job = lambda: _translate(config, workdir, input_path, output_path, alignments_path)
+    job = lambda: _translate(config, workdir, input_path, output_path, alignments_path, nbest)
+  elif mode == "score":
+    job = lambda: _score(config, workdir, input_path, reference_path, output_path, alignments_path)
   else:
     job = lambda: _train_or_eval(mode, config, workdir, as_json)
 
@@ -104,15 +110,27 @@ def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval"
   return f"{table}\n\n{console.where_to_look(workdir, list(results), prefix)}"
 
 
-def _translate(config, workdir: Path, input_path, output_path, alignments_path) -> None:
+def _translate(config, workdir: Path, input_path, output_path, alignments_path, nbest) -> None:
   from seq2seq import translate
 
-  counts = translate.translate_file(config, workdir, input_path, output_path, alignments_path)
+  counts = translate.translate_file(
+    config, workdir, input_path, output_path, alignments_path, nbest
+  )
   logging.info("translated: %s", counts)
   console.say(
     f"translated {counts['lines']} lines ({counts['empty']} empty, "
     f"{counts['invalid_utf8']} with invalid UTF-8, {counts['truncated']} truncated)"
   )
+
+
+def _score(config, workdir: Path, input_path, reference_path, output_path, alignments_path):
+  from seq2seq import translate
+
+  counts = translate.score_file(
+    config, workdir, input_path, reference_path, output_path, alignments_path
+  )
+  logging.info("scored: %s", counts)
+  console.say(f"scored: {counts}")
 
 
 def _report(workdir: Path, compare: str | None) -> None:

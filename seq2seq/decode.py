@@ -1,4 +1,5 @@
-"""Greedy and beam-search decoding, and attention-based unknown-word replacement.
+"""Greedy and beam-search decoding, n-best lists, forced decoding (the scores of given
+translations), and attention-based unknown-word replacement.
 
 Axes: B batch, K beam, S source positions, L output positions (the static `max_len`), V target
 vocabulary, D decoder units.
@@ -25,7 +26,12 @@ for alpha = 0), where the length counts the tokens up to and including EOS, plus
 penalty beta * sum_j log(min(sum_i alpha_ij, 1)) over the real source positions (Wu et al. 2016;
 beta = `decode.coverage_penalty`, 0 by default; coverage is floored at 1e-6 so an unattended word
 costs a finite beta * log(1e-6)). The search stops once no live hypothesis can beat the best
-finished one.
+finished one (with `nbest=N`, its N-th best finished one).
+
+`beam_search_nbest` returns the N best hypotheses of that pool (N <= K), best first;
+`beam_search` is its first. `force_decode` scores given outputs with the model's teacher-forced
+pass (in decoding mode: the structures' test-time choices) and ranks them exactly as the search
+does (`ranking_score`), so the score of a decoded output equals the score its search reported.
 """
 
 from __future__ import annotations
@@ -46,12 +52,13 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class DecodeResult(NamedTuple):
-  """The best hypothesis of every sentence."""
+  """The best hypothesis of every sentence; with an n-best list every field gains an axis N after
+  B (tokens [B, N, L], scores [B, N], ...), best first."""
 
   tokens: jax.Array  # [B, L] int32: the output, EOS included, PAD after it.
   lengths: jax.Array  # [B] int32: tokens up to and including EOS (L when EOS never came).
-  scores: jax.Array  # [B] float32: sum of log-probabilities of `tokens[:lengths]`.
-  norm_scores: jax.Array  # [B] float32: score / length**alpha used by beam search (greedy: score).
+  scores: jax.Array  # [B] float32: sum of log-probabilities of `tokens[:lengths]` (-inf: none).
+  norm_scores: jax.Array  # [B] float32: the ranking score of beam search (`ranking_score`).
   alpha: jax.Array  # [B, L, S] float32: attention at each output position (zeros without one).
 
 
@@ -79,13 +86,21 @@ def _attention(alpha_NS: jax.Array | None, enc: Encoded) -> jax.Array:
 
 
 def greedy(
-  model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, *, max_len: int, ban_unk: bool = False
+  model: Any,
+  src_BS: jax.Array,
+  src_mask_BS: jax.Array,
+  *,
+  max_len: int,
+  ban_unk: bool = False,
+  length_norm_alpha: float = 1.0,
+  coverage_beta: float = 0.0,
 ) -> DecodeResult:
   """Picks the most probable next word at every step, for at most `max_len` (static) steps
   (never UNK with `ban_unk`).
 
-  src_BS, src_mask_BS: [B, S] int. Returns a `DecodeResult` with L = max_len; `norm_scores`
-  equals `scores` (greedy ranks nothing).
+  src_BS, src_mask_BS: [B, S] int. Returns a `DecodeResult` with L = max_len. Greedy ranks
+  nothing; its `norm_scores` are what beam search would rank its outputs by (`ranking_score`
+  with `length_norm_alpha` and `coverage_beta`; an output that never ended counts L tokens).
   """
   enc = model.encode(src_BS, src_mask_BS)
   batch, src_len = src_BS.shape
@@ -118,7 +133,8 @@ def greedy(
     jnp.full((batch,), BOS_ID, jnp.int32),
   )
   _, tokens, alpha, scores, _, lengths, _, _ = jax.lax.while_loop(cond, body, init)
-  return DecodeResult(tokens, lengths, scores, scores, alpha)
+  norm = ranking_score(scores, lengths, alpha.sum(1), src_mask_BS, length_norm_alpha, coverage_beta)
+  return DecodeResult(tokens, lengths, scores, norm, alpha)
 
 
 def _tile(tree: Any, beam_size: int) -> Any:
@@ -141,6 +157,34 @@ def coverage_penalty(coverage_NS: jax.Array, mask_NS: jax.Array, beta: float) ->
   """GNMT's beta * sum_j log(min(coverage_j, 1)) over real positions [N, S] -> [N] (<= 0)."""
   covered = jnp.clip(coverage_NS, COVERAGE_FLOOR, 1.0)
   return beta * jnp.sum(jnp.where(mask_NS.astype(bool), jnp.log(covered), 0.0), axis=-1)
+
+
+def ranking_score(
+  scores_N: jax.Array,
+  lengths_N: jax.Array | int,
+  coverage_NS: jax.Array,
+  mask_NS: jax.Array,
+  length_norm_alpha: float,
+  coverage_beta: float,
+) -> jax.Array:
+  """What beam search ranks an output by: score / length**alpha plus GNMT's coverage penalty of
+  its attention summed over output positions, coverage_NS (left out when beta = 0); any leading
+  axes N. Greedy search and `force_decode` report the same for their outputs."""
+  norm_N = _normalise(scores_N, lengths_N, length_norm_alpha)
+  if coverage_beta == 0:
+    return norm_N
+  return norm_N + coverage_penalty(coverage_NS, mask_NS, coverage_beta)
+
+
+def check_nbest(nbest: int, beam_size: int) -> None:
+  """Raises ValueError unless 1 <= nbest <= beam_size: the pool holds only K finished outputs."""
+  if nbest < 1:
+    raise ValueError(f"nbest must be at least 1, got {nbest}")
+  if nbest > beam_size:
+    raise ValueError(
+      f"nbest={nbest} exceeds the beam size {beam_size} (decode.beam_size): ask for at most "
+      f"{beam_size} hypotheses or widen the beam"
+    )
 
 
 class BeamState(NamedTuple):
@@ -180,20 +224,25 @@ def beam_search_pool(
   length_norm_alpha: float = 1.0,
   coverage_beta: float = 0.0,
   ban_unk: bool = False,
+  nbest: int = 1,
 ) -> BeamState:
   """Beam search of width `beam_size` (static) for at most `max_len` (static) steps; the final
-  `BeamState` (use `beam_search` for the best output of each sentence).
+  `BeamState` (`beam_search` gives the best output of each sentence, `beam_search_nbest` the
+  `nbest` best).
 
   Each step extends the K live hypotheses by every word ([B, K, V] candidates). The K extensions
   by EOS are ranked by score / length**alpha (plus the coverage penalty) and merged into the
   finished pool, which keeps the K best; the K best extensions by any other word become the new
   live hypotheses (they share one length, so the normalisation does not change their order; the
   coverage penalty may). The loop stops at `max_len`, or earlier when for every sentence no live
-  hypothesis can still beat its best finished one: log-probabilities are <= 0, so a live score s
-  can reach at most s / max_len**alpha, and the coverage penalty is at most 0. The finished pool
-  then holds the best translation; it may hold fewer than K (empty slots score -inf), and later
-  members are the best found before the search stopped, not necessarily the K best overall.
+  hypothesis can still beat its `nbest`-th best finished one (static, 1 <= nbest <= K):
+  log-probabilities are <= 0, so a live score s can reach at most s / max_len**alpha, and the
+  coverage penalty is at most 0. The pool's first `nbest` members are then the best the beam can
+  find; it may hold fewer than K (empty slots score -inf), and later members are the best found
+  before the search stopped, not necessarily the best overall. Asking for more does not change
+  the best: the search only runs on until nothing left can beat the nbest-th.
   """
+  check_nbest(nbest, beam_size)
   batch, src_len = src_BS.shape
   k, n = beam_size, src_BS.shape[0] * beam_size
   enc = _tile(model.encode(src_BS, src_mask_BS), k)
@@ -209,8 +258,8 @@ def beam_search_pool(
       bs.live_scores, jnp.full_like(bs.fin_lengths, max_len), length_norm_alpha
     )
     bound_B = jnp.max(jnp.where(jnp.isfinite(bs.live_scores), reachable_BK, -jnp.inf), axis=1)
-    best_fin_B = jnp.max(bs.fin_norm, axis=1)
-    return (bs.t < max_len) & ~jnp.all(best_fin_B >= bound_B)
+    nth_fin_B = bs.fin_norm[:, nbest - 1]  # top_k keeps the pool sorted.
+    return (bs.t < max_len) & ~jnp.all(nth_fin_B >= bound_B)
 
   def body(bs: BeamState):
     t = bs.t
@@ -280,35 +329,71 @@ def beam_search_pool(
   return jax.lax.while_loop(cond, body, init)
 
 
+def nbest_of_pool(
+  bs: BeamState,
+  src_mask_BS: jax.Array,
+  *,
+  nbest: int,
+  max_len: int,
+  length_norm_alpha: float = 1.0,
+  coverage_beta: float = 0.0,
+) -> DecodeResult:
+  """The `nbest` best hypotheses of every sentence in a final `BeamState`, best first: fields
+  [B, N, ...].
+
+  They are the pool's first N finished hypotheses, in its order (by ranking score; top_k keeps
+  ties in the order they were found), so their scores never increase down the list. A sentence
+  where nothing finished within `max_len` steps gets its best live hypothesis instead (length
+  `max_len`, no EOS; ranked the same way), as `beam_search` returns. Slots beyond what finished
+  are empty: score -inf, length 0, PAD tokens, zero attention.
+  """
+  batch, k = bs.fin_scores.shape
+  mask_BKS = jnp.repeat(src_mask_BS[:, None], k, axis=1)
+  live_norm_BK = ranking_score(
+    bs.live_scores, max_len, bs.live_alpha.sum(2), mask_BKS, length_norm_alpha, coverage_beta
+  )
+  live_best_BN = jnp.broadcast_to(jnp.argmax(live_norm_BK, axis=1)[:, None], (batch, nbest))
+  rank_BN = jnp.broadcast_to(jnp.arange(nbest), (batch, nbest))
+  # The pool is sorted, its empty slots (-inf) last: slot 0 is empty only if nothing finished.
+  use_live_BN = ~jnp.isfinite(bs.fin_scores[:, :1]) & (rank_BN == 0)
+
+  def pick(fin, live):
+    chosen = use_live_BN.reshape(use_live_BN.shape + (1,) * (fin.ndim - 2))
+    return jnp.where(chosen, _gather_beams(live, live_best_BN), _gather_beams(fin, rank_BN))
+
+  return DecodeResult(
+    pick(bs.fin_tokens, bs.live_tokens),
+    jnp.where(use_live_BN, max_len, _gather_beams(bs.fin_lengths, rank_BN)),
+    pick(bs.fin_scores, bs.live_scores),
+    pick(bs.fin_norm, live_norm_BK),
+    pick(bs.fin_alpha, bs.live_alpha),
+  )
+
+
+def beam_search_nbest(
+  model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, *, nbest: int, **settings
+) -> DecodeResult:
+  """The `nbest` (static, <= beam_size) best outputs of `beam_search_pool` for every sentence,
+  best first (`nbest_of_pool`): fields [B, N, ...]. Same settings as `beam_search_pool`
+  (beam_size, max_len and optionally length_norm_alpha, coverage_beta, ban_unk)."""
+  bs = beam_search_pool(model, src_BS, src_mask_BS, nbest=nbest, **settings)
+  return nbest_of_pool(
+    bs,
+    src_mask_BS,
+    nbest=nbest,
+    max_len=settings["max_len"],
+    length_norm_alpha=settings.get("length_norm_alpha", 1.0),
+    coverage_beta=settings.get("coverage_beta", 0.0),
+  )
+
+
 def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **settings) -> DecodeResult:
   """The best output of `beam_search_pool` (same arguments: beam_size, max_len and optionally
-  length_norm_alpha, coverage_beta, ban_unk) for every sentence: its best finished hypothesis,
-  or, for a sentence where nothing finished within `max_len` steps, its best live one (length
-  `max_len`, no EOS), ranked the same way."""
-  bs = beam_search_pool(model, src_BS, src_mask_BS, **settings)
-  max_len, beam_size = settings["max_len"], settings["beam_size"]
-  length_norm_alpha = settings.get("length_norm_alpha", 1.0)
-  coverage_beta = settings.get("coverage_beta", 0.0)
-  finished_B = jnp.isfinite(bs.fin_scores[:, 0])
-  live_norm_BK = _normalise(bs.live_scores, max_len, length_norm_alpha)
-  if coverage_beta != 0:
-    mask_BKS = jnp.repeat(src_mask_BS[:, None], beam_size, axis=1)
-    live_norm_BK = live_norm_BK + coverage_penalty(bs.live_alpha.sum(2), mask_BKS, coverage_beta)
-  live_best_B1 = jnp.argmax(live_norm_BK, axis=1)[:, None]
-
-  def best(fin, live):  # Slot 0 of the pool is its best (top_k sorts).
-    pick_live = _gather_beams(live, live_best_B1)[:, 0]
-    mask = finished_B.reshape(finished_B.shape + (1,) * (fin.ndim - 2))
-    return jnp.where(mask, fin[:, 0], pick_live)
-
-  lengths = jnp.where(finished_B, bs.fin_lengths[:, 0], max_len)
-  return DecodeResult(
-    best(bs.fin_tokens, bs.live_tokens),
-    lengths,
-    best(bs.fin_scores, bs.live_scores),
-    best(bs.fin_norm, live_norm_BK),
-    best(bs.fin_alpha, bs.live_alpha),
-  )
+  length_norm_alpha, coverage_beta, ban_unk) for every sentence, the first of
+  `beam_search_nbest`: its best finished hypothesis, or, for a sentence where nothing finished
+  within `max_len` steps, its best live one (length `max_len`, no EOS), ranked the same way."""
+  best = beam_search_nbest(model, src_BS, src_mask_BS, nbest=1, **settings)
+  return jax.tree.map(lambda x: x[:, 0], best)
 
 
 @functools.partial(
@@ -320,6 +405,7 @@ def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **setting
     "length_norm_alpha",
     "coverage_beta",
     "ban_unk",
+    "nbest",
   ),
 )
 def jit_decode(
@@ -333,28 +419,39 @@ def jit_decode(
   length_norm_alpha: float = 1.0,
   coverage_beta: float = 0.0,
   ban_unk: bool = False,
+  nbest: int | None = None,
   output_ids: jax.Array | None = None,
 ) -> DecodeResult:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1.
 
-  `graphdef`, `beam_size`, `max_len`, `length_norm_alpha`, `coverage_beta` and `ban_unk` are
-  static; `params` is the model state, merged with `graphdef` inside the trace. `output_ids`
-  [N]: decode over that shortlist only (`lexicon.shortlist`, specials first), the output
-  mapped back to word ids.
+  `graphdef`, `beam_size`, `max_len`, `length_norm_alpha`, `coverage_beta`, `ban_unk` and
+  `nbest` are static; `params` is the model state, merged with `graphdef` inside the trace.
+  With `nbest` (1 <= nbest <= beam_size) the result is the n-best list, fields [B, N, ...]
+  (greedy's one output for beam_size 1); without it, the best output, fields [B, ...]. Any
+  `nnx.Module` with the decoding API can be split and passed, one that wraps several models too.
+  `output_ids` [N]: decode over that shortlist only (`lexicon.shortlist`, specials first), the
+  output mapped back to word ids.
   """
+  if nbest is not None:
+    check_nbest(nbest, beam_size)
   model = nnx.merge(graphdef, params)
   if output_ids is not None:
     model = Shortlisted(model, output_ids)
-  result = _search(
-    model,
-    src_BS,
-    src_mask_BS,
-    beam_size=beam_size,
-    max_len=max_len,
-    length_norm_alpha=length_norm_alpha,
-    coverage_beta=coverage_beta,
-    ban_unk=ban_unk,
-  )
+  settings = {
+    "max_len": max_len,
+    "length_norm_alpha": length_norm_alpha,
+    "coverage_beta": coverage_beta,
+    "ban_unk": ban_unk,
+  }
+  if beam_size == 1:
+    result = greedy(model, src_BS, src_mask_BS, **settings)
+    result = result if nbest is None else jax.tree.map(lambda x: x[:, None], result)
+  elif nbest is None:
+    result = beam_search(model, src_BS, src_mask_BS, beam_size=beam_size, **settings)
+  else:
+    result = beam_search_nbest(
+      model, src_BS, src_mask_BS, beam_size=beam_size, nbest=nbest, **settings
+    )
   return result if output_ids is None else result._replace(tokens=output_ids[result.tokens])
 
 
@@ -375,34 +472,22 @@ class Shortlisted:
     return self.model.decoder_step(enc, state, self.ids[y_prev_B], output_ids=self.ids)
 
 
-def _search(
-  model, src_BS, src_mask_BS, *, beam_size, max_len, length_norm_alpha, coverage_beta, ban_unk
-):
-  """Greedy when beam_size == 1, else beam search."""
-  if beam_size == 1:
-    return greedy(model, src_BS, src_mask_BS, max_len=max_len, ban_unk=ban_unk)
-  return beam_search(
-    model,
-    src_BS,
-    src_mask_BS,
-    beam_size=beam_size,
-    max_len=max_len,
-    length_norm_alpha=length_norm_alpha,
-    coverage_beta=coverage_beta,
-    ban_unk=ban_unk,
-  )
-
-
 def max_output_len(src_len: int, max_len_ratio: float) -> int:
   """The longest output considered for a source of `src_len` positions: int(ratio * S) + 10."""
   return int(max_len_ratio * src_len) + 10
 
 
 def decode_batch(
-  state: Any, batch: Mapping[str, Any], config: ml_collections.ConfigDict, *, ban_unk: bool = False
+  state: Any,
+  batch: Mapping[str, Any],
+  config: ml_collections.ConfigDict,
+  *,
+  ban_unk: bool = False,
+  nbest: int | None = None,
 ) -> DecodeResult:
   """Decodes `batch["src"]` / `batch["src_mask"]` [B, S] with the `config.decode` settings
-  (never producing UNK with `ban_unk`: the paper's No-UNK protocol).
+  (never producing UNK with `ban_unk`: the paper's No-UNK protocol); with `nbest`, the n-best
+  lists [B, N, ...] (`jit_decode`).
 
   `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
   `config.decode.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
@@ -428,7 +513,100 @@ def decode_batch(
     length_norm_alpha=float(cfg.length_norm_alpha),
     coverage_beta=float(cfg.coverage_penalty),
     ban_unk=ban_unk,
+    nbest=nbest,
     output_ids=output_ids,
+  )
+
+
+class ForcedResult(NamedTuple):
+  """Given outputs scored by the model (forced decoding)."""
+
+  token_scores: jax.Array  # [B, T] float32: log p(y_t | y_<t, x) per token, EOS included; 0 after.
+  scores: jax.Array  # [B] float32: their sum, as search scores an output.
+  norm_scores: jax.Array  # [B] float32: the ranking score search would give it (`ranking_score`).
+  alpha: jax.Array  # [B, T, S] float32: attention per target position (zeros without one, after).
+
+
+def force_decode(
+  model: Any,
+  src_BS: jax.Array,
+  src_mask_BS: jax.Array,
+  tgt_in_BT: jax.Array,
+  tgt_out_BT: jax.Array,
+  tgt_mask_BT: jax.Array,
+  *,
+  length_norm_alpha: float = 1.0,
+  coverage_beta: float = 0.0,
+) -> ForcedResult:
+  """The log-probabilities of given outputs tgt_out [B, T] (EOS included, PAD after it; tgt_in
+  is BOS followed by tgt_out shifted; tgt_mask marks tgt_out's tokens), as search computes them.
+
+  One teacher-forced pass of `model` (its `__call__`, as in training, with `decoding=True`: the
+  structures' test-time choices, e.g. hard monotonic attention), log p_t = log-softmax over the
+  full vocabulary (`_step_log_probs`), so an output of greedy or beam search scores what its
+  search reported. Models without attention (`uses_attention` False) report zero attention.
+  """
+  if model.uses_attention:
+    logits_BTV, alpha_BTS = model(src_BS, src_mask_BS, tgt_in_BT, return_alpha=True, decoding=True)
+  else:
+    logits_BTV = model(src_BS, src_mask_BS, tgt_in_BT, decoding=True)
+    alpha_BTS = jnp.zeros(tgt_in_BT.shape + src_BS.shape[1:], jnp.float32)
+  real_BT = tgt_mask_BT.astype(bool)
+  logp_BTV = _step_log_probs(logits_BTV)
+  token_BT = jnp.take_along_axis(logp_BTV, tgt_out_BT[..., None].astype(jnp.int32), axis=-1)
+  token_BT = jnp.where(real_BT, token_BT[..., 0], 0.0)
+  alpha_BTS = jnp.where(real_BT[..., None], alpha_BTS.astype(jnp.float32), 0.0)
+  scores_B = jnp.sum(token_BT, axis=-1)
+  norm_B = ranking_score(
+    scores_B,
+    jnp.sum(real_BT, axis=-1),
+    alpha_BTS.sum(1),
+    src_mask_BS,
+    length_norm_alpha,
+    coverage_beta,
+  )
+  return ForcedResult(token_BT, scores_B, norm_B, alpha_BTS)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "length_norm_alpha", "coverage_beta"))
+def jit_force_decode(
+  graphdef: nnx.GraphDef,
+  params: nnx.State,
+  batch: Mapping[str, jax.Array],
+  *,
+  length_norm_alpha: float = 1.0,
+  coverage_beta: float = 0.0,
+) -> ForcedResult:
+  """Compiled `force_decode` of an NNX model given as `nnx.split(model)` on a batch dict (src,
+  src_mask, tgt_in, tgt_out, tgt_mask); `graphdef` and the ranking settings are static."""
+  return force_decode(
+    nnx.merge(graphdef, params),
+    batch["src"],
+    batch["src_mask"],
+    batch["tgt_in"],
+    batch["tgt_out"],
+    batch["tgt_mask"],
+    length_norm_alpha=length_norm_alpha,
+    coverage_beta=coverage_beta,
+  )
+
+
+FORCED_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
+
+
+def score_batch(
+  state: Any, batch: Mapping[str, Any], config: ml_collections.ConfigDict
+) -> ForcedResult:
+  """Scores the batch's target side given its source (`force_decode`) with the run's ranking
+  settings (`config.decode.length_norm_alpha`, `coverage_penalty`); `state` is a
+  `steps.TrainState`. One compiled function per padded shape, so bucketed batches reuse them."""
+  arrays = {k: jnp.asarray(batch[k], jnp.int32) for k in FORCED_KEYS}
+  return jit_force_decode(
+    state.graphdef,
+    state.params,
+    arrays,
+    length_norm_alpha=float(config.decode.length_norm_alpha),
+    coverage_beta=float(config.decode.coverage_penalty),
   )
 
 

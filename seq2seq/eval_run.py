@@ -74,7 +74,7 @@ def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) 
 def restore_member(workdir: Path, runtime) -> steps.TrainState:
   """An ensemble member: its run restored with the config it was trained with, as the
   direction that config names."""
-  config = checkpoints.saved_config(workdir)
+  config = checkpoints.load_config(workdir)
   sizes = [tok.load(Path(workdir) / "vocab" / side).size for side in ("src", "tgt")]
   state = restore_run(config, Path(workdir), *sizes, runtime)
   return direction_state(state, config.model.direction)

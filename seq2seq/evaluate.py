@@ -356,10 +356,15 @@ def subword_mapping(src_tok: tok.Tokenizer, tgt_tok: tok.Tokenizer) -> str:
 
 @dataclasses.dataclass
 class Translation:
-  """One decoded sentence: output ids (no EOS) and their attention [len(ids) + 1, S_real]."""
+  """One decoded sentence: output ids (no EOS), their attention [len(ids) + 1, S_real] (one row
+  fewer when it never ended) and the search's scores (`decode.DecodeResult`: summed
+  log-probability and ranking score)."""
 
   ids: list[int]
   alpha: np.ndarray
+  score: float = float("nan")
+  norm_score: float = float("nan")
+  finished: bool = True  # Ended with EOS (False: cut at the length limit).
 
 
 def output_text(
@@ -421,16 +426,84 @@ def translate_split(
   ):
     result = jax.device_get(decode.decode_batch(state, batch, config, ban_unk=ban_unk))
     for row, index in enumerate(batch["index"]):
-      if index < 0:
-        continue
-      n_out = int(result.lengths[row])
-      ids = [int(t) for t in result.tokens[row, :n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
-      n_src = int(batch["src_mask"][row].sum())
-      out[index] = Translation(ids, np.asarray(result.alpha[row, :n_out, :n_src]))
+      if index >= 0:
+        out[index] = _translation(result, (row,), batch["src_mask"][row])
     if shown:
       shown.advance(int((batch["index"] >= 0).sum()))
   if shown:
     shown.close()
+  return out
+
+
+def _translation(
+  result: decode.DecodeResult, at: tuple[int, ...], src_mask_S: np.ndarray
+) -> Translation:
+  """The hypothesis at index `at` ((row,) or (row, rank)) of a host-side `DecodeResult`, whose
+  source row has mask src_mask_S [S]."""
+  hyp = decode.DecodeResult(*(x[at] for x in result))
+  n_out = int(hyp.lengths)
+  ids = [int(t) for t in hyp.tokens[:n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
+  alpha = np.asarray(hyp.alpha[:n_out, : int(src_mask_S.sum())])
+  finished = bool(n_out) and int(hyp.tokens[n_out - 1]) == tok.EOS_ID
+  return Translation(ids, alpha, float(hyp.scores), float(hyp.norm_scores), finished)
+
+
+def nbest_split(
+  state, split: input_pipeline.Split, config, nbest: int, *, progress: str | None = None
+) -> list[list[Translation]]:
+  """The `nbest` best translations of every sentence of `split` in order, best first, with the
+  `config.decode` settings (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
+  is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
+  first is what `translate_split` returns. Progress shows under the label `progress`."""
+  decode.check_nbest(nbest, int(config.decode.beam_size))
+  out: list[list[Translation]] = [[] for _ in range(len(split))]
+  shown = console.Progress(progress, len(split)) if progress else None
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    result = jax.device_get(decode.decode_batch(state, batch, config, nbest=nbest))
+    for row, index in enumerate(batch["index"]):
+      for rank in range(nbest if index >= 0 else 0):
+        if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.
+          out[index].append(_translation(result, (row, rank), batch["src_mask"][row]))
+    if shown:
+      shown.advance(int((batch["index"] >= 0).sum()))
+  if shown:
+    shown.close()
+  return out
+
+
+@dataclasses.dataclass
+class Forced:
+  """One given translation scored by the model (forced decoding): the log-probability of each
+  target token, EOS included [T + 1], their sum, the ranking score search would give it
+  (`decode.ranking_score`) and the attention [T + 1, S_real]."""
+
+  token_scores: np.ndarray
+  score: float
+  norm_score: float
+  alpha: np.ndarray
+
+
+def score_split(state, split: input_pipeline.Split, config) -> list[Forced]:
+  """Scores the target of every pair of `split` given its source, in order (`decode.score_batch`
+  with the `config.decode` ranking settings), in batches of `decode.batch_size` padded to
+  multiples of `data.bucket_step`, so few shapes compile."""
+  out: list[Forced | None] = [None] * len(split)
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    result = jax.device_get(decode.score_batch(state, batch, config))
+    for row, index in enumerate(batch["index"]):
+      if index < 0:
+        continue
+      n_tgt, n_src = int(batch["tgt_mask"][row].sum()), int(batch["src_mask"][row].sum())
+      out[index] = Forced(
+        np.asarray(result.token_scores[row, :n_tgt]),
+        float(result.scores[row]),
+        float(result.norm_scores[row]),
+        np.asarray(result.alpha[row, :n_tgt, :n_src]),
+      )
   return out
 
 

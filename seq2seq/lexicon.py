@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   from seq2seq import runtime as rt
 
   workdir = Path(args.workdir)
-  config = checkpoints.saved_config(workdir)
+  config = checkpoints.load_config(workdir)
   data = rt.load_data(config, workdir)
   lexicon = build(data, top=args.top, iterations=args.iterations)
   lexicon.save(workdir / FILE)

@@ -404,12 +404,15 @@ class Seq2Seq(nnx.Module):
     return_aux=False,
     dropout_rng=None,
     output_ids=None,
+    decoding=False,
   ):
     """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked; [B, T, N]
     over the words `output_ids` [N] when given (sampled softmax).
 
     `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks; a
     sampling attention structure draws step i's key as fold_in(fold_in(dropout_rng, 3), i).
+    `decoding`: take the structures' test-time choices, as `decoder_step` does (hard monotonic
+    attention rather than its expectation), so the pass scores outputs as search does.
     `return_aux`: return (logits, aux) instead, aux = {"alpha": [B, T, S], "fertility": N_j
     [B, S]} plus the structure's per-step extras [B, T, ...] (e.g. hard attention's
     "sample_logp" and "entropy", multi-head's "alpha_heads").
@@ -425,7 +428,7 @@ class Seq2Seq(nnx.Module):
     def step(state, inputs):
       x3, i = inputs
       rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
-      new_state, att, intra, readout_s = self._recur(enc, state, x3, rng)
+      new_state, att, intra, readout_s = self._recur(enc, state, x3, rng, decoding)
       return new_state, (readout_s, att.context, att.alpha, att.extras, intra)
 
     positions_T = jnp.arange(x3_TB3D.shape[0])

@@ -1,25 +1,196 @@
-"""Translate mode: raw text in (one sentence a line), translations out, one line per input line.
+"""Translate and score modes, and the `Translator` that `seq2seq.load` hands out.
 
-Input is tokenised the way training text was (the run's saved source vocabulary). An empty input
-line gives an empty output line. Invalid UTF-8 is decoded with replacement characters (counted
-and logged), never a crash. Lines longer than the model can address (only the `location` score
+A `Translator` is a trained run loaded for use: its best (else latest) checkpoint, vocabularies
+and config. `translate_lines` gives the N best translations of raw sentences and `score_lines`
+the log-probabilities of given translations (forced decoding); main.py's modes
+(`translate_file`, `score_file`) and the Python API (`Translator.translate`, `.score`) are both
+these two functions, so the command line and a notebook get the same numbers.
+
+Input is tokenised the way training text was (the run's saved vocabularies). Invalid UTF-8 is
+decoded with replacement characters (counted and logged), never a crash.
+
+translate (`--mode=translate`): one output line per input line; an empty (or blank) input line
+gives an empty output line. Lines longer than the model can address (only the `location` score
 has a limit, `location(max_len=N)`) are truncated with a warning; every other line is translated
-in full.
+in full. With `--nbest=N` (N <= decode.beam_size) the output is an n-best list (`NBEST_FORMAT`).
+
+score (`--mode=score`): one JSON object per pair of source and target lines (`score_record`).
+A pair with an empty side, or whose source the model cannot address, is reported on its line
+with the reason (`error`) and no score; nothing is truncated, since that would change the score.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import ensemble, eval_run, evaluate, input_pipeline, scores, settings
+from seq2seq import decode, ensemble, eval_run, evaluate, input_pipeline, scores, settings
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
+
+NBEST_FORMAT = "{index} ||| {text} ||| {score:.6f} ||| {norm_score:.6f}"
+NBEST_SEPARATOR = " ||| "
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+  """One translation of a sentence, as beam (or greedy) search found it."""
+
+  text: str  # Detokenised (UNKs replaced through attention with decode.replace_unk).
+  tokens: list[str]  # The model's output tokens (words or pieces), EOS left out.
+  score: float  # log p(tokens, EOS | source): the sum over the tokens and EOS (natural log).
+  norm_score: float  # What beam search ranks by: score / (len(tokens) + 1)**alpha (+ coverage).
+  attention: np.ndarray  # [len(tokens) + 1, source tokens + 1]: each output token and EOS over
+  # the source tokens and EOS (zeros for models without attention).
+  finished: bool = True  # False: cut at the length limit without EOS (then `score` and
+  # `attention` cover the tokens only, and `norm_score` divides by len(tokens)**alpha).
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+  """A given translation scored by the model, or the reason it was not (`error`)."""
+
+  tokens: list[str]  # The target as the model reads it (<unk> for unknown words), </s> last.
+  token_scores: list[float]  # log p of each token given the source and the tokens before it.
+  score: float | None  # Their sum; None when not scored.
+  norm_score: float | None  # What beam search would rank it by (`decode.ranking_score`).
+  attention: np.ndarray  # [len(tokens), source tokens + 1], teacher-forced; [0, 0] unscored.
+  error: str | None = None  # Why the pair was not scored: "empty source", "empty target", ...
+
+
+class Translator:
+  """A trained run ready to translate and score: `config`, the restored model `state` (best
+  checkpoint, else latest) and the source and target tokenizers.
+
+  An agreement run uses its `model.direction` model ("reverse": target-language text in,
+  source language out), as evaluation does.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path):
+    settings.validate(config)  # Before loading anything.
+    ensemble.prepare_workdir(config, workdir)  # An ensemble's vocabularies, checked.
+    workdir = Path(workdir)
+    vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
+    state = eval_run.restore_for_eval(
+      config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
+    )
+    self.config = config
+    self.state = rt.host_local(eval_run.direction_state(state, config.model.direction))
+    self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
+    if config.model.direction == "reverse":  # Target-language text in, source language out.
+      self.src_tok, self.tgt_tok = self.tgt_tok, self.src_tok
+    self.score_spec = scores.spec(config.model.score)
+    positions = scores.get(self.score_spec.name).source_limit(self.score_spec.settings)
+    # The most source tokens the model can address (room left for EOS); None: no limit.
+    self.max_source_tokens = None if positions is None else positions - 1
+
+  def translate(
+    self, sentences: Sequence[str], *, beam_size: int | None = None, nbest: int = 1
+  ) -> list[list[Hypothesis]]:
+    """The `nbest` best translations of each sentence, best first (`translate_lines`)."""
+    return translate_lines(self, sentences, beam_size=beam_size, nbest=nbest)[0]
+
+  def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
+    """Each target's log-probabilities given its source (`score_lines`)."""
+    return score_lines(self, sources, targets)
+
+
+def _split(src: list[list[int]], tgt: list[list[int]]) -> input_pipeline.Split:
+  return input_pipeline.Split(
+    "given",
+    input_pipeline.Ragged.from_lists(src),
+    input_pipeline.Ragged.from_lists(tgt),
+    np.arange(len(src), dtype=np.int64),
+  )
+
+
+def translate_lines(
+  t: Translator, lines: Sequence[str], *, beam_size: int | None = None, nbest: int = 1
+) -> tuple[list[list[Hypothesis]], int]:
+  """([the `nbest` best `Hypothesis` of each line, best first], lines truncated).
+
+  `beam_size` defaults to the run's `decode.beam_size`; 1 <= nbest <= beam_size (ValueError
+  otherwise). A blank line gets no hypothesis ([]); a list is shorter than `nbest` only where
+  fewer hypotheses finished within the length limit (`decode.nbest_of_pool`). Lines longer than
+  the model can address are truncated, with a warning.
+  """
+  config = t.config
+  if beam_size is not None and beam_size != config.decode.beam_size:
+    config = config.copy_and_resolve_references()
+    config.decode.beam_size = beam_size
+  decode.check_nbest(nbest, int(config.decode.beam_size))
+  ids, keep, truncated = [], [], 0
+  for i, line in enumerate(lines):
+    if not line.strip():
+      continue
+    encoded = t.src_tok.encode(line)
+    if t.max_source_tokens is not None and len(encoded) > t.max_source_tokens:
+      truncated += 1
+      encoded = encoded[: t.max_source_tokens]
+    ids.append(encoded)
+    keep.append(i)
+  if truncated:
+    logging.warning(
+      "%d lines truncated to the %s score's %d tokens", truncated, t.score_spec, t.max_source_tokens
+    )
+  found = evaluate.nbest_split(
+    t.state, _split(ids, [[] for _ in ids]), config, nbest, progress="translating"
+  )
+  out: list[list[Hypothesis]] = [[] for _ in lines]
+  for i, translations in zip(keep, found, strict=True):
+    for tr in translations:
+      text = evaluate.output_text(tr, lines[i], t.src_tok, t.tgt_tok, config.decode.replace_unk)
+      tokens = t.tgt_tok.decode_tokens(tr.ids)
+      out[i].append(Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished))
+  return out, truncated
+
+
+def _unscorable(t: Translator, source: str, target: str) -> str | None:
+  """Why a pair cannot be scored, or None."""
+  empty = [side for side, text in (("source", source), ("target", target)) if not text.strip()]
+  if empty:
+    return f"empty {' and '.join(empty)}"
+  n = len(t.src_tok.encode(source))
+  if t.max_source_tokens is not None and n > t.max_source_tokens:
+    return (
+      f"source of {n} tokens: model.score={t.score_spec} addresses at most "
+      f"{t.max_source_tokens} and EOS"
+    )
+  return None
+
+
+def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
+  """One `Scored` per (source, target) pair, in order: the target's log-probabilities given the
+  source under the model (`evaluate.score_split`: batched, jitted, bucketed), or the reason it
+  was not scored (an empty side; a source longer than the model can address)."""
+  if len(sources) != len(targets):
+    raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one per source")
+  out: list[Scored | None] = [None] * len(sources)
+  src_ids, tgt_ids, keep = [], [], []
+  for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
+    error = _unscorable(t, source, target)
+    if error is not None:
+      out[i] = Scored([], [], None, None, np.zeros((0, 0), np.float32), error)
+      continue
+    src_ids.append(t.src_tok.encode(source))
+    tgt_ids.append(t.tgt_tok.encode(target))
+    keep.append(i)
+  forced = evaluate.score_split(t.state, _split(src_ids, tgt_ids), t.config)
+  for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
+    tokens = [*t.tgt_tok.decode_tokens(ids), tok.EOS]
+    out[i] = Scored(tokens, f.token_scores.tolist(), f.score, f.norm_score, f.alpha)
+  return out
+
+
+# ------------------------------------------------------------------------------ files
 
 
 def _read_lines(path: str) -> tuple[list[str], int]:
@@ -35,76 +206,129 @@ def _read_lines(path: str) -> tuple[list[str], int]:
   return lines, invalid
 
 
+def _write(path: str, text: str) -> None:
+  if path == "-":
+    sys.stdout.write(text)
+  else:
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _write_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:
+  _write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def nbest_lines(index: int, hypotheses: Sequence[Hypothesis]) -> list[str]:
+  """The n-best block of input line `index`: one `NBEST_FORMAT` line per hypothesis, best first,
+  or, for a line with none (a blank input line), the one line `index |||  ||| 0.000000 |||
+  0.000000` (an empty translation, which is certain: log-probability 0)."""
+  if not hypotheses:
+    return [NBEST_FORMAT.format(index=index, text="", score=0.0, norm_score=0.0)]
+  return [
+    NBEST_FORMAT.format(index=index, text=h.text, score=h.score, norm_score=h.norm_score)
+    for h in hypotheses
+  ]
+
+
 def translate_file(
   config: ml_collections.ConfigDict,
   workdir: str | Path,
   input_path: str,
   output_path: str,
   alignments_path: str | None = None,
+  nbest: int = 0,
 ) -> dict[str, int]:
   """Translates `input_path` with the run in `workdir` (best checkpoint, else latest).
 
-  Writes one output line per input line to `output_path` ("-" for standard output) and, when
-  `alignments_path` is given, one JSON object per line with `source`, `target` and `attention`
-  (a list per output word, EOS included, of weights over the source words and EOS).
-  Returns counts: lines, empty, invalid_utf8, truncated. An agreement run translates with its
-  `model.direction` model ("reverse": target-language text into the source language).
+  Without `nbest`, writes one output line per input line to `output_path` ("-" for standard
+  output) and, when `alignments_path` is given, one JSON object per line with `source`, `target`
+  and `attention` (a list per output word, EOS included, of weights over the source words and
+  EOS). With `nbest=N` writes the n-best list (`nbest_lines`) and one such JSON object per
+  n-best line, with its `index` and `rank` (0: the best) added. Returns counts: lines, empty,
+  invalid_utf8, truncated.
   """
   settings.validate(config)  # Before loading anything.
-  ensemble.prepare_workdir(config, workdir)
-  workdir = Path(workdir)
-  vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
-  state = eval_run.restore_for_eval(
-    config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
-  )
-  state = rt.host_local(eval_run.direction_state(state, config.model.direction))
-  src_tok, tgt_tok = vocab["src"], vocab["tgt"]
-  if config.model.direction == "reverse":  # Target-language text in, source language out.
-    src_tok, tgt_tok = tgt_tok, src_tok
+  if nbest:
+    decode.check_nbest(nbest, int(config.decode.beam_size))
   lines, invalid = _read_lines(input_path)
-  score = scores.spec(config.model.score)
-  positions = scores.get(score.name).source_limit(score.settings)
-  limit = None if positions is None else positions - 1  # Room for EOS.
-  ids, keep, truncated = [], [], 0
-  for i, line in enumerate(lines):
-    if not line.strip():
-      continue
-    encoded = src_tok.encode(line)
-    if limit is not None and len(encoded) > limit:
-      truncated += 1
-      encoded = encoded[:limit]
-    ids.append(encoded)
-    keep.append(i)
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
-  if truncated:
-    logging.warning("%d lines truncated to the location score's max_len=%d", truncated, limit + 1)
-  split = input_pipeline.Split(
-    "translate",
-    input_pipeline.Ragged.from_lists(ids),
-    input_pipeline.Ragged.from_lists([[] for _ in ids]),
-    np.asarray(keep, np.int64),
-  )
-  translations = (
-    evaluate.translate_split(state, split, config, progress="translating") if ids else []
-  )
-  outputs = [""] * len(lines)
-  records = [{"source": line, "target": "", "attention": []} for line in lines]
-  for i, tr in zip(keep, translations, strict=True):
-    outputs[i] = evaluate.output_text(tr, lines[i], src_tok, tgt_tok, config.decode.replace_unk)
-    records[i].update(target=outputs[i], attention=np.round(tr.alpha, 4).tolist())
-  text = "".join(o + "\n" for o in outputs)
-  if output_path == "-":
-    sys.stdout.write(text)
+  found, truncated = translate_lines(Translator(config, workdir), lines, nbest=max(nbest, 1))
+
+  def record(source: str, h: Hypothesis | None) -> dict[str, Any]:
+    attention = [] if h is None else np.round(h.attention, 4).tolist()
+    return {"source": source, "target": "" if h is None else h.text, "attention": attention}
+
+  if nbest:
+    text = "".join(line + "\n" for i, hyps in enumerate(found) for line in nbest_lines(i, hyps))
+    records = [
+      {"index": i, "rank": rank, **record(lines[i], h)}
+      for i, hyps in enumerate(found)
+      for rank, h in enumerate(hyps or [None])
+    ]
   else:
-    Path(output_path).write_text(text, encoding="utf-8")
+    text = "".join((hyps[0].text if hyps else "") + "\n" for hyps in found)
+    records = [
+      record(line, hyps[0] if hyps else None) for line, hyps in zip(lines, found, strict=True)
+    ]
+  _write(output_path, text)
   if alignments_path:
-    with open(alignments_path, "w", encoding="utf-8") as f:
-      for record in records:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    _write_jsonl(alignments_path, records)
+  empty = sum(not hyps for hyps in found)
+  return {"lines": len(lines), "empty": empty, "invalid_utf8": invalid, "truncated": truncated}
+
+
+def score_record(index: int, scored: Scored) -> dict[str, Any]:
+  """The score mode's JSON object of pair `index`: index, score, norm_score, tokens,
+  token_scores and error (null when scored; score and norm_score are null when not)."""
   return {
-    "lines": len(lines),
-    "empty": len(lines) - len(keep),
+    "index": index,
+    "score": scored.score,
+    "norm_score": scored.norm_score,
+    "tokens": scored.tokens,
+    "token_scores": scored.token_scores,
+    "error": scored.error,
+  }
+
+
+def score_file(
+  config: ml_collections.ConfigDict,
+  workdir: str | Path,
+  input_path: str,
+  reference_path: str,
+  output_path: str = "-",
+  alignments_path: str | None = None,
+) -> dict[str, int]:
+  """Scores each line of `reference_path` as the translation of the same line of `input_path`
+  with the run in `workdir`: one `score_record` per pair to `output_path` ("-" for standard
+  output) and, with `alignments_path`, one JSON object per pair with `source`, `target` and the
+  teacher-forced `attention` (a list per target token, EOS included, over the source tokens and
+  EOS; [] when not scored). Files of different line counts are refused before the model loads.
+  Returns counts: pairs, scored, unscored, invalid_utf8.
+  """
+  settings.validate(config)  # Before loading anything.
+  sources, invalid_src = _read_lines(input_path)
+  targets, invalid_tgt = _read_lines(reference_path)
+  if len(sources) != len(targets):
+    raise ValueError(
+      f"{input_path} has {len(sources)} lines but {reference_path} has {len(targets)}; "
+      "score mode needs one reference line per input line"
+    )
+  invalid = invalid_src + invalid_tgt
+  if invalid:
+    logging.warning("%d lines held invalid UTF-8 (decoded with replacements)", invalid)
+  results = score_lines(Translator(config, workdir), sources, targets)
+  _write_jsonl(output_path, [score_record(i, r) for i, r in enumerate(results)])
+  if alignments_path:
+    attention = lambda r: np.round(r.attention, 4).tolist() if r.error is None else []
+    records = [
+      {"source": s, "target": t, "attention": attention(r)}
+      for s, t, r in zip(sources, targets, results, strict=True)
+    ]
+    _write_jsonl(alignments_path, records)
+  unscored = sum(r.error is not None for r in results)
+  return {
+    "pairs": len(results),
+    "scored": len(results) - unscored,
+    "unscored": unscored,
     "invalid_utf8": invalid,
-    "truncated": truncated,
   }

@@ -1,5 +1,6 @@
 """Greedy and beam search against references written here: a Python argmax loop, exhaustive search
-over every output of a fixed-table model, and teacher-forced attention."""
+over every output of a fixed-table model, and teacher-forced attention; n-best lists against the
+exhaustive ranking, and forced decoding against what the searches reported."""
 
 import itertools
 
@@ -19,10 +20,11 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 VOCAB = 30
 
 
-def tiny_model(name="rnnsearch", eos_bias=1.0):
+def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft"):
   """A randomised tiny model whose EOS logit is raised so that some outputs end early."""
   cfg = tiny.get_config()
   cfg.model.name = name
+  cfg.model.attention = attention
   model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
   return model
@@ -68,20 +70,23 @@ class TableModel:
     return state_BD, logits, alpha
 
 
-def exhaustive_best(table_VV, max_len, alpha):
-  """(tokens, normalised score) of the best ended output, by enumeration in float64."""
+def exhaustive_ranking(table_VV, max_len, alpha):
+  """Every ended output as (tokens, normalised score), best first, by enumeration in float64."""
   logp = np.asarray(table_VV, np.float64)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
   words = [w for w in range(logp.shape[0]) if w not in (PAD_ID, BOS_ID, EOS_ID)]
-  best = (None, -np.inf)
+  ranked = []
   for length in range(1, max_len + 1):
     for prefix in itertools.product(words, repeat=length - 1):
       seq = (*prefix, EOS_ID)
       score = sum(logp[p, w] for p, w in zip((BOS_ID, *seq[:-1]), seq, strict=True))
-      norm = score / length**alpha
-      if norm > best[1]:
-        best = (seq, norm)
-  return best
+      ranked.append((seq, score / length**alpha))
+  return sorted(ranked, key=lambda r: -r[1])
+
+
+def exhaustive_best(table_VV, max_len, alpha):
+  """(tokens, normalised score) of the best ended output, by enumeration in float64."""
+  return exhaustive_ranking(table_VV, max_len, alpha)[0]
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 0.6])
@@ -319,3 +324,120 @@ def _beam_all_prefixes(model, src, mask, alpha):
       )
     )
   return _BEAM_FNS[key](params, src, mask)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_nbest_equals_the_exhaustive_top_n(alpha):
+  """A beam wider than every prefix (3 words, at most 27 live prefixes) must return the 5 best
+  ended outputs in the exhaustive ranking's order, scores non-increasing, the first being
+  `beam_search`'s output, each with its own attention history. (With these tables, stopping when
+  nothing can beat the best finished output, rather than the 5th, misses two at alpha 0.)"""
+  vocab, max_len, rows, nbest = 6, 4, 4, 5
+  table = 2.0 * np.random.default_rng(0).normal(size=(rows, vocab, vocab))
+  src = jnp.full((rows, 3), 5, jnp.int32)
+  stand_in = TableModel(table)
+  settings = {"beam_size": 32, "max_len": max_len, "length_norm_alpha": alpha}
+  search = jax.jit(lambda s, m: decode.beam_search_nbest(stand_in, s, m, nbest=nbest, **settings))
+  res = jax.device_get(search(src, jnp.ones_like(src)))
+  best = decode.beam_search(stand_in, src, jnp.ones_like(src), **settings)
+  assert res.tokens.shape == (rows, nbest, max_len) and res.alpha.shape == (rows, nbest, max_len, 3)
+  np.testing.assert_array_equal(res.tokens[:, 0], best.tokens)
+  np.testing.assert_array_equal(res.scores[:, 0], best.scores)
+  assert np.all(np.diff(res.norm_scores, axis=1) <= 0)
+  for b in range(rows):
+    for rank, (seq, norm) in enumerate(exhaustive_ranking(table[b], max_len, alpha)[:nbest]):
+      length = int(res.lengths[b, rank])
+      assert tuple(res.tokens[b, rank, :length]) == seq
+      np.testing.assert_array_equal(res.tokens[b, rank, length:], PAD_ID)
+      np.testing.assert_allclose(res.norm_scores[b, rank], norm, rtol=1e-5)
+      np.testing.assert_allclose(res.scores[b, rank], norm * length**alpha, rtol=1e-5)
+      prev = np.concatenate([[BOS_ID], res.tokens[b, rank, : length - 1]])
+      np.testing.assert_array_equal(res.alpha[b, rank, :length], np.eye(3)[prev % 3])
+
+
+def test_nbest_where_nothing_finishes_is_the_best_live_output_alone():
+  """EOS impossible: as `beam_search` does, the list holds the best live output (length max_len,
+  no EOS) and the other slots are empty (score -inf, PAD, no attention)."""
+  table = 2.0 * np.random.default_rng(5).normal(size=(2, 6, 6))
+  table[..., EOS_ID] = -np.inf
+  src = jnp.full((2, 3), 5, jnp.int32)
+  stand_in = TableModel(table)
+  settings = {"beam_size": 3, "max_len": 5}
+  res = decode.beam_search_nbest(stand_in, src, jnp.ones_like(src), nbest=3, **settings)
+  best = decode.beam_search(stand_in, src, jnp.ones_like(src), **settings)
+  np.testing.assert_array_equal(res.lengths[:, 0], 5)
+  np.testing.assert_array_equal(res.tokens[:, 0], best.tokens)
+  assert np.all(np.isfinite(res.scores[:, 0])) and np.all(res.scores[:, 1:] == -np.inf)
+  np.testing.assert_array_equal(res.tokens[:, 1:], PAD_ID)
+  np.testing.assert_array_equal(res.alpha[:, 1:], 0.0)
+
+
+def test_nbest_larger_than_the_beam_is_refused(model, batch):
+  src, mask = src_of(batch)
+  graphdef, params = nnx.split(model)
+  for beam_size, nbest in ((2, 3), (1, 2)):
+    with pytest.raises(ValueError, match=f"nbest={nbest} exceeds the beam size {beam_size}"):
+      decode.jit_decode(graphdef, params, src, mask, beam_size=beam_size, max_len=5, nbest=nbest)
+  with pytest.raises(ValueError, match="nbest must be at least 1"):
+    decode.check_nbest(0, 4)
+
+
+def forced_inputs(tokens_NL, lengths_N):
+  """tgt_in, tgt_out, tgt_mask [N, L] of outputs `tokens` (EOS included) of given lengths."""
+  mask = np.arange(tokens_NL.shape[1])[None] < np.asarray(lengths_N)[:, None]
+  tgt_out = np.where(mask, tokens_NL, PAD_ID).astype(np.int32)
+  tgt_in = np.concatenate([np.full((len(tgt_out), 1), BOS_ID), tgt_out[:, :-1]], axis=1)
+  return jnp.asarray(tgt_in, jnp.int32), jnp.asarray(tgt_out), jnp.asarray(mask, jnp.int32)
+
+
+@pytest.mark.parametrize(
+  "name, attention", [("rnnsearch", "soft"), ("rnnsearch", "monotonic"), ("rnnencdec", "soft")]
+)
+def test_forced_decoding_scores_what_greedy_and_beam_search_reported(batch, name, attention):
+  """Every output of greedy search and every member of a beam's n-best list, scored by the
+  teacher-forced pass, gets the score, ranking score (length normalisation 0.6, coverage penalty
+  0.2) and attention its search reported, ended or not. Monotonic attention decodes with hard
+  choices, which forced decoding must take too."""
+  model = tiny_model(name, attention=attention)
+  src, mask = src_of(batch)
+  graphdef, params = nnx.split(model)
+  ranking = {"length_norm_alpha": 0.6, "coverage_beta": 0.2}
+  for beam_size, nbest in ((1, 1), (4, 3)):
+    res = jax.device_get(
+      decode.jit_decode(
+        graphdef, params, src, mask, beam_size=beam_size, max_len=12, nbest=nbest, **ranking
+      )
+    )
+    rows, ranks = np.nonzero(np.isfinite(res.scores))  # Empty slots of the list score -inf.
+    assert len(rows) >= nbest * src.shape[0] - 2, "want (almost) full lists"
+    targets = forced_inputs(res.tokens[rows, ranks], res.lengths[rows, ranks])
+    forced = decode.force_decode(model, src[rows], mask[rows], *targets, **ranking)
+    np.testing.assert_allclose(forced.scores, res.scores[rows, ranks], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+      forced.norm_scores, res.norm_scores[rows, ranks], rtol=1e-4, atol=1e-4
+    )
+    np.testing.assert_allclose(forced.alpha, res.alpha[rows, ranks], atol=1e-5)
+    np.testing.assert_allclose(forced.token_scores.sum(1), forced.scores, rtol=1e-6, atol=1e-6)
+
+
+def test_forced_decoding_of_a_batch_equals_one_pair_at_a_time(model, batch):
+  """Padding rows and columns change nothing: each pair alone, cut to its own lengths, scores
+  what it scores in the padded batch."""
+  src, mask = src_of(batch)
+  tgt_in, tgt_out, tgt_mask = (jnp.asarray(batch[k]) for k in ("tgt_in", "tgt_out", "tgt_mask"))
+  whole = decode.force_decode(model, src, mask, tgt_in, tgt_out, tgt_mask, coverage_beta=0.3)
+  for b in range(src.shape[0]):
+    s, t = int(mask[b].sum()), int(tgt_mask[b].sum())
+    one = decode.force_decode(
+      model,
+      src[b : b + 1, :s],
+      mask[b : b + 1, :s],
+      tgt_in[b : b + 1, :t],
+      tgt_out[b : b + 1, :t],
+      tgt_mask[b : b + 1, :t],
+      coverage_beta=0.3,
+    )
+    np.testing.assert_allclose(one.token_scores[0], whole.token_scores[b, :t], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(whole.token_scores[b, t:], 0.0)
+    np.testing.assert_allclose(one.norm_scores[0], whole.norm_scores[b], rtol=1e-5)
+    np.testing.assert_allclose(one.alpha[0], whole.alpha[b, :t, :s], atol=1e-6)

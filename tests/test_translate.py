@@ -1,0 +1,223 @@
+"""n-best lists, scoring given translations, and the Python API, on the tiny trained run: the
+command line's files, and `seq2seq.load` against them."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT, main_command, subprocess_env
+
+import seq2seq
+from seq2seq import checkpoints, translate
+
+SOURCES = ["the cat sleeps .", "", "the dog does not eat apples .", "   ", "a big house ."]
+REFERENCES = ["le chat dort .", "le chien", "", "", "une grande maison ."]
+NBEST = 3  # configs/tiny.py decodes with beam 3.
+
+# The Python API in a subprocess run like main.py's (same XLA flags, hence the same numbers):
+# its n-best list and score records, written in the command line's formats.
+API_SCRIPT = """
+import json, sys
+import seq2seq
+from seq2seq import translate
+workdir, sources, references, nbest_out, scores_out = sys.argv[1:]
+sources = open(sources).read().split("\\n")[:-1]
+references = open(references).read().split("\\n")[:-1]
+t = seq2seq.load(workdir)
+found = t.translate(sources, nbest={nbest})
+with open(nbest_out, "w") as f:
+  for i, hyps in enumerate(found):
+    f.writelines(line + "\\n" for line in translate.nbest_lines(i, hyps))
+with open(scores_out, "w") as f:
+  for i, r in enumerate(t.score(sources, references)):
+    f.write(json.dumps(translate.score_record(i, r), ensure_ascii=False) + "\\n")
+"""
+
+
+def run(*args, check=True):
+  proc = subprocess.run(
+    list(args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+  )
+  if check:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc
+
+
+@pytest.fixture(scope="module")
+def outputs(trained, tmp_path_factory):
+  """The files of four runs on the trained tiny model, started together: main.py translate
+  (1-best), translate --nbest=3 with alignments, score with alignments, and the API script."""
+  d = tmp_path_factory.mktemp("translate")
+  (d / "src.txt").write_text("".join(s + "\n" for s in SOURCES))
+  (d / "ref.txt").write_text("".join(r + "\n" for r in REFERENCES))
+  mode = lambda *args: main_command(
+    trained, "--config.train.num_steps=20", f"--input={d}/src.txt", *args
+  )
+  commands = [
+    mode("--mode=translate", f"--output={d}/best.txt"),
+    mode(
+      "--mode=translate",
+      f"--nbest={NBEST}",
+      f"--output={d}/nbest.txt",
+      f"--alignments={d}/nbest.jsonl",
+    ),
+    mode(
+      "--mode=score",
+      f"--reference={d}/ref.txt",
+      f"--output={d}/scores.jsonl",
+      f"--alignments={d}/att.jsonl",
+    ),
+    [
+      sys.executable,
+      "-c",
+      API_SCRIPT.format(nbest=NBEST),
+      str(trained),
+      f"{d}/src.txt",
+      f"{d}/ref.txt",
+      f"{d}/api_nbest.txt",
+      f"{d}/api_scores.jsonl",
+    ],
+  ]
+  procs = [
+    subprocess.Popen(c, cwd=ROOT, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
+    for c in commands
+  ]
+  for proc in procs:
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+  return d
+
+
+def read_nbest(path):
+  """[(index, text, score, normalised score)] of an n-best file."""
+  rows = []
+  for line in path.read_text().split("\n")[:-1]:
+    index, text, score, norm = line.split(translate.NBEST_SEPARATOR)
+    rows.append((int(index), text, float(score), float(norm)))
+  return rows
+
+
+def test_nbest_list_starts_with_the_1best_and_keeps_every_line(outputs):
+  best = outputs.joinpath("best.txt").read_text().split("\n")[:-1]
+  rows = read_nbest(outputs / "nbest.txt")
+  indices = [r[0] for r in rows]
+  assert indices == sorted(indices) and set(indices) == set(range(len(SOURCES)))
+  blocks = {i: [r for r in rows if r[0] == i] for i in range(len(SOURCES))}
+  for i, source in enumerate(SOURCES):
+    if not source.strip():  # A blank line: one line, empty translation, log-probability 0.
+      assert blocks[i] == [(i, "", 0.0, 0.0)]
+      continue
+    assert 1 <= len(blocks[i]) <= NBEST and blocks[i][0][1] == best[i] != ""
+    norms = [r[3] for r in blocks[i]]
+    assert norms == sorted(norms, reverse=True), norms
+    assert all(r[2] < 0 for r in blocks[i])
+  assert sum(len(b) for b in blocks.values()) > len(SOURCES), "want several hypotheses a line"
+
+  records = [json.loads(line) for line in outputs.joinpath("nbest.jsonl").read_text().splitlines()]
+  assert [(r["index"], r["target"]) for r in records] == [(r[0], r[1]) for r in rows]
+  ranks = [rank for block in blocks.values() for rank in range(len(block))]
+  assert [r["rank"] for r in records] == ranks
+  for r in records:
+    attention = np.asarray(r["attention"])
+    if r["target"]:  # Output words and EOS over source words and EOS.
+      assert attention.shape == (len(r["target"].split()) + 1, len(r["source"].split()) + 1)
+      np.testing.assert_allclose(attention.sum(axis=1), 1.0, atol=1e-3)
+
+
+def test_score_mode_writes_one_record_per_pair_and_reports_empty_sides(outputs):
+  records = [json.loads(line) for line in outputs.joinpath("scores.jsonl").read_text().splitlines()]
+  assert [r["index"] for r in records] == list(range(len(SOURCES)))
+  errors = [r["error"] for r in records]
+  assert errors == [None, "empty source", "empty target", "empty source and target", None]
+  for r, ref in zip(records, REFERENCES, strict=True):
+    if r["error"] is not None:
+      assert r["score"] is None and r["norm_score"] is None and r["tokens"] == []
+      continue
+    assert len(r["token_scores"]) == len(r["tokens"]) == len(ref.split()) + 1
+    assert all(t in (w, "<unk>") for t, w in zip(r["tokens"], [*ref.split(), "</s>"], strict=True))
+    np.testing.assert_allclose(sum(r["token_scores"]), r["score"], rtol=1e-5)
+    np.testing.assert_allclose(r["norm_score"], r["score"] / len(r["tokens"]), rtol=1e-5)
+  attention = [json.loads(line) for line in outputs.joinpath("att.jsonl").read_text().splitlines()]
+  assert len(attention) == len(SOURCES) and attention[1]["attention"] == []
+  first = np.asarray(attention[0]["attention"])
+  assert first.shape == (len(REFERENCES[0].split()) + 1, len(SOURCES[0].split()) + 1)
+  np.testing.assert_allclose(first.sum(axis=1), 1.0, atol=1e-3)
+
+
+def test_the_python_api_writes_what_the_command_line_writes(outputs):
+  assert outputs.joinpath("api_nbest.txt").read_text() == outputs.joinpath("nbest.txt").read_text()
+  api = outputs.joinpath("api_scores.jsonl").read_text()
+  assert api == outputs.joinpath("scores.jsonl").read_text()
+
+
+@pytest.fixture(scope="module")
+def loaded(trained):
+  return seq2seq.load(trained)
+
+
+def test_api_scores_of_its_own_translations_are_what_the_search_reported(loaded):
+  """Greedy and beam (n-best) outputs, scored as given translations, get the scores, ranking
+  scores and attention their search reported. An output cut at the length limit is scored with
+  EOS after it: its tokens' part equals what the search reported."""
+  sources = [s for s in SOURCES if s.strip()]
+  finished = 0
+  for beam_size, nbest in ((1, 1), (3, 3)):
+    found = loaded.translate(sources, beam_size=beam_size, nbest=nbest)
+    pairs = [(s, h) for s, hyps in zip(sources, found, strict=True) for h in hyps]
+    scored = loaded.score([s for s, _ in pairs], [h.text for _, h in pairs])
+    for (_, h), r in zip(pairs, scored, strict=True):
+      assert r.error is None and r.tokens == [*h.tokens, "</s>"]
+      n = len(r.tokens) if h.finished else len(h.tokens)
+      np.testing.assert_allclose(sum(r.token_scores[:n]), h.score, rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(r.attention[:n], h.attention, atol=1e-5)
+      if h.finished:
+        np.testing.assert_allclose(r.score, h.score, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(r.norm_score, h.norm_score, rtol=1e-4, atol=1e-4)
+      finished += h.finished
+  assert finished >= 3, "want finished outputs to compare whole scores"
+
+
+def test_scoring_a_batch_equals_one_pair_at_a_time(trained):
+  config = checkpoints.load_config(trained)
+  config.data.bucket_step = 4  # Each pair alone is padded to shapes of its own.
+  t = seq2seq.load(trained, config)
+  sources = ["the cat sleeps .", "the dog does not eat apples at home today .", "a house ."]
+  targets = ["le chat dort .", "le chien", "une maison rouge et grande , la maison ."]
+  together = t.score(sources, targets)
+  for s, g, batched in zip(sources, targets, together, strict=True):
+    [alone] = t.score([s], [g])
+    assert alone.tokens == batched.tokens
+    np.testing.assert_allclose(alone.token_scores, batched.token_scores, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(alone.norm_score, batched.norm_score, rtol=1e-5)
+    np.testing.assert_allclose(alone.attention, batched.attention, atol=1e-6)
+
+
+def test_pairs_the_model_cannot_address_are_reported_on_their_line(loaded, monkeypatch):
+  monkeypatch.setattr(loaded, "max_source_tokens", 3)  # As a location score of max_len=4 has.
+  scored = loaded.score(["a b c d e", "a b", "", "x"], ["y", "z", "w", ""])
+  assert scored[0].error.startswith("source of 5 tokens") and scored[0].score is None
+  assert scored[1].error is None and np.isfinite(scored[1].score)
+  assert [r.error for r in scored[2:]] == ["empty source", "empty target"]
+  with pytest.raises(ValueError, match="2 sources but 1 targets"):
+    loaded.score(["a", "b"], ["c"])
+
+
+def test_nbest_beyond_the_beam_and_mismatched_files_are_one_error_line(trained, tmp_path):
+  src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+  src.write_text("a\nb\nc\n")
+  ref.write_text("x\ny\n")
+  cases = [
+    (["--mode=translate", f"--input={src}", "--nbest=4"], "nbest=4 exceeds the beam size 3"),
+    (
+      ["--mode=score", f"--input={src}", f"--reference={ref}"],
+      f"{src} has 3 lines but {ref} has 2",
+    ),
+    (["--mode=score", f"--input={src}"], "--mode=score needs --reference"),
+  ]
+  for args, message in cases:
+    proc = run(*main_command(trained, "--config.train.num_steps=20", *args), check=False)
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error:") and message in line, line
