@@ -108,15 +108,19 @@ class Ensemble(nnx.Module):
     combined = combine_log_probs(log_probs, self.combination)
     return tuple(o[0] for o in outs), combined, self._attention([o[2] for o in outs])
 
-  def __call__(self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, return_aux=False, **_):
-    """Teacher-forced combined log-probabilities [B, T, V] (and attention when asked)."""
+  def __call__(
+    self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, return_aux=False, decoding=False
+  ):
+    """Teacher-forced combined log-probabilities [B, T, V] (and attention when asked);
+    `decoding`: every member takes its structures' test-time choices (forced decoding)."""
+    args = (src_BS, src_mask_BS, tgt_in_BT)
     if not (return_alpha or return_aux):
-      outs = [(m(src_BS, src_mask_BS, tgt_in_BT), None) for m in self.members]
+      outs = [(m(*args, decoding=decoding), None) for m in self.members]
     else:
       outs = [
-        m(src_BS, src_mask_BS, tgt_in_BT, return_alpha=True)
+        m(*args, return_alpha=True, decoding=decoding)
         if m.uses_attention
-        else (m(src_BS, src_mask_BS, tgt_in_BT), None)
+        else (m(*args, decoding=decoding), None)
         for m in self.members
       ]
     log_probs = [jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1) for logits, _ in outs]
