@@ -45,7 +45,7 @@
       ["beam", "beam_size", 0], ["BLEU", "bleu", 2], ["chrF", "chrf", 2],
       ["No-UNK BLEU", "bleu_no_unk", 2], ["No-UNK sentences", "num_no_unk", 0],
       ["tokenised BLEU", "bleu_tokenized", 2], ["AER", "aer", 3],
-      ["entropy", "attention_entropy", 2], ["loss", "loss", 4], ["perplexity", "perplexity", 2],
+      ["entropy (reference)", "attention_entropy", 2], ["loss", "loss", 4], ["perplexity", "perplexity", 2],
     ];
     const table = el("table", { class: "summary" });
     table.append(el("tr", {}, ...cols.map(([label]) => el("th", { text: label }))));
