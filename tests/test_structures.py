@@ -528,7 +528,7 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
     first = float(metrics["loss"]) if first is None else first
   # The training loss (with its key: hard attention samples, monotonic adds noise), with and
   # without jit, on the trained model.
-  key = jax.random.key(7) if structures.uses_rng(cfg.model) else None
+  key = jax.random.key(7) if structures.uses_rng(cfg.model.attention) else None
   weights = objective.Objective.from_config(cfg)  # Hard attention: reinforce 1, entropy 0.01.
   loss = lambda params, key: objective.loss_fn(params, state, batch, key, weights)[0]
   eager = float(loss(state.params, key))
