@@ -513,24 +513,32 @@ def subset(split: input_pipeline.Split, indices: Sequence[int]) -> input_pipelin
   return input_pipeline.Split(split.name, rows(split.src), rows(split.tgt), split.line[indices])
 
 
-def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list[np.ndarray]:
-  """alpha [T, S] of the reference translations over the split's tokens (words or pieces; the
-  target EOS step and the source EOS column dropped). `word_attention` maps them to words."""
+def _teacher_forced(state, split: input_pipeline.Split, config, output: str):
+  """(index, the model's teacher-forced aux `output` for that sentence [T_pad, ...]) for every
+  sentence of `split`, in batches of `decode.batch_size` padded to `data.bucket_step` (jitted:
+  one compilation per padded shape)."""
   model_fn = jax.jit(
     lambda params, b: state.replace(params=params).model()(
-      b["src"], b["src_mask"], b["tgt_in"], return_alpha=True
-    )[1]
+      b["src"], b["src_mask"], b["tgt_in"], return_aux=True
+    )[1][output]
   )
-  out: list[np.ndarray | None] = [None] * len(split)
   for batch in input_pipeline.iter_batches(
     split, config.decode.batch_size, config.data.bucket_step
   ):
     keys = {k: batch[k] for k in ("src", "src_mask", "tgt_in")}
-    alpha = np.asarray(jax.device_get(model_fn(state.params, keys)))
+    values = np.asarray(jax.device_get(model_fn(state.params, keys)))
     for row, index in enumerate(batch["index"]):
       if index >= 0:
-        n_tgt, n_src = len(split.tgt.row(index)), len(split.src.row(index))
-        out[index] = alpha[row, :n_tgt, :n_src]
+        yield int(index), values[row]
+
+
+def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list[np.ndarray]:
+  """alpha [T, S] of the reference translations over the split's tokens (words or pieces; the
+  target EOS step and the source EOS column dropped). `word_attention` maps them to words."""
+  out: list[np.ndarray | None] = [None] * len(split)
+  for index, alpha in _teacher_forced(state, split, config, "alpha"):
+    n_tgt, n_src = len(split.tgt.row(index)), len(split.src.row(index))
+    out[index] = alpha[:n_tgt, :n_src]
   return out
 
 
@@ -716,22 +724,11 @@ def decoded_heads(
     return None
   outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
   forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
-  heads_fn = jax.jit(
-    lambda params, b: state.replace(params=params).model()(
-      b["src"], b["src_mask"], b["tgt_in"], return_aux=True
-    )[1]["alpha_heads"]
-  )
   out: list[list[np.ndarray] | None] = [None] * len(split)
-  for batch in input_pipeline.iter_batches(
-    forced, config.decode.batch_size, config.data.bucket_step
-  ):
-    keys = {k: batch[k] for k in ("src", "src_mask", "tgt_in")}
-    heads_BTNS = np.asarray(jax.device_get(heads_fn(state.params, keys)))
-    for row, index in enumerate(batch["index"]):
-      if index >= 0:
-        n_out, n_src = translations[index].alpha.shape
-        heads_TNS = heads_BTNS[row, :n_out, :, :n_src]
-        out[index] = [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]
+  for index, heads_TNS in _teacher_forced(state, forced, config, "alpha_heads"):
+    n_out, n_src = translations[index].alpha.shape
+    heads_TNS = heads_TNS[:n_out, :, :n_src]
+    out[index] = [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]
   return out
 
 

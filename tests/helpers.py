@@ -129,3 +129,19 @@ def explorer_run(name: str = "run", steps: int = 100) -> dict:
     },
     "config": {"model": {"score": "additive"}, "train": {"num_steps": steps}},
   }
+
+
+def decode_random_batch(
+  model, beam_size: int, max_len: int, *, seed: int, src_len: int, vocab: int, **kw
+):
+  """`decode.jit_decode` of `model` on a random padded batch of 4 sources (conftest's)."""
+  import jax.numpy as jnp
+  from conftest import random_batch
+  from flax import nnx
+
+  from seq2seq import decode
+
+  b = random_batch(seed=seed, batch=4, src_len=src_len, vocab=vocab)
+  graphdef, params = nnx.split(model, nnx.Param)
+  src, mask = jnp.asarray(b["src"]), jnp.asarray(b["src_mask"])
+  return decode.jit_decode(graphdef, params, src, mask, beam_size=beam_size, max_len=max_len, **kw)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from conftest import random_batch, randomise
 from flax import nnx
+from helpers import decode_random_batch
 
 from configs import tiny
-from seq2seq import decode, ensemble, eval_run, models, settings
+from seq2seq import ensemble, eval_run, models, settings
 from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
@@ -28,16 +29,7 @@ def tiny_model(name="rnnsearch", seed=0, eos_bias=1.0):
 
 
 def decoded(model, beam_size, seed=3):
-  b = random_batch(seed=seed, batch=4, src_len=7, vocab=VOCAB)
-  graphdef, params = nnx.split(model, nnx.Param)
-  return decode.jit_decode(
-    graphdef,
-    params,
-    jnp.asarray(b["src"]),
-    jnp.asarray(b["src_mask"]),
-    beam_size=beam_size,
-    max_len=12,
-  )
+  return decode_random_batch(model, beam_size, 12, seed=seed, src_len=7, vocab=VOCAB)
 
 
 def test_combinations_match_a_hand_computation():

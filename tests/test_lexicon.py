@@ -67,25 +67,16 @@ def test_a_missing_or_empty_table_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_shortlist_of_every_word_decodes_as_the_full_vocabulary(beam_size):
   import jax.numpy as jnp
-  from conftest import random_batch, randomise
+  from conftest import randomise
   from flax import nnx
+  from helpers import decode_random_batch
 
   from configs import tiny
-  from seq2seq import decode, models
+  from seq2seq import models
 
   vocab = 30
   model = randomise(models.build_model(tiny.get_config().model, vocab, vocab, rngs=nnx.Rngs(0)))
-  graphdef, params = nnx.split(model, nnx.Param)
-  b = random_batch(seed=2, batch=4, src_len=6, vocab=vocab)
-  run = lambda **kw: decode.jit_decode(
-    graphdef,
-    params,
-    jnp.asarray(b["src"]),
-    jnp.asarray(b["src_mask"]),
-    beam_size=beam_size,
-    max_len=10,
-    **kw,
-  )
+  run = lambda **kw: decode_random_batch(model, beam_size, 10, seed=2, src_len=6, vocab=vocab, **kw)
   full = run()
   every = run(output_ids=jnp.arange(vocab, dtype=jnp.int32))
   np.testing.assert_array_equal(np.asarray(every.tokens), np.asarray(full.tokens))
