@@ -554,6 +554,7 @@ def device_info() -> dict[str, Any]:
     "host_cpus": os.cpu_count(),
     "host": platform.platform(),
     "processor": platform.processor() or platform.machine(),
+    **reports.cpu_info(),
   }
 
 

@@ -83,3 +83,33 @@ def environment() -> dict[str, Any]:
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "argv": sys.argv,
   }
+
+
+VECTOR_FLAGS = (
+  "sse4_2",
+  "avx",
+  "avx2",
+  "fma",
+  "avx512f",
+  "avx512bw",
+  "avx512vl",
+  "avx512_bf16",
+  "amx_bf16",
+)
+
+
+def cpu_info() -> dict[str, Any]:
+  """The CPU model and the vector instruction sets it has (from /proc/cpuinfo; empty elsewhere),
+  recorded beside every timing since the development machine's CPU changes between sessions."""
+  try:
+    text = Path("/proc/cpuinfo").read_text()
+  except OSError:
+    return {}
+  model = next(
+    (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+    "",
+  )
+  flags = next(
+    (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+  )
+  return {"cpu_model": model, "vector_isa": [f for f in VECTOR_FLAGS if f in flags]}
