@@ -120,7 +120,7 @@ def test_library_logs_go_to_the_log_file_and_verbosity_brings_them_back(
 
 def test_training_prints_one_line_per_log_interval_with_the_eta_down_the_budget(tmp_path, capsys):
   config = tiny.get_config()
-  config.train.num_steps, config.train.max_minutes = 1_000_000, 0.5  # The budget ends it.
+  config.train.num_steps, config.train.max_minutes = 1_000_000, 0.25  # The budget ends it.
   config.train.log_every = 50
   config.train.eval_every = config.train.checkpoint_every = 1_000_000
   config.train.valid_bleu, config.train.final_eval = False, False
@@ -135,9 +135,9 @@ def test_training_prints_one_line_per_log_interval_with_the_eta_down_the_budget(
   rows = [r for r in metrics(tmp_path) if r["split"] == "train"]
   assert [int(m.group(1)) for m in steps] == [r["step"] for r in rows]  # One per log interval.
   left = [60 * int(m.group(2) or 0) + int(m.group(3)) for m in steps[1:] if m.group(3)]
-  assert left and all(s <= 30 for s in left)  # Counting down the 30 s budget, not the steps.
+  assert left and all(s <= 15 for s in left)  # Counting down the 15 s budget, not the steps.
   assert left == sorted(left, reverse=True)
-  assert f"train.max_minutes=0.5 reached at step {rows[-1]['step']}" in err
+  assert f"train.max_minutes=0.25 reached at step {rows[-1]['step']}" in err
   assert any(re.fullmatch(rf"step {rows[-1]['step']}  valid loss .*", line) for line in err)
 
 
