@@ -166,7 +166,8 @@ def shortlist(
   rest = np.flatnonzero(chosen)
   size = min(vocab, -(-(tok.NUM_SPECIALS + len(rest)) // multiple) * multiple)
   if tok.NUM_SPECIALS + len(rest) < size:  # Pad with the next most frequent words.
-    extra = [w for w in lexicon.by_frequency if w >= tok.NUM_SPECIALS and not chosen[w]]
+    ranked = lexicon.by_frequency
+    extra = ranked[(ranked >= tok.NUM_SPECIALS) & ~chosen[ranked]]
     rest = np.sort(np.concatenate([rest, extra[: size - tok.NUM_SPECIALS - len(rest)]]))
   return np.concatenate([np.arange(tok.NUM_SPECIALS), rest]).astype(np.int32)
 

@@ -82,7 +82,7 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
       f"decode.ensemble_attention={attention!r}: 'mean' or a member index below {len(members)}"
     )
   if dec.shortlist:
-    lexicon.Lexicon.load(dec.shortlist)  # A missing or empty table: one line, before decoding.
+    lexicon.load_cached(dec.shortlist)  # A missing or empty table: one line, before decoding.
     if dec.shortlist_frequent < 0 or dec.shortlist_per_word < 0:
       raise ValueError("decode.shortlist_frequent and decode.shortlist_per_word must be >= 0")
   if config.decode.beam_size < 1:
