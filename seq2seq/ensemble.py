@@ -138,6 +138,12 @@ def workdirs(config: ml_collections.ConfigDict) -> list[Path]:
   return [Path(w.strip()) for w in config.decode.ensemble.split(",") if w.strip()]
 
 
+def attention_setting(config: ml_collections.ConfigDict) -> str | int:
+  """`decode.ensemble_attention` as `Ensemble` takes it: "mean" or a member index."""
+  attention = str(config.decode.ensemble_attention)
+  return int(attention) if attention.isdigit() else attention
+
+
 def _vocab_text(workdir: Path, side: str) -> str:
   folder = workdir / "vocab" / side
   if not folder.is_dir():
@@ -174,9 +180,6 @@ def load(
   config it was trained with), combined as `decode.ensemble_combination` with the attention of
   `decode.ensemble_attention`. `prepare_workdir` checks the vocabularies first."""
   models = [restore_member(workdir).model() for workdir in workdirs(config)]
-  attention = str(config.decode.ensemble_attention)
-  ensemble = Ensemble(
-    models, config.decode.ensemble_combination, int(attention) if attention.isdigit() else attention
-  )
+  ensemble = Ensemble(models, config.decode.ensemble_combination, attention_setting(config))
   graphdef, params = nnx.split(ensemble, nnx.Param)
   return steps.TrainState(jnp.zeros((), jnp.int32), params, None, graphdef, optax.identity())

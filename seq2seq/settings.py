@@ -76,10 +76,10 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
       f"{ensemble.COMBINATIONS}"
     )
   members = ensemble.workdirs(config)
-  attention = str(dec.ensemble_attention)
-  if attention != "mean" and not (attention.isdigit() and int(attention) < max(len(members), 1)):
+  attention = ensemble.attention_setting(config)
+  if attention != "mean" and not (isinstance(attention, int) and attention < max(len(members), 1)):
     raise ValueError(
-      f"decode.ensemble_attention={attention!r}: 'mean' or a member index below {len(members)}"
+      f"decode.ensemble_attention={str(attention)!r}: 'mean' or a member index below {len(members)}"
     )
   if dec.shortlist:
     lexicon.load_cached(dec.shortlist)  # A missing or empty table: one line, before decoding.
