@@ -478,11 +478,10 @@ def batch_keys(config: ml_collections.ConfigDict) -> tuple[str, ...]:
 
 
 def direction_pass(
-  model, batch, rng, needs: frozenset[str], softmax: softmax_lib.Softmax | None = None
+  model, batch, rng, needs: frozenset[str], softmax: softmax_lib.Softmax
 ) -> DirectionPass:
   """The teacher-forced pass of one direction, with the outputs `needs` asks for, its logits
   over the candidates `softmax` picks (and the batch's targets mapped onto them) in training."""
-  softmax = softmax or softmax_lib.make("full")
   key = None if rng is None else jax.random.fold_in(rng, 11)
   ids, batch, metrics = softmax.candidates(batch, model.tgt_vocab, key)
   args = (batch["src"], batch["src_mask"], batch["tgt_in"])
