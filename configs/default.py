@@ -42,6 +42,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits; "" off.
   m.lexicon_bias = ""
+  # Copying from the source (pointer-generator, See et al. 2017; seq2seq/copying.py): a learned
+  # gate mixes the vocabulary softmax with the attention over an extended vocabulary, so words
+  # outside the target vocabulary can be produced by copying them from the source.
+  m.copy = False
   # "paper": s_i = GRU(s_{i-1}, [E y_{i-1}; c_i]), attention queried by s_{i-1}; "cgru": Nematus'
   # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i).
   m.decoder = "paper"

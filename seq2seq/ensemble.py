@@ -180,6 +180,11 @@ def load(
   config it was trained with), combined as `decode.ensemble_combination` with the attention of
   `decode.ensemble_attention`. `prepare_workdir` checks the vocabularies first."""
   models = [restore_member(workdir).model() for workdir in workdirs(config)]
+  if len({bool(getattr(m, "copy", False)) for m in models}) > 1:
+    raise ValueError(
+      "ensemble members must all copy from the source (model.copy) or none: their outputs span "
+      "different vocabularies"
+    )
   ensemble = Ensemble(models, config.decode.ensemble_combination, attention_setting(config))
   graphdef, params = nnx.split(ensemble, nnx.Param)
   return steps.TrainState(jnp.zeros((), jnp.int32), params, None, graphdef, optax.identity())

@@ -37,7 +37,7 @@ import sacrebleu
 import sacremoses
 from flax import nnx
 
-from seq2seq import console, decode, input_pipeline, models, plots, report
+from seq2seq import console, copying, decode, input_pipeline, models, plots, report
 from seq2seq import tokenizer as tok
 from seq2seq.data import synthetic
 from seq2seq.decode import replace_unknowns
@@ -378,13 +378,24 @@ def output_text(
 
   With `replace_unk` each <unk> output becomes the real source word it attends to most: the
   attention's last column (the source EOS) is never copied, and a source of no words leaves the
-  <unk> as it is. Models without attention are refused earlier (`check_replace_unk`).
+  <unk> as it is. Models without attention are refused earlier (`check_replace_unk`). A copying
+  model's extended id V + j is source token j (`copying.output_tokens`).
   """
-  tokens = tgt_tok.decode_tokens(tr.ids)
+  tokens = output_tokens(tr.ids, src_text, src_tok, tgt_tok)
   if replace_unk and tr.alpha.size:
     src_tokens = src_tok.tokenize(src_text)  # The real words only: no EOS column to copy.
     tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
   return tgt_tok.detokenize(tokens)
+
+
+def output_tokens(
+  ids: Sequence[int] | np.ndarray, src_text: str, src_tok: tok.Tokenizer, tgt_tok: tok.Tokenizer
+) -> list[str]:
+  """The tokens of output `ids` (cut at EOS, PAD and BOS dropped); a copying model's extended
+  id V + j is token j of `src_text`."""
+  if max(ids, default=0) >= tgt_tok.size:
+    return copying.output_tokens(ids, src_tok.tokenize(src_text), tgt_tok)
+  return tgt_tok.decode_tokens(ids)
 
 
 def check_replace_unk(config, model: nnx.Module | None = None) -> None:
@@ -575,7 +586,7 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
   frequent = frequent_words(data.splits["train"], src_tok) if subword else None
   over = under = 0
   for i, (tr, r) in enumerate(zip(translations, raw, strict=True)):
-    out, ref = tgt_tok.decode_tokens(tr.ids), tgt_tok.tokenize(r[1])
+    out, ref = output_tokens(tr.ids, r[0], src_tok, tgt_tok), tgt_tok.tokenize(r[1])
     out_spans = token_spans(tgt_tok, out)
     over += over_translation(span_words(out, out_spans), span_words(ref, token_spans(tgt_tok, ref)))
     alpha = pieces_to_words(tr.alpha, out_spans, src_spans[i])
@@ -695,7 +706,7 @@ def evaluate_split(
   for i in range(min(config.decode.num_heatmaps, len(hyps)) if attends else 0):
     tr = translations[i]
     src_words = data.src_tokenizer.tokenize(raw[i][0]) + [tok.EOS]
-    out_words = tgt_tok.decode_tokens(tr.ids) + [tok.EOS]
+    out_words = output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
     if not tr.alpha.size:
       continue
     maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads) ...
@@ -789,7 +800,7 @@ def sentence_records(
       record["entropy"] = attention_entropy([tr.alpha])
       record["attention"] = {
         "source": src_tok.tokenize(src) + [tok.EOS],
-        "output": (tgt_tok.decode_tokens(tr.ids) + [tok.EOS])[: len(tr.alpha)],
+        "output": (output_tokens(tr.ids, src, src_tok, tgt_tok) + [tok.EOS])[: len(tr.alpha)],
         "maps": [{"name": name, **report.encode_map(a)} for name, a in maps],
       }
     if gold is not None:

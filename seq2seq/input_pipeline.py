@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import objective
+from seq2seq import copying, objective
 from seq2seq import tokenizer as tokenizer_lib
 from seq2seq.data import builders, synthetic
 
@@ -86,6 +86,8 @@ class Split:
   # the original numbering across skipped lines; otherwise equal to the index).
   align: Ragged | None = None  # Gold links per pair, flattened (s0, t0, s1, t1, ...): loaded
   # for the training split when attention is supervised (`train.loss_terms="supervision"`).
+  copy_tgt: Ragged | None = None  # A copying model's targets (`copying.copy_targets`): `tgt`
+  # with <unk>s spelled like a source word as extended ids; the batch's `tgt_out` reads them.
 
   def __len__(self) -> int:
     return len(self.src)
@@ -152,6 +154,8 @@ def reversed_data(data: Data) -> Data:
     if align is not None:
       pairs = align.values.reshape(-1, 2)[:, ::-1]
       align = Ragged(np.ascontiguousarray(pairs).reshape(-1), align.offsets)
+    if split.copy_tgt is not None:
+      raise ValueError("a copying model's data cannot be read target -> source")
     return Split(split.name, split.tgt, split.src, split.line, align)
 
   return dataclasses.replace(
@@ -165,13 +169,14 @@ def reversed_data(data: Data) -> Data:
 
 def subset(split: Split, name: str, keep: np.ndarray) -> Split:
   """The examples `keep` [N'] of `split`, in that order, as a split called `name`."""
-  align = None if split.align is None else Ragged.from_lists([split.align.row(i) for i in keep])
+  rows = lambda ragged: None if ragged is None else Ragged.from_lists([ragged.row(i) for i in keep])
   return Split(
     name,
-    Ragged.from_lists([split.src.row(i) for i in keep]),
-    Ragged.from_lists([split.tgt.row(i) for i in keep]),
+    rows(split.src),
+    rows(split.tgt),
     split.line[keep],
-    align,
+    rows(split.align),
+    rows(split.copy_tgt),
   )
 
 
@@ -260,6 +265,25 @@ def _tokenize(
   return Split(name, src, tgt, line)
 
 
+def with_copy_targets(
+  split: Split,
+  examples: Sequence[builders.Example],
+  src_tok: tokenizer_lib.Tokenizer,
+  tgt_tok: tokenizer_lib.Tokenizer,
+) -> Split:
+  """`split` with a copying model's targets: only pairs whose target has an <unk> are
+  re-tokenised to find the source words it may copy."""
+  rows = []
+  for i, ex in enumerate(examples):
+    ids = split.tgt.row(i)
+    if np.any(ids == tokenizer_lib.UNK_ID):
+      src_tokens, tgt_tokens = src_tok.tokenize(ex.src), tgt_tok.tokenize(ex.tgt)
+      rows.append(copying.copy_targets(ids.tolist(), tgt_tokens, src_tokens, tgt_tok.size))
+    else:
+      rows.append(ids)
+  return dataclasses.replace(split, copy_tgt=Ragged.from_lists(rows))
+
+
 def _unk_rate(ragged: Ragged) -> float:
   return float(np.mean(ragged.values == tokenizer_lib.UNK_ID)) if ragged.values.size else 0.0
 
@@ -302,6 +326,11 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   src_tok = vocabulary("src", d.src_vocab_size, "source", src_lang)
   tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
   splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
+  if config.model.copy:
+    splits = {
+      name: with_copy_targets(split, examples[name], src_tok, tgt_tok)
+      for name, split in splits.items()
+    }
   if "align" in objective.batch_keys(config):  # A term of the objective reads gold links.
     links = load_alignments(config, train, splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
@@ -404,7 +433,8 @@ def make_batch(split: Split, ids: np.ndarray, bucket_step: int, rows: slice = sl
   _fill(src, split.src, live, live_rows, 0, eos_after=True)
   tgt_in[live_rows, 0] = tokenizer_lib.BOS_ID
   _fill(tgt_in, split.tgt, live, live_rows, 1, eos_after=False)
-  _fill(tgt_out, split.tgt, live, live_rows, 0, eos_after=True)
+  out_ids = split.tgt if split.copy_tgt is None else split.copy_tgt
+  _fill(tgt_out, out_ids, live, live_rows, 0, eos_after=True)
   batch = {
     "src": src,
     "src_mask": (np.arange(s) < src_len[:, None]).astype(np.int32),

@@ -62,8 +62,9 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import attention, features, layers, registry, scores, structures
+from seq2seq import attention, copying, features, layers, registry, scores, structures
 from seq2seq import lexicon as lexicon_lib
+from seq2seq.tokenizer import UNK_ID
 
 # Lexicon bias (Arthur, Neubig and Nakamura 2016): the translations kept per source word, and the
 # epsilon of log(p_lex + eps) (theirs: 0.001, which keeps unlikely words possible).
@@ -103,6 +104,7 @@ class Encoded(NamedTuple):
   prepared: dict[str, Any] | None = None  # What each feature computed once per sentence.
   # Lexicon bias: each source word's best translations (ids [B, S, K] int32, p_lex [B, S, K]).
   lexicon: tuple[jax.Array, jax.Array] | None = None
+  copy_ids: jax.Array | None = None  # [B, S] extended ids of the source positions (model.copy).
 
 
 class BiGRUEncoder(nnx.Module):
@@ -171,7 +173,7 @@ class Seq2Seq(nnx.Module):
   uses_attention = True
   bidirectional = True
 
-  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs):
+  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, copy_map=None):
     # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
     structure = structures.get(cfg.attention.name)
@@ -237,6 +239,17 @@ class Seq2Seq(nnx.Module):
       ids = np.maximum(table.ids[:, :LEXICON_TOP], 0)  # Padding: word 0 (PAD) with p = 0.
       self.lexicon_ids = LexiconTable(jnp.asarray(ids, jnp.float32))
       self.lexicon_probs = LexiconTable(jnp.asarray(table.probs[:, :LEXICON_TOP], jnp.float32))
+    # Copying (seq2seq/copying.py): the gate p_gen and the source -> target vocabulary map, kept
+    # with the parameters and never trained (-1 everywhere until training fills it).
+    self.copy = bool(cfg.copy) and self.uses_attention
+    if self.copy:
+      self.copy_gate = layers.dense(
+        annot + cfg.dec_hidden + cfg.emb_dim, 1, cfg, rngs=rngs, use_bias=True
+      )
+      table = np.full(src_vocab, -1) if copy_map is None else np.asarray(copy_map)
+      if table.shape != (src_vocab,):
+        raise ValueError(f"copy map of shape {table.shape} for {src_vocab} source words")
+      self.copy_map = LexiconTable(jnp.asarray(table, jnp.float32))
 
   # ------------------------------------------------------------------ pieces
   def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
@@ -272,7 +285,24 @@ class Seq2Seq(nnx.Module):
       probs_VK = jax.lax.stop_gradient(self.lexicon_probs[...])
       real = src_mask_BS.astype(bool)[..., None]
       lexicon = (ids_VK[src_BS], jnp.where(real, probs_VK[src_BS], 0.0))
-    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared, lexicon)
+    copy_ids = None
+    if self.copy:
+      table = jnp.round(jax.lax.stop_gradient(self.copy_map[...])).astype(jnp.int32)
+      copy_ids = copying.extended_ids(src_BS, table, self.tgt_vocab)
+    return Encoded(
+      annotations, keys, src_mask_BS, state, fixed, fertility, prepared, lexicon, copy_ids
+    )
+
+  def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx) -> jax.Array:
+    """The step's scores from the deep output's logits: plus the lexicon bias, and with copying
+    the log-probabilities over the extended vocabulary [..., V + S]."""
+    if self.lexicon_bias:
+      logits = logits + self._lexicon_log_bias(enc.lexicon, alpha)
+    if self.copy:
+      parts = [ctx.astype(jnp.float32), readout_s.astype(jnp.float32), emb.astype(jnp.float32)]
+      gate = self.copy_gate(jnp.concatenate(parts, axis=-1))[..., 0]
+      logits = copying.mix(logits, alpha, gate, enc.copy_ids)
+    return logits
 
   def _lexicon_log_bias(self, lexicon, alpha, output_ids=None) -> jax.Array:
     """Arthur et al.'s bias log(sum_j alpha_ij p_lex(w | x_j) + eps) [..., V] (or [..., N] over
@@ -384,14 +414,18 @@ class Seq2Seq(nnx.Module):
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, output_ids=None):
     """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S]);
     logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding)."""
+    if self.copy:  # An extended id (a copied source word) is fed back as <unk>.
+      y_prev_B = jnp.where(y_prev_B >= self.tgt_vocab, UNK_ID, y_prev_B)
     emb = self.embed(y_prev_B)
     new_state, att, intra, readout_s = self._recur(
       enc, state, self.cell.project(emb), decoding=True
     )
     logits = self._readout(readout_s, emb, att.context, output_ids=output_ids, intra=intra)
-    if self.lexicon_bias:
-      logits = logits + self._lexicon_log_bias(enc.lexicon, att.alpha, output_ids)
-    return new_state, logits, att.alpha
+    if output_ids is not None:
+      if self.lexicon_bias:
+        logits = logits + self._lexicon_log_bias(enc.lexicon, att.alpha, output_ids)
+      return new_state, logits, att.alpha
+    return new_state, self._output(enc, logits, att.alpha, readout_s, emb, att.context), att.alpha
 
   # ------------------------------------------------------------------ training API
   def __call__(
@@ -422,6 +456,8 @@ class Seq2Seq(nnx.Module):
     if dropout_rng is not None and self.uses_attention:
       attention_rng = jax.random.fold_in(dropout_rng, 3)
     enc = self.encode(src_BS, src_mask_BS, rngs[0])
+    if self.copy:  # Scoring a given output: its copied words are read back as <unk>.
+      tgt_in_BT = jnp.where(tgt_in_BT >= self.tgt_vocab, UNK_ID, tgt_in_BT)
     emb_BTE = layers.dropout(self.embed(tgt_in_BT), self.dropout_rate, rngs[1])
     x3_TB3D = jnp.swapaxes(self.cell.project(emb_BTE), 0, 1)
 
@@ -437,9 +473,12 @@ class Seq2Seq(nnx.Module):
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
     intra_BTD = None if intra_TBD is None else jnp.swapaxes(intra_TBD, 0, 1)
     logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, intra_BTD)
-    if self.lexicon_bias:
+    if output_ids is not None and self.lexicon_bias:
       alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
       logits = logits + self._lexicon_log_bias(enc.lexicon, alpha_BTS, output_ids)
+    elif output_ids is None and (self.lexicon_bias or self.copy):
+      alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
+      logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH)
     if not (return_alpha or return_aux):
       return logits
     if alpha_TBS is None:
@@ -541,6 +580,7 @@ class ModelSettings:
   tie_embeddings: bool = False
   layer_norm: bool = False
   decoder: str = "paper"
+  copy: bool = False
 
   @classmethod
   def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
@@ -616,6 +656,10 @@ class ModelSettings:
       )
     if self.lexicon_bias and not MODELS[self.name].uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
+    if self.copy and self.name != "rnnsearch":
+      raise ValueError(
+        f"model.copy copies through attention: model.name=rnnsearch, not {self.name}"
+      )
     if self.lexicon_bias and self.name == "agreement":
       raise ValueError("model.lexicon_bias: agreement runs have no table for the reverse model")
     if self.name == "agreement" and structure.sampled:
@@ -631,8 +675,16 @@ class ModelSettings:
 
 
 def build_model(
-  cfg: ml_collections.ConfigDict | ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs: nnx.Rngs
+  cfg: ml_collections.ConfigDict | ModelSettings,
+  src_vocab: int,
+  tgt_vocab: int,
+  *,
+  rngs: nnx.Rngs,
+  copy_map: np.ndarray | None = None,
 ) -> Seq2Seq | Agreement:
-  """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`)."""
+  """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`);
+  `copy_map` fills a copying model's vocabulary map (`copying.vocab_map`)."""
   settings = ModelSettings.from_config(cfg)
+  if settings.copy:
+    return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs, copy_map=copy_map)
   return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs)

@@ -26,21 +26,26 @@ if TYPE_CHECKING:
 
 
 def cross_entropy(
-  logits_BTV: jax.Array, targets_BT: jax.Array, mask_BT: jax.Array, label_smoothing: float = 0.0
+  logits_BTV: jax.Array,
+  targets_BT: jax.Array,
+  mask_BT: jax.Array,
+  label_smoothing: float = 0.0,
+  smoothed_classes: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """(summed token cross-entropy over unmasked positions, number of unmasked tokens).
 
   With label smoothing the target distribution puts 1 - ls on the reference word and spreads ls
-  uniformly over the vocabulary; the loss is then shifted by the distribution's own entropy so a
-  perfect prediction of the smoothed distribution scores 0.
+  uniformly over the vocabulary (the first `smoothed_classes` columns when given: a copying
+  model's extended entries are left out); the loss is then shifted by the distribution's own
+  entropy so a perfect prediction of the smoothed distribution scores 0.
   """
   logits = logits_BTV.astype(jnp.float32)
   log_probs = jax.nn.log_softmax(logits, axis=-1)
   nll = -jnp.take_along_axis(log_probs, targets_BT[..., None], axis=-1)[..., 0]
   if label_smoothing > 0:
-    vocab = logits.shape[-1]
+    vocab = smoothed_classes or logits.shape[-1]
     on, off = 1.0 - label_smoothing, label_smoothing / vocab
-    smooth = -jnp.mean(log_probs, axis=-1)
+    smooth = -jnp.mean(log_probs[..., :vocab], axis=-1)
     xlogx = lambda x: x * math.log(x) if x > 0 else 0.0  # Python floats: static settings.
     entropy = -xlogx(on + off) - (vocab - 1) * xlogx(off)
     nll = on * nll + label_smoothing * smooth - entropy
@@ -248,6 +253,7 @@ class CrossEntropy(Term):
   """The cross-entropy of the reference words (with `train.label_smoothing`), always on."""
 
   label_smoothing: float = 0.0
+  copy: bool = False  # The logits span the extended vocabulary V + S (`model.copy`).
 
   @classmethod
   def implied(cls, config):
@@ -255,11 +261,12 @@ class CrossEntropy(Term):
 
   @classmethod
   def build(cls, settings, config):
-    return cls(config.train.label_smoothing)
+    return cls(config.train.label_smoothing, bool(config.model.copy))
 
   def __call__(self, p: DirectionPass, ctx):
+    vocab = p.logits.shape[-1] - p.batch["src"].shape[1] if self.copy else None
     total, _ = cross_entropy(
-      p.logits, p.batch["tgt_out"], p.batch["tgt_mask"], self.label_smoothing
+      p.logits, p.batch["tgt_out"], p.batch["tgt_mask"], self.label_smoothing, vocab
     )
     return total, {}
 

@@ -78,11 +78,17 @@ def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipelin
   return data or input_pipeline.load_data(config, workdir)
 
 
-def initial_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> steps.TrainState:
-  """A fresh, replicated state from the config's seed."""
+def initial_state(
+  config, src_vocab: int, tgt_vocab: int, runtime: Runtime, copy_map: np.ndarray | None = None
+) -> steps.TrainState:
+  """A fresh, replicated state from the config's seed (`copy_map`: `steps.create_train_state`)."""
   rng = jax.random.fold_in(jax.random.key(config.seed), 0)
   init = functools.partial(
-    steps.create_train_state, config, src_vocab=src_vocab, tgt_vocab=tgt_vocab
+    steps.create_train_state,
+    config,
+    src_vocab=src_vocab,
+    tgt_vocab=tgt_vocab,
+    copy_map=copy_map,
   )
   return jax.jit(init, out_shardings=runtime.replicated)(rng)
 

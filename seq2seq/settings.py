@@ -85,6 +85,13 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     lexicon.load_cached(dec.shortlist)  # A missing or empty table: one line, before decoding.
     if dec.shortlist_frequent < 0 or dec.shortlist_per_word < 0:
       raise ValueError("decode.shortlist_frequent and decode.shortlist_per_word must be >= 0")
+  if model.copy and softmax.make(config.train.softmax).name != "full":
+    raise ValueError(
+      f"model.copy needs train.softmax=full: its extended vocabulary has no sampled form "
+      f"(got {config.train.softmax!r})"
+    )
+  if model.copy and dec.shortlist:
+    raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
   if config.decode.beam_size < 1:
     raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
   evaluate.check_replace_unk(config)
@@ -132,6 +139,7 @@ ADDED_FIELDS = {
   "model.intra_attention": "",
   "model.intra_attention_len": 128,
   "model.lexicon_bias": "",
+  "model.copy": False,
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,
   "train.softmax": "full",

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from flax import nnx, struct
 
@@ -90,10 +91,17 @@ def make_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformati
 
 
 def create_train_state(
-  config: ml_collections.ConfigDict, rng: jax.Array, src_vocab: int, tgt_vocab: int
+  config: ml_collections.ConfigDict,
+  rng: jax.Array,
+  src_vocab: int,
+  tgt_vocab: int,
+  copy_map: np.ndarray | None = None,
 ) -> TrainState:
-  """A fresh state: parameters initialised from `rng`, optimiser state zero, step 0."""
-  model = models.build_model(config.model, src_vocab, tgt_vocab, rngs=nnx.Rngs(params=rng))
+  """A fresh state: parameters initialised from `rng`, optimiser state zero, step 0
+  (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`)."""
+  model = models.build_model(
+    config.model, src_vocab, tgt_vocab, rngs=nnx.Rngs(params=rng), copy_map=copy_map
+  )
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(config.train)
   baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None

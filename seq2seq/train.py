@@ -35,6 +35,7 @@ from absl import logging
 from seq2seq import (
   checkpoints,
   console,
+  copying,
   eval_run,
   input_pipeline,
   objective,
@@ -192,7 +193,10 @@ def train_members(
   ]
   train_fn, eval_fn = rt.compile_steps(config, runtime, stacked=together, train_step=train_step)
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
-  fresh = [rt.initial_state(cfg, *sizes, runtime) for cfg in members.configs]
+  copy_map = None
+  if config.model.copy:  # The copying model's source -> target map, saved with its parameters.
+    copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
+  fresh = [rt.initial_state(cfg, *sizes, runtime, copy_map) for cfg in members.configs]
   it = input_pipeline.train_iterator(
     data, config, process_index=jax.process_index(), process_count=jax.process_count()
   )

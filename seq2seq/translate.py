@@ -32,7 +32,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import decode, ensemble, eval_run, evaluate, input_pipeline, scores, settings
+from seq2seq import copying, decode, ensemble, eval_run, evaluate, input_pipeline, scores, settings
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -148,7 +148,7 @@ def translate_lines(
   for i, translations in zip(keep, found, strict=True):
     for tr in translations:
       text = evaluate.output_text(tr, lines[i], t.src_tok, t.tgt_tok, config.decode.replace_unk)
-      tokens = t.tgt_tok.decode_tokens(tr.ids)
+      tokens = evaluate.output_tokens(tr.ids, lines[i], t.src_tok, t.tgt_tok)
       out[i].append(Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished))
   return out, truncated
 
@@ -181,11 +181,15 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
       out[i] = Scored([], [], None, None, np.zeros((0, 0), np.float32), error)
       continue
     src_ids.append(t.src_tok.encode(source))
-    tgt_ids.append(t.tgt_tok.encode(target))
+    ids = t.tgt_tok.encode(target)
+    if t.config.model.copy:  # Words outside the vocabulary are scored as copies.
+      tokens = (t.tgt_tok.tokenize(target), t.src_tok.tokenize(source), t.tgt_tok.size)
+      ids = copying.copy_targets(ids, *tokens)
+    tgt_ids.append(ids)
     keep.append(i)
   forced = evaluate.score_split(t.state, _split(src_ids, tgt_ids), t.config)
   for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
-    tokens = [*t.tgt_tok.decode_tokens(ids), tok.EOS]
+    tokens = [*evaluate.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
     out[i] = Scored(tokens, f.token_scores.tolist(), f.score, f.norm_score, f.alpha)
   return out
 
