@@ -39,7 +39,7 @@ from flax import nnx
 
 from seq2seq import console, copying, decode, input_pipeline, models, plots, report
 from seq2seq import tokenizer as tok
-from seq2seq.data import synthetic
+from seq2seq.data import builders, synthetic
 from seq2seq.decode import replace_unknowns
 
 Link = tuple[int, int]
@@ -382,10 +382,17 @@ def output_text(
   model's extended id V + j is source token j (`copying.output_tokens`).
   """
   tokens = output_tokens(tr.ids, src_text, src_tok, tgt_tok)
-  if replace_unk and tr.alpha.size:
-    src_tokens = src_tok.tokenize(src_text)  # The real words only: no EOS column to copy.
+  if replace_unk and tr.alpha.size:  # Copied from the first source's real words (no EOS).
+    src_tokens = src_tok.tokenize(builders.split_sources(src_text)[0])
     tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
   return tgt_tok.detokenize(tokens)
+
+
+def source_tokens(src_text: str, src_tok: tok.Tokenizer) -> list[str]:
+  """The tokens the attention's columns stand for: each source's tokens and EOS (a multi-source
+  example's two sources one after the other, as `Translation.alpha` keeps their columns)."""
+  texts = builders.split_sources(src_text)
+  return [t for text in texts for t in [*src_tok.tokenize(text), tok.EOS]]
 
 
 def output_tokens(
@@ -454,7 +461,7 @@ def _translation(
   hyp = decode.DecodeResult(*(x[at] for x in result))
   n_out = int(hyp.lengths)
   ids = [int(t) for t in hyp.tokens[:n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
-  alpha = np.asarray(hyp.alpha[:n_out, : int(src_mask_S.sum())])
+  alpha = np.asarray(hyp.alpha[:n_out][:, np.flatnonzero(src_mask_S)])  # Real columns only.
   finished = bool(n_out) and int(hyp.tokens[n_out - 1]) == tok.EOS_ID
   return Translation(ids, alpha, float(hyp.scores), float(hyp.norm_scores), finished)
 
@@ -508,12 +515,12 @@ def score_split(state, split: input_pipeline.Split, config) -> list[Forced]:
     for row, index in enumerate(batch["index"]):
       if index < 0:
         continue
-      n_tgt, n_src = int(batch["tgt_mask"][row].sum()), int(batch["src_mask"][row].sum())
+      n_tgt, real = int(batch["tgt_mask"][row].sum()), np.flatnonzero(batch["src_mask"][row])
       out[index] = Forced(
         np.asarray(result.token_scores[row, :n_tgt]),
         float(result.scores[row]),
         float(result.norm_scores[row]),
-        np.asarray(result.alpha[row, :n_tgt, :n_src]),
+        np.asarray(result.alpha[row, :n_tgt][:, real]),
       )
   return out
 
@@ -705,7 +712,7 @@ def evaluate_split(
   step = int(jax.device_get(state.step))
   for i in range(min(config.decode.num_heatmaps, len(hyps)) if attends else 0):
     tr = translations[i]
-    src_words = data.src_tokenizer.tokenize(raw[i][0]) + [tok.EOS]
+    src_words = source_tokens(raw[i][0], data.src_tokenizer)
     out_words = output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
     if not tr.alpha.size:
       continue
@@ -799,7 +806,7 @@ def sentence_records(
       maps += [(f"head {n + 1}", a) for n, a in enumerate(heads[i] if heads else [])]
       record["entropy"] = attention_entropy([tr.alpha])
       record["attention"] = {
-        "source": src_tok.tokenize(src) + [tok.EOS],
+        "source": source_tokens(src, src_tok),
         "output": (output_tokens(tr.ids, src, src_tok, tgt_tok) + [tok.EOS])[: len(tr.alpha)],
         "maps": [{"name": name, **report.encode_map(a)} for name, a in maps],
       }

@@ -86,6 +86,8 @@ class Split:
   # the original numbering across skipped lines; otherwise equal to the index).
   align: Ragged | None = None  # Gold links per pair, flattened (s0, t0, s1, t1, ...): loaded
   # for the training split when attention is supervised (`train.loss_terms="supervision"`).
+  src2: Ragged | None = None  # The second source of a multi-source corpus (`data.local.src_lang`
+  # "en+de"): batches pack both sources side by side (`make_batch`).
   copy_tgt: Ragged | None = None  # A copying model's targets (`copying.copy_targets`): `tgt`
   # with <unk>s spelled like a source word as extended ids; the batch's `tgt_out` reads them.
 
@@ -154,8 +156,8 @@ def reversed_data(data: Data) -> Data:
     if align is not None:
       pairs = align.values.reshape(-1, 2)[:, ::-1]
       align = Ragged(np.ascontiguousarray(pairs).reshape(-1), align.offsets)
-    if split.copy_tgt is not None:
-      raise ValueError("a copying model's data cannot be read target -> source")
+    if split.copy_tgt is not None or split.src2 is not None:
+      raise ValueError("a copying or multi-source model's data cannot be read target -> source")
     return Split(split.name, split.tgt, split.src, split.line, align)
 
   return dataclasses.replace(
@@ -176,6 +178,7 @@ def subset(split: Split, name: str, keep: np.ndarray) -> Split:
     rows(split.tgt),
     split.line[keep],
     rows(split.align),
+    rows(split.src2),
     rows(split.copy_tgt),
   )
 
@@ -191,10 +194,18 @@ def long_test_indices(examples: Sequence[builders.Example], lo: int, hi: int) ->
 
 
 def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
-  """Source and target language codes of `data.corpus` (Moses splits words per language)."""
+  """Source and target language codes of `data.corpus` (Moses splits words per language); a
+  multi-source corpus's first source language."""
   if data_config.corpus == "local":
-    return data_config.local.src_lang, data_config.local.tgt_lang
+    return builders.source_languages(data_config.local.src_lang)[0], data_config.local.tgt_lang
   return "en", "fr"
+
+
+def num_sources(data_config: ml_collections.ConfigDict) -> int:
+  """How many source languages the corpus has (2 for a multi-source "en+de")."""
+  if data_config.corpus == "local":
+    return len(builders.source_languages(data_config.local.src_lang))
+  return 1
 
 
 def parse_links(text: str, src_len: int, tgt_len: int, where: str) -> list[int]:
@@ -258,11 +269,16 @@ def _tokenize(
   name: str,
   src_tok: tokenizer_lib.Tokenizer,
   tgt_tok: tokenizer_lib.Tokenizer,
+  sources: int = 1,
 ) -> Split:
-  src = Ragged.from_lists(src_tok.encode_batch([ex.src for ex in examples]))
+  texts = [builders.split_sources(ex.src) if sources > 1 else [ex.src] for ex in examples]
+  src = Ragged.from_lists(src_tok.encode_batch([t[0] for t in texts]))
+  src2 = None
+  if sources > 1:
+    src2 = Ragged.from_lists(src_tok.encode_batch([t[1] for t in texts]))
   tgt = Ragged.from_lists(tgt_tok.encode_batch([ex.tgt for ex in examples]))
   line = np.fromiter((ex.line for ex in examples), dtype=np.int64, count=len(examples))
-  return Split(name, src, tgt, line)
+  return Split(name, src, tgt, line, src2=src2)
 
 
 def with_copy_targets(
@@ -289,8 +305,9 @@ def _unk_rate(ragged: Ragged) -> float:
 
 
 def length_filter(split: Split, max_len: int) -> np.ndarray:
-  """[N] bool: pairs whose source and target both have at most `max_len` tokens."""
-  return (split.src_lengths <= max_len) & (split.tgt_lengths <= max_len)
+  """[N] bool: pairs whose sources and target all have at most `max_len` tokens."""
+  keep = (split.src_lengths <= max_len) & (split.tgt_lengths <= max_len)
+  return keep if split.src2 is None else keep & (split.src2.lengths <= max_len)
 
 
 def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Data:
@@ -311,12 +328,19 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   train = examples["train"]
   origin = f"{corpus.builder.name}/{corpus.builder.builder_config.name} train"
 
+  def texts(side: str):
+    if side == "tgt":
+      return (ex.tgt for ex in train)
+    if num_sources(d) == 1:
+      return (ex.src for ex in train)
+    return (text for ex in train for text in builders.split_sources(ex.src))  # Every source.
+
   def vocabulary(side: str, size: int, name: str, lang: str) -> tokenizer_lib.Tokenizer:
     return tokenizer_lib.load_or_build(
       vocab_dir / side,
       d.tokenizer,
       size,
-      lambda: (getattr(ex, side) for ex in train),
+      lambda: texts(side),
       sp_model_type=d.sp_model_type,
       pretokenizer=tokenizer_lib.Pretokenizer(d.pretokenizer, lang),
       origin=f"{origin} {name}",
@@ -325,7 +349,9 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   src_lang, tgt_lang = languages(d)
   src_tok = vocabulary("src", d.src_vocab_size, "source", src_lang)
   tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
-  splits = {name: _tokenize(examples[name], name, src_tok, tgt_tok) for name in SPLIT_NAMES}
+  splits = {
+    name: _tokenize(examples[name], name, src_tok, tgt_tok, num_sources(d)) for name in SPLIT_NAMES
+  }
   if config.model.copy:
     splits = {
       name: with_copy_targets(split, examples[name], src_tok, tgt_tok)
@@ -413,31 +439,38 @@ def make_batch(split: Split, ids: np.ndarray, bucket_step: int, rows: slice = sl
   The padded lengths S and T come from all B rows, so every process that assembles its own
   `rows` of the same global batch gets the same shapes.
 
+  A multi-source split packs its two sources side by side: src [b, 2 S'], source 1 (and its EOS)
+  from column 0, source 2 from column S', each padded to S' (`models` splits them there).
+
   Returns:
     src, src_mask [b, S]; tgt_in, tgt_out, tgt_mask [b, T]; index [b]; b = rows of `rows`.
   """
   ids = np.asarray(ids, np.int64)
   real = ids >= 0
   safe = np.where(real, ids, 0)
-  src_len = np.where(real, split.src.lengths[safe] + 1, 0)  # + EOS
+  sources = [split.src] if split.src2 is None else [split.src, split.src2]
+  src_lens = [np.where(real, ragged.lengths[safe] + 1, 0) for ragged in sources]  # + EOS
   tgt_len = np.where(real, split.tgt.lengths[safe] + 1, 0)  # + BOS (in) / EOS (out)
-  s = round_up(src_len.max(initial=0), bucket_step)
+  s = round_up(max(n.max(initial=0) for n in src_lens), bucket_step)
   t = round_up(tgt_len.max(initial=0), bucket_step)
 
-  ids, src_len, tgt_len = ids[rows], src_len[rows], tgt_len[rows]
+  ids, tgt_len = ids[rows], tgt_len[rows]
   (live_rows,) = np.nonzero(ids >= 0)
   live = ids[live_rows]
-  src = np.zeros((len(ids), s), np.int32)
+  src = np.zeros((len(ids), s * len(sources)), np.int32)
+  src_mask = np.zeros(src.shape, np.int32)
+  for k, (ragged, src_len) in enumerate(zip(sources, src_lens, strict=True)):
+    _fill(src, ragged, live, live_rows, k * s, eos_after=True)
+    src_mask[:, k * s : (k + 1) * s] = np.arange(s) < src_len[rows][:, None]
   tgt_in = np.zeros((len(ids), t), np.int32)
   tgt_out = np.zeros((len(ids), t), np.int32)
-  _fill(src, split.src, live, live_rows, 0, eos_after=True)
   tgt_in[live_rows, 0] = tokenizer_lib.BOS_ID
   _fill(tgt_in, split.tgt, live, live_rows, 1, eos_after=False)
   out_ids = split.tgt if split.copy_tgt is None else split.copy_tgt
   _fill(tgt_out, out_ids, live, live_rows, 0, eos_after=True)
   batch = {
     "src": src,
-    "src_mask": (np.arange(s) < src_len[:, None]).astype(np.int32),
+    "src_mask": src_mask,
     "tgt_in": tgt_in,
     "tgt_out": tgt_out,
     "tgt_mask": (np.arange(t) < tgt_len[:, None]).astype(np.int32),

@@ -70,6 +70,7 @@ from seq2seq.tokenizer import UNK_ID
 # epsilon of log(p_lex + eps) (theirs: 0.001, which keeps unlikely words possible).
 LEXICON_TOP = 20
 DECODERS = ("paper", "cgru")  # `model.decoder`: see `Seq2Seq.__init__`.
+MULTI_SOURCE = ("concat", "gate")  # `model.multi_source`: how the two sources' contexts combine.
 LEXICON_EPS = 1e-3
 
 
@@ -176,6 +177,10 @@ class Seq2Seq(nnx.Module):
   def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, copy_map=None):
     # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
+    # Multi-source (Zoph and Knight 2016): a second encoder and attention; the two contexts are
+    # concatenated ([c1 ; c2], 2H wide) or mixed by a gate (H wide).
+    self.multi_source = cfg.multi_source
+    ctx = 2 * annot if cfg.multi_source == "concat" else annot
     structure = structures.get(cfg.attention.name)
     self.dropout_rate = cfg.dropout
     self.scan_unroll = int(cfg.scan_unroll)  # Steps per iteration of the training scans.
@@ -190,9 +195,9 @@ class Seq2Seq(nnx.Module):
     # E y_{i-1}), c_i attending from s'_i, s_i = GRU_2(s'_i, c_i), the deep output reading s_i.
     self.cgru = cfg.decoder == "cgru"
     if self.cgru:
-      self.cell2 = layers.GRUCell(annot, cfg.dec_hidden, cfg, rngs=rngs)
+      self.cell2 = layers.GRUCell(ctx, cfg.dec_hidden, cfg, rngs=rngs)
     else:
-      self.context_proj = layers.dense(annot, 3 * cfg.dec_hidden, cfg, rngs=rngs)
+      self.context_proj = layers.dense(ctx, 3 * cfg.dec_hidden, cfg, rngs=rngs)
     if self.uses_attention:  # `conv` and `multihead` score with their own parameters.
       self.score = (
         scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
@@ -202,6 +207,14 @@ class Seq2Seq(nnx.Module):
       self.structure = structures.make_structure(
         cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs
       )
+    if self.multi_source:  # The second source's encoder, s_0 projection and score.
+      self.encoder2 = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=True)
+      self.init_proj2 = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs)
+      self.score2 = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+      if cfg.multi_source == "gate":
+        self.source_gate = layers.dense(
+          cfg.dec_hidden + 2 * annot, annot, cfg, rngs=rngs, use_bias=True
+        )
     # Alignment features (seq2seq/features.py), built in registration order.
     self.feature_names = tuple(spec.name for spec in cfg.features)
     if self.feature_names:
@@ -210,7 +223,7 @@ class Seq2Seq(nnx.Module):
       )
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
-    self.c_o = layers.dense(annot, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+    self.c_o = layers.dense(ctx, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     # Intra-attention over the decoder's own past states (Cheng et al. 2016): its score, and its
     # context d_i entering the GRU and the deep output.
     self.intra_len = int(cfg.intra_attention_len) if cfg.intra_attention else 0
@@ -254,6 +267,8 @@ class Seq2Seq(nnx.Module):
   # ------------------------------------------------------------------ pieces
   def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
     """Runs the encoder and precomputes everything the decoder reuses at every step."""
+    if self.multi_source:
+      return self._encode_two(src_BS, src_mask_BS, dropout_rng)
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
     keys, attention_state = annotations[..., :0], ()
     if self.uses_attention:
@@ -292,6 +307,50 @@ class Seq2Seq(nnx.Module):
     return Encoded(
       annotations, keys, src_mask_BS, state, fixed, fertility, prepared, lexicon, copy_ids
     )
+
+  def _encode_two(self, src_BS, src_mask_BS, dropout_rng=None) -> Encoded:
+    """Multi-source `encode`: src [B, 2S] packs the two sources side by side
+    (`input_pipeline.make_batch`); annotations and keys become pairs, one per source, and
+    s_0 = tanh(W_s bwd h_1 + W_s' bwd h'_1) reads both encoders."""
+    half = src_BS.shape[1] // 2
+    rngs = (None, None) if dropout_rng is None else jax.random.split(dropout_rng)
+    parts = [(src_BS[:, :half], src_mask_BS[:, :half]), (src_BS[:, half:], src_mask_BS[:, half:])]
+    encoded = [
+      encoder(src, mask, rng)
+      for encoder, (src, mask), rng in zip((self.encoder, self.encoder2), parts, rngs, strict=True)
+    ]
+    annotations = tuple(ann for ann, _, _ in encoded)
+    keys = tuple(
+      self.structure.keys(score, ann, mask)
+      for score, ann, (_, mask) in zip((self.score, self.score2), annotations, parts, strict=True)
+    )
+    s0 = self.init_proj(encoded[0][2]) + self.init_proj2(encoded[1][2])
+    s0 = jnp.tanh(s0.astype(jnp.float32))
+    state = DecoderState(s0, {}, self.structure.init_state(src_mask_BS[:, :half]), ())
+    ones = jnp.ones(src_mask_BS.shape, jnp.float32)
+    return Encoded(annotations, keys, src_mask_BS, state, None, ones, {}, None, None)
+
+  def _context_two(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
+    """Multi-source `_context`: one attention over each source from the same query, their
+    contexts combined; the attention returned is [alpha_1 ; alpha_2] [B, 2S], each summing to 1."""
+    half = enc.mask.shape[1] // 2
+    masks = (enc.mask[:, :half], enc.mask[:, half:])
+    rngs = (None, None) if rng is None else jax.random.split(rng)
+    att = [
+      self.structure(score, state.s, keys, ann, mask, state.structure, rng=r, decoding=decoding)
+      for score, keys, ann, mask, r in zip(
+        (self.score, self.score2), enc.keys, enc.annotations, masks, rngs, strict=True
+      )
+    ]
+    c1, c2 = att[0].context, att[1].context
+    if self.multi_source == "concat":
+      context = jnp.concatenate([c1, c2], axis=-1)
+    else:  # A gate per unit: g * c1 + (1 - g) * c2, g from the query and both contexts.
+      query = state.s.astype(jnp.float32)
+      g = jax.nn.sigmoid(self.source_gate(jnp.concatenate([query, c1, c2], axis=-1)))
+      context = g.astype(jnp.float32) * c1 + (1.0 - g.astype(jnp.float32)) * c2
+    alpha = jnp.concatenate([att[0].alpha, att[1].alpha], axis=-1)
+    return structures.Attended(context, alpha, att[0].state, {})
 
   def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx) -> jax.Array:
     """The step's scores from the deep output's logits: plus the lexicon bias, and with copying
@@ -337,6 +396,8 @@ class Seq2Seq(nnx.Module):
     structure's test-time decisions (hard monotonic attention)."""
     if not self.uses_attention:
       return structures.Attended(enc.fixed_context, None, state.structure, {})
+    if self.multi_source:
+      return self._context_two(enc, state, rng, decoding)
     keys = self._feature_keys(enc, state)
     return self.structure(
       self.score,
@@ -581,6 +642,7 @@ class ModelSettings:
   layer_norm: bool = False
   decoder: str = "paper"
   copy: bool = False
+  multi_source: str = ""
 
   @classmethod
   def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
@@ -656,6 +718,20 @@ class ModelSettings:
       )
     if self.lexicon_bias and not MODELS[self.name].uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
+    if self.multi_source:
+      if self.multi_source not in MULTI_SOURCE:
+        raise ValueError(
+          f"model.multi_source={self.multi_source!r} is not one of {MULTI_SOURCE} ('' is off)"
+        )
+      if self.name != "rnnsearch" or self.attention.name != "soft" or self.features:
+        raise ValueError(
+          "model.multi_source attends over each source with soft attention: model.name="
+          "rnnsearch, model.attention=soft and no model.features"
+        )
+      if scores.get(self.score.name).positional:
+        raise ValueError(f"model.multi_source needs a content score, not {str(self.score)!r}")
+      if self.copy or self.lexicon_bias or self.intra_attention:
+        raise ValueError("model.multi_source does not combine with copy, lexicon_bias or intra")
     if self.copy and self.name != "rnnsearch":
       raise ValueError(
         f"model.copy copies through attention: model.name=rnnsearch, not {self.name}"

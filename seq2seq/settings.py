@@ -92,6 +92,13 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     )
   if model.copy and dec.shortlist:
     raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
+  sources = input_pipeline.num_sources(config.data)
+  if (sources > 1) != bool(model.multi_source) or sources > 2:
+    raise ValueError(
+      f"data.local.src_lang={config.data.local.src_lang!r} has {sources} source language(s) and "
+      f'model.multi_source={model.multi_source!r}: two sources ("en+de") need '
+      "model.multi_source=concat|gate, one source needs it ''"
+    )
   if config.decode.beam_size < 1:
     raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
   evaluate.check_replace_unk(config)
@@ -140,6 +147,7 @@ ADDED_FIELDS = {
   "model.intra_attention_len": 128,
   "model.lexicon_bias": "",
   "model.copy": False,
+  "model.multi_source": "",
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,
   "train.softmax": "full",

@@ -35,6 +35,7 @@ from absl import logging
 from seq2seq import copying, decode, ensemble, eval_run, evaluate, input_pipeline, scores, settings
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
+from seq2seq.data import builders
 
 NBEST_FORMAT = "{index} ||| {text} ||| {score:.6f} ||| {norm_score:.6f}"
 NBEST_SEPARATOR = " ||| "
@@ -103,13 +104,21 @@ class Translator:
     return score_lines(self, sources, targets)
 
 
-def _split(src: list[list[int]], tgt: list[list[int]]) -> input_pipeline.Split:
+def _split(src: list[list[list[int]]], tgt: list[list[int]]) -> input_pipeline.Split:
+  """The pairs as a split: `src` holds each line's sources' ids (one list per source)."""
+  ragged = input_pipeline.Ragged.from_lists
+  src2 = ragged([ids[1] for ids in src]) if src and len(src[0]) > 1 else None
   return input_pipeline.Split(
-    "given",
-    input_pipeline.Ragged.from_lists(src),
-    input_pipeline.Ragged.from_lists(tgt),
-    np.arange(len(src), dtype=np.int64),
+    "given", ragged([ids[0] for ids in src]), ragged(tgt), np.arange(len(src)), src2=src2
   )
+
+
+def _encode_sources(t: Translator, line: str) -> list[list[int]]:
+  """The ids of each source of `line` (a multi-source line holds them joined by
+  `builders.SOURCE_SEPARATOR`)."""
+  if input_pipeline.num_sources(t.config.data) == 1:
+    return [t.src_tok.encode(line)]
+  return [t.src_tok.encode(text) for text in builders.split_sources(line)]
 
 
 def translate_lines(
@@ -131,10 +140,11 @@ def translate_lines(
   for i, line in enumerate(lines):
     if not line.strip():
       continue
-    encoded = t.src_tok.encode(line)
-    if t.max_source_tokens is not None and len(encoded) > t.max_source_tokens:
+    encoded = _encode_sources(t, line)
+    limit = t.max_source_tokens
+    if limit is not None and any(len(e) > limit for e in encoded):
       truncated += 1
-      encoded = encoded[: t.max_source_tokens]
+      encoded = [e[:limit] for e in encoded]
     ids.append(encoded)
     keep.append(i)
   if truncated:
@@ -158,7 +168,7 @@ def _unscorable(t: Translator, source: str, target: str) -> str | None:
   empty = [side for side, text in (("source", source), ("target", target)) if not text.strip()]
   if empty:
     return f"empty {' and '.join(empty)}"
-  n = len(t.src_tok.encode(source))
+  n = max(len(ids) for ids in _encode_sources(t, source))
   if t.max_source_tokens is not None and n > t.max_source_tokens:
     return (
       f"source of {n} tokens: model.score={t.score_spec} addresses at most "
@@ -180,7 +190,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
     if error is not None:
       out[i] = Scored([], [], None, None, np.zeros((0, 0), np.float32), error)
       continue
-    src_ids.append(t.src_tok.encode(source))
+    src_ids.append(_encode_sources(t, source))
     ids = t.tgt_tok.encode(target)
     if t.config.model.copy:  # Words outside the vocabulary are scored as copies.
       tokens = (t.tgt_tok.tokenize(target), t.src_tok.tokenize(source), t.tgt_tok.size)
@@ -195,6 +205,29 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
 
 
 # ------------------------------------------------------------------------------ files
+
+
+def read_sources(paths: str, count: int) -> tuple[list[str], int]:
+  """The source lines of `paths`: one file, or for a multi-source run (`count` sources) one file
+  per source language joined by commas ("test.en,test.de"), each line's sources joined by
+  `builders.SOURCE_SEPARATOR`; and how many held invalid UTF-8. A wrong number of files or
+  files of different lengths raise ValueError (one line naming them)."""
+  files = [p.strip() for p in paths.split(",")] if count > 1 else [paths]
+  if len(files) != count:
+    raise ValueError(
+      f"--input={paths!r}: this run reads {count} source languages; give one file per "
+      "language, joined by commas (e.g. test.en,test.de)"
+    )
+  read = [_read_lines(path) for path in files]
+  for path, (lines, _) in zip(files[1:], read[1:], strict=True):
+    if len(lines) != len(read[0][0]):
+      raise ValueError(
+        f"{files[0]} has {len(read[0][0])} lines but {path} has {len(lines)}: the sources of a "
+        "multi-source run must be aligned line by line"
+      )
+  columns = zip(*(lines for lines, _ in read), strict=True)
+  joined = [builders.SOURCE_SEPARATOR.join(texts) for texts in columns]
+  return joined, sum(r[1] for r in read)
 
 
 def _read_lines(path: str) -> tuple[list[str], int]:
@@ -253,7 +286,7 @@ def translate_file(
   settings.validate(config)  # Before loading anything.
   if nbest:
     decode.check_nbest(nbest, int(config.decode.beam_size))
-  lines, invalid = _read_lines(input_path)
+  lines, invalid = read_sources(input_path, input_pipeline.num_sources(config.data))
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
   found, truncated = translate_lines(Translator(config, workdir), lines, nbest=max(nbest, 1))
@@ -310,7 +343,7 @@ def score_file(
   Returns counts: pairs, scored, unscored, invalid_utf8.
   """
   settings.validate(config)  # Before loading anything.
-  sources, invalid_src = _read_lines(input_path)
+  sources, invalid_src = read_sources(input_path, input_pipeline.num_sources(config.data))
   targets, invalid_tgt = _read_lines(reference_path)
   if len(sources) != len(targets):
     raise ValueError(

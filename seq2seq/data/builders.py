@@ -30,7 +30,7 @@ import inspect
 import io
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -200,15 +200,16 @@ class LocalTextConfig(tfds.core.BuilderConfig):
     name = _config_name(directory.name, langs, _short_hash(prefixes, fingerprint))
     return dataclasses.replace(config, name=name)
 
-  def files(self) -> dict[str, tuple[Path, Path]]:
-    """Maps each pipeline split to its (source file, target file).
+  def files(self) -> dict[str, tuple[Path, ...]]:
+    """Maps each pipeline split to its (source file, ..., target file): one source file per
+    language of `src_lang` ("en+de": two, multi-source).
 
     Raises:
       FileNotFoundError: a file is missing.
     """
     out = {}
     for split, prefix in self.prefixes:
-      paths = tuple(Path(self.directory) / f"{prefix}.{lang}" for lang in self.lang_pair)
+      paths = tuple(Path(self.directory) / f"{prefix}.{lang}" for lang in self.langs)
       for path in paths:
         if not path.is_file():
           raise FileNotFoundError(
@@ -220,8 +221,24 @@ class LocalTextConfig(tfds.core.BuilderConfig):
     return out
 
   @property
-  def lang_pair(self) -> tuple[str, str]:
-    return self.src_lang, self.tgt_lang
+  def langs(self) -> tuple[str, ...]:
+    """The source languages, then the target's."""
+    return (*source_languages(self.src_lang), self.tgt_lang)
+
+
+# Joins a multi-source example's sources in its `src` text: the ASCII unit separator, a control
+# character no caption holds (each source has any replaced by a space when joined).
+SOURCE_SEPARATOR = "\x1f"
+
+
+def source_languages(src_lang: str) -> tuple[str, ...]:
+  """The languages of `data.local.src_lang`: "en" -> ("en",), "en+de" -> ("en", "de")."""
+  return tuple(lang.strip() for lang in src_lang.split("+"))
+
+
+def split_sources(src: str) -> list[str]:
+  """A (multi-source) example's `src` text as its sources' texts."""
+  return src.split(SOURCE_SEPARATOR)
 
 
 def count_lines(path: str | os.PathLike[str]) -> int:
@@ -234,51 +251,51 @@ def count_lines(path: str | os.PathLike[str]) -> int:
   return count + (last != b"\n")
 
 
-def check_line_counts(files: Mapping[str, tuple[Path, Path]]) -> dict[str, int]:
-  """Returns the line count of every split, checking both sides agree.
+def check_line_counts(files: Mapping[str, tuple[Path, ...]]) -> dict[str, int]:
+  """Returns the line count of every split, checking all its files agree.
 
   Raises:
-    ValueError: the two files of a split have different line counts (names both, with counts).
+    ValueError: two files of a split have different line counts (names both, with counts).
   """
   counts = {}
-  for split, (src_path, tgt_path) in files.items():
-    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
-    if n_src != n_tgt:
-      raise ValueError(
-        f"parallel files of split {split!r} differ in length: {src_path} has {n_src} lines, "
-        f"{tgt_path} has {n_tgt}; the pairs would be misaligned"
-      )
-    counts[split] = n_src
+  for split, paths in files.items():
+    lines = [count_lines(path) for path in paths]
+    for path, n in zip(paths[1:], lines[1:], strict=True):
+      if n != lines[0]:
+        raise ValueError(
+          f"parallel files of split {split!r} differ in length: {paths[0]} has {lines[0]} "
+          f"lines, {path} has {n}; the pairs would be misaligned"
+        )
+    counts[split] = lines[0]
   return counts
 
 
 def read_parallel(
-  src_path: str | os.PathLike[str],
-  tgt_path: str | os.PathLike[str],
-  skipped: collections.Counter[str],
-) -> Iterator[tuple[int, str, str]]:
-  """Yields `(line_number, src, tgt)` for the usable line pairs of two aligned files.
+  paths: Sequence[str | os.PathLike[str]], skipped: collections.Counter[str]
+) -> Iterator[tuple[int, list[str]]]:
+  """Yields `(line_number, [text of each file])` for the usable lines of aligned files.
 
   Lines are split on "\\n" only (a trailing "\\r" and surrounding whitespace are stripped, as
-  is a UTF-8 byte-order mark on the first line). A pair is skipped, and counted once in
-  `skipped` under the first reason that applies, when either side is not valid UTF-8
-  ("invalid_utf8") or either side is empty after stripping ("empty"). Call
-  `check_line_counts` first: this reader stops at the shorter file.
+  is a UTF-8 byte-order mark on the first line). A line is skipped, and counted once in
+  `skipped` under the first reason that applies, when any file's text is not valid UTF-8
+  ("invalid_utf8") or any is empty after stripping ("empty"). Call `check_line_counts` first:
+  this reader stops at the shortest file.
   """
-  with open(src_path, "rb") as fs, open(tgt_path, "rb") as ft:
-    for number, (raw_src, raw_tgt) in enumerate(zip(fs, ft, strict=False)):
+  with contextlib.ExitStack() as stack:
+    files = [stack.enter_context(open(path, "rb")) for path in paths]
+    for number, raws in enumerate(zip(*files, strict=False)):
       try:
-        src, tgt = raw_src.decode("utf-8"), raw_tgt.decode("utf-8")
+        texts = [raw.decode("utf-8") for raw in raws]
       except UnicodeDecodeError:
         skipped["invalid_utf8"] += 1
         continue
       if number == 0:
-        src, tgt = src.lstrip("\ufeff"), tgt.lstrip("\ufeff")
-      src, tgt = src.strip(), tgt.strip()
-      if not src or not tgt:
+        texts = [text.lstrip("\ufeff") for text in texts]
+      texts = [text.strip() for text in texts]
+      if not all(texts):
         skipped["empty"] += 1
         continue
-      yield number, src, tgt
+      yield number, texts
 
 
 class LocalText(_Builder):
@@ -302,22 +319,22 @@ class LocalText(_Builder):
     self.info.metadata["skipped"] = {}
     return {SPLITS[s]: self._generate_examples(s, *paths) for s, paths in files.items()}
 
-  def _generate_examples(
-    self, split: str, src_path: Path, tgt_path: Path
-  ) -> Iterator[tuple[int, dict[str, Any]]]:
+  def _generate_examples(self, split: str, *paths: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     skipped: collections.Counter[str] = collections.Counter()
     kept = 0
-    for number, src, tgt in read_parallel(src_path, tgt_path, skipped):
+    for number, texts in read_parallel(paths, skipped):
       kept += 1
-      yield number, {"src": src, "tgt": tgt, "line": number}
+      sources = texts[:-1]
+      if len(sources) > 1:  # Joined by SOURCE_SEPARATOR, which no source then keeps.
+        sources = [" ".join(text.split(SOURCE_SEPARATOR)) for text in sources]
+      yield number, {"src": SOURCE_SEPARATOR.join(sources), "tgt": texts[-1], "line": number}
     counts = {reason: skipped[reason] for reason in SKIP_REASONS}
     self.info.metadata["skipped"][split] = counts
     log = logging.warning if any(counts.values()) else logging.info
     log(
-      "local text %s (%s, %s): kept %d pairs, skipped %s",
+      "local text %s (%s): kept %d pairs, skipped %s",
       split,
-      src_path,
-      tgt_path,
+      ", ".join(map(str, paths)),
       kept,
       ", ".join(f"{n} {reason}" for reason, n in counts.items()),
     )

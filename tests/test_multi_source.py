@@ -1,0 +1,153 @@
+"""Multi-source translation (`data.local.src_lang="en+de"`, `model.multi_source`): reading two
+aligned sources, packing them in a batch, the model's two attentions, and translating from two
+files."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import randomise
+from flax import nnx
+
+from configs import tiny
+from seq2seq import input_pipeline, models, settings, translate
+from seq2seq import tokenizer as tok
+
+NOUNS = [("man", "Mann", "homme"), ("dog", "Hund", "chien"), ("cat", "Katze", "chat")]
+VERBS = [("sees", "sieht", "voit"), ("likes", "mag", "aime")]
+
+
+def write_corpus(directory):
+  """Three-way aligned captions (English, German, French) with Multi30k's file names."""
+  rows = []
+  for a, da, fa in NOUNS:
+    for v, dv, fv in VERBS:
+      for b, db, fb in NOUNS:
+        rows.append(
+          (f"the {a} {v} the {b} .", f"der {da} {dv} den {db} .", f"le {fa} {fv} le {fb} .")
+        )
+  directory.mkdir(parents=True, exist_ok=True)
+  for prefix, part in (("train", rows), ("val", rows[:6]), ("test_2016_flickr", rows[-6:])):
+    for k, lang in enumerate(("en", "de", "fr")):
+      text = "".join(r[k] + "\n" for r in part)
+      (directory / f"{prefix}.{lang}").write_text(text, encoding="utf-8")
+  return rows
+
+
+def config(directory, combine="concat"):
+  c = tiny.get_config()
+  c.data.corpus = "local"
+  c.data.local.dir = str(directory)
+  c.data.local.src_lang, c.data.local.tgt_lang = "en+de", "fr"
+  c.data.bucket_step = 4
+  c.model.multi_source = combine
+  return c
+
+
+def test_two_sources_are_read_aligned_and_packed_side_by_side(tmp_path):
+  rows = write_corpus(tmp_path / "corpus")
+  cfg = config(tmp_path / "corpus")
+  data = input_pipeline.load_data(cfg, tmp_path / "work")
+  split = data.splits["train"]
+  assert split.src2 is not None and len(split) == len(rows)
+  assert data.src_tokenizer.decode(split.src.row(0)) == rows[0][0]
+  assert data.src_tokenizer.decode(split.src2.row(0)) == rows[0][1]  # One joint vocabulary.
+  batch = input_pipeline.make_batch(split, np.array([0, 1, -1]), bucket_step=4)
+  s = batch["src"].shape[1] // 2
+  n1, n2 = len(split.src.row(0)), len(split.src2.row(0))
+  assert batch["src"][0, :n1].tolist() == split.src.row(0).tolist()
+  assert batch["src"][0, n1] == tok.EOS_ID and batch["src"][0, s + n2] == tok.EOS_ID
+  assert batch["src"][0, s : s + n2].tolist() == split.src2.row(0).tolist()
+  assert batch["src_mask"][0].tolist() == [1] * (n1 + 1) + [0] * (s - n1 - 1) + [1] * (n2 + 1) + [
+    0
+  ] * (s - n2 - 1)
+  assert not batch["src_mask"][2].any()
+
+
+def test_misaligned_source_files_are_one_error_line(tmp_path):
+  write_corpus(tmp_path / "corpus")
+  path = tmp_path / "corpus" / "train.de"
+  path.write_text(path.read_text() + "ein Satz zu viel .\n")
+  with pytest.raises(ValueError, match=r"train.en has 18 lines, .*train.de has 19"):
+    input_pipeline.load_data(config(tmp_path / "corpus"), tmp_path / "work")
+
+
+@pytest.mark.parametrize("combine", ["concat", "gate"])
+def test_each_source_gets_its_own_attention_and_decoding_equals_teacher_forcing(combine):
+  cfg = tiny.get_config()
+  cfg.model.multi_source = combine
+  model = randomise(models.build_model(cfg.model, 30, 30, rngs=nnx.Rngs(0)))
+  src = jnp.array(
+    [[5, 6, 7, tok.EOS_ID, 8, 9, tok.EOS_ID, 0], [5, tok.EOS_ID, 0, 0, 8, tok.EOS_ID, 0, 0]]
+  )
+  mask = (src > 0).astype(jnp.int32)
+  tgt_in = jnp.array([[tok.BOS_ID, 11, 12], [tok.BOS_ID, 13, 14]])
+  logits, alpha = model(src, mask, tgt_in, return_alpha=True)
+  np.testing.assert_allclose(np.asarray(alpha[..., :4].sum(-1)), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(alpha[..., 4:].sum(-1)), 1.0, rtol=1e-5)
+  assert float(jnp.abs(alpha * (1 - mask[:, None, :])).max()) == 0.0
+  enc = model.encode(src, mask)
+  state = enc.init_state
+  for i in range(tgt_in.shape[1]):
+    state, step_logits, step_alpha = model.decoder_step(enc, state, tgt_in[:, i])
+    np.testing.assert_allclose(np.asarray(step_logits), np.asarray(logits[:, i]), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(step_alpha), np.asarray(alpha[:, i]), atol=1e-6)
+  # The second source matters: changing one of its words changes the output distribution.
+  other = model(src.at[0, 4].set(10), mask, tgt_in)
+  assert float(jnp.abs(other[0] - logits[0]).max()) > 1e-4
+  np.testing.assert_array_equal(np.asarray(other[1]), np.asarray(logits[1]))
+
+
+def test_multi_source_settings_must_match_the_corpus(tmp_path):
+  cfg = config(tmp_path, combine="")
+  with pytest.raises(ValueError, match="two sources .* need model.multi_source=concat|gate"):
+    settings.validate(cfg)
+  cfg.model.multi_source = "sum"
+  with pytest.raises(ValueError, match="model.multi_source='sum' is not one of"):
+    settings.validate(cfg)
+  cfg.model.multi_source, cfg.model.attention = "gate", "local_p"
+  with pytest.raises(ValueError, match="soft attention"):
+    settings.validate(cfg)
+
+
+def test_translate_reads_one_file_per_source_language(tmp_path):
+  (tmp_path / "a.en").write_text("the dog\nthe cat\n")
+  (tmp_path / "a.de").write_text("der Hund\n")
+  with pytest.raises(ValueError, match="give one file per language"):
+    translate.read_sources(str(tmp_path / "a.en"), 2)
+  with pytest.raises(ValueError, match=r"a.en has 2 lines but .*a.de has 1"):
+    translate.read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
+  (tmp_path / "a.de").write_text("der Hund\ndie Katze\n")
+  lines, invalid = translate.read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
+  assert lines == ["the dog\x1fder Hund", "the cat\x1fdie Katze"] and invalid == 0
+
+
+def test_a_multi_source_run_trains_evaluates_and_translates(tmp_path):
+  import json
+
+  from seq2seq import train
+
+  write_corpus(tmp_path / "corpus")
+  cfg = config(tmp_path / "corpus", combine="gate")
+  cfg.train.num_steps, cfg.train.eval_every, cfg.train.checkpoint_every = 4, 4, 4
+  cfg.data.batch_size = 8
+  results = train.train_and_evaluate(cfg, tmp_path / "run")
+  assert np.isfinite(results["test"]["bleu"])
+  record = json.loads(
+    (tmp_path / "run" / "eval" / "test" / "sentences.jsonl").read_text().splitlines()[0]
+  )
+  source = record["attention"]["source"]
+  assert source.count(tok.EOS) == 2  # Both sources' words, each with its EOS, as the columns.
+  (tmp_path / "in.en").write_text("the dog sees the cat .\n\n")
+  (tmp_path / "in.de").write_text("der Hund sieht den Katze .\n\n")
+  counts = translate.translate_file(
+    cfg,
+    tmp_path / "run",
+    f"{tmp_path / 'in.en'},{tmp_path / 'in.de'}",
+    str(tmp_path / "out.txt"),
+    str(tmp_path / "align.jsonl"),
+  )
+  assert counts["lines"] == 2 and counts["empty"] == 1
+  rows = [json.loads(r) for r in (tmp_path / "align.jsonl").read_text().splitlines()]
+  assert len(rows[0]["attention"][0]) == 7 + 7  # Six words and EOS, twice.
