@@ -388,6 +388,25 @@ def output_text(
   return tgt_tok.detokenize(tokens)
 
 
+def oov_recall(
+  hyps: Sequence[str], refs: Sequence[str], tgt_tok: tok.Tokenizer
+) -> tuple[float | None, int]:
+  """(share of the references' out-of-vocabulary tokens that the hypotheses produce, how many
+  there are): per sentence, each reference token the target vocabulary lacks counts as produced
+  as often as the hypothesis holds it (clipped, as BLEU clips n-gram matches). None when the
+  references have no such token. What copying and UNK replacement are for."""
+  produced = total = 0
+  for hyp, ref in zip(hyps, refs, strict=True):
+    tokens = tgt_tok.tokenize(ref)
+    ids = tgt_tok.encode_tokens(tokens)
+    missing = collections.Counter(t for t, i in zip(tokens, ids, strict=True) if i == tok.UNK_ID)
+    if missing:
+      found = collections.Counter(tgt_tok.tokenize(hyp))
+      produced += sum(min(n, found[t]) for t, n in missing.items())
+      total += sum(missing.values())
+  return (produced / total if total else None), total
+
+
 def source_tokens(src_text: str, src_tok: tok.Tokenizer) -> list[str]:
   """The tokens the attention's columns stand for: each source's tokens and EOS (a multi-source
   example's two sources one after the other, as `Translation.alpha` keeps their columns)."""
@@ -658,8 +677,9 @@ def evaluate_split(
     for tr, (src, _, _) in zip(translations, raw, strict=True)
   ]
   refs = [r[1] for r in raw]
-  src_lengths = [len(r[0].split()) for r in raw]
+  src_lengths = [len(builders.split_sources(r[0])[0].split()) for r in raw]  # First source's.
   score, signature = bleu(hyps, refs, pretokenized=plain)
+  recall, oov_refs = oov_recall(hyps, refs, tgt_tok)
   keep = no_unk_subset(
     [bool(np.any(split.src.row(i) == tok.UNK_ID)) for i in range(len(split))],
     [bool(np.any(split.tgt.row(i) == tok.UNK_ID)) for i in range(len(split))],
@@ -684,6 +704,8 @@ def evaluate_split(
       "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else 0.0,
       "num_no_unk": len(keep),
       "chrf": chrf(hyps, refs),
+      "oov_recall": recall,
+      "oov_reference_tokens": oov_refs,
       "num_sentences": len(hyps),
       "beam_size": int(config.decode.beam_size),
       "bleu_by_length": bleu_by_length(hyps, refs, src_lengths, pretokenized=plain),
@@ -794,7 +816,7 @@ def sentence_records(
       "hypothesis": hyp,
       "bleu": float(sentence_bleu.sentence_score(hyp, [ref]).score),
       "chrf": float(sentence_chrf.sentence_score(hyp, [ref]).score),
-      "source_words": len(src.split()),
+      "source_words": len(builders.split_sources(src)[0].split()),
       "unk": {
         "source": count_unk(split.src.row(i)),
         "reference": count_unk(split.tgt.row(i)),

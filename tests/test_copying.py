@@ -216,3 +216,12 @@ def test_a_copying_run_trains_evaluates_translates_and_scores(tmp_path):
     assert scored.error is None and scored.tokens == [*hyp.tokens, "</s>"]
     n = len(hyp.tokens) + hyp.finished
     np.testing.assert_allclose(sum(scored.token_scores[:n]), hyp.score, rtol=1e-4, atol=1e-4)
+
+
+def test_oov_recall_counts_produced_reference_words_the_vocabulary_lacks(vocabs):
+  _, tgt_tok = vocabs
+  refs = ["le Zorblax sur le Qux", "le chat", "Qux Qux Zorblax"]
+  hyps = ["le Zorblax Zorblax", "le chat", "Qux"]
+  # Out of the vocabulary: Zorblax, Qux (first); none (second); Qux x2, Zorblax (third).
+  assert evaluate.oov_recall(hyps, refs, tgt_tok) == (2 / 5, 5)  # Zorblax once, Qux once.
+  assert evaluate.oov_recall(["le chat"], ["le chat"], tgt_tok) == (None, 0)
