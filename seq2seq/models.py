@@ -179,8 +179,8 @@ class Seq2Seq(nnx.Module):
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
     # Multi-source (Zoph and Knight 2016): a second encoder and attention; the two contexts are
     # concatenated ([c1 ; c2], 2H wide) or mixed by a gate (H wide).
-    self.multi_source = cfg.multi_source
-    ctx = 2 * annot if cfg.multi_source == "concat" else annot
+    self.two_sources, self.combine = cfg.sources == 2, cfg.multi_source
+    ctx = 2 * annot if self.two_sources and self.combine == "concat" else annot
     structure = structures.get(cfg.attention.name)
     self.dropout_rate = cfg.dropout
     self.scan_unroll = int(cfg.scan_unroll)  # Steps per iteration of the training scans.
@@ -207,11 +207,11 @@ class Seq2Seq(nnx.Module):
       self.structure = structures.make_structure(
         cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs
       )
-    if self.multi_source:  # The second source's encoder, s_0 projection and score.
+    if self.two_sources:  # The second source's encoder, s_0 projection and score.
       self.encoder2 = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=True)
       self.init_proj2 = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs)
       self.score2 = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
-      if cfg.multi_source == "gate":
+      if self.combine == "gate":
         self.source_gate = layers.dense(
           cfg.dec_hidden + 2 * annot, annot, cfg, rngs=rngs, use_bias=True
         )
@@ -267,7 +267,7 @@ class Seq2Seq(nnx.Module):
   # ------------------------------------------------------------------ pieces
   def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
     """Runs the encoder and precomputes everything the decoder reuses at every step."""
-    if self.multi_source:
+    if self.two_sources:
       return self._encode_two(src_BS, src_mask_BS, dropout_rng)
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
     keys, attention_state = annotations[..., :0], ()
@@ -343,7 +343,7 @@ class Seq2Seq(nnx.Module):
       )
     ]
     c1, c2 = att[0].context, att[1].context
-    if self.multi_source == "concat":
+    if self.combine == "concat":
       context = jnp.concatenate([c1, c2], axis=-1)
     else:  # A gate per unit: g * c1 + (1 - g) * c2, g from the query and both contexts.
       query = state.s.astype(jnp.float32)
@@ -396,7 +396,7 @@ class Seq2Seq(nnx.Module):
     structure's test-time decisions (hard monotonic attention)."""
     if not self.uses_attention:
       return structures.Attended(enc.fixed_context, None, state.structure, {})
-    if self.multi_source:
+    if self.two_sources:
       return self._context_two(enc, state, rng, decoding)
     keys = self._feature_keys(enc, state)
     return self.structure(
@@ -642,14 +642,18 @@ class ModelSettings:
   layer_norm: bool = False
   decoder: str = "paper"
   copy: bool = False
-  multi_source: str = ""
+  multi_source: str = "concat"
+  sources: int = 1  # Source languages of the corpus (not a config.model field: from data.local).
 
   @classmethod
-  def from_config(cls, model: ml_collections.ConfigDict | ModelSettings) -> ModelSettings:
-    """The typed settings of a `config.model` section (itself if it is typed already)."""
+  def from_config(
+    cls, model: ml_collections.ConfigDict | ModelSettings, sources: int = 1
+  ) -> ModelSettings:
+    """The typed settings of a `config.model` section (itself if it is typed already) for a
+    corpus of `sources` source languages (`input_pipeline.num_sources`)."""
     if isinstance(model, ModelSettings):
       return model
-    given = dict(model.items())
+    given = {**dict(model.items()), "sources": sources}
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(given) - set(fields))
     if unknown:
@@ -718,14 +722,14 @@ class ModelSettings:
       )
     if self.lexicon_bias and not MODELS[self.name].uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
-    if self.multi_source:
-      if self.multi_source not in MULTI_SOURCE:
-        raise ValueError(
-          f"model.multi_source={self.multi_source!r} is not one of {MULTI_SOURCE} ('' is off)"
-        )
+    if self.multi_source not in MULTI_SOURCE:
+      raise ValueError(f"model.multi_source={self.multi_source!r} is not one of {MULTI_SOURCE}")
+    if self.sources not in (1, 2):
+      raise ValueError(f"{self.sources} source languages: at most two (data.local.src_lang=en+de)")
+    if self.sources == 2:
       if self.name != "rnnsearch" or self.attention.name != "soft" or self.features:
         raise ValueError(
-          "model.multi_source attends over each source with soft attention: model.name="
+          "two source languages are attended with soft attention each: model.name="
           "rnnsearch, model.attention=soft and no model.features"
         )
       if scores.get(self.score.name).positional:
@@ -757,10 +761,12 @@ def build_model(
   *,
   rngs: nnx.Rngs,
   copy_map: np.ndarray | None = None,
+  sources: int = 1,
 ) -> Seq2Seq | Agreement:
-  """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`);
-  `copy_map` fills a copying model's vocabulary map (`copying.vocab_map`)."""
-  settings = ModelSettings.from_config(cfg)
+  """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`) for a
+  corpus of `sources` source languages; `copy_map` fills a copying model's vocabulary map
+  (`copying.vocab_map`)."""
+  settings = ModelSettings.from_config(cfg, sources)
   if settings.copy:
     return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs, copy_map=copy_map)
   return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs)

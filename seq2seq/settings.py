@@ -49,7 +49,7 @@ DIRECTIONS = ("forward", "reverse")
 def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   """Checks every setting of a run and returns its typed model settings; raises ValueError
   with one line naming the setting and its valid values."""
-  model = models.ModelSettings.from_config(config.model)
+  model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(config.data))
   objective.Objective.from_config(config)
   steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
   if not 0.0 <= config.train.ema_decay < 1.0:
@@ -92,13 +92,6 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     )
   if model.copy and dec.shortlist:
     raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
-  sources = input_pipeline.num_sources(config.data)
-  if (sources > 1) != bool(model.multi_source) or sources > 2:
-    raise ValueError(
-      f"data.local.src_lang={config.data.local.src_lang!r} has {sources} source language(s) and "
-      f'model.multi_source={model.multi_source!r}: two sources ("en+de") need '
-      "model.multi_source=concat|gate, one source needs it ''"
-    )
   if config.decode.beam_size < 1:
     raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
   evaluate.check_replace_unk(config)
@@ -147,7 +140,7 @@ ADDED_FIELDS = {
   "model.intra_attention_len": 128,
   "model.lexicon_bias": "",
   "model.copy": False,
-  "model.multi_source": "",
+  "model.multi_source": "concat",
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,
   "train.softmax": "full",

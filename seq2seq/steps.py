@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from seq2seq import models, objective, structures
+from seq2seq import input_pipeline, models, objective, structures
 
 
 @struct.dataclass
@@ -100,7 +100,12 @@ def create_train_state(
   """A fresh state: parameters initialised from `rng`, optimiser state zero, step 0
   (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`)."""
   model = models.build_model(
-    config.model, src_vocab, tgt_vocab, rngs=nnx.Rngs(params=rng), copy_map=copy_map
+    config.model,
+    src_vocab,
+    tgt_vocab,
+    rngs=nnx.Rngs(params=rng),
+    copy_map=copy_map,
+    sources=input_pipeline.num_sources(config.data),
   )
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(config.train)

@@ -4,6 +4,7 @@ files."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -77,7 +78,7 @@ def test_misaligned_source_files_are_one_error_line(tmp_path):
 def test_each_source_gets_its_own_attention_and_decoding_equals_teacher_forcing(combine):
   cfg = tiny.get_config()
   cfg.model.multi_source = combine
-  model = randomise(models.build_model(cfg.model, 30, 30, rngs=nnx.Rngs(0)))
+  model = randomise(models.build_model(cfg.model, 30, 30, rngs=nnx.Rngs(0), sources=2))
   src = jnp.array(
     [[5, 6, 7, tok.EOS_ID, 8, 9, tok.EOS_ID, 0], [5, tok.EOS_ID, 0, 0, 8, tok.EOS_ID, 0, 0]]
   )
@@ -99,16 +100,21 @@ def test_each_source_gets_its_own_attention_and_decoding_equals_teacher_forcing(
   np.testing.assert_array_equal(np.asarray(other[1]), np.asarray(logits[1]))
 
 
-def test_multi_source_settings_must_match_the_corpus(tmp_path):
-  cfg = config(tmp_path, combine="")
-  with pytest.raises(ValueError, match="two sources .* need model.multi_source=concat|gate"):
-    settings.validate(cfg)
-  cfg.model.multi_source = "sum"
+def test_two_sources_take_their_settings_from_model_multi_source(tmp_path):
+  cfg = config(tmp_path, combine="sum")
   with pytest.raises(ValueError, match="model.multi_source='sum' is not one of"):
     settings.validate(cfg)
   cfg.model.multi_source, cfg.model.attention = "gate", "local_p"
-  with pytest.raises(ValueError, match="soft attention"):
+  with pytest.raises(ValueError, match="soft attention each"):
     settings.validate(cfg)
+  one = tiny.get_config()  # One source language: the setting is not read, the model unchanged.
+  one.model.multi_source = "gate"
+  settings.validate(one)
+  trees = [
+    nnx.state(models.build_model(c.model, 30, 30, rngs=nnx.Rngs(0)), nnx.Param)
+    for c in (one, tiny.get_config())
+  ]
+  assert jax.tree.structure(trees[0]) == jax.tree.structure(trees[1])
 
 
 def test_translate_reads_one_file_per_source_language(tmp_path):
