@@ -54,3 +54,8 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_copy \
 baseline $RESULTS/multi30k_multi_source "src_lang=en"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_multi_source \
   --grid "data.local.src_lang=en,de,en+de"
+
+# 7. Parameter averaging (issue: decoding-time toolkit): EMA of the parameters during training
+#    against none, every checkpoint kept for `python -m seq2seq.average --last K` afterwards.
+sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_averaging \
+  --set train.keep_checkpoints=5 --grid train.ema_decay=0,0.999
