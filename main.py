@@ -29,7 +29,12 @@ config_flags.DEFINE_config_file(
 )
 flags.DEFINE_string("workdir", None, "Directory of the run: config, checkpoints, metrics, eval.")
 flags.DEFINE_enum("mode", "train", list(cli.MODES), "What to do with the run.")
-flags.DEFINE_string("input", "-", "translate/score: source text, one sentence a line (- = stdin).")
+flags.DEFINE_string(
+  "input",
+  "-",
+  "translate/score: source text, one sentence a line (- = stdin); a multi-source run "
+  "(data.local.src_lang=en+de) takes one file per source language, joined by commas.",
+)
 flags.DEFINE_string("output", "-", "translate/score: where the output goes (- = stdout).")
 flags.DEFINE_string("alignments", None, "translate/score: optional JSON-lines file of attention.")
 flags.DEFINE_integer("nbest", 0, "translate: write the N best per line as an n-best list.")
