@@ -40,7 +40,8 @@ def get_config() -> ml_collections.ConfigDict:
   m.intra_attention = ""
   m.intra_attention_len = 128  # Past states it keeps: the longest output it can attend over.
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
-  # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits; "" off.
+  # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits: its
+  # file, or "train" to learn it from the run's training split when training starts; "" off.
   m.lexicon_bias = ""
   # Copying from the source (pointer-generator, See et al. 2017; seq2seq/copying.py): a learned
   # gate mixes the vocabulary softmax with the attention over an extended vocabulary, so words
@@ -77,6 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
   d.bucket_step = 10  # Pad lengths up to a multiple of this, bounding the compiled shapes.
   d.shuffle_seed = 0  # Seed of the training-order shuffle (folded with `seed`).
   d.cache_dir = ""  # Where built datasets go; "" means WORKDIR/data.
+  d.train_pairs = 0  # Train on the first N training pairs only (vocabularies too); 0: all.
   d.long_test_min_words = 0  # Also evaluate test pairs of >= this many source words: test_long.
   d.long_test_max_words = 80  # ... and of at most this many (test_long is off while min is 0).
   # The embedded corpus (seq2seq/data/synthetic.py).

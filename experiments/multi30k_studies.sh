@@ -55,7 +55,13 @@ baseline $RESULTS/multi30k_multi_source "src_lang=en"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_multi_source \
   --grid "data.local.src_lang=en,de,en+de"
 
-# 7. Parameter averaging (issue: decoding-time toolkit): EMA of the parameters during training
+# 7. Lexicon bias with 5,000 training pairs and with all 29,000 (the table learned per run).
+sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon_5k \
+  --set data.train_pairs=5000 --grid model.lexicon_bias=none,train
+baseline $RESULTS/multi30k_lexicon "lexicon_bias=none"
+sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon --grid model.lexicon_bias=none,train
+
+# 8. Parameter averaging (issue: decoding-time toolkit): EMA of the parameters during training
 #    against none, every checkpoint kept for `python -m seq2seq.average --last K` afterwards.
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_averaging \
   --set train.keep_checkpoints=5 --grid train.ema_decay=0,0.999

@@ -324,6 +324,8 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   built = time.perf_counter()
 
   examples = {name: list(corpus.read(name)) for name in SPLIT_NAMES}
+  if d.train_pairs > 0:  # A smaller training set: its first pairs (vocabularies built from them).
+    examples["train"] = examples["train"][: d.train_pairs]
   vocab_dir = Path(workdir) / "vocab"
   train = examples["train"]
   origin = f"{corpus.builder.name}/{corpus.builder.builder_config.name} train"

@@ -72,6 +72,9 @@ LEXICON_TOP = 20
 DECODERS = ("paper", "cgru")  # `model.decoder`: see `Seq2Seq.__init__`.
 MULTI_SOURCE = ("concat", "gate")  # `model.multi_source`: how the two sources' contexts combine.
 LEXICON_EPS = 1e-3
+# `model.lexicon_bias` naming the table learned from the run's own training split when training
+# starts (`lexicon.build`), rather than a table file.
+LEXICON_FROM_TRAINING = "train"
 
 
 class LexiconTable(nnx.Param):
@@ -174,7 +177,9 @@ class Seq2Seq(nnx.Module):
   uses_attention = True
   bidirectional = True
 
-  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, copy_map=None):
+  def __init__(
+    self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, copy_map=None, lexicon=None
+  ):
     # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
     # Multi-source (Zoph and Knight 2016): a second encoder and attention; the two contexts are
@@ -243,7 +248,13 @@ class Seq2Seq(nnx.Module):
     self.tgt_vocab = tgt_vocab
     self.lexicon_bias = bool(cfg.lexicon_bias) and self.uses_attention
     if self.lexicon_bias:  # The table travels with the parameters, never trained.
-      table = lexicon_lib.Lexicon.load(cfg.lexicon_bias)
+      if lexicon is not None:
+        table = lexicon
+      elif cfg.lexicon_bias == LEXICON_FROM_TRAINING:  # Until training (or a checkpoint) fills it.
+        empty = np.zeros((src_vocab, LEXICON_TOP))
+        table = lexicon_lib.Lexicon(empty - 1, empty, np.arange(tgt_vocab))
+      else:
+        table = lexicon_lib.Lexicon.load(cfg.lexicon_bias)
       if table.ids.shape[0] != src_vocab or len(table.by_frequency) != tgt_vocab:
         raise ValueError(
           f"model.lexicon_bias={cfg.lexicon_bias!r} is a table of {table.ids.shape[0]} source and "
@@ -654,6 +665,8 @@ class ModelSettings:
     if isinstance(model, ModelSettings):
       return model
     given = {**dict(model.items()), "sources": sources}
+    if given.get("lexicon_bias") == "none":  # A sweep's name for "off" ("" cannot be listed).
+      given["lexicon_bias"] = ""
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(given) - set(fields))
     if unknown:
@@ -762,11 +775,15 @@ def build_model(
   rngs: nnx.Rngs,
   copy_map: np.ndarray | None = None,
   sources: int = 1,
+  lexicon: lexicon_lib.Lexicon | None = None,
 ) -> Seq2Seq | Agreement:
   """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`) for a
   corpus of `sources` source languages; `copy_map` fills a copying model's vocabulary map
-  (`copying.vocab_map`)."""
+  (`copying.vocab_map`), `lexicon` the lexicon bias's table (`model.lexicon_bias=train`)."""
   settings = ModelSettings.from_config(cfg, sources)
+  extra = {}
   if settings.copy:
-    return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs, copy_map=copy_map)
-  return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs)
+    extra["copy_map"] = copy_map
+  if settings.lexicon_bias and lexicon is not None:
+    extra["lexicon"] = lexicon
+  return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs, **extra)

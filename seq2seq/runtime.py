@@ -79,9 +79,15 @@ def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipelin
 
 
 def initial_state(
-  config, src_vocab: int, tgt_vocab: int, runtime: Runtime, copy_map: np.ndarray | None = None
+  config,
+  src_vocab: int,
+  tgt_vocab: int,
+  runtime: Runtime,
+  copy_map: np.ndarray | None = None,
+  lexicon=None,
 ) -> steps.TrainState:
-  """A fresh, replicated state from the config's seed (`copy_map`: `steps.create_train_state`)."""
+  """A fresh, replicated state from the config's seed (`copy_map`, `lexicon`: tables built from
+  the data, see `steps.create_train_state`)."""
   rng = jax.random.fold_in(jax.random.key(config.seed), 0)
   init = functools.partial(
     steps.create_train_state,
@@ -89,6 +95,7 @@ def initial_state(
     src_vocab=src_vocab,
     tgt_vocab=tgt_vocab,
     copy_map=copy_map,
+    lexicon=lexicon,
   )
   return jax.jit(init, out_shardings=runtime.replicated)(rng)
 

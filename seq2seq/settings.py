@@ -140,6 +140,7 @@ ADDED_FIELDS = {
   "model.intra_attention_len": 128,
   "model.lexicon_bias": "",
   "model.copy": False,
+  "data.train_pairs": 0,
   "model.multi_source": "concat",
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,

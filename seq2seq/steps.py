@@ -96,9 +96,11 @@ def create_train_state(
   src_vocab: int,
   tgt_vocab: int,
   copy_map: np.ndarray | None = None,
+  lexicon: Any = None,
 ) -> TrainState:
   """A fresh state: parameters initialised from `rng`, optimiser state zero, step 0
-  (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`)."""
+  (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`; `lexicon`: the lexicon
+  bias's table learned at the start of training, `model.lexicon_bias=train`)."""
   model = models.build_model(
     config.model,
     src_vocab,
@@ -106,6 +108,7 @@ def create_train_state(
     rngs=nnx.Rngs(params=rng),
     copy_map=copy_map,
     sources=input_pipeline.num_sources(config.data),
+    lexicon=lexicon,
   )
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(config.train)

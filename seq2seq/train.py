@@ -38,11 +38,13 @@ from seq2seq import (
   copying,
   eval_run,
   input_pipeline,
+  models,
   objective,
   settings,
   steps,
   summary,
 )
+from seq2seq import lexicon as lexicon_lib
 from seq2seq import runtime as rt
 
 
@@ -193,10 +195,16 @@ def train_members(
   ]
   train_fn, eval_fn = rt.compile_steps(config, runtime, stacked=together, train_step=train_step)
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
-  copy_map = None
+  copy_map = table = None
   if config.model.copy:  # The copying model's source -> target map, saved with its parameters.
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  fresh = [rt.initial_state(cfg, *sizes, runtime, copy_map) for cfg in members.configs]
+  if config.model.lexicon_bias == models.LEXICON_FROM_TRAINING and common_step(ckpts) is None:
+    console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
+    table = lexicon_lib.build(data)  # Saved with the parameters, and as WORKDIR/lexicon.npz.
+    if primary:
+      for wd in members.workdirs:
+        table.save(wd / lexicon_lib.FILE)
+  fresh = [rt.initial_state(cfg, *sizes, runtime, copy_map, table) for cfg in members.configs]
   it = input_pipeline.train_iterator(
     data, config, process_index=jax.process_index(), process_count=jax.process_count()
   )

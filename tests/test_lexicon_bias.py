@@ -93,3 +93,35 @@ def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_pa
   cfg.model.name = "rnnsearch"
   with pytest.raises(ValueError, match="is a table of 30 source and 30 target words"):
     models.build_model(cfg.model, VOCAB + 1, VOCAB, rngs=nnx.Rngs(0))
+
+
+def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_path):
+  """`model.lexicon_bias=train`: IBM Model 1 from the run's (here: first 300) training pairs,
+  written to WORKDIR/lexicon.npz and carried by the checkpoint into evaluation."""
+  import seq2seq
+  from seq2seq import train
+
+  cfg = tiny.get_config()
+  cfg.model.lexicon_bias = "train"
+  cfg.data.train_pairs = 300
+  cfg.train.num_steps = cfg.train.eval_every = cfg.train.checkpoint_every = 2
+  cfg.train.valid_bleu = cfg.train.final_eval = False
+  train.train_and_evaluate(cfg, tmp_path)
+  table = lexicon.Lexicon.load(tmp_path / lexicon.FILE)
+  loaded = seq2seq.load(tmp_path).state.params
+  np.testing.assert_array_equal(
+    np.asarray(loaded["lexicon_probs"][...]), table.probs[:, : models.LEXICON_TOP]
+  )
+  assert np.asarray(loaded["lexicon_probs"][...]).max() > 0
+  off = tiny.get_config()
+  off.model.lexicon_bias = "none"  # A sweep's spelling of "off".
+  assert models.ModelSettings.from_config(off.model).lexicon_bias == ""
+
+
+def test_train_pairs_keeps_the_first_pairs(tmp_path):
+  from seq2seq import input_pipeline
+
+  cfg = tiny.get_config()
+  cfg.data.train_pairs = 120
+  data = input_pipeline.load_data(cfg, tmp_path)
+  assert len(data.splits["train"]) == 120 and len(data.splits["valid"]) == 64
