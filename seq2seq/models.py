@@ -97,9 +97,9 @@ class DecoderState(NamedTuple):
 class Encoded(NamedTuple):
   """What the decoder needs from the source, computed once per sentence."""
 
-  annotations: jax.Array  # [B, S, H]
-  keys: jax.Array  # [B, S, K]: the attention's precomputed keys (U_a h_j for additive).
-  mask: jax.Array  # [B, S] 1 for real tokens.
+  annotations: Any  # [B, S, H]; with two sources a pair, one [B, S', H] per source.
+  keys: Any  # [B, S, K]: the attention's precomputed keys (U_a h_j for additive); a pair likewise.
+  mask: jax.Array  # [B, S] 1 for real tokens (two sources: both masks side by side).
   init_state: DecoderState  # s_0 = tanh(W_s bwd h_1) and the features' initial states.
   fixed_context: jax.Array  # [B, H] the RNNencdec context (also computed for RNNsearch).
   fertility: (
@@ -338,8 +338,15 @@ class Seq2Seq(nnx.Module):
     s0 = self.init_proj(encoded[0][2]) + self.init_proj2(encoded[1][2])
     s0 = jnp.tanh(s0.astype(jnp.float32))
     state = DecoderState(s0, {}, self.structure.init_state(src_mask_BS[:, :half]), ())
-    ones = jnp.ones(src_mask_BS.shape, jnp.float32)
-    return Encoded(annotations, keys, src_mask_BS, state, None, ones, {}, None, None)
+    return Encoded(
+      annotations,
+      keys,
+      src_mask_BS,
+      state,
+      fixed_context=None,
+      fertility=jnp.ones(src_mask_BS.shape, jnp.float32),
+      prepared={},
+    )
 
   def _context_two(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
     """Multi-source `_context`: one attention over each source from the same query, their
