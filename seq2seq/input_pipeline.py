@@ -10,6 +10,11 @@ Every batch is a dict of numpy int32 arrays with a fixed number of rows B:
   tgt_mask [B, T]  1 on real positions of tgt_in/tgt_out
   index    [B]     example index within its split; -1 marks an empty padding row (masks all 0)
 
+A multi-source corpus (`data.local.src_lang="en+de"`) packs both sources in `src` and `src_mask`,
+[B, 2 S']: source 1 from column 0, source 2 from column S'. A copying model's `tgt_out` holds
+extended ids V + j for target words outside the vocabulary spelled like source word j
+(`seq2seq.copying`).
+
 PAD is 0. S and T are the longest row of the (global) batch rounded up to a multiple of
 `data.bucket_step`, so training (lengths at most `data.max_len` + 1) compiles at most
 `max_len // bucket_step + 1` distinct sizes per axis.
