@@ -396,8 +396,11 @@ def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
   return out
 
 
-def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
-  """Greedy and beam-10 decoding of `bench.batch["src"]` with the trained `bench.state`.
+def measure_decoding(bench: TrainBench, *, repeats: int, shortlist_size: int = 0) -> dict[str, Any]:
+  """Greedy and beam-10 decoding of `bench.batch["src"]` with the trained `bench.state`, and
+  with `shortlist_size` beam 10 over a shortlist of that many target words as well (the
+  specials, then a fixed random draw of the others: what `decode.shortlist` hands the search,
+  whose cost depends on the size, not on which words).
 
   `seq2seq.decode.jit_decode` with max_len = the source length (30 on `bench`, the peer's fixed
   30 steps). Decoding stops early once every hypothesis has emitted EOS, so the mean output
@@ -409,11 +412,24 @@ def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
   src, mask = bench.batch["src"], bench.batch["src_mask"]
   batch_size, max_len = int(src.shape[0]), int(src.shape[1])
   out: dict[str, Any] = {"available": True, "batch_size": batch_size, "max_len": max_len}
-  for name, beam in (("greedy", 1), ("beam10", 10)):
+  runs = [("greedy", 1, None), ("beam10", 10, None)]
+  if shortlist_size:
+    vocab = int(bench.cfg.data.tgt_vocab_size)
+    words = np.random.default_rng(0).permutation(np.arange(4, vocab))[: shortlist_size - 4]
+    ids = jnp.asarray(np.concatenate([np.arange(4), np.sort(words)]), jnp.int32)
+    runs.append(("beam10_shortlist", 10, ids))
+    out["shortlist_size"] = int(ids.shape[0])
+  for name, beam, output_ids in runs:
 
-    def run(beam=beam):
+    def run(beam=beam, output_ids=output_ids):
       return decode.jit_decode(
-        bench.state.graphdef, bench.state.params, src, mask, beam_size=beam, max_len=max_len
+        bench.state.graphdef,
+        bench.state.params,
+        src,
+        mask,
+        beam_size=beam,
+        max_len=max_len,
+        output_ids=output_ids,
       )
 
     t0 = time.perf_counter()
@@ -422,9 +438,9 @@ def measure_decoding(bench: TrainBench, *, repeats: int) -> dict[str, Any]:
     rates = [batch_size / t for t in timed_calls(run, max(repeats, 1))]
     out[f"{name}_sentences_per_s"] = _spread(rates)
     out[f"{name}_mean_output_length"] = float(np.mean(np.asarray(result.lengths)))
-  out["beam10_cost_per_sentence_vs_greedy"] = (
-    out["greedy_sentences_per_s"]["median"] / out["beam10_sentences_per_s"]["median"]
-  )
+  greedy = out["greedy_sentences_per_s"]["median"]
+  for name in [n for n, _, _ in runs[1:]]:
+    out[f"{name}_cost_per_sentence_vs_greedy"] = greedy / out[f"{name}_sentences_per_s"]["median"]
   return out
 
 
@@ -580,7 +596,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
   training = measure_training(bench, steps=steps, repeats=repeats, warmup=warmup)
   peak_rss = _rss_mb()
   device_memory = _device_memory_stats()
-  decode = measure_decoding(bench, repeats=repeats)
+  decode = measure_decoding(bench, repeats=repeats, shortlist_size=args.shortlist_size)
   breakdown = measure_breakdown(bench, repeats=repeats) if args.breakdown else None
   matmul_after = {dt: measure_matmul(dt, matmul_n) for dt in dtypes}
   matmul = {
@@ -674,6 +690,13 @@ def summary(results: dict[str, Any]) -> str:
     f"{results['beam10_sentences_per_s']:.1f} ("
     f"{results['decode']['beam10_cost_per_sentence_vs_greedy']:.1f}x greedy's cost per sentence)",
   ]
+  if "shortlist_size" in results["decode"]:
+    d = results["decode"]
+    lines.append(
+      f"  shortlisted  beam 10 over {d['shortlist_size']} words "
+      f"{d['beam10_shortlist_sentences_per_s']['median']:.1f} sentences/s "
+      f"({d['beam10_shortlist_cost_per_sentence_vs_greedy']:.1f}x greedy's cost per sentence)"
+    )
   parts = results.get("breakdown_ms")
   if parts:
     lines.append(
@@ -735,6 +758,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     default=None,
     help="train data-parallel over N forced CPU devices (XLA's host device count)",
   )
+  p.add_argument(
+    "--shortlist-size",
+    type=int,
+    default=0,
+    help="also time beam 10 over a shortlist of this many target words (0: not)",
+  )
   p.add_argument("--peer", action="store_true", help="also run the PyTorch peer")
   p.add_argument("--peer-python", default=str(DEFAULT_PEER_PYTHON))
   p.add_argument("--peer-script", default=str(DEFAULT_PEER_SCRIPT))
@@ -762,6 +791,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     value = getattr(args, name)
     if value is not None and value < 1:
       p.error(f"--{name.replace('_', '-')} must be at least 1")
+  if args.shortlist_size and args.shortlist_size <= 4:
+    p.error("--shortlist-size must exceed the 4 special ids (or be 0)")
   if args.warmup is not None and args.warmup < 0:
     p.error("--warmup must be non-negative")
   args.sets = parse_sets(args.set)

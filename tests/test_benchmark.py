@@ -19,6 +19,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   args = ["--out", str(out), "--preset", "tiny", "--repeats", "2", "--steps", "2", "--peer"]
   args += ["--set", "model.scan_unroll=2"]
   args += ["--breakdown", "--devices", "2"]  # Data parallel over two forced CPU devices.
+  args += ["--shortlist-size", "40"]
   proc = run_module("experiments.benchmark", *args, timeout=300)
   assert "tokens/s" in proc.stdout
 
@@ -59,6 +60,9 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   ):
     assert _positive_finite(res[key]), (key, res[key])
   assert all(_positive_finite(res["matmul_gflops"][d]) for d in ("float32", "bfloat16"))
+  decode = res["decode"]
+  assert decode["shortlist_size"] == 40
+  assert _positive_finite(decode["beam10_shortlist_cost_per_sentence_vs_greedy"])
   assert math.isfinite(res["loss_last"])
 
   # The analytic FLOP count agrees with the dot_generals of the traced forward and train step.
