@@ -47,8 +47,8 @@ def run(
   problem = None
   if config is None and mode != "report":
     problem = f"--mode={mode} needs --config"
-  elif mode != "train" and not workdir.is_dir():
-    problem = f"no run in {workdir} (no such directory)"
+  elif mode != "train" and not workdir.is_dir() and not (config and config.decode.ensemble):
+    problem = f"no run in {workdir} (no such directory)"  # An ensemble's workdir is made.
   elif mode == "score" and not reference_path:
     problem = "--mode=score needs --reference=FILE, the translations to score"
   if problem:

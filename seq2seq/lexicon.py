@@ -177,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--workdir", required=True, help="a trained run (its vocab/ and corpus)")
   parser.add_argument("--top", type=int, default=100, help="translations kept per source word")
   parser.add_argument("--iterations", type=int, default=5, help="EM passes")
+  parser.add_argument("--out", default=None, help=f"the table's file (default WORKDIR/{FILE})")
   args = parser.parse_args(argv)
   # Imported here: decoding imports this module, and the run's loading sits above decoding.
   from seq2seq import checkpoints
@@ -186,8 +187,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   config = checkpoints.load_config(workdir)
   data = rt.load_data(config, workdir)
   lexicon = build(data, top=args.top, iterations=args.iterations)
-  lexicon.save(workdir / FILE)
-  print(f"{workdir / FILE}: {int((lexicon.ids >= 0).sum())} entries, top {args.top} per word")
+  out = Path(args.out) if args.out else workdir / FILE
+  lexicon.save(out)
+  print(f"{out}: {int((lexicon.ids >= 0).sum())} entries, top {args.top} per word")
 
 
 if __name__ == "__main__":

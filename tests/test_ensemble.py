@@ -123,3 +123,14 @@ def test_mean_prob_of_identical_members_is_their_distribution():
   both = ensemble.combine_log_probs([log_p, log_p], "mean_prob")
   np.testing.assert_allclose(np.asarray(both), np.asarray(log_p), atol=1e-6)
   assert math.isclose(float(jnp.sum(jnp.exp(both))), 1.0, rel_tol=1e-6)
+
+
+def test_an_ensembles_workdir_need_not_exist_before_eval(tmp_path, capsys):
+  """`--mode=eval` with `decode.ensemble` creates its workdir; the error here is about the
+  members (none was trained), not "no run in WORKDIR"."""
+  from seq2seq import cli
+
+  config = _config([tmp_path / "a", tmp_path / "b"])
+  assert cli.run("eval", config, tmp_path / "ens") == 1
+  err = capsys.readouterr().err
+  assert "is not a trained run" in err and "no such directory" not in err

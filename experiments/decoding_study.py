@@ -1,0 +1,156 @@
+"""Decoding-time toolkit measured on trained runs: an ensemble of seeds against each seed alone,
+and shortlist decoding against full decoding.
+
+    python -m experiments.decoding_study \
+        --runs experiments/results/multi30k_scores/runs/score=additive/seed_{0,1,2} \
+        --out experiments/results/multi30k_decoding
+
+Every figure comes from `main.py --mode=eval` (the runs' own decoding settings: beam size,
+length normalisation, UNK replacement), on `valid` and `test`:
+
+* each run alone: its own final evaluation (`RUN/eval/SPLIT/results.json`, written when it
+  finished training);
+* the ensemble of all runs (`decode.ensemble`, the mean of the members' probabilities), in
+  OUT/ensemble;
+* the first run decoded over lexical shortlists (`decode.shortlist`: the table learned by
+  `python -m seq2seq.lexicon` from its training split, with the default 1,000 frequent words and
+  10 translations per source word), as an ensemble of that one run (equal to the run itself,
+  `tests/test_ensemble.py`), in OUT/shortlist.
+
+Writes OUT/decoding.json (every result, command, the CPU and load) and OUT/decoding.md. Nothing is
+tuned here: the test rows are reported beside the validation rows they would be selected on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.lib import reports
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLITS = ("valid", "test")
+KEYS = ("bleu", "chrf", "bleu_no_unk")
+
+
+def run(command: list[str]) -> str:
+  """Runs `command` (its first word `python`: this interpreter); the command as text."""
+  print("$", " ".join(command), flush=True)
+  subprocess.run([sys.executable, *command[1:]], cwd=ROOT, check=True)
+  return " ".join(command)
+
+
+def results(workdir: Path, references: dict[str, list[str]], tgt_tok) -> dict[str, dict]:
+  """{split: the figures of KEYS} from WORKDIR/eval/SPLIT/results.json, and the share of the
+  references' out-of-vocabulary words the hypotheses produce (`evaluate.oov_recall`, computed
+  here from hypotheses.txt so runs evaluated before it existed get it too)."""
+  from seq2seq import evaluate
+
+  out = {}
+  for split in SPLITS:
+    r = json.loads((workdir / "eval" / split / "results.json").read_text())
+    hyps = (workdir / "eval" / split / "hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    recall, _ = evaluate.oov_recall(hyps, references[split], tgt_tok)
+    out[split] = {**{k: r.get(k) for k in KEYS}, "oov_recall": recall}
+  return out
+
+
+def references(run: Path) -> dict[str, list[str]]:
+  """The reference lines of every split of `run`'s corpus, in order."""
+  from seq2seq import checkpoints, input_pipeline
+  from seq2seq.data import builders
+
+  config = checkpoints.load_config(run)
+  corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run))
+  return {split: [ex.tgt for ex in corpus.read(split)] for split in SPLITS}
+
+
+def evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -> str:
+  """main.py --mode=eval of `workdir` with `overrides`; the command."""
+  command = ["python", "main.py", f"--config={config_file}", f"--workdir={workdir}"]
+  command += ["--mode=eval", *(f"--config.{k}={v}" for k, v in overrides.items())]
+  return run(command)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--runs", nargs="+", required=True, help="finished runs of one configuration")
+  p.add_argument("--config", default="configs/multi30k.py", help="the runs' config file")
+  p.add_argument("--out", required=True)
+  args = p.parse_args(argv)
+  out = Path(args.out).resolve()
+  out.mkdir(parents=True, exist_ok=True)
+  runs = [Path(r).resolve() for r in args.runs]
+  saved = json.loads((runs[0] / "config.json").read_text())
+  shared = {"data.cache_dir": saved["data"]["cache_dir"]}
+  load_start = reports.load_average()
+  started = time.perf_counter()
+
+  from seq2seq import tokenizer
+
+  refs, tgt_tok = references(runs[0]), tokenizer.load(runs[0] / "vocab" / "tgt")
+  rows: dict[str, Any] = {
+    f"seed {i}": {"workdir": str(r), **results(r, refs, tgt_tok)} for i, r in enumerate(runs)
+  }
+  members = ",".join(str(r) for r in runs)
+  command = evaluate(args.config, out / "ensemble", {**shared, "decode.ensemble": members})
+  rows["ensemble"] = {"command": command, **results(out / "ensemble", refs, tgt_tok)}
+
+  table = out / "lexicon.npz"
+  lexicon = run(["python", "-m", "seq2seq.lexicon", f"--workdir={runs[0]}", f"--out={table}"])
+  overrides = {**shared, "decode.ensemble": str(runs[0]), "decode.shortlist": str(table)}
+  command = evaluate(args.config, out / "shortlist", overrides)
+  rows["seed 0, shortlist"] = {
+    "command": f"{lexicon} && {command}",
+    **results(out / "shortlist", refs, tgt_tok),
+  }
+
+  record = {
+    "runs": [str(r) for r in runs],
+    "rows": rows,
+    "cpu": reports.cpu_info(),
+    "load_average": {"start": load_start, "end": reports.load_average()},
+    "minutes": (time.perf_counter() - started) / 60,
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+  }
+  (out / "decoding.json").write_text(json.dumps(record, indent=2) + "\n")
+  (out / "decoding.md").write_text(markdown(record))
+  print(markdown(record))
+  return record
+
+
+def markdown(record: dict[str, Any]) -> str:
+  fmt = reports.fmt
+  lines = [
+    "# Ensembles and shortlists on trained runs",
+    "",
+    "Made by `python -m experiments.decoding_study` (see its docstring) on "
+    f"{record['date']}, {record['cpu'].get('cpu_model', '?')}, load average "
+    f"{record['load_average']['start']} at the start and {record['load_average']['end']} at "
+    "the end. BLEU and chrF: sacrebleu 13a on detokenised output; No-UNK: the paper's subset "
+    "decoded with <unk> forbidden; OOV produced: the share of the test references' words "
+    "outside the target vocabulary that the output holds.",
+    "",
+    "| system | valid BLEU | valid chrF | test BLEU | test chrF | test BLEU No-UNK | "
+    "test OOV produced |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+  ]
+  for name, row in record["rows"].items():
+    v, t = row["valid"], row["test"]
+    lines.append(
+      f"| {name} | {fmt(v['bleu'])} | {fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
+      f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} |"
+    )
+  lines += ["", "Commands:", ""]
+  lines += [f"    {row['command']}" for row in record["rows"].values() if "command" in row]
+  return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+  main()
