@@ -291,7 +291,7 @@ def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
     run.workdir.mkdir(parents=True)
     steps = [5, 10, 15][-len(bleus) :]
     lines = [
-      {"step": s, "split": "valid", "loss": 1.0, "bleu": b}
+      {"step": s, "split": "valid", "loss": b / 10, "bleu": b, "elapsed_s": 6.0 * s}
       for s, b in zip(steps, bleus, strict=True)
     ]
     lines.append({"step": 10, "split": "train", "loss": 2.0})
@@ -300,6 +300,7 @@ def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
   assert curve["metric"] == "bleu" and curve["step"] == [10, 15]
   assert curve["mean"] == [4.0, 6.0] and curve["std"] == pytest.approx([math.sqrt(2.0)] * 2)
   assert curve["final"] == 6.0 and curve["gain_last_quarter"] == 2.0  # 6 at 15, 4 at 10 <= 11.25
+  assert curve["loss_mean"] == pytest.approx([0.4, 0.6]) and curve["minutes"] == [1.0, 1.5]
   plots.learning_curves({"a": curve}, tmp_path / "curves.png", "test")
   assert (tmp_path / "curves.png").stat().st_size > 0
 

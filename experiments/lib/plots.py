@@ -41,22 +41,35 @@ def bar_plot(
 
 
 def learning_curves(curves: Mapping[str, Mapping[str, Any]], path: Path, title: str) -> None:
-  """One line per point, its mean over seeds with a band of one standard deviation.
+  """One line per point, its mean over seeds with a band of one standard deviation, against
+  training steps and (where the curves hold "minutes") against wall minutes; a second row for
+  the validation loss where the curves hold it beside BLEU.
 
-  `curves`: {point: {"metric": "bleu" | "loss", "step": [...], "mean": [...], "std": [...]}}, as
-  a sweep's JSON holds them (every point's curve has the same metric).
+  `curves`: {point: {"metric": "bleu" | "loss", "step": [...], "mean": [...], "std": [...],
+  optionally "minutes", "loss_mean", "loss_std"}}, as a sweep's JSON holds them (every point's
+  curve has the same metric).
   """
-  fig, ax = plt.subplots(figsize=(6.5, 4))
-  metric = "bleu"
-  for name, curve in curves.items():
-    metric = curve["metric"]
-    steps, mean, std = (np.asarray(curve[k], float) for k in ("step", "mean", "std"))
-    (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=name)
-    ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-  ax.set_xlabel("training step")
-  ax.set_ylabel("validation BLEU (greedy)" if metric == "bleu" else "validation loss")
-  ax.grid(alpha=0.3)
+  items = list(curves.values())
+  metric = items[0]["metric"] if items else "bleu"
+  columns = ["step"] + (["minutes"] if items and all("minutes" in c for c in items) else [])
+  rows = [("mean", "std", metric)]
+  if items and all("loss_mean" in c for c in items):
+    rows.append(("loss_mean", "loss_std", "loss"))
+  fig, axes = plt.subplots(
+    len(rows), len(columns), figsize=(5.5 * len(columns), 3.6 * len(rows)), squeeze=False
+  )
+  for r, (mean_key, std_key, what) in enumerate(rows):
+    for c, x_key in enumerate(columns):
+      ax = axes[r][c]
+      for name, curve in curves.items():
+        x = np.asarray(curve[x_key], float)
+        mean, std = np.asarray(curve[mean_key], float), np.asarray(curve[std_key], float)
+        (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+      ax.set_xlabel("training step" if x_key == "step" else "training wall minutes")
+      ax.set_ylabel("validation BLEU (greedy)" if what == "bleu" else "validation loss")
+      ax.grid(alpha=0.3)
   if curves:
-    ax.legend(fontsize=8)
-  ax.set_title(title)
+    axes[0][0].legend(fontsize=8)
+  fig.suptitle(title)
   _save(fig, path)
