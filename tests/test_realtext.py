@@ -107,3 +107,22 @@ def test_multi30k_config_builds_and_trains_one_step(tmp_path):
   assert all(math.isfinite(r["loss"]) for r in rows)
   vocab = json.loads((tmp_path / "vocab" / "tgt" / "tokenizer.json").read_text())
   assert (vocab["pretokenizer"], vocab["lang"]) == ("moses", "fr")
+
+
+def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
+  from experiments import best30
+
+  rows = [
+    {"step": 300, "split": "train", "tokens_per_s": 900.0, "elapsed_s": 100.0, "loss": 3.0},
+    {"step": 300, "split": "valid", "bleu": 30.0, "loss": 2.0, "elapsed_s": 110.0},
+    {"step": 600, "split": "train", "tokens_per_s": 2000.0, "elapsed_s": 200.0, "loss": 2.0},
+    {"step": 600, "split": "valid", "bleu": 40.0, "loss": 1.5, "elapsed_s": 210.0},
+    {"step": 700, "split": "train", "tokens_per_s": 1800.0, "elapsed_s": 240.0, "loss": 1.9},
+  ]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  row = best30.record_try("cgru", tmp_path, {"command": "python main.py ..."}, [1.0, 1.0, 1.0])
+  assert (row["best_valid_bleu"], row["best_at_update"], row["updates"]) == (40.0, 600, 700)
+  assert row["best_at_minute"] == 3.5 and row["median_tokens_per_s"] == 1900.0  # First window out.
+  assert "| cgru | `model.decoder=cgru` | 40.00 | 3.5 | 600 | 700 | 1900 |" in best30.markdown(
+    {"cgru": row}
+  )
