@@ -36,7 +36,7 @@ from experiments.lib import reports
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("valid", "test")
-KEYS = ("bleu", "chrf", "bleu_no_unk")
+KEYS = ("bleu", "chrf", "bleu_no_unk", "step")  # "step": the checkpoint decoded.
 
 
 def run(command: list[str]) -> str:
@@ -111,6 +111,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     **results(out / "shortlist", refs, tgt_tok),
   }
 
+  # The ensemble's own state has no step: its rows name the members' checkpoints.
+  steps = [rows[f"seed {i}"]["test"]["step"] for i in range(len(runs))]
+  for split in SPLITS:
+    rows["ensemble"][split]["step"] = "/".join(map(str, steps))
+    rows["seed 0, shortlist"][split]["step"] = steps[0]
   record = {
     "runs": [str(r) for r in runs],
     "rows": rows,
@@ -137,14 +142,15 @@ def markdown(record: dict[str, Any]) -> str:
     "decoded with <unk> forbidden; OOV produced: the share of the test references' words "
     "outside the target vocabulary that the output holds.",
     "",
-    "| system | valid BLEU | valid chrF | test BLEU | test chrF | test BLEU No-UNK | "
-    "test OOV produced |",
-    "|---|---:|---:|---:|---:|---:|---:|",
+    "| system | checkpoint step | valid BLEU | valid chrF | test BLEU | test chrF | "
+    "test BLEU No-UNK | test OOV produced |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
   ]
   for name, row in record["rows"].items():
     v, t = row["valid"], row["test"]
     lines.append(
-      f"| {name} | {fmt(v['bleu'])} | {fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
+      f"| {name} | {t['step'] if t['step'] is not None else '-'} | {fmt(v['bleu'])} | "
+      f"{fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
       f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} |"
     )
   lines += ["", "Commands:", ""]
