@@ -270,9 +270,15 @@ def test_a_run_kept_without_checkpoints_is_finished_at_its_last_step(tmp_path):
   results = run.workdir / "eval" / "test" / "results.json"
   assert not runs_lib.is_finished(run)
   results.parent.mkdir(parents=True)
-  results.write_text(json.dumps({"step": 20}))
-  assert not runs_lib.is_finished(run)  # Evaluated early (a wall budget), not at num_steps.
-  results.write_text(json.dumps({"step": 40}))
+  results.write_text(json.dumps({"step": 20}))  # The best checkpoint's step, evaluated.
+
+  def trained_to(step):
+    rows = [{"step": s, "split": "train", "loss": 1.0} for s in range(10, step + 1, 10)]
+    (run.workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+  trained_to(30)
+  assert not runs_lib.is_finished(run)  # Stopped early (a wall budget), not at num_steps.
+  trained_to(40)
   assert runs_lib.is_finished(run)  # A committed study's run: results, no weights.
   (run.workdir / "checkpoints" / "20").mkdir(parents=True)
   assert not runs_lib.is_finished(run)  # Weights present: they decide.

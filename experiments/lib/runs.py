@@ -70,8 +70,9 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
   """Trained to `train.num_steps` and evaluated (test results newer than the last checkpoint).
 
   A workdir kept without its checkpoints (a study's results committed to the repository, the
-  weights left out) is finished when its test results are of step `train.num_steps`, so a study
-  resumes from what is committed.
+  weights left out) is finished when it has test results and its metrics reach step
+  `train.num_steps` (the results themselves are of the best checkpoint, often an earlier step),
+  so a study resumes from what is committed.
   """
   config = config or run.config()
   steps = checkpoint_steps(run.workdir)
@@ -79,7 +80,8 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
   if not results.exists():
     return False
   if not steps:
-    return json.loads(results.read_text()).get("step") == config.train.num_steps
+    trained = max((r["step"] for r in summary.read_metrics(run.workdir)), default=0)
+    return trained >= config.train.num_steps
   if steps[-1] != config.train.num_steps:
     return False
   last = run.workdir / "checkpoints" / str(steps[-1])
