@@ -370,12 +370,13 @@ class Seq2Seq(nnx.Module):
     alpha = jnp.concatenate([att[0].alpha, att[1].alpha], axis=-1)
     return structures.Attended(context, alpha, att[0].state, {})
 
-  def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx) -> jax.Array:
-    """The step's scores from the deep output's logits: plus the lexicon bias, and with copying
-    the log-probabilities over the extended vocabulary [..., V + S]."""
+  def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx, output_ids=None):
+    """The step's scores from the deep output's logits (over `output_ids` when given): plus the
+    lexicon bias, and with copying the log-probabilities over the extended vocabulary
+    [..., V + S] (never over a candidate list: `settings.validate` refuses that pairing)."""
     if self.lexicon_bias:
-      logits = logits + self._lexicon_log_bias(enc.lexicon, alpha)
-    if self.copy:
+      logits = logits + self._lexicon_log_bias(enc.lexicon, alpha, output_ids)
+    if self.copy and output_ids is None:
       parts = [ctx.astype(jnp.float32), readout_s.astype(jnp.float32), emb.astype(jnp.float32)]
       gate = self.copy_gate(jnp.concatenate(parts, axis=-1))[..., 0]
       logits = copying.mix(logits, alpha, gate, enc.copy_ids)
@@ -500,11 +501,8 @@ class Seq2Seq(nnx.Module):
       enc, state, self.cell.project(emb), decoding=True
     )
     logits = self._readout(readout_s, emb, att.context, output_ids=output_ids, intra=intra)
-    if output_ids is not None:
-      if self.lexicon_bias:
-        logits = logits + self._lexicon_log_bias(enc.lexicon, att.alpha, output_ids)
-      return new_state, logits, att.alpha
-    return new_state, self._output(enc, logits, att.alpha, readout_s, emb, att.context), att.alpha
+    logits = self._output(enc, logits, att.alpha, readout_s, emb, att.context, output_ids)
+    return new_state, logits, att.alpha
 
   # ------------------------------------------------------------------ training API
   def __call__(
@@ -552,12 +550,9 @@ class Seq2Seq(nnx.Module):
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
     intra_BTD = None if intra_TBD is None else jnp.swapaxes(intra_TBD, 0, 1)
     logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, intra_BTD)
-    if output_ids is not None and self.lexicon_bias:
+    if self.lexicon_bias or self.copy:
       alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
-      logits = logits + self._lexicon_log_bias(enc.lexicon, alpha_BTS, output_ids)
-    elif output_ids is None and (self.lexicon_bias or self.copy):
-      alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
-      logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH)
+      logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH, output_ids)
     if not (return_alpha or return_aux):
       return logits
     if alpha_TBS is None:
