@@ -276,7 +276,7 @@ def _tokenize(
   tgt_tok: tokenizer_lib.Tokenizer,
   sources: int = 1,
 ) -> Split:
-  texts = [builders.split_sources(ex.src) if sources > 1 else [ex.src] for ex in examples]
+  texts = [builders.split_sources(ex.src, sources) for ex in examples]
   src = Ragged.from_lists(src_tok.encode_batch([t[0] for t in texts]))
   src2 = None
   if sources > 1:
@@ -338,9 +338,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   def texts(side: str):
     if side == "tgt":
       return (ex.tgt for ex in train)
-    if num_sources(d) == 1:
-      return (ex.src for ex in train)
-    return (text for ex in train for text in builders.split_sources(ex.src))  # Every source.
+    return (text for ex in train for text in builders.split_sources(ex.src, num_sources(d)))
 
   def vocabulary(side: str, size: int, name: str, lang: str) -> tokenizer_lib.Tokenizer:
     return tokenizer_lib.load_or_build(

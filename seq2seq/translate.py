@@ -116,9 +116,8 @@ def _split(src: list[list[list[int]]], tgt: list[list[int]]) -> input_pipeline.S
 def _encode_sources(t: Translator, line: str) -> list[list[int]]:
   """The ids of each source of `line` (a multi-source line holds them joined by
   `builders.SOURCE_SEPARATOR`)."""
-  if input_pipeline.num_sources(t.config.data) == 1:
-    return [t.src_tok.encode(line)]
-  return [t.src_tok.encode(text) for text in builders.split_sources(line)]
+  count = input_pipeline.num_sources(t.config.data)
+  return [t.src_tok.encode(text) for text in builders.split_sources(line, count)]
 
 
 def translate_lines(

@@ -236,9 +236,10 @@ def source_languages(src_lang: str) -> tuple[str, ...]:
   return tuple(lang.strip() for lang in src_lang.split("+"))
 
 
-def split_sources(src: str) -> list[str]:
-  """A (multi-source) example's `src` text as its sources' texts."""
-  return src.split(SOURCE_SEPARATOR)
+def split_sources(src: str, count: int = 2) -> list[str]:
+  """A (multi-source) example's `src` text as its sources' texts; for a corpus of one source
+  (`count` 1) the text as it is, whatever it holds."""
+  return [src] if count == 1 else src.split(SOURCE_SEPARATOR)
 
 
 def count_lines(path: str | os.PathLike[str]) -> int:
