@@ -33,6 +33,9 @@ CONFIG = "configs/multi30k.py"
 # that reached 56.2 test BLEU, experiments/results/multi30k.md).
 TRIES: dict[str, dict[str, Any]] = {
   "base": {},
+  # Mixed precision: bfloat16 matmuls accumulated in float32 (`seq2seq.layers.matmul`), about
+  # 1.5x the updates per minute on a CPU with AVX512-BF16 (experiments/results/benchmark.md).
+  "bfloat16": {"model.dtype": "bfloat16"},
   "cgru": {"model.decoder": "cgru"},
   "layer-norm": {"model.layer_norm": True},
   "cgru+layer-norm": {"model.decoder": "cgru", "model.layer_norm": True},

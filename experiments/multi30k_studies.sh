@@ -19,7 +19,7 @@ PY=${PY:-.venv/bin/python}
 RESULTS=experiments/results
 COMMON=(--seeds 0,1,2 --training sequential
   --set train.max_minutes=0 --set train.num_steps=3000
-  --set train.eval_every=500 --set train.checkpoint_every=500)
+  --set train.eval_every=500 --set train.checkpoint_every=100 --set train.keep_checkpoints=5)
 EN_FR=(--config=configs/multi30k.py --set "data.cache_dir=$PWD/$RESULTS/multi30k_scores/data")
 
 sweep() { nice -n 10 "$PY" -m experiments.sweep "$@"; }
@@ -64,7 +64,8 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon_5k \
 baseline $RESULTS/multi30k_lexicon "lexicon_bias=none"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon --grid model.lexicon_bias=none,train
 
-# 8. Parameter averaging (issue: decoding-time toolkit): EMA of the parameters during training
-#    against none, every checkpoint kept for `python -m seq2seq.average --last K` afterwards.
-sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_averaging \
-  --set train.keep_checkpoints=5 --grid train.ema_decay=0,0.999
+# 8. Parameter averaging (issue: decoding-time toolkit): an EMA of the parameters during training
+#    against none (the score study's additive runs). Every study keeps its last five checkpoints,
+#    100 updates apart, for `python -m seq2seq.average --last K` afterwards.
+baseline $RESULTS/multi30k_averaging "ema_decay=0"
+sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_averaging --grid train.ema_decay=0,0.999

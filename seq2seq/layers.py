@@ -4,6 +4,8 @@
 * `GRUCell`: one step of the paper's gated recurrent unit (reset gate applied *before* the
   recurrent matmul, eq. (A.1)-(A.4) of Bahdanau et al.), with the input projection hoisted out so
   callers can apply it to all time steps at once.
+* `matmul`: x @ W in the compute dtype. Under bfloat16 it multiplies bfloat16 inputs and
+  accumulates and returns float32 (mixed precision), forward and backward.
 * `compute_dtype`, `dropout`, `maxout`.
 """
 
@@ -70,21 +72,21 @@ def dense(
   role: str = "other",
   use_bias: bool = False,
   num_blocks: int = 1,
-  float32_output: bool = False,
 ) -> nnx.Linear:
   """A linear layer [..., in] -> [..., out] computing in the configured dtype.
 
-  `float32_output`: the matmul still multiplies inputs of the compute dtype but accumulates and
-  returns float32, and the bias is added in float32 (the output layer: bfloat16 logits would
-  round away differences the log-softmax needs)."""
+  Under bfloat16 the matmul multiplies bfloat16 roundings of the inputs and kernel and returns
+  float32 (`matmul`), and the float32 bias is added to that: the output layer's logits keep the
+  differences the log-softmax needs, and every other layer's output is float32 too."""
+  dtype = compute_dtype(cfg)
   extra = {}
-  if float32_output:
-    extra = {"preferred_element_type": jnp.float32, "promote_dtype": _promote_all_but_bias}
+  if dtype == jnp.bfloat16:
+    extra = {"dot_general": _mixed_dot_general, "promote_dtype": _as_they_are}
   return nnx.Linear(
     in_features,
     out_features,
     use_bias=use_bias,
-    dtype=compute_dtype(cfg),
+    dtype=dtype,
     param_dtype=jnp.float32,
     kernel_init=kernel_init(cfg.init, role, num_blocks),
     bias_init=nnx.initializers.zeros_init(),
@@ -93,11 +95,61 @@ def dense(
   )
 
 
-def _promote_all_but_bias(args, dtype=None, **_):
-  """`nnx.Linear`'s dtype promotion for a float32 output: inputs and kernel to `dtype`, the bias
-  (float32 parameter) unchanged."""
-  inputs, kernel, bias = args
-  return inputs.astype(dtype), kernel.astype(dtype), bias
+def _as_they_are(args, **_):
+  """`nnx.Linear`'s dtype promotion under bfloat16: none (`_bf16_matmul` rounds the factors)."""
+  return args
+
+
+# ---------------------------------------------------------------------- mixed precision
+# XLA's CPU backend multiplies bfloat16 matrices with float32 accumulation at about twice its
+# float32 rate on CPUs with AVX512-BF16 (experiments/results/benchmark.md), but only for a
+# matmul whose output is float32 and whose operands it sees in the plain [M, K] x [K, N] or
+# [M, N] x [K, N]^T form. Plain autodiff of such a matmul upcasts the backward pass to
+# float32, and the weight gradient x^T g, a contraction over the rows, is upcast even in
+# bfloat16. `_bf16_matmul` spells all three products so that they stay on the fast path, and
+# returns each factor's gradient in that factor's own dtype (float32 parameters get float32
+# gradients of the bfloat16 products, never rounded to bfloat16).
+@jax.custom_vjp
+def _bf16_matmul(x_MK: jax.Array, w_KN: jax.Array) -> jax.Array:
+  """[M, K] @ [K, N] of the factors rounded to bfloat16, accumulated and returned in float32."""
+  bf16 = jnp.bfloat16
+  return jnp.dot(x_MK.astype(bf16), w_KN.astype(bf16), preferred_element_type=jnp.float32)
+
+
+def _bf16_matmul_fwd(x_MK, w_KN):
+  return _bf16_matmul(x_MK, w_KN), (x_MK, w_KN)
+
+
+def _bf16_matmul_bwd(residuals, g_MN):
+  x_MK, w_KN = residuals
+  x16, w16, g16 = (a.astype(jnp.bfloat16) for a in (x_MK, w_KN, g_MN))
+  contract_n = (((1,), (1,)), ((), ()))
+  dx_MK = jax.lax.dot_general(g16, w16, contract_n, preferred_element_type=jnp.float32)
+  # x^T g written as a batch of one: XLA then lays x^T out in memory and keeps bfloat16, where
+  # "mk,mn->kn" would run as a float32 matmul.
+  dw_KN = jnp.einsum("bmk,bmn->kn", x16[None], g16[None], preferred_element_type=jnp.float32)
+  return dx_MK.astype(x_MK.dtype), dw_KN.astype(w_KN.dtype)
+
+
+_bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
+
+
+def _mixed_dot_general(lhs, rhs, dimension_numbers, precision=None, **_):
+  """`nnx.Linear`'s dot_general under bfloat16: [..., K] x [K, N] through `_bf16_matmul`."""
+  (lhs_contract, rhs_contract), batch = dimension_numbers
+  if tuple(lhs_contract) != (lhs.ndim - 1,) or tuple(rhs_contract) != (0,) or batch != ((), ()):
+    raise ValueError(f"mixed-precision matmul expects [..., K] x [K, N], got {dimension_numbers}")
+  return matmul(lhs, rhs, jnp.bfloat16)
+
+
+def matmul(x: jax.Array, w_KN: jax.Array, dtype: jnp.dtype) -> jax.Array:
+  """x [..., K] @ w [K, N] -> [..., N] in float32 with both factors in the compute `dtype`:
+  bfloat16 factors are multiplied with float32 accumulation (`_bf16_matmul`)."""
+  if dtype != jnp.bfloat16:
+    x, w_KN = x.astype(dtype), w_KN.astype(dtype)
+    return jnp.einsum("...k,kn->...n", x, w_KN, preferred_element_type=jnp.float32)
+  out = _bf16_matmul(x.reshape(-1, x.shape[-1]), w_KN)
+  return out.reshape(*x.shape[:-1], w_KN.shape[1])
 
 
 def embed(vocab_size: int, features: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):

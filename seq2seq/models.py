@@ -242,10 +242,9 @@ class Seq2Seq(nnx.Module):
     if self.tied:
       self.out_bias = nnx.Param(jnp.zeros((tgt_vocab,), jnp.float32))
     else:
-      self.w_o = layers.dense(
-        cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True, float32_output=True
-      )
+      self.w_o = layers.dense(cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True)
     self.tgt_vocab = tgt_vocab
+    self.dtype = layers.compute_dtype(cfg)
     self.lexicon_bias = bool(cfg.lexicon_bias) and self.uses_attention
     if self.lexicon_bias:  # The table travels with the parameters, never trained.
       if lexicon is not None:
@@ -485,10 +484,7 @@ class Seq2Seq(nnx.Module):
       kernel_MV, bias_V = self.w_o.kernel[...], self.w_o.bias[...]
     if output_ids is not None:
       kernel_MV, bias_V = kernel_MV[:, output_ids], bias_V[output_ids]
-    logits = jnp.einsum(
-      "...m,mv->...v", t, kernel_MV.astype(t.dtype), preferred_element_type=jnp.float32
-    )
-    return logits + bias_V
+    return layers.matmul(t, kernel_MV, self.dtype) + bias_V
 
   # ------------------------------------------------------------------ decoding API
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, output_ids=None):

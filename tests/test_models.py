@@ -269,3 +269,31 @@ def test_bfloat16_logits_are_float32_and_the_loss_matches_float32(tiny_config):
   assert np.mean(np.asarray(logits) != rounded) > 0.9, "bf16 logits: rounded before the softmax"
   assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=1e-2)
   print(f"loss float32 {losses['float32']:.6f} bfloat16 {losses['bfloat16']:.6f}")
+
+
+def test_bfloat16_matmul_is_the_float32_product_of_the_rounded_factors():
+  """`layers.matmul` under bfloat16, forward and backward: each product is that of the factors
+  rounded to bfloat16, accumulated in float32, and each gradient comes back in its factor's
+  dtype without rounding."""
+  from seq2seq import layers
+
+  rng = np.random.default_rng(0)
+  x, w, c = (
+    jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 6, 40), (40, 24), (2, 6, 24))
+  )
+
+  def loss(x, w):
+    return jnp.sum(layers.matmul(x, w, jnp.bfloat16) * c)
+
+  def bf(a):
+    return np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+
+  out = layers.matmul(x, w, jnp.bfloat16)
+  dx, dw = jax.grad(loss, argnums=(0, 1))(x, w)
+  assert out.dtype == dx.dtype == dw.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(out), bf(x) @ bf(w), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(dx), bf(c) @ bf(w).T, rtol=1e-5, atol=1e-5)
+  flat_x, flat_c = bf(x).reshape(-1, 40), bf(c).reshape(-1, 24)
+  np.testing.assert_allclose(np.asarray(dw), flat_x.T @ flat_c, rtol=1e-5, atol=1e-5)
+  # Not rounded to bfloat16 afterwards: most entries need more than its 8 bits.
+  assert np.mean(np.asarray(dw) != bf(dw)) > 0.9
