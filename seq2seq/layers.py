@@ -128,6 +128,10 @@ def _bf16_matmul_bwd(residuals, g_MN):
   # x^T g written as a batch of one: XLA then lays x^T out in memory and keeps bfloat16, where
   # "mk,mn->kn" would run as a float32 matmul.
   dw_KN = jnp.einsum("bmk,bmn->kn", x16[None], g16[None], preferred_element_type=jnp.float32)
+  # The barrier keeps XLA from folding a transpose of the gradient that follows (a gathered or
+  # transposed kernel's) into the product, which would leave a bfloat16 product in a form its
+  # CPU runtime cannot execute ("Unsupported element type for DotThunk: BF16 x BF16 = F32").
+  dx_MK, dw_KN = jax.lax.optimization_barrier((dx_MK, dw_KN))
   return dx_MK.astype(x_MK.dtype), dw_KN.astype(w_KN.dtype)
 
 

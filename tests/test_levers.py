@@ -83,3 +83,38 @@ def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
   cfg.model.decoder = "lstm"
   with pytest.raises(ValueError, match="model.decoder='lstm' is not one of"):
     settings.validate(cfg)
+
+
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    {},
+    {"train.softmax": "sampled(size=12)"},
+    {"model.tie_embeddings": True},
+    {"model.decoder": "cgru", "model.layer_norm": True},
+    {"model.features": "coverage+prev_attention"},
+    {"model.attention": "multihead"},
+  ],
+  ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain",
+)
+def test_a_bfloat16_train_step_compiles_runs_and_learns(overrides):
+  """bfloat16 products accumulated in float32 (`layers.matmul`) through a whole train step of
+  each output layer and decoder: XLA's CPU runtime has no bfloat16 x bfloat16 = float32 product
+  outside its fast path, so a form it cannot execute fails here (the sampled softmax's gathered
+  kernel did, before the gradients were kept apart by a barrier)."""
+  cfg = tiny.get_config()
+  cfg.model.dtype = "bfloat16"
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  for key, value in overrides.items():
+    section, field = key.split(".")
+    cfg[section][field] = value
+  settings.validate(cfg)
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB).items()}
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  losses = []
+  for i in range(8):
+    state, metrics = step(state, b, jax.random.key(i))
+    losses.append(float(metrics["loss"]))
+  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
