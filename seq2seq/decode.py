@@ -67,9 +67,24 @@ def _step_log_probs(logits_NV: jax.Array, ban_unk: bool = False) -> jax.Array:
   --ignore-unk) made impossible afterwards: [N, V] float32. The other words keep their
   probabilities under the full softmax."""
   logp = jax.nn.log_softmax(logits_NV.astype(jnp.float32), axis=-1)
+  return jnp.where(_banned(logp.shape[-1], ban_unk), -jnp.inf, logp)
+
+
+def _banned(vocab: int, ban_unk: bool) -> jax.Array:
+  """[V] bool: the ids no output may hold (PAD, BOS, and UNK with `ban_unk`)."""
   banned_ids = [PAD_ID, BOS_ID, UNK_ID] if ban_unk else [PAD_ID, BOS_ID]
-  banned = jnp.zeros(logp.shape[-1], bool).at[jnp.array(banned_ids)].set(True)
-  return jnp.where(banned, -jnp.inf, logp)
+  return jnp.zeros(vocab, bool).at[jnp.array(banned_ids)].set(True)
+
+
+def _best_words(logits_NV: jax.Array, ban_unk: bool = False) -> tuple[jax.Array, jax.Array]:
+  """Greedy's pick: each row's most probable allowed word [N] and its log-probability [N] under
+  the full softmax (the argmax and entry of `_step_log_probs`), without writing the [N, V]
+  log-probabilities."""
+  logits = logits_NV.astype(jnp.float32)
+  allowed = jnp.where(_banned(logits.shape[-1], ban_unk), -jnp.inf, logits)
+  tok_N = jnp.argmax(allowed, axis=-1).astype(jnp.int32)
+  best_N = jnp.take_along_axis(logits, tok_N[:, None], axis=-1)[:, 0]
+  return tok_N, best_N - jax.nn.logsumexp(logits, axis=-1)
 
 
 def _candidates(logp_NV: jax.Array, scores_N: jax.Array, ended_N: jax.Array) -> jax.Array:
@@ -112,9 +127,9 @@ def greedy(
   def body(carry):
     t, tokens_BL, alpha_BLS, scores_B, ended_B, lengths_B, state_B, y_prev_B = carry
     new_state, logits, alpha_BS = model.decoder_step(enc, state_B, y_prev_B)
-    cand_BV = _candidates(_step_log_probs(logits, ban_unk), scores_B, ended_B)
-    tok_B = jnp.argmax(cand_BV, axis=-1).astype(jnp.int32)
-    scores_B = jnp.take_along_axis(cand_BV, tok_B[:, None], axis=-1)[:, 0]
+    best_B, logp_B = _best_words(logits, ban_unk)  # An ended output extends with PAD, free.
+    tok_B = jnp.where(ended_B, PAD_ID, best_B)
+    scores_B = scores_B + jnp.where(ended_B, 0.0, logp_B)
     alpha_BS = jnp.where(ended_B[:, None], 0.0, _attention(alpha_BS, enc))
     lengths_B = lengths_B + (~ended_B).astype(jnp.int32)
     tokens_BL = tokens_BL.at[:, t].set(tok_B)
