@@ -46,15 +46,20 @@ Link = tuple[int, int]
 
 
 def bleu(
-  hypotheses: Sequence[str], references: Sequence[str], *, pretokenized: bool = False
+  hypotheses: Sequence[str],
+  references: Sequence[str],
+  *,
+  pretokenized: bool = False,
+  lowercase: bool = False,
 ) -> tuple[float, str]:
-  """(corpus BLEU, sacrebleu signature) with sacrebleu's default 13a tokenisation.
+  """(corpus BLEU, sacrebleu signature) with sacrebleu's default 13a tokenisation, of the
+  lowercased texts with `lowercase` (the convention of the published Multi30k figures).
 
   `pretokenized` says the texts are written tokenised by design (`pretokenized(config)`: the
   embedded corpus), which turns off sacrebleu's warning about tokenised input; the score and
   signature are the same either way.
   """
-  metric = sacrebleu.metrics.BLEU(force=pretokenized)
+  metric = sacrebleu.metrics.BLEU(force=pretokenized, lowercase=lowercase)
   score = metric.corpus_score(list(hypotheses), [list(references)])
   return float(score.score), str(metric.get_signature())
 
@@ -130,12 +135,15 @@ def bleu_conventions(
     "bleu_by_length": f"{detok}, per source-length bin (source words split on whitespace)",
     "bleu_tokenized": f"sacrebleu tokenize=none (multi-bleu.perl) on both sides split by {words}",
     "chrf": "sacrebleu chrF defaults on detokenised text (character n-grams, spaces ignored)",
+    "bleu_lowercase": f"{detok}, both sides lowercased",
+    "chrf_lowercase": "sacrebleu chrF defaults on detokenised text, both sides lowercased",
   }
 
 
-def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-  """Corpus chrF (sacrebleu defaults)."""
-  return float(sacrebleu.metrics.CHRF().corpus_score(list(hypotheses), [list(references)]).score)
+def chrf(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False) -> float:
+  """Corpus chrF (sacrebleu defaults; of the lowercased texts with `lowercase`)."""
+  metric = sacrebleu.metrics.CHRF(lowercase=lowercase)
+  return float(metric.corpus_score(list(hypotheses), [list(references)]).score)
 
 
 def no_unk_subset(src_has_unk: Sequence[bool], ref_has_unk: Sequence[bool]) -> list[int]:
@@ -704,6 +712,8 @@ def evaluate_split(
       "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else 0.0,
       "num_no_unk": len(keep),
       "chrf": chrf(hyps, refs),
+      "bleu_lowercase": bleu(hyps, refs, pretokenized=plain, lowercase=True)[0],
+      "chrf_lowercase": chrf(hyps, refs, lowercase=True),
       "oov_recall": recall,
       "oov_reference_tokens": oov_refs,
       "num_sentences": len(hyps),

@@ -29,6 +29,15 @@ def test_bleu_of_reference_against_itself_is_100():
   assert evaluate.bleu(["x y z w"] * 3, REFS)[0] < 1.0
 
 
+def test_lowercased_bleu_and_chrf_ignore_case_only():
+  upper = [r.upper() for r in REFS]
+  assert evaluate.bleu(upper, REFS)[0] < 5.0
+  score, signature = evaluate.bleu(upper, REFS, lowercase=True)
+  assert score == pytest.approx(100.0, abs=1e-6) and "case:lc" in signature
+  assert evaluate.chrf(upper, REFS) < 50.0
+  assert evaluate.chrf(upper, REFS, lowercase=True) == pytest.approx(100.0, abs=1e-6)
+
+
 def test_no_unk_subset():
   assert evaluate.no_unk_subset([False, True, False, False], [False, False, True, False]) == [0, 3]
 
@@ -147,7 +156,8 @@ def test_tokenized_bleu_scores_the_target_tokenizers_words():
   sp = tk.SentencePieceTokenizer.train(refs * 20, size=60)
   assert evaluate.tokenized_bleu(hyps, refs, sp, "fr") == pytest.approx(100.0)
   conventions = evaluate.bleu_conventions(vocab, "fr")
-  assert {"bleu", "bleu_tokenized", "bleu_no_unk", "bleu_by_length", "chrf"} <= set(conventions)
+  expected = {"bleu", "bleu_tokenized", "bleu_no_unk", "bleu_by_length", "chrf", "bleu_lowercase"}
+  assert expected <= set(conventions)
   assert "moses" in conventions["bleu_tokenized"] and "13a" in conventions["bleu"]
 
 
