@@ -126,3 +126,34 @@ def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
   assert "| cgru | `model.decoder=cgru` | 40.00 | 3.5 | 600 | 700 | 1900 |" in best30.markdown(
     {"cgru": row}
   )
+
+
+def test_best30_final_records_the_one_commands_test_figures(tmp_path, monkeypatch):
+  """`best30 --final` trains the final config once (here a stand-in for main.py that writes what
+  it would) and records test BLEU and chrF, as written and lowercased, and the command's minutes."""
+  from experiments import best30
+
+  def fake_train_run(run, workdir):
+    for split, bleu in (("valid", 50.0), ("test", 58.0)):
+      (workdir / "eval" / split).mkdir(parents=True)
+      results = {"bleu": bleu, "chrf": 73.0, "bleu_lowercase": bleu + 1, "chrf_lowercase": 74.0}
+      (workdir / "eval" / split / "results.json").write_text(json.dumps(results))
+    line = {"step": 2500, "split": "train", "tokens_per_s": 1.0, "elapsed_s": 1.0, "loss": 1.0}
+    (workdir / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    return {"command": run.command(), "process_wall_s": 1740.0}
+
+  monkeypatch.setattr(best30, "train_run", fake_train_run)
+  record_path = tmp_path / "best.json"
+  argv = ["--final", "--workdir", str(tmp_path), "--record", str(record_path)]
+  record = best30.main([*argv, "--set", "data.local.dir=/nowhere"])
+  assert json.loads(record_path.read_text()) == record
+  assert (record["test_bleu"], record["test_bleu_lowercase"], record["test_chrf_lowercase"]) == (
+    58.0,
+    59.0,
+    74.0,
+  )
+  assert record["valid_bleu"] == 50.0 and record["minutes"] == 29.0 and record["updates"] == 2500
+  assert (
+    "configs/multi30k_best.py" in record["command"]
+    and "data.local.dir=/nowhere" in record["command"]
+  )
