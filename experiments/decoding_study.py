@@ -1,9 +1,9 @@
 """Decoding-time toolkit measured on trained runs: an ensemble of seeds against each seed alone,
-and shortlist decoding against full decoding.
+shortlist decoding against full decoding, and checkpoint averaging against the last checkpoint.
 
     python -m experiments.decoding_study \
         --runs experiments/results/multi30k_scores/runs/score=additive/seed_{0,1,2} \
-        --out experiments/results/multi30k_decoding
+        --out experiments/results/multi30k_decoding [--average 4]
 
 Every figure comes from `main.py --mode=eval` (the runs' own decoding settings: beam size,
 length normalisation, UNK replacement), on `valid` and `test`:
@@ -15,7 +15,11 @@ length normalisation, UNK replacement), on `valid` and `test`:
 * the first run decoded over lexical shortlists (`decode.shortlist`: the table learned by
   `python -m seq2seq.lexicon` from its training split, with the default 1,000 frequent words and
   10 translations per source word), as an ensemble of that one run (equal to the run itself,
-  `tests/test_ensemble.py`), in OUT/shortlist.
+  `tests/test_ensemble.py`), in OUT/shortlist;
+* with `--average K`, each run's last checkpoint alone (`python -m seq2seq.average --last 1`, the
+  identity) and the mean of its last K checkpoints (`--last K`), in OUT/average/last1_seed_I and
+  OUT/average/lastK_seed_I. A run's own row is its best checkpoint by validation BLEU, often an
+  earlier one, so the averages are compared with the last checkpoint they end at.
 
 Writes OUT/decoding.json (every result, command, the CPU and load) and OUT/decoding.md. Nothing is
 tuned here: the test rows are reported beside the validation rows they would be selected on.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -83,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--runs", nargs="+", required=True, help="finished runs of one configuration")
   p.add_argument("--config", default="configs/multi30k.py", help="the runs' config file")
   p.add_argument("--out", required=True)
+  p.add_argument("--average", type=int, default=0, help="also the mean of each run's last K")
   args = p.parse_args(argv)
   out = Path(args.out).resolve()
   out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +116,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "command": f"{lexicon} && {command}",
     **results(out / "shortlist", refs, tgt_tok),
   }
+
+  if args.average:
+    for k in (1, args.average):
+      for i, r in enumerate(runs):
+        workdir = out / "average" / f"last{k}_seed_{i}"
+        average = ["python", "-m", "seq2seq.average", f"--workdir={r}", f"--last={k}"]
+        average.append(f"--out={workdir}")
+        if not (workdir / "average.json").exists():
+          shutil.rmtree(workdir, ignore_errors=True)
+          run(average)
+        command = evaluate(args.config, workdir, shared)
+        averaged = json.loads((workdir / "average.json").read_text())["steps"]
+        name = f"seed {i}, last checkpoint" if k == 1 else f"seed {i}, mean of last {k}"
+        rows[name] = {"command": f"{' '.join(average)} && {command}"}
+        rows[name].update(results(workdir, refs, tgt_tok))
+        for split in SPLITS:
+          rows[name][split]["step"] = "+".join(map(str, averaged))
 
   # The ensemble's own state has no step: its rows name the members' checkpoints.
   steps = [rows[f"seed {i}"]["test"]["step"] for i in range(len(runs))]
@@ -153,9 +176,28 @@ def markdown(record: dict[str, Any]) -> str:
       f"{fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
       f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} |"
     )
+  lines += _means(record["rows"])
   lines += ["", "Commands:", ""]
   lines += [f"    {row['command']}" for row in record["rows"].values() if "command" in row]
   return "\n".join(lines) + "\n"
+
+
+def _means(rows: dict[str, Any]) -> list[str]:
+  """Lines giving the mean test BLEU over the seeds of each kind of row ("seed I" alone, "seed I,
+  last checkpoint", "seed I, mean of last K"), for kinds every seed has."""
+  kinds: dict[str, list[float]] = {}
+  for name, row in rows.items():
+    if name.startswith("seed ") and "shortlist" not in name:
+      kind = name.split(",", 1)[1].strip() if "," in name else "best checkpoint"
+      kinds.setdefault(kind, []).append(row["test"]["bleu"])
+  seeds = max((len(v) for v in kinds.values()), default=0)
+  if seeds < 2 or len(kinds) < 2:
+    return []
+  lines = ["", f"Mean test BLEU over the {seeds} seeds:", ""]
+  for kind, values in kinds.items():
+    if len(values) == seeds:
+      lines.append(f"- {kind}: {reports.fmt(sum(values) / seeds)}")
+  return lines
 
 
 if __name__ == "__main__":
