@@ -230,11 +230,14 @@ def _rss_mb() -> float:
 
 
 def measure_matmul(dtype: str, n: int, repeats: int = 5) -> dict[str, Any]:
-  """GFLOP/s of a jitted [n, n] @ [n, n] in `dtype`: median, min, max and the `repeats` samples."""
+  """GFLOP/s of a jitted [n, n] @ [n, n] of `dtype` factors accumulated and returned in float32
+  (how the model multiplies, `seq2seq.layers.matmul`): median, min, max and the `repeats`
+  samples."""
   keys = jax.random.split(jax.random.key(0))
   x = jax.random.normal(keys[0], (n, n), jnp.float32).astype(dtype)
   y = jax.random.normal(keys[1], (n, n), jnp.float32).astype(dtype)
-  matmul = jax.jit(jnp.matmul).lower(x, y).compile()
+  product = functools.partial(jnp.matmul, preferred_element_type=jnp.float32)
+  matmul = jax.jit(product).lower(x, y).compile()
   jax.block_until_ready(matmul(x, y))
   jax.block_until_ready(matmul(x, y))
   rates = [2.0 * n**3 / t / 1e9 for t in timed_calls(lambda: matmul(x, y), repeats)]
@@ -398,7 +401,7 @@ def measure_breakdown(bench: TrainBench, *, repeats: int) -> dict[str, float]:
 
 def measure_decoding(bench: TrainBench, *, repeats: int, shortlist_size: int = 0) -> dict[str, Any]:
   """Greedy and beam-10 decoding of `bench.batch["src"]` with the trained `bench.state`, and
-  with `shortlist_size` beam 10 over a shortlist of that many target words as well (the
+  with `shortlist_size` greedy and beam 10 over a shortlist of that many target words too (the
   specials, then a fixed random draw of the others: what `decode.shortlist` hands the search,
   whose cost depends on the size, not on which words).
 
@@ -417,7 +420,7 @@ def measure_decoding(bench: TrainBench, *, repeats: int, shortlist_size: int = 0
     vocab = int(bench.cfg.data.tgt_vocab_size)
     words = np.random.default_rng(0).permutation(np.arange(4, vocab))[: shortlist_size - 4]
     ids = jnp.asarray(np.concatenate([np.arange(4), np.sort(words)]), jnp.int32)
-    runs.append(("beam10_shortlist", 10, ids))
+    runs += [("greedy_shortlist", 1, ids), ("beam10_shortlist", 10, ids)]
     out["shortlist_size"] = int(ids.shape[0])
   for name, beam, output_ids in runs:
 
@@ -693,8 +696,9 @@ def summary(results: dict[str, Any]) -> str:
   if "shortlist_size" in results["decode"]:
     d = results["decode"]
     lines.append(
-      f"  shortlisted  beam 10 over {d['shortlist_size']} words "
-      f"{d['beam10_shortlist_sentences_per_s']['median']:.1f} sentences/s "
+      f"  shortlisted  over {d['shortlist_size']} words: greedy "
+      f"{d['greedy_shortlist_sentences_per_s']['median']:.1f} sentences/s, beam 10 "
+      f"{d['beam10_shortlist_sentences_per_s']['median']:.1f} "
       f"({d['beam10_shortlist_cost_per_sentence_vs_greedy']:.1f}x greedy's cost per sentence)"
     )
   parts = results.get("breakdown_ms")
@@ -762,7 +766,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     "--shortlist-size",
     type=int,
     default=0,
-    help="also time beam 10 over a shortlist of this many target words (0: not)",
+    help="also time greedy and beam 10 over a shortlist of this many target words (0: not)",
   )
   p.add_argument("--peer", action="store_true", help="also run the PyTorch peer")
   p.add_argument("--peer-python", default=str(DEFAULT_PEER_PYTHON))

@@ -63,6 +63,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   decode = res["decode"]
   assert decode["shortlist_size"] == 40
   assert _positive_finite(decode["beam10_shortlist_cost_per_sentence_vs_greedy"])
+  assert _positive_finite(decode["greedy_shortlist_sentences_per_s"]["median"])
   assert math.isfinite(res["loss_last"])
 
   # The analytic FLOP count agrees with the dot_generals of the traced forward and train step.
