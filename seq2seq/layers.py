@@ -72,8 +72,10 @@ def dense(
   role: str = "other",
   use_bias: bool = False,
   num_blocks: int = 1,
+  init: nnx.Initializer | None = None,
 ) -> nnx.Linear:
-  """A linear layer [..., in] -> [..., out] computing in the configured dtype.
+  """A linear layer [..., in] -> [..., out] computing in the configured dtype; its kernel
+  initialised by `init` when given, else by the scheme's initialiser for `role`.
 
   Under bfloat16 the matmul multiplies bfloat16 roundings of the inputs and kernel and returns
   float32 (`matmul`), and the float32 bias is added to that: the output layer's logits keep the
@@ -88,7 +90,7 @@ def dense(
     use_bias=use_bias,
     dtype=dtype,
     param_dtype=jnp.float32,
-    kernel_init=kernel_init(cfg.init, role, num_blocks),
+    kernel_init=init or kernel_init(cfg.init, role, num_blocks),
     bias_init=nnx.initializers.zeros_init(),
     rngs=rngs,
     **extra,

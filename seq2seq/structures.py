@@ -488,15 +488,8 @@ class MultiHead(Structure):
     self.u_a = layers.dense(annot_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
     head_units = cfg.attn_dim // self.num_heads
     self.v_a = nnx.Param(jnp.zeros((self.num_heads, head_units), jnp.float32))  # Like v_a: 0.
-    self.w_o = nnx.Linear(
-      self.num_heads * annot_dim,
-      annot_dim,
-      use_bias=False,
-      dtype=self.dtype,
-      param_dtype=jnp.float32,
-      kernel_init=_mean_of_heads(self.num_heads),
-      rngs=rngs,
-    )
+    heads_init = _mean_of_heads(self.num_heads)
+    self.w_o = layers.dense(self.num_heads * annot_dim, annot_dim, cfg, rngs=rngs, init=heads_init)
 
   def keys(self, score, annotations_BSH, mask_BS):
     return self.u_a(annotations_BSH)
