@@ -17,7 +17,7 @@ demo: .venv
 	$(PY) main.py --config=configs/demo.py --workdir=runs/demo
 
 test: .venv browser
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 # Headless Chromium and its driver for the explorer's browser test, from apt (as root, or with
 # sudo that needs no password) where there is apt; elsewhere that test skips and says why.

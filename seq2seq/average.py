@@ -65,7 +65,7 @@ def average_checkpoints(
   settings.validate(config)
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = rt.Runtime()
-  template = rt.initial_state(config, vocab["src"].size, vocab["tgt"].size, runtime)
+  template = rt.abstract_state(config, vocab["src"].size, vocab["tgt"].size, runtime)
   source = checkpoints.Checkpointer(workdir, config)
   chosen = choose_steps(source.manager.all_steps(), last, steps_)
   states, data_state = [], None

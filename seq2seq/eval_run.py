@@ -59,7 +59,7 @@ def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict)
 def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:
   """The run's best checkpoint by validation BLEU if one was kept, else the latest, with the
   parameters evaluation uses (`TrainState.for_eval`: the moving average when there is one)."""
-  fresh = rt.initial_state(config, src_vocab, tgt_vocab, runtime)
+  fresh = rt.abstract_state(config, src_vocab, tgt_vocab, runtime)
   for subdir in ("best", "checkpoints"):
     ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
     if ckpt.latest_step() is not None:

@@ -78,6 +78,22 @@ def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipelin
   return data or input_pipeline.load_data(config, workdir)
 
 
+def _init(config, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):
+  """`steps.create_train_state` of the config with everything but the key bound."""
+  return functools.partial(
+    steps.create_train_state,
+    config,
+    src_vocab=src_vocab,
+    tgt_vocab=tgt_vocab,
+    copy_map=copy_map,
+    lexicon=lexicon,
+  )
+
+
+def _init_key(config) -> jax.Array:
+  return jax.random.fold_in(jax.random.key(config.seed), 0)
+
+
 def initial_state(
   config,
   src_vocab: int,
@@ -88,16 +104,17 @@ def initial_state(
 ) -> steps.TrainState:
   """A fresh, replicated state from the config's seed (`copy_map`, `lexicon`: tables built from
   the data, see `steps.create_train_state`)."""
-  rng = jax.random.fold_in(jax.random.key(config.seed), 0)
-  init = functools.partial(
-    steps.create_train_state,
-    config,
-    src_vocab=src_vocab,
-    tgt_vocab=tgt_vocab,
-    copy_map=copy_map,
-    lexicon=lexicon,
+  init = _init(config, src_vocab, tgt_vocab, copy_map, lexicon)
+  return jax.jit(init, out_shardings=runtime.replicated)(_init_key(config))
+
+
+def abstract_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> steps.TrainState:
+  """The shapes, dtypes and (replicated) shardings of `initial_state`, computed without
+  compiling or running the initialisers: the template a checkpoint is restored into."""
+  shapes = jax.eval_shape(_init(config, src_vocab, tgt_vocab), _init_key(config))
+  return jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=runtime.replicated), shapes
   )
-  return jax.jit(init, out_shardings=runtime.replicated)(rng)
 
 
 def all_agree(flag: bool) -> bool:
