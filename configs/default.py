@@ -108,6 +108,12 @@ def get_config() -> ml_collections.ConfigDict:
   t.adadelta_eps = 1e-6  # Adadelta epsilon (paper: 1e-6).
   t.warmup_steps = 0  # Linear learning-rate warm-up steps.
   t.decay = "constant"  # Schedule after warm-up: "constant" or "rsqrt".
+  # Anneal the learning rate over the budget: "none", "linear" or "cosine" from 1x down to
+  # `anneal_to` x, by the share spent of num_steps or of the wall clock (max_minutes), whichever
+  # is larger, so a run its wall-clock budget stops ends annealed (it then follows the clock:
+  # not bit-reproducible).
+  t.anneal = "none"
+  t.anneal_to = 0.0
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
   # The training softmax (seq2seq/softmax.py): "full", or "sampled(size=4096)" over the batch's

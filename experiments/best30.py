@@ -64,6 +64,8 @@ TRIES: dict[str, dict[str, Any]] = {
     "train.learning_rate": 4e-3,
   },
   "batch-96": {**CHOSEN, "data.batch_size": 96},
+  # The learning rate falls linearly to 0 as the 30 minutes run out (on the clock).
+  "anneal-linear": {**CHOSEN, "train.anneal": "linear"},
   "bpe-8k": {**CHOSEN, "data.tokenizer": "sentencepiece", "data.sp_model_type": "bpe"},
   # Jean et al.: the whole target vocabulary (Multi30k's French has fewer than 30k words) with
   # the sampled softmax in training, against the same vocabulary with the full softmax and

@@ -117,11 +117,16 @@ def abstract_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> 
   )
 
 
+def from_process0(value):
+  """Process 0's `value` (a host scalar) on every process, so all of them act alike."""
+  if jax.process_count() == 1:
+    return value
+  return multihost_utils.broadcast_one_to_all(np.asarray(value)).item()
+
+
 def all_agree(flag: bool) -> bool:
   """Process 0's `flag` on every process (so all of them stop at the same step)."""
-  if jax.process_count() == 1:
-    return flag
-  return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
+  return bool(from_process0(flag))
 
 
 def host_local(state: steps.TrainState) -> steps.TrainState:

@@ -52,6 +52,10 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(config.data))
   objective.Objective.from_config(config)
   steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
+  if config.train.anneal not in steps.ANNEALS:
+    raise ValueError(f"train.anneal={config.train.anneal!r} is not one of {list(steps.ANNEALS)}")
+  if not 0.0 <= config.train.anneal_to <= 1.0:
+    raise ValueError(f"train.anneal_to must be in [0, 1], got {config.train.anneal_to}")
   if not 0.0 <= config.train.ema_decay < 1.0:
     raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
   if model.intra_attention and config.data.max_len + 1 > model.intra_attention_len:
@@ -144,6 +148,8 @@ ADDED_FIELDS = {
   "model.multi_source": "concat",
   "train.loss_normalization": "tokens",
   "train.ema_decay": 0.0,
+  "train.anneal": "none",
+  "train.anneal_to": 0.0,
   "train.softmax": "full",
   "decode.ensemble": "",
   "decode.ensemble_combination": "mean_prob",

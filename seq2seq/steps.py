@@ -34,6 +34,10 @@ class TrainState:
   # The exponential moving average of the parameters (`train.ema_decay` > 0; checkpointed with
   # the rest), which validation and evaluation use; None without one.
   ema: nnx.State | None = None
+  # float32 scalar: the share of the training budget spent before this update, which
+  # `train.anneal` turns into a learning-rate factor (`anneal_factor`). The training loop sets it
+  # before every step (it may follow the wall clock); not checkpointed; None without annealing.
+  progress: jax.Array | None = None
 
   def model(self) -> models.Seq2Seq:
     """The NNX model holding these parameters."""
@@ -69,6 +73,33 @@ def learning_rate_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
     return base * ramp * decay
 
   return schedule
+
+
+ANNEALS = ("none", "linear", "cosine")
+
+
+def anneal_factor(cfg: ml_collections.ConfigDict, progress: jax.Array) -> jax.Array:
+  """The factor `train.anneal` puts on the learning rate once `progress` (0 to 1) of the budget
+  is spent: 1 at the start, falling to `train.anneal_to` at the end, along a straight line or
+  half a cosine (warm-up and decay of `learning_rate_schedule` apply beneath it)."""
+  p = jnp.clip(jnp.asarray(progress, jnp.float32), 0.0, 1.0)
+  if cfg.anneal == "linear":
+    fall = p
+  elif cfg.anneal == "cosine":
+    fall = 0.5 * (1.0 - jnp.cos(jnp.pi * p))
+  else:
+    raise ValueError(f"train.anneal={cfg.anneal!r} is not one of {list(ANNEALS)}")
+  return 1.0 - (1.0 - cfg.anneal_to) * fall
+
+
+def budget_progress(cfg: ml_collections.ConfigDict, step: int, elapsed_s: float) -> float:
+  """The share of the budget spent after `step` updates and `elapsed_s` seconds of training:
+  the larger of step / num_steps and, with a wall-clock budget, elapsed / max_minutes, so a run
+  that its budget stops ends annealed too."""
+  spent = step / cfg.num_steps
+  if cfg.max_minutes > 0:
+    spent = max(spent, elapsed_s / (60.0 * cfg.max_minutes))
+  return min(spent, 1.0)
 
 
 _OPTIMIZERS = {
@@ -150,8 +181,15 @@ def train_step(
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
+  learning_rate = learning_rate_schedule(config.train)(state.step)
+  if state.progress is not None:
+    factor = anneal_factor(config.train, state.progress)
+    learning_rate = learning_rate * factor
+
   def update(params, opt_state, ema):
     updates, opt_state = state.tx.update(grads, opt_state, params)
+    if state.progress is not None:  # Every rule's update is proportional to its step size.
+      updates = jax.tree.map(lambda u: (factor * u).astype(u.dtype), updates)
     params = optax.apply_updates(params, updates)
     if ema is not None:
       decay = ema_decay_at(config.train.ema_decay, state.step)
@@ -169,7 +207,7 @@ def train_step(
     "loss": loss,
     "tokens": tokens,
     "grad_norm": grad_norm,
-    "learning_rate": learning_rate_schedule(config.train)(state.step),
+    "learning_rate": learning_rate,
     "finite": finite,
     **extras,
   }

@@ -140,6 +140,13 @@ class Members:
     """The loop's state from the members' own states."""
     return jax.device_put(stack(states), runtime.replicated) if self.together else states[0]
 
+  def with_progress(
+    self, state: steps.TrainState, progress: float, runtime: rt.Runtime
+  ) -> steps.TrainState:
+    """The state carrying `progress` (`TrainState.progress`), one per member."""
+    value = np.full((len(self),) if self.together else (), progress, np.float32)
+    return state.replace(progress=jax.device_put(value, runtime.replicated))
+
   def step_keys(self) -> Callable[[int], jax.Array]:
     """step -> the step's random key(s): fold_in(fold_in(key(seed), 1), step) per member."""
     bases = [jax.random.fold_in(jax.random.key(c.seed), 1) for c in self.configs]
@@ -242,6 +249,9 @@ def train_members(
   preemption = PreemptionHandler()
   for step in range(start, tcfg.num_steps):
     host_batch = next(it)
+    if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
+      progress = rt.from_process0(steps.budget_progress(tcfg, step, elapsed()))
+      state = members.with_progress(state, progress, runtime)
     state, metrics = train_fn(state, runtime.put_batch(host_batch), step_keys(step))
     window_tokens = window_tokens + members.value(metrics["tokens"], 0)  # Stays on device.
     done = step + 1

@@ -1,5 +1,6 @@
 """The training program end to end on configs/tiny.py: files, resume, errors, devices."""
 
+import itertools
 import json
 import subprocess
 
@@ -107,8 +108,9 @@ def test_changed_model_is_refused_with_the_field_names(trained, tmp_path):
 
 def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
   workdir = tmp_path / "budget"
-  args = ["--config.train.num_steps=100000", "--config.train.max_minutes=0.05"]
-  proc = run_main(workdir, *args, "--config.train.valid_bleu=false")
+  args = ["--config.train.num_steps=100000", "--config.train.valid_bleu=false"]
+  args += ["--config.train.anneal=linear"]  # Annealed along the clock (not bit-reproducible).
+  proc = run_main(workdir, *args, "--config.train.max_minutes=0.05")
   assert "max_minutes=0.05 reached" in proc.stderr
   rows = metrics(workdir)
   last = max(r["step"] for r in rows)
@@ -118,13 +120,19 @@ def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
   assert json.loads((workdir / "eval" / "test" / "results.json").read_text())["step"] == last
   # A larger budget continues the same run from there.
   proc = run_main(
-    workdir,
-    "--config.train.num_steps=100000",
-    "--config.train.max_minutes=0.08",
-    "--config.train.valid_bleu=false",
-    "--config.train.final_eval=false",
+    workdir, *args, "--config.train.max_minutes=0.08", "--config.train.final_eval=false"
   )
   assert f"resumed from step {last}" in proc.stderr
+  # Each update's learning rate is at most base * (1 - the share of the budget spent before it),
+  # and the clock goes on across the restart: the resumed steps start past 3 s of 4.8.
+  base = json.loads((workdir / "config.json").read_text())["train"]["learning_rate"]
+  train_rows = [r for r in metrics(workdir) if r["split"] == "train"]
+  for budget_s, part in ((3.0, [r for r in train_rows if r["step"] <= last]), (4.8, train_rows)):
+    for before, row in itertools.pairwise(part):
+      spent = min(before["elapsed_s"] / budget_s, 1.0)
+      assert row["learning_rate"] <= base * (1.0 - spent) + 1e-9, (row, before)
+  resumed = [r["learning_rate"] for r in train_rows if r["step"] > last]
+  assert resumed and max(resumed) <= base * (1.0 - 3.0 / 4.8) + 1e-9
 
 
 @pytest.mark.parametrize(

@@ -126,3 +126,49 @@ def test_paper_configs_use_groundhog_normalisation():
   from configs import default
 
   assert default.get_config().train.loss_normalization == "tokens"
+
+
+@pytest.mark.parametrize(
+  "anneal,at_half", [("linear", 1.0 - 0.9 * 0.5), ("cosine", 1.0 - 0.9 * 0.5)]
+)
+def test_anneal_falls_from_one_to_anneal_to_over_the_budget(tiny_config, anneal, at_half):
+  cfg = tiny_config.train
+  cfg.anneal, cfg.anneal_to = anneal, 0.1
+  factor = [float(steps.anneal_factor(cfg, p)) for p in (0.0, 0.25, 0.5, 1.0, 2.0)]
+  assert factor[0] == 1.0 and factor[2] == pytest.approx(at_half)
+  assert factor[3] == factor[4] == pytest.approx(0.1)  # Past the budget it stays at the floor.
+  linear_quarter = 1.0 - 0.9 * 0.25
+  cosine_quarter = 1.0 - 0.9 * 0.5 * (1.0 - np.cos(np.pi / 4))
+  assert factor[1] == pytest.approx(linear_quarter if anneal == "linear" else cosine_quarter)
+  cfg.anneal = "step"
+  with pytest.raises(ValueError, match="'step' is not one of"):
+    steps.anneal_factor(cfg, 0.5)
+
+
+def test_budget_progress_is_the_larger_share_of_steps_and_of_the_clock(tiny_config):
+  cfg = tiny_config.train
+  cfg.num_steps, cfg.max_minutes = 1000, 0.0
+  assert steps.budget_progress(cfg, 250, 1e6) == 0.25  # No wall-clock budget: steps alone.
+  cfg.max_minutes = 10.0
+  assert steps.budget_progress(cfg, 250, 300.0) == 0.5  # Half of the 600 s spent.
+  assert steps.budget_progress(cfg, 900, 300.0) == 0.9
+  assert steps.budget_progress(cfg, 900, 6000.0) == 1.0
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adadelta", "sgd"])
+def test_a_step_with_progress_moves_the_parameters_by_the_annealed_share(tiny_config, optimizer):
+  cfg = tiny_config
+  cfg.train.optimizer, cfg.train.anneal, cfg.train.anneal_to = optimizer, "linear", 0.0
+  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
+  batch = random_batch(seed=5, vocab=30)
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  plain, m_plain = step(state, batch, jax.random.key(1))
+  annealed, m = step(state.replace(progress=jnp.float32(0.25)), batch, jax.random.key(1))
+  assert float(m["learning_rate"]) == pytest.approx(0.75 * float(m_plain["learning_rate"]))
+  leaves = [jax.tree.leaves(s.params) for s in (state, plain, annealed)]
+  for p0, p1, p2 in zip(*leaves, strict=True):
+    np.testing.assert_allclose(p2 - p0, 0.75 * (p1 - p0), rtol=1e-4, atol=1e-7)
+  # The optimiser's state moves as without annealing (only the step taken is scaled).
+  moments = [jax.tree.leaves(s.opt_state) for s in (plain, annealed)]
+  for a, b in zip(*moments, strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
