@@ -225,7 +225,7 @@ def read_sources(paths: str, count: int) -> tuple[list[str], int]:
         "multi-source run must be aligned line by line"
       )
   columns = zip(*(lines for lines, _ in read), strict=True)
-  joined = [builders.SOURCE_SEPARATOR.join(texts) for texts in columns]
+  joined = [builders.join_sources(texts) for texts in columns]
   return joined, sum(r[1] for r in read)
 
 

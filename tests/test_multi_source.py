@@ -12,7 +12,7 @@ from conftest import randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import input_pipeline, models, settings, translate
+from seq2seq import evaluate, input_pipeline, models, settings, translate
 from seq2seq import tokenizer as tok
 
 NOUNS = [("man", "Mann", "homme"), ("dog", "Hund", "chien"), ("cat", "Katze", "chat")]
@@ -127,6 +127,23 @@ def test_translate_reads_one_file_per_source_language(tmp_path):
   (tmp_path / "a.de").write_text("der Hund\ndie Katze\n")
   lines, invalid = translate.read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
   assert lines == ["the dog\x1fder Hund", "the cat\x1fdie Katze"] and invalid == 0
+
+
+def test_a_single_source_holding_the_separator_stays_one_source(tmp_path):
+  """The separator of joined sources inside a one-source caption or input line is a space, so
+  evaluation (which splits without knowing the number of sources) sees the whole sentence."""
+  rows = write_corpus(tmp_path / "corpus")
+  train_en = tmp_path / "corpus" / "train.en"
+  train_en.write_text(train_en.read_text().replace("the man sees", "the\x1fman sees", 1))
+  cfg = config(tmp_path / "corpus")
+  cfg.data.local.src_lang = "en"
+  data = input_pipeline.load_data(cfg, tmp_path / "work")
+  src = data.raw("train")[0][0]
+  assert src == rows[0][0]
+  words = evaluate.source_tokens(src, data.src_tokenizer)
+  assert words == [*rows[0][0].split(), tok.EOS]
+  (tmp_path / "in.en").write_text("the\x1fdog\n")
+  assert translate.read_sources(str(tmp_path / "in.en"), 1) == (["the dog"], 0)
 
 
 def test_a_multi_source_run_trains_evaluates_and_translates(tmp_path):

@@ -236,9 +236,16 @@ def source_languages(src_lang: str) -> tuple[str, ...]:
   return tuple(lang.strip() for lang in src_lang.split("+"))
 
 
+def join_sources(texts: Sequence[str]) -> str:
+  """One example's `src` text from its sources' texts (one or more): each with any
+  SOURCE_SEPARATOR it holds replaced by a space, joined by SOURCE_SEPARATOR, so `split_sources`
+  gives them back whatever the number of sources."""
+  return SOURCE_SEPARATOR.join(" ".join(text.split(SOURCE_SEPARATOR)) for text in texts)
+
+
 def split_sources(src: str, count: int = 2) -> list[str]:
-  """A (multi-source) example's `src` text as its sources' texts; for a corpus of one source
-  (`count` 1) the text as it is, whatever it holds."""
+  """A (multi-source) example's `src` text as its sources' texts (`join_sources` keeps the
+  separator out of every source; `count` 1 takes a corpus built before it did as it is)."""
   return [src] if count == 1 else src.split(SOURCE_SEPARATOR)
 
 
@@ -325,10 +332,7 @@ class LocalText(_Builder):
     kept = 0
     for number, texts in read_parallel(paths, skipped):
       kept += 1
-      sources = texts[:-1]
-      if len(sources) > 1:  # Joined by SOURCE_SEPARATOR, which no source then keeps.
-        sources = [" ".join(text.split(SOURCE_SEPARATOR)) for text in sources]
-      yield number, {"src": SOURCE_SEPARATOR.join(sources), "tgt": texts[-1], "line": number}
+      yield number, {"src": join_sources(texts[:-1]), "tgt": texts[-1], "line": number}
     counts = {reason: skipped[reason] for reason in SKIP_REASONS}
     self.info.metadata["skipped"][split] = counts
     log = logging.warning if any(counts.values()) else logging.info
