@@ -77,9 +77,13 @@ def references(run: Path) -> dict[str, list[str]]:
 
 
 def evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -> str:
-  """main.py --mode=eval of `workdir` with `overrides`; the command."""
+  """main.py --mode=eval of `workdir` with `overrides`, unless a run of this study evaluated it
+  already (its results of every split exist: rerunning the study resumes); the command."""
   command = ["python", "main.py", f"--config={config_file}", f"--workdir={workdir}"]
   command += ["--mode=eval", *(f"--config.{k}={v}" for k, v in overrides.items())]
+  if all((workdir / "eval" / split / "results.json").exists() for split in SPLITS):
+    print("# evaluated already:", " ".join(command), flush=True)
+    return " ".join(command)
   return run(command)
 
 
@@ -109,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   rows["ensemble"] = {"command": command, **results(out / "ensemble", refs, tgt_tok)}
 
   table = out / "lexicon.npz"
-  lexicon = run(["python", "-m", "seq2seq.lexicon", f"--workdir={runs[0]}", f"--out={table}"])
+  lexicon = ["python", "-m", "seq2seq.lexicon", f"--workdir={runs[0]}", f"--out={table}"]
+  lexicon = " ".join(lexicon) if table.exists() else run(lexicon)
   overrides = {**shared, "decode.ensemble": str(runs[0]), "decode.shortlist": str(table)}
   command = evaluate(args.config, out / "shortlist", overrides)
   rows["seed 0, shortlist"] = {
