@@ -12,6 +12,9 @@ Levers taken so far:
   a CPU with AVX512-BF16, at the same validation BLEU per update (in 30 minutes: 2,631 updates
   and 53.26 best greedy validation BLEU, against float32's 1,808 and 51.96). On a CPU without
   AVX512-BF16 bfloat16 is slower: use configs/multi30k.py there.
+* an exponential moving average of the parameters (`train.ema_decay=0.999`), which validation
+  and evaluation use: 54.77 best greedy validation BLEU in 30 minutes (2,501 updates), +1.51
+  over bfloat16 alone.
 * training stops after 26 minutes, leaving the rest of the 30 for loading the data, compiling
   and the final evaluation (beam 5 with UNK replacement on val and test, and the No-UNK subsets).
 """
@@ -24,5 +27,6 @@ from configs import multi30k
 def get_config(arg: str = "en-fr") -> ml_collections.ConfigDict:
   c = multi30k.get_config(arg)
   c.model.dtype = "bfloat16"
+  c.train.ema_decay = 0.999
   c.train.max_minutes = 26.0
   return c
