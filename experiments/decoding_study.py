@@ -76,12 +76,16 @@ def references(run: Path) -> dict[str, list[str]]:
   return {split: [ex.tgt for ex in corpus.read(split)] for split in SPLITS}
 
 
-def evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -> str:
-  """main.py --mode=eval of `workdir` with `overrides`, unless a run of this study evaluated it
-  already (its results of every split exist: rerunning the study resumes); the command."""
+def evaluate(
+  config_file: str, workdir: Path, overrides: dict[str, str], *, reuse: bool = False
+) -> str:
+  """main.py --mode=eval of `workdir` with `overrides`; the command. With `reuse` (a workdir
+  whose parameters never change: an average written once) results of every split that exist
+  already are kept, so a rerun of the study resumes; an ensemble or shortlist over the runs is
+  always decoded again, since their best checkpoints may have moved."""
   command = ["python", "main.py", f"--config={config_file}", f"--workdir={workdir}"]
   command += ["--mode=eval", *(f"--config.{k}={v}" for k, v in overrides.items())]
-  if all((workdir / "eval" / split / "results.json").exists() for split in SPLITS):
+  if reuse and all((workdir / "eval" / split / "results.json").exists() for split in SPLITS):
     print("# evaluated already:", " ".join(command), flush=True)
     return " ".join(command)
   return run(command)
@@ -131,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if not (workdir / "average.json").exists():
           shutil.rmtree(workdir, ignore_errors=True)
           run(average)
-        command = evaluate(args.config, workdir, shared)
+        command = evaluate(args.config, workdir, shared, reuse=True)
         averaged = json.loads((workdir / "average.json").read_text())["steps"]
         name = f"seed {i}, last checkpoint" if k == 1 else f"seed {i}, mean of last {k}"
         rows[name] = {"command": f"{' '.join(average)} && {command}"}
