@@ -123,7 +123,8 @@ def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
   row = best30.record_try("cgru", tmp_path, {"command": "python main.py ..."}, [1.0, 1.0, 1.0])
   assert (row["best_valid_bleu"], row["best_at_update"], row["updates"]) == (40.0, 600, 700)
   assert row["best_at_minute"] == 3.5 and row["median_tokens_per_s"] == 1900.0  # First window out.
-  overrides = "`model.dtype=bfloat16`, `model.decoder=cgru`"  # On top of the levers chosen.
+  chosen = [f"`{k}={v}`" for k, v in best30.CHOSEN.items()]  # The levers chosen, then its own.
+  overrides = ", ".join([*chosen, "`model.decoder=cgru`"])
   assert f"| cgru | {overrides} | 40.00 | 3.5 | 600 | 700 | 1900 |" in best30.markdown(
     {"cgru": row}
   )
