@@ -81,9 +81,12 @@ ANNEALS = ("none", "linear", "cosine")
 def anneal_factor(cfg: ml_collections.ConfigDict, progress: jax.Array) -> jax.Array:
   """The factor `train.anneal` puts on the learning rate once `progress` (0 to 1) of the budget
   is spent: 1 at the start, falling to `train.anneal_to` at the end, along a straight line or
-  half a cosine (warm-up and decay of `learning_rate_schedule` apply beneath it)."""
+  half a cosine (warm-up and decay of `learning_rate_schedule` apply beneath it); 1 throughout
+  for "none"."""
   p = jnp.clip(jnp.asarray(progress, jnp.float32), 0.0, 1.0)
-  if cfg.anneal == "linear":
+  if cfg.anneal == "none":
+    fall = jnp.zeros_like(p)
+  elif cfg.anneal == "linear":
     fall = p
   elif cfg.anneal == "cosine":
     fall = 0.5 * (1.0 - jnp.cos(jnp.pi * p))
