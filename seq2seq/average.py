@@ -9,6 +9,13 @@ mean of the chosen checkpoints' (in float32; a moving average, `train.ema_decay`
 same way). Its optimiser and data-iterator state are the last checkpoint's, so `main.py` evaluates
 and translates it like any run (`--mode=eval` / `--mode=translate` with the run's config and
 `--workdir` pointing at the new folder). `average.json` records where it came from.
+
+A run with a moving average evaluates that average. `--raw` keeps the training parameters
+instead (the average dropped, `train.ema_decay=0` in the new config.json), so the same checkpoint
+can be evaluated both ways; `--best` reads the best checkpoint by validation BLEU (the one
+evaluation picks) instead of the latest ones:
+
+    python -m seq2seq.average --workdir=runs/a --best --last=1 --raw --out=runs/a-raw
 """
 
 from __future__ import annotations
@@ -55,18 +62,28 @@ def choose_steps(available: Sequence[int], last: int | None, named: Sequence[int
 
 
 def average_checkpoints(
-  workdir: str | Path, out: str | Path, *, last: int | None = None, steps_: Sequence[int] = ()
+  workdir: str | Path,
+  out: str | Path,
+  *,
+  last: int | None = None,
+  steps_: Sequence[int] = (),
+  raw: bool = False,
+  subdir: str = "checkpoints",
 ) -> dict:
-  """Writes the average of `workdir`'s chosen checkpoints as the run in `out`; its record."""
+  """Writes the average of `workdir`'s chosen checkpoints as the run in `out`; its record.
+  `raw`: the training parameters only, without the run's moving average (see the module doc);
+  `subdir`: "checkpoints" (the latest ones) or "best" (the best by validation BLEU)."""
   workdir, out = Path(workdir), Path(out)
   if out.exists() and any(out.iterdir()):
     raise FileExistsError(f"{out} exists and is not empty; give a new --out")
   config = checkpoints.load_config(workdir)
   settings.validate(config)
+  if raw and not config.train.ema_decay:
+    raise ValueError(f"--raw: {workdir} keeps no moving average (train.ema_decay=0)")
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = rt.Runtime()
   template = rt.abstract_state(config, vocab["src"].size, vocab["tgt"].size, runtime)
-  source = checkpoints.Checkpointer(workdir, config)
+  source = checkpoints.Checkpointer(workdir, config, subdir=subdir)
   chosen = choose_steps(source.manager.all_steps(), last, steps_)
   states, data_state = [], None
   for step in chosen:
@@ -76,14 +93,21 @@ def average_checkpoints(
   averaged = mean_states(states)
 
   out.mkdir(parents=True, exist_ok=True)
-  shutil.copy(workdir / "config.json", out / "config.json")
+  if raw:
+    averaged = averaged.replace(ema=None)
+    config.unlock()
+    config.train.ema_decay = 0.0
+    config.lock()
+    checkpoints.check_and_save_config(out, config)
+  else:
+    shutil.copy(workdir / "config.json", out / "config.json")
   shutil.copytree(workdir / "vocab", out / "vocab")
   if not config.data.cache_dir and (workdir / "data").is_dir():
     shutil.copytree(workdir / "data", out / "data")
   target = checkpoints.Checkpointer(out, config, max_to_keep=1)
   target.save(averaged, data_state)
   target.close()
-  record = {"source": str(workdir), "steps": chosen, "step": chosen[-1]}
+  record = {"source": str(workdir), "steps": chosen, "step": chosen[-1], "raw": raw}
   (out / "average.json").write_text(json.dumps(record, indent=2) + "\n")
   return record
 
@@ -94,10 +118,23 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--out", required=True, help="the new workdir (must not exist yet)")
   parser.add_argument("--last", type=int, default=None, help="average the last K checkpoints")
   parser.add_argument("--steps", default="", help="or these steps, comma-separated")
+  parser.add_argument(
+    "--raw", action="store_true", help="the training parameters, not their moving average"
+  )
+  parser.add_argument(
+    "--best", action="store_true", help="read the best checkpoint(s) by validation BLEU"
+  )
   args = parser.parse_args(argv)
   named = [int(s) for s in args.steps.split(",") if s.strip()]
   try:
-    record = average_checkpoints(args.workdir, args.out, last=args.last, steps_=named)
+    record = average_checkpoints(
+      args.workdir,
+      args.out,
+      last=args.last,
+      steps_=named,
+      raw=args.raw,
+      subdir="best" if args.best else "checkpoints",
+    )
   except (ValueError, OSError) as e:
     raise SystemExit(f"error: {e}") from None
   print(json.dumps(record))

@@ -11,7 +11,7 @@ import pytest
 from helpers import final_params
 
 from configs import tiny
-from seq2seq import average, eval_run, steps, train
+from seq2seq import average, checkpoints, eval_run, steps, train
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -109,3 +109,13 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   state = eval_run.restore_for_eval(config(20), tmp_path / "full", *sizes, rt.Runtime())
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
   np.testing.assert_array_equal(np.asarray(got), ema_kernel)
+
+  # --raw: the same checkpoint, evaluated with its training parameters instead of the average.
+  record = average.average_checkpoints(tmp_path / "full", tmp_path / "raw", last=1, raw=True)
+  raw_config = checkpoints.load_config(tmp_path / "raw")
+  assert record["raw"] and record["steps"] == [20] and raw_config.train.ema_decay == 0
+  state = eval_run.restore_for_eval(raw_config, tmp_path / "raw", *sizes, rt.Runtime())
+  got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
+  np.testing.assert_array_equal(np.asarray(got), params["/score/u_a/kernel/value"])
+  with pytest.raises(ValueError, match="keeps no moving average"):
+    average.average_checkpoints(tmp_path / "raw", tmp_path / "again", last=1, raw=True)
