@@ -92,6 +92,8 @@ def record_try(name: str, workdir: Path, run: dict[str, Any], load: list[float] 
     "best_valid_bleu": best["bleu"] if best else None,
     "best_at_minute": best["minutes"] if best else None,
     "best_at_update": best["step"] if best else None,
+    # The share of <unk> in the best validation's greedy output (before UNK replacement).
+    "best_unk_rate": best.get("unk_rate") if best else None,
     "updates": train[-1]["step"] if train else 0,
     "train_minutes": train[-1]["elapsed_s"] / 60 if train else 0.0,
     "median_tokens_per_s": statistics.median(speeds) if speeds else None,
@@ -109,17 +111,22 @@ def markdown(table: dict[str, dict[str, Any]]) -> str:
     "",
     "Made by `python -m experiments.best30`; greedy validation BLEU (sacrebleu 13a) every 300 "
     "updates. A try's minutes count its whole training wall clock (compiling and validation "
-    "included); the load average is the 1-minute figure at its start and end.",
+    "included); <unk> in output: the share of the best validation's greedy output words that are "
+    "<unk> (logged since 2026-11-25 17:00 UTC); the load average is the 1-minute figure at its "
+    "start and end.",
     "",
-    "| try | overrides | best valid BLEU | at minute | at update | updates | tokens/s | load |",
-    "|---|---|---:|---:|---:|---:|---:|---|",
+    "| try | overrides | best valid BLEU | at minute | at update | updates | tokens/s "
+    "| <unk> in output | load |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---|",
   ]
   for name, row in table.items():
     overrides = ", ".join(f"`{k}={v}`" for k, v in row["overrides"].items()) or "(as is)"
     load = row["load_average"]
+    unk = row.get("best_unk_rate")
     lines.append(
       f"| {name} | {overrides} | {fmt(row['best_valid_bleu'])} | {fmt(row['best_at_minute'], 1)} "
       f"| {row['best_at_update']} | {row['updates']} | {fmt(row['median_tokens_per_s'], 0)} | "
+      f"{'-' if unk is None else f'{100 * unk:.2f}%'} | "
       f"{(load['start'] or ['?'])[0]} to {(load['end'] or ['?'])[0]} |"
     )
   return "\n".join(lines) + "\n"

@@ -41,8 +41,12 @@ def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime
   return {k: float(v) for k, v in out.items()} if np.ndim(loss) == 0 else out
 
 
-def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict) -> float:
-  """Validation BLEU with greedy decoding (cheap enough to run at every evaluation)."""
+def valid_scores(
+  state: steps.TrainState, data, config: ml_collections.ConfigDict
+) -> dict[str, float]:
+  """Validation BLEU with greedy decoding (cheap enough to run at every evaluation), and
+  `unk_rate`: the share of the output's words that are <unk> (before any UNK replacement), what
+  a smaller target vocabulary costs."""
   greedy = config.copy_and_resolve_references()
   greedy.decode.beam_size = 1
   translations = evaluate.translate_split(
@@ -53,7 +57,12 @@ def valid_bleu(state: steps.TrainState, data, config: ml_collections.ConfigDict)
     evaluate.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
     for t, r in zip(translations, raw, strict=True)
   ]
-  return evaluate.bleu(hyps, [r[1] for r in raw], pretokenized=evaluate.pretokenized(config))[0]
+  words = sum(len(t.ids) for t in translations)
+  unks = sum(t.ids.count(tok.UNK_ID) for t in translations)
+  return {
+    "bleu": evaluate.bleu(hyps, [r[1] for r in raw], pretokenized=evaluate.pretokenized(config))[0],
+    "unk_rate": unks / max(words, 1),
+  }
 
 
 def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:

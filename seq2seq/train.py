@@ -305,7 +305,7 @@ def train_members(
         scalars["elapsed_s"] = elapsed()
         if tcfg.valid_bleu:
           member_state = members.state(state, k)
-          scalars["bleu"] = eval_run.valid_bleu(member_state.for_eval(), data, cfg)
+          scalars.update(eval_run.valid_scores(member_state.for_eval(), data, cfg))
           if scalars["bleu"] >= best_bleu[k]:  # Ties go to the later checkpoint.
             best_bleu[k] = scalars["bleu"]
             bests[k].save(member_state, None)

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from configs import tiny
-from seq2seq import checkpoints, evaluate, input_pipeline, plots, steps, translate
+from seq2seq import checkpoints, eval_run, evaluate, input_pipeline, plots, steps, translate
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tk
 from seq2seq.data import synthetic
@@ -384,3 +384,12 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   )
   assert results["num_no_unk"] == len(keep)
   assert "--ignore-unk" in results["bleu_conventions"]["bleu_no_unk"]
+
+
+@pytest.mark.parametrize("unk_bias,want", [(1e4, 1.0), (-1e4, 0.0)])
+def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, want):
+  config, data, state = sp_run
+  model = state.model()
+  model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].set(unk_bias)
+  scores = eval_run.valid_scores(state.replace(params=nnx.state(model, nnx.Param)), data, config)
+  assert scores["unk_rate"] == want and 0.0 <= scores["bleu"] <= 100.0

@@ -116,7 +116,14 @@ def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
     {"step": 300, "split": "train", "tokens_per_s": 900.0, "elapsed_s": 100.0, "loss": 3.0},
     {"step": 300, "split": "valid", "bleu": 30.0, "loss": 2.0, "elapsed_s": 110.0},
     {"step": 600, "split": "train", "tokens_per_s": 2000.0, "elapsed_s": 200.0, "loss": 2.0},
-    {"step": 600, "split": "valid", "bleu": 40.0, "loss": 1.5, "elapsed_s": 210.0},
+    {
+      "step": 600,
+      "split": "valid",
+      "bleu": 40.0,
+      "loss": 1.5,
+      "elapsed_s": 210.0,
+      "unk_rate": 0.02,
+    },
     {"step": 700, "split": "train", "tokens_per_s": 1800.0, "elapsed_s": 240.0, "loss": 1.9},
   ]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -125,7 +132,7 @@ def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
   assert row["best_at_minute"] == 3.5 and row["median_tokens_per_s"] == 1900.0  # First window out.
   chosen = [f"`{k}={v}`" for k, v in best30.CHOSEN.items()]  # The levers chosen, then its own.
   overrides = ", ".join([*chosen, "`model.decoder=cgru`"])
-  assert f"| cgru | {overrides} | 40.00 | 3.5 | 600 | 700 | 1900 |" in best30.markdown(
+  assert f"| cgru | {overrides} | 40.00 | 3.5 | 600 | 700 | 1900 | 2.00% |" in best30.markdown(
     {"cgru": row}
   )
 
