@@ -17,22 +17,35 @@ trains `configs/multi30k_best.py` (the levers the tries chose) with one `main.py
 trains for the config's minutes and then evaluates its best checkpoint on val and
 test_2016_flickr, and records the test figures (BLEU and chrF, sacrebleu 13a, as written and
 lowercased), the command's whole wall clock, the load average and the CPU in the record.
+
+    nice python -m experiments.best30 --without-average
+
+then evaluates the final run's best checkpoint once more with its training parameters instead of
+their moving average (`python -m seq2seq.average --best --last 1 --raw`, then `main.py
+--mode=eval`), outside the 30 minutes, and adds those figures to the record under
+"without_moving_average": what the average was worth on the same checkpoint (issue: the
+decoding-time toolkit). The average was chosen on validation before; this changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.lib import reports
+from experiments.lib.configs import REPO_ROOT
 from experiments.lib.runs import Run
 from experiments.realtext import curve, train_run
-from seq2seq import summary
+from seq2seq import average, summary
 
 CONFIG = "configs/multi30k.py"
 FINAL_CONFIG = "configs/multi30k_best.py"
@@ -161,6 +174,39 @@ def final(args) -> dict[str, Any]:
   return record
 
 
+def without_average(args) -> dict[str, Any]:
+  """Adds to the final's record its best checkpoint's figures without the moving average."""
+  workdir = (args.workdir / "final").resolve()
+  raw = workdir.with_name("final-raw")
+  if not (raw / "average.json").exists():
+    shutil.rmtree(raw, ignore_errors=True)
+    average.average_checkpoints(workdir, raw, last=1, raw=True, subdir="best")
+  overrides = {
+    "data.cache_dir": str((args.workdir / "data").resolve()),
+    **dict(args.sets),
+    "train.ema_decay": 0.0,
+  }
+  command = Run("final-raw", FINAL_CONFIG, overrides, raw).command() + " --mode=eval"
+  print(f"$ {command}", flush=True)
+  subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=REPO_ROOT, check=True)
+  results = {
+    split: json.loads((raw / "eval" / split / "results.json").read_text())
+    for split in ("valid", "test")
+  }
+  record = json.loads(args.record.read_text())
+  record["without_moving_average"] = {
+    "command": f"python -m seq2seq.average --workdir={workdir} --best --last=1 --raw "
+    f"--out={raw} && {command}",
+    **{f"test_{k}": results["test"].get(k) for k in FIGURES},
+    **{f"valid_{k}": results["valid"].get(k) for k in FIGURES},
+    "load_average": reports.load_average(),
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+  }
+  args.record.write_text(json.dumps(record, indent=2) + "\n")
+  print(json.dumps(record["without_moving_average"], indent=2))
+  return record
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--only", nargs="+", choices=list(TRIES), help="these tries (default: all)")
@@ -170,8 +216,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--set", action="append", default=[], help="KEY=VALUE for every try (tests)")
   p.add_argument("--final", action="store_true", help=f"train and test {FINAL_CONFIG} instead")
   p.add_argument("--record", type=Path, default=Path("experiments/results/multi30k_best.json"))
+  p.add_argument(
+    "--without-average",
+    action="store_true",
+    help="evaluate the final's best checkpoint without its moving average, into the record",
+  )
   args = p.parse_args(argv)
   args.sets = [s.split("=", 1) for s in args.set]
+  if args.without_average:
+    return without_average(args)
   if args.final:
     return final(args)
   args.out.mkdir(parents=True, exist_ok=True)
