@@ -15,6 +15,10 @@ Levers taken so far:
 * an exponential moving average of the parameters (`train.ema_decay=0.999`), which validation
   and evaluation use: 54.77 best greedy validation BLEU in 30 minutes (2,501 updates), +1.51
   over bfloat16 alone.
+* the conditional GRU decoder of Nematus/dl4mt (`model.decoder="cgru"`) with layer normalisation
+  in the recurrences (`model.layer_norm`), LIUM-CVC's own recipe: 57.48 best greedy validation
+  BLEU in 30 minutes (2,794 updates), +2.71 over the two levers before; 54.53 already after 900
+  updates, where the plain decoder had 49.89.
 * training stops after 26 minutes, leaving the rest of the 30 for loading the data, compiling
   and the final evaluation (beam 5 with UNK replacement on val and test, and the No-UNK subsets).
 """
@@ -28,5 +32,7 @@ def get_config(arg: str = "en-fr") -> ml_collections.ConfigDict:
   c = multi30k.get_config(arg)
   c.model.dtype = "bfloat16"
   c.train.ema_decay = 0.999
+  c.model.decoder = "cgru"
+  c.model.layer_norm = True
   c.train.max_minutes = 26.0
   return c

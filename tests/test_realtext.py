@@ -127,13 +127,13 @@ def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
     {"step": 700, "split": "train", "tokens_per_s": 1800.0, "elapsed_s": 240.0, "loss": 1.9},
   ]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-  row = best30.record_try("cgru", tmp_path, {"command": "python main.py ..."}, [1.0, 1.0, 1.0])
+  row = best30.record_try("batch-96", tmp_path, {"command": "python main.py ..."}, [1.0, 1.0, 1.0])
   assert (row["best_valid_bleu"], row["best_at_update"], row["updates"]) == (40.0, 600, 700)
   assert row["best_at_minute"] == 3.5 and row["median_tokens_per_s"] == 1900.0  # First window out.
   chosen = [f"`{k}={v}`" for k, v in best30.CHOSEN.items()]  # The levers chosen, then its own.
-  overrides = ", ".join([*chosen, "`model.decoder=cgru`"])
-  assert f"| cgru | {overrides} | 40.00 | 3.5 | 600 | 700 | 1900 | 2.00% |" in best30.markdown(
-    {"cgru": row}
+  overrides = ", ".join([*chosen, "`data.batch_size=96`"])
+  assert f"| batch-96 | {overrides} | 40.00 | 3.5 | 600 | 700 | 1900 | 2.00% |" in best30.markdown(
+    {"batch-96": row}
   )
 
 
