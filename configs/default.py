@@ -65,6 +65,7 @@ def get_config() -> ml_collections.ConfigDict:
   d.corpus = "synthetic"  # "synthetic" (embedded generator), "local" (text files) or "wmt14".
   d.src_vocab_size = 30_000  # Source ids including the 4 specials (pad, bos, eos, unk).
   d.tgt_vocab_size = 30_000  # Target ids including the 4 specials (paper: 30k shortlist).
+  # (Either size 0, word tokenizer only: every word of the training side, no UNK in training.)
   d.tokenizer = "word"  # "word" (shortlist + <unk>) or "sentencepiece".
   d.pretokenizer = "none"  # Word splitting: "none" (whitespace) or "moses" (sacremoses, per lang).
   d.sp_model_type = (

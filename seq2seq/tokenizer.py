@@ -11,6 +11,8 @@ Both kinds map text to ids in `[0, size)` where the first four ids are fixed:
 
 `size` is the id space the model's embedding and output layers use (`config.data.*_vocab_size`,
 specials included). A corpus with fewer word types than `size - 4` leaves the top ids unused.
+A word vocabulary of `size` 0 keeps every word of its training texts (its size is then their
+number of word types plus the four specials): the whole vocabulary, with no UNK in training.
 
 A vocabulary directory holds `tokenizer.json` (kind, size and details) plus `vocab.txt` (word
 level: one piece per line, id = line number, the four specials first) or `spm.model`
@@ -192,7 +194,8 @@ class WordVocab(Tokenizer):
   def build(
     cls, texts: Iterable[str], size: int, pretokenizer: Pretokenizer | None = None
   ) -> WordVocab:
-    """Counts the words of `texts` and keeps the `size - 4` most frequent.
+    """Counts the words of `texts` and keeps the `size - 4` most frequent (every word if `size`
+    is 0, the id space then fitting them exactly).
 
     Ties are broken by the word itself (Unicode code point order), so the ids are a pure
     function of the corpus. The special pieces are never counted.
@@ -204,6 +207,7 @@ class WordVocab(Tokenizer):
     for special in SPECIALS:
       counts.pop(special, None)
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    size = size or len(ranked) + NUM_SPECIALS
     return cls([w for w, _ in ranked[: size - NUM_SPECIALS]], size, pretokenizer)
 
   @property
@@ -413,6 +417,8 @@ def build(
   if kind == WordVocab.kind:
     return WordVocab.build(texts, size, pretokenizer)
   if kind == SentencePieceTokenizer.kind:
+    if not size:
+      raise ValueError("a vocabulary size of 0 (every word) needs the word tokenizer")
     return SentencePieceTokenizer.train(texts, size, model_type=sp_model_type)
   raise ValueError(f"unknown tokenizer kind {kind!r}; known kinds: {KINDS}")
 
@@ -436,7 +442,8 @@ def load_or_build(
   Args:
     vocab_dir: directory of the vocabulary (created when building).
     kind: "word" or "sentencepiece".
-    size: id space including the four specials.
+    size: id space including the four specials; 0: every word of the texts (word kind), and a
+      saved vocabulary of any size.
     texts_fn: returns the training texts; only called when building.
     sp_model_type: SentencePiece model, "unigram" or "bpe".
     pretokenizer: word splitting of the word kind (default whitespace); part of the check.
@@ -447,7 +454,7 @@ def load_or_build(
     raise ValueError(f"unknown tokenizer kind {kind!r}; known kinds: {KINDS}")
   if has_vocabulary(vocab_dir):
     meta = read_metadata(vocab_dir)
-    wanted = {"kind": kind, "size": size}
+    wanted = {"kind": kind, "size": size} if size else {"kind": kind}
     if kind == SentencePieceTokenizer.kind:
       wanted["model_type"] = sp_model_type
     else:

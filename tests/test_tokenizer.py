@@ -183,3 +183,14 @@ def test_moses_word_vocab_encodes_tokens_and_saves_its_pretokenizer(tmp_path):
 def test_unknown_pretokenizer_raises():
   with pytest.raises(ValueError, match="unknown pretokenizer 'spacy'"):
     tk.Pretokenizer("spacy", "en")
+
+
+def test_size_zero_keeps_every_word_and_loads_whatever_size_was_saved(tmp_path):
+  texts = ["a b b c", "c c d e"]
+  vocab = tk.load_or_build(tmp_path / "v", "word", 0, lambda: texts)
+  assert vocab.size == 4 + 5 and vocab.num_words == 5
+  assert tk.UNK_ID not in vocab.encode(" ".join(texts))
+  again = tk.load_or_build(tmp_path / "v", "word", 0, lambda: [])  # Loaded: no texts read.
+  assert again.size == vocab.size and again.encode("e d") == vocab.encode("e d")
+  with pytest.raises(ValueError, match="needs the word tokenizer"):
+    tk.build("sentencepiece", 0, texts)
