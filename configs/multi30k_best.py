@@ -19,6 +19,11 @@ Levers taken so far:
   in the recurrences (`model.layer_norm`), LIUM-CVC's own recipe: 57.48 best greedy validation
   BLEU in 30 minutes (2,794 updates), +2.71 over the two levers before; 54.53 already after 900
   updates, where the plain decoder had 49.89.
+* the whole French training vocabulary (`data.tgt_vocab_size=0`: 11,571 ids, no <unk> in
+  training) with Jean et al.'s sampled softmax over 4,096 candidates per batch
+  (`train.softmax="sampled(size=4096)"`): 58.77 best greedy validation BLEU in 30 minutes
+  (3,303 updates, 3,953 tokens/s against 3,413), +1.29 over the 8k shortlist with the full
+  softmax, and no <unk> in the greedy output.
 * training stops after 25.5 minutes, leaving the rest of the 30 for loading the data, compiling
   and the final evaluation (beam 5 with UNK replacement on val and test, and the No-UNK subsets).
 """
@@ -34,5 +39,7 @@ def get_config(arg: str = "en-fr") -> ml_collections.ConfigDict:
   c.train.ema_decay = 0.999
   c.model.decoder = "cgru"
   c.model.layer_norm = True
+  c.data.tgt_vocab_size = 0
+  c.train.softmax = "sampled(size=4096)"
   c.train.max_minutes = 25.5
   return c

@@ -61,6 +61,8 @@ CHOSEN: dict[str, Any] = {
   "train.ema_decay": 0.999,
   "model.decoder": "cgru",
   "model.layer_norm": True,
+  "data.tgt_vocab_size": 0,
+  "train.softmax": "sampled(size=4096)",
 }
 
 # name -> overrides of configs/multi30k.py; "base" is the config as it is (the 30-minute run
