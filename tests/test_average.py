@@ -16,9 +16,9 @@ from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
 
-def checkpoint_params(workdir, step):
+def checkpoint_params(workdir, step, subdir="checkpoints"):
   """{path: array} of the parameters saved at `step`."""
-  tree = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / str(step) / "state")
+  tree = ocp.StandardCheckpointer().restore(workdir / subdir / str(step) / "state")
   leaves = jax.tree_util.tree_flatten_with_path(tree["params"])[0]
   return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
 
@@ -38,6 +38,15 @@ def test_averaging_one_checkpoint_is_the_identity_and_two_their_mean(trained, tm
     want = (first[key].astype(np.float32) + second[key].astype(np.float32)) / 2
     np.testing.assert_allclose(two[key], want, rtol=1e-6, atol=1e-7, err_msg=key)
   assert json.loads((tmp_path / "two" / "average.json").read_text())["source"] == str(trained)
+
+
+def test_the_best_checkpoint_is_read_without_a_data_iterator_state(trained, tmp_path):
+  (best,) = [int(p.name) for p in (trained / "best").iterdir() if p.name.isdigit()]
+  record = average.average_checkpoints(trained, tmp_path / "best", last=1, subdir="best")
+  assert record["steps"] == [best]
+  got, want = checkpoint_params(tmp_path / "best", best), checkpoint_params(trained, best, "best")
+  for key, value in want.items():
+    np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
 def test_an_averaged_run_evaluates_like_any_run(trained, tmp_path):
