@@ -98,7 +98,7 @@ TRIES: dict[str, dict[str, Any]] = {
     "data.tgt_vocab_size": 0,
     "train.softmax": "sampled(size=4096)",
   },
-  "all-words-full": {**CHOSEN, "data.tgt_vocab_size": 0},
+  "all-words-full": {**CHOSEN, "data.tgt_vocab_size": 0, "train.softmax": "full"},
 }
 
 
