@@ -155,24 +155,32 @@ def markdown(table: dict[str, dict[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def eval_figures(workdir: Path) -> dict[str, Any]:
+  """The FIGURES of a run's final evaluation on val and test (WORKDIR/eval/SPLIT/results.json),
+  as test_KEY and valid_KEY, with the test BLEU's sacrebleu signature."""
+  results = {
+    split: json.loads((workdir / "eval" / split / "results.json").read_text())
+    for split in ("valid", "test")
+  }
+  return {
+    **{f"test_{k}": results["test"].get(k) for k in FIGURES},
+    **{f"valid_{k}": results["valid"].get(k) for k in FIGURES},
+    "sacrebleu_signature": results["test"].get("bleu_signature"),
+  }
+
+
 def final(args) -> dict[str, Any]:
   """Trains and evaluates `FINAL_CONFIG` with one main.py command; the record it writes."""
   workdir = (args.workdir / "final").resolve()
   overrides = {"data.cache_dir": str((args.workdir / "data").resolve()), **dict(args.sets)}
   load = reports.load_average()
   run = train_run(Run("final", FINAL_CONFIG, overrides, workdir), workdir)
-  results = {
-    split: json.loads((workdir / "eval" / split / "results.json").read_text())
-    for split in ("valid", "test")
-  }
   train = [r for r in summary.read_metrics(workdir) if r["split"] == "train"]
   record = {
     "command": run["command"],
     "minutes": run["process_wall_s"] / 60,  # Data loading, training and evaluation: all of it.
     "updates": train[-1]["step"] if train else 0,
-    **{f"test_{k}": results["test"].get(k) for k in FIGURES},
-    **{f"valid_{k}": results["valid"].get(k) for k in FIGURES},
-    "sacrebleu_signature": results["test"].get("bleu_signature"),
+    **eval_figures(workdir),
     "published": PUBLISHED,
     "load_average": {"start": load, "end": reports.load_average()},
     "cpu": reports.cpu_info(),
@@ -199,16 +207,11 @@ def without_average(args) -> dict[str, Any]:
   command = Run("final-raw", FINAL_CONFIG, overrides, raw).command() + " --mode=eval"
   print(f"$ {command}", flush=True)
   subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=REPO_ROOT, check=True)
-  results = {
-    split: json.loads((raw / "eval" / split / "results.json").read_text())
-    for split in ("valid", "test")
-  }
   record = json.loads(args.record.read_text())
   record["without_moving_average"] = {
     "command": f"python -m seq2seq.average --workdir={workdir} --best --last=1 --raw "
     f"--out={raw} && {command}",
-    **{f"test_{k}": results["test"].get(k) for k in FIGURES},
-    **{f"valid_{k}": results["valid"].get(k) for k in FIGURES},
+    **{k: v for k, v in eval_figures(raw).items() if k != "sacrebleu_signature"},
     "load_average": reports.load_average(),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
   }

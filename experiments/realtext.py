@@ -127,10 +127,9 @@ def train_run(run: Run, workdir: Path) -> dict[str, Any]:
 def curve(workdir: Path) -> list[dict[str, float]]:
   """Validation rows of a run: step, elapsed minutes, BLEU, loss, and the share of <unk> in the
   greedy output where the run logged it."""
-  keys = {"bleu": "bleu", "loss": "loss", "unk_rate": "unk_rate"}
   return [
     {"step": r["step"], "minutes": r["elapsed_s"] / 60}
-    | {out: r[key] for key, out in keys.items() if key in r}
+    | {key: r[key] for key in ("bleu", "loss", "unk_rate") if key in r}
     for r in summary.read_metrics(workdir)
     if r["split"] == "valid" and "bleu" in r
   ]
