@@ -31,18 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.lib import reports
-from experiments.lib.configs import REPO_ROOT
+from experiments.lib.configs import run_command
 from experiments.lib.runs import Run
 from experiments.realtext import curve, train_run
 from seq2seq import average, summary
@@ -204,9 +201,7 @@ def without_average(args) -> dict[str, Any]:
     **dict(args.sets),
     "train.ema_decay": 0.0,
   }
-  command = Run("final-raw", FINAL_CONFIG, overrides, raw).command() + " --mode=eval"
-  print(f"$ {command}", flush=True)
-  subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=REPO_ROOT, check=True)
+  command = run_command(Run("final-raw", FINAL_CONFIG, overrides, raw).command() + " --mode=eval")
   record = json.loads(args.record.read_text())
   record["without_moving_average"] = {
     "command": f"python -m seq2seq.average --workdir={workdir} --best --last=1 --raw "

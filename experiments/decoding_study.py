@@ -30,25 +30,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.lib import reports
+from experiments.lib.configs import run_command
 
-ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("valid", "test")
 KEYS = ("bleu", "chrf", "bleu_no_unk", "step")  # "step": the checkpoint decoded.
-
-
-def run(command: list[str]) -> str:
-  """Runs `command` (its first word `python`: this interpreter); the command as text."""
-  print("$", " ".join(command), flush=True)
-  subprocess.run([sys.executable, *command[1:]], cwd=ROOT, check=True)
-  return " ".join(command)
 
 
 def results(workdir: Path, references: dict[str, list[str]], tgt_tok) -> dict[str, dict]:
@@ -88,7 +79,7 @@ def evaluate(
   if reuse and all((workdir / "eval" / split / "results.json").exists() for split in SPLITS):
     print("# evaluated already:", " ".join(command), flush=True)
     return " ".join(command)
-  return run(command)
+  return run_command(command)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -118,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
   table = out / "lexicon.npz"
   lexicon = ["python", "-m", "seq2seq.lexicon", f"--workdir={runs[0]}", f"--out={table}"]
-  lexicon = " ".join(lexicon) if table.exists() else run(lexicon)
+  lexicon = " ".join(lexicon) if table.exists() else run_command(lexicon)
   overrides = {**shared, "decode.ensemble": str(runs[0]), "decode.shortlist": str(table)}
   command = evaluate(args.config, out / "shortlist", overrides)
   rows["seed 0, shortlist"] = {
@@ -134,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         average.append(f"--out={workdir}")
         if not (workdir / "average.json").exists():
           shutil.rmtree(workdir, ignore_errors=True)
-          run(average)
+          run_command(average)
         command = evaluate(args.config, workdir, shared, reuse=True)
         averaged = json.loads((workdir / "average.json").read_text())["steps"]
         name = f"seed {i}, last checkpoint" if k == 1 else f"seed {i}, mean of last {k}"

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from experiments.lib import reports
-from experiments.lib.configs import REPO_ROOT, load_config
+from experiments.lib.configs import load_config, run_command
 from experiments.lib.runs import Run
 from seq2seq import eval_run, evaluate, plots, summary
 from seq2seq import runtime as rt
@@ -107,14 +104,9 @@ def train_run(run: Run, workdir: Path) -> dict[str, Any]:
   if record_path.exists():
     return json.loads(record_path.read_text())
   run = Run(run.name, run.config_file, run.overrides, workdir)
-  command = run.command()
-  print(f"$ {command}", flush=True)
-  argv = [sys.executable, *shlex.split(command)[1:]]
   start = time.perf_counter()
-  proc = subprocess.run(argv, cwd=REPO_ROOT, check=False)
+  command = run_command(run.command())
   wall_s = time.perf_counter() - start
-  if proc.returncode != 0:
-    raise SystemExit(f"{command} failed with exit code {proc.returncode}")
   record = {
     "command": command,
     "process_wall_s": wall_s,

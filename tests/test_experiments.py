@@ -319,6 +319,17 @@ def test_job_flags_round_trip_through_the_parser():
   assert vars(again) == vars(args)
 
 
+def test_run_command_runs_from_the_root_and_fails_in_one_line(capfd):
+  """The experiments' one way to run a `python ...` command: from the repository root with this
+  interpreter, printed first; a failure names the command and its exit code."""
+  from experiments.lib.configs import run_command
+
+  out = run_command(["python", "-c", "import pathlib; print(pathlib.Path.cwd())"])
+  assert capfd.readouterr().out.splitlines() == [f"$ {out}", str(ROOT)]
+  with pytest.raises(SystemExit, match="failed with exit code 3"):
+    run_command("python -c 'raise SystemExit(3)'")
+
+
 def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   out = tmp_path / "structures"
   args = ["--out", str(out), "--preset", "smoke", "--variants", "soft,hard", "--seeds", "0"]

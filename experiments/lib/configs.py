@@ -13,6 +13,8 @@ import hashlib
 import importlib
 import importlib.util
 import shlex
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -134,6 +136,19 @@ def main_command(config_file: str, workdir: Path, config: ml_collections.ConfigD
     if new[key] != base.get(key):
       parts.append(f"--config.{key}={shlex.quote(_flag_value(new[key]))}")
   return " ".join(parts)
+
+
+def run_command(command: str | Sequence[str]) -> str:
+  """Runs a `python ...` command (a main.py or `-m` command, as text or words) from the
+  repository root with this interpreter, printing it first; the command as text. A failure ends
+  the caller with one line naming the command and its exit code."""
+  words = shlex.split(command) if isinstance(command, str) else list(command)
+  text = command if isinstance(command, str) else " ".join(shlex.quote(w) for w in words)
+  print(f"$ {text}", flush=True)
+  code = subprocess.run([sys.executable, *words[1:]], cwd=REPO_ROOT, check=False).returncode
+  if code:
+    raise SystemExit(f"{text} failed with exit code {code}")
+  return text
 
 
 def typed(config: ml_collections.ConfigDict, overrides: dict[str, Any]) -> dict[str, Any]:
