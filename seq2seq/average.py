@@ -86,8 +86,8 @@ def average_checkpoints(
   source = checkpoints.Checkpointer(workdir, config, subdir=subdir)
   chosen = choose_steps(source.manager.all_steps(), last, steps_)
   states, data_state = [], None
-  for step in chosen:  # The best checkpoints keep no data-iterator state.
-    state, data_state = source.restore(template, step, with_data=subdir != "best")
+  for step in chosen:
+    state, data_state = source.restore(template, step)
     states.append(state)
   source.close()
   averaged = mean_states(states)

@@ -136,17 +136,19 @@ class Checkpointer:
   def restore(
     self, state: Any, step: int | None = None, *, with_data: bool = True
   ) -> tuple[Any, dict[str, Any] | None]:
-    """State (shaped and sharded like `state`) and the data iterator state of checkpoint `step`."""
+    """State (shaped and sharded like `state`) and the data iterator state of checkpoint `step`:
+    None where the checkpoint keeps none (the best checkpoints, saved without it) or where
+    `with_data` is false."""
     step = self.latest_step() if step is None else step
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _tree(state))
     args = {"state": ocp.args.StandardRestore(abstract)}
-    if with_data:
+    if with_data and (Path(self.manager.directory) / str(step) / "data").is_dir():
       args["data"] = ocp.args.JsonRestore()
     restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     got = restored["state"]
     new_state = state.replace(step=got["step"], params=got["params"], opt_state=got["opt_state"])
     optional = {name: got[name] for name in OPTIONAL_FIELDS if name in got}
-    return new_state.replace(**optional), (restored["data"] if with_data else None)
+    return new_state.replace(**optional), (restored["data"] if "data" in args else None)
 
   def close(self) -> None:
     self.manager.close()
