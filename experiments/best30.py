@@ -40,8 +40,7 @@ from typing import Any
 
 from experiments.lib import reports
 from experiments.lib.configs import run_command
-from experiments.lib.runs import Run
-from experiments.realtext import curve, train_run
+from experiments.lib.runs import Run, train_in_process, valid_rows
 from seq2seq import average, summary
 
 CONFIG = "configs/multi30k.py"
@@ -101,7 +100,7 @@ TRIES: dict[str, dict[str, Any]] = {
 
 def record_try(name: str, workdir: Path, run: dict[str, Any], load: list[float] | None) -> dict:
   """One row of the table from a finished try's workdir."""
-  rows = curve(workdir)
+  rows = valid_rows(workdir)
   best = max(rows, key=lambda r: r["bleu"]) if rows else None
   train = [r for r in summary.read_metrics(workdir) if r["split"] == "train"]
   speeds = [r["tokens_per_s"] for r in train[1:]] or [r["tokens_per_s"] for r in train]
@@ -171,7 +170,7 @@ def final(args) -> dict[str, Any]:
   workdir = (args.workdir / "final").resolve()
   overrides = {"data.cache_dir": str((args.workdir / "data").resolve()), **dict(args.sets)}
   load = reports.load_average()
-  run = train_run(Run("final", FINAL_CONFIG, overrides, workdir), workdir)
+  run = train_in_process(Run("final", FINAL_CONFIG, overrides, workdir))
   train = [r for r in summary.read_metrics(workdir) if r["split"] == "train"]
   record = {
     "command": run["command"],
@@ -254,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       **extra,
     }
     load = reports.load_average()
-    run = train_run(Run(name, CONFIG, overrides, workdir), workdir)
+    run = train_in_process(Run(name, CONFIG, overrides, workdir))
     table[name] = record_try(name, workdir, run, load)
     path.write_text(json.dumps(table, indent=2) + "\n")  # After every try: resumable.
     (args.out / "tries.md").write_text(markdown(table))

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from experiments.lib import reports
-from experiments.lib.configs import load_config, run_command
-from experiments.lib.runs import Run
+from experiments.lib.configs import load_config
+from experiments.lib.runs import Run, train_in_process, valid_rows
 from seq2seq import eval_run, evaluate, plots, summary
 from seq2seq import runtime as rt
 
@@ -85,46 +85,14 @@ SMOKE = {  # Overrides making every run of the smoke preset a few seconds long.
 }
 
 
-def run_config(args, overrides: dict[str, Any], minutes: float) -> Run:
-  """The `main.py` run of `configs/multi30k.py:PAIR` with `overrides` and a budget."""
+def run_config(args, overrides: dict[str, Any], minutes: float, workdir: Path) -> Run:
+  """The `main.py` run of `configs/multi30k.py:PAIR` in `workdir` with `overrides` and a budget."""
   shared = {"data.cache_dir": str((args.workdir / "data").resolve()), "train.final_eval": False}
   if args.data_dir:
     shared["data.local.dir"] = str(args.data_dir)
   smoke = SMOKE if args.preset == "smoke" else {}
   overrides = {**shared, **overrides, **smoke, "train.max_minutes": minutes}
-  return Run("", f"{CONFIG}:{args.pair}", overrides, Path())
-
-
-def train_run(run: Run, workdir: Path) -> dict[str, Any]:
-  """Trains `run` in `workdir` with main.py in a fresh process, unless a record says it finished.
-
-  Returns WORKDIR/run.json: the command, its wall seconds and the resolved config.
-  """
-  record_path = workdir / "run.json"
-  if record_path.exists():
-    return json.loads(record_path.read_text())
-  run = Run(run.name, run.config_file, run.overrides, workdir)
-  start = time.perf_counter()
-  command = run_command(run.command())
-  wall_s = time.perf_counter() - start
-  record = {
-    "command": command,
-    "process_wall_s": wall_s,
-    "config": json.loads(run.config().to_json_best_effort()),
-  }
-  record_path.write_text(json.dumps(record, indent=2) + "\n")
-  return record
-
-
-def curve(workdir: Path) -> list[dict[str, float]]:
-  """Validation rows of a run: step, elapsed minutes, BLEU, loss, and the share of <unk> in the
-  greedy output where the run logged it."""
-  return [
-    {"step": r["step"], "minutes": r["elapsed_s"] / 60}
-    | {key: r[key] for key in ("bleu", "loss", "unk_rate") if key in r}
-    for r in summary.read_metrics(workdir)
-    if r["split"] == "valid" and "bleu" in r
-  ]
+  return Run(workdir.name, f"{CONFIG}:{args.pair}", overrides, workdir)
 
 
 def throughput(workdir: Path, config: dict[str, Any]) -> dict[str, float]:
@@ -164,8 +132,10 @@ def save_data_stats(data, workdir: Path) -> None:
 def explore(args) -> None:
   names = args.only or list(EXPLORE)
   for name in names:
-    run = run_config(args, {**EXPLORE_BASE, **EXPLORE[name]}, args.explore_minutes)
-    train_run(run, args.workdir / "explore" / name)
+    overrides = {**EXPLORE_BASE, **EXPLORE[name]}
+    train_in_process(
+      run_config(args, overrides, args.explore_minutes, args.workdir / "explore" / name)
+    )
 
 
 def decode_on(state, data, config, split: str, beam: int, alpha: float) -> list:
@@ -177,8 +147,8 @@ def decode_on(state, data, config, split: str, beam: int, alpha: float) -> list:
 def final(args) -> None:
   """Trains the committed config, picks the decoding on validation, decodes test once."""
   workdir = args.workdir / "final"
-  run = run_config(args, {}, args.minutes)
-  train_run(run, workdir)
+  run = run_config(args, {}, args.minutes, workdir)
+  train_in_process(run)
   if (workdir / "final.json").exists():
     return
   config = run.config()
@@ -230,7 +200,7 @@ def report(args) -> dict[str, Any]:
   for name in EXPLORE:
     workdir = args.workdir / "explore" / name
     if (workdir / "run.json").exists():
-      rows = curve(workdir)
+      rows = valid_rows(workdir)
       explored[name] = {
         "overrides": EXPLORE[name],
         "best_valid_bleu": max((r["bleu"] for r in rows), default=None),
@@ -256,7 +226,7 @@ def report(args) -> dict[str, Any]:
     "best_step": test["step"],
     "chosen_decode": fin["chosen_decode"],
     "decode_grid": fin["decode_grid"],
-    "valid_curve": curve(workdir),
+    "valid_curve": valid_rows(workdir),
     "exploration": explored,
     "explore_minutes": args.explore_minutes,
     "command": record["command"],

@@ -142,7 +142,8 @@ def test_best30_final_records_the_one_commands_test_figures(tmp_path, monkeypatc
   it would) and records test BLEU and chrF, as written and lowercased, and the command's minutes."""
   from experiments import best30
 
-  def fake_train_run(run, workdir):
+  def fake_train_run(run):
+    workdir = run.workdir
     for split, bleu in (("valid", 50.0), ("test", 58.0)):
       (workdir / "eval" / split).mkdir(parents=True)
       results = {"bleu": bleu, "chrf": 73.0, "bleu_lowercase": bleu + 1, "chrf_lowercase": 74.0}
@@ -151,7 +152,7 @@ def test_best30_final_records_the_one_commands_test_figures(tmp_path, monkeypatc
     (workdir / "metrics.jsonl").write_text(json.dumps(line) + "\n")
     return {"command": run.command(), "process_wall_s": 1740.0}
 
-  monkeypatch.setattr(best30, "train_run", fake_train_run)
+  monkeypatch.setattr(best30, "train_in_process", fake_train_run)
   record_path = tmp_path / "best.json"
   argv = ["--final", "--workdir", str(tmp_path), "--record", str(record_path)]
   record = best30.main([*argv, "--set", "data.local.dir=/nowhere"])

@@ -1,7 +1,9 @@
 """What the experiment scripts share, one job per module:
 
-* `configs`: config files (`configs/NAME.py[:ARG]`), typed dotted overrides, main.py commands;
-* `runs`: a run in its workdir: training with resume, what it has finished and produced;
+* `configs`: config files (`configs/NAME.py[:ARG]`), typed dotted overrides, main.py commands
+  and running them;
+* `runs`: a run in its workdir: training (in this process or a fresh main.py one) with resume,
+  what it has finished and produced;
 * `stats`: mean and standard deviation, sacrebleu's paired bootstrap;
 * `reports`: Markdown tables, number formatting, the environment a result was measured in;
 * `plots`: figures drawn from the JSON the scripts write;

@@ -124,6 +124,17 @@ def valid_curve(workdir: Path, key: str) -> dict[int, float]:
   return {r["step"]: r[key] for r in rows if r["split"] == "valid" and key in r}
 
 
+def valid_rows(workdir: Path) -> list[dict[str, float]]:
+  """Validation rows of a run: step, elapsed minutes, BLEU, loss, and the share of <unk> in the
+  greedy output where the run logged it."""
+  return [
+    {"step": r["step"], "minutes": r["elapsed_s"] / 60}
+    | {key: r[key] for key in ("bleu", "loss", "unk_rate") if key in r}
+    for r in summary.read_metrics(workdir)
+    if r["split"] == "valid" and "bleu" in r
+  ]
+
+
 # ---------------------------------------------------------------------- training
 def train_alone(run: Run) -> bool:
   """Trains and evaluates `run` unless it is finished; whether it trained."""
@@ -137,6 +148,27 @@ def train_alone(run: Run) -> bool:
   if "preempted_at_step" in outcome:
     raise SystemExit(f"{run.name} preempted at step {outcome['preempted_at_step']}; rerun")
   return True
+
+
+def train_in_process(run: Run) -> dict[str, Any]:
+  """Trains `run` with its main.py command in a fresh process (a cold start, data and compiling
+  included, as a user would run it), unless WORKDIR/run.json says it finished before.
+
+  Returns WORKDIR/run.json: the command, its wall seconds and the resolved config.
+  """
+  record_path = run.workdir / "run.json"
+  if record_path.exists():
+    return json.loads(record_path.read_text())
+  start = time.perf_counter()
+  command = configs.run_command(run.command())
+  wall_s = time.perf_counter() - start
+  record = {
+    "command": command,
+    "process_wall_s": wall_s,
+    "config": json.loads(run.config().to_json_best_effort()),
+  }
+  record_path.write_text(json.dumps(record, indent=2) + "\n")
+  return record
 
 
 def train_together(runs: Sequence[Run]) -> bool:
