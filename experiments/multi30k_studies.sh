@@ -2,9 +2,11 @@
 # The Multi30k studies, in the order they run, each resumable: rerun this script (in any session,
 # from the repository root) and every sweep skips the points whose results are committed or
 # finished, and resumes the unfinished run from its last checkpoint. Commit a point's folder
-# (`git add experiments/results/<study>/runs/<point>`) when its three seeds are evaluated.
-# Checkpoints are not committed, and a new session gets a fresh working tree: a run still
-# unfinished when its session ends starts again from step 0 in the next one. Each run takes about
+# (`git add experiments/results/<study>/runs/<point>`) when its three seeds are evaluated, with
+# the study's report on the points finished so far: its sweep line below with
+# `--collect --partial` (sweep.md names the points still to run). Checkpoints are not committed:
+# a run still unfinished when its session ends resumes in the next session only where that
+# session keeps this working tree, and starts again from step 0 elsewhere. Each run takes 35 to
 # 50 quiet minutes, so start the script early in a session and keep other work light.
 #
 # Every study trains for 3,000 updates, with seeds 0, 1 and 2 one after another (faster than

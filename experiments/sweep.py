@@ -124,6 +124,9 @@ def markdown(result: dict[str, Any]) -> str:
       f"How trained: {baseline}'s {what} is {fmt(curve['final'])} at step {curve['step'][-1]}, "
       f"{fmt(curve['gain_last_quarter'])} more than at three quarters of the steps.",
     ]
+  if result.get("pending_points"):
+    pending = ", ".join(f"`{name}`" for name in result["pending_points"])
+    lines += ["", f"Not finished yet, so not in this table: {pending}."]
   if result["sets"]:
     lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
   return "\n".join(lines) + "\n"

@@ -182,6 +182,19 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   table = sweep_scores.markdown(result)
   assert "| score=dot | 2 |" in table and "# Score functions (configs/tiny.py, test split)" in table
 
+  # A study spanning sessions reports on its finished points while a third is still to run.
+  grown = [a.replace("model.score=additive,dot", "model.score=additive,dot,general") for a in args]
+  with pytest.raises(SystemExit, match="2 runs unfinished"):
+    grid_sweep.main([*grown, "--collect"])
+  grid_sweep.main([*grown, "--collect", "--partial"])
+  partial = json.loads((out / "sweep.json").read_text())
+  assert [r["name"] for r in partial["configurations"]] == ["score=additive", "score=dot"]
+  assert partial["pending_points"] == ["score=general"]
+  pending = "Not finished yet, so not in this table: `score=general`."
+  assert pending in (out / "sweep.md").read_text()
+  with pytest.raises(SystemExit, match="the baseline score=general has unfinished runs"):
+    grid_sweep.main([*grown, "--collect", "--partial", "--baseline", "score=general"])
+
 
 @pytest.mark.parametrize(
   "extra,message",

@@ -4,8 +4,8 @@ A sweep script defines a `Study`: which points it sweeps, on which config (its p
 `--config=FILE[:ARG]`), against which baseline, and what it reports. `main(study, argv)` parses
 
     --out DIR [--config FILE[:ARG] | --preset NAME] [--seeds 0,1,2] [--set KEY=VALUE ...]
-    [--training together|sequential] [--launcher local|jobs] [--only POINT,...] [--collect]
-    [--bootstrap-samples N] [--compilation-cache DIR]
+    [--training together|sequential] [--launcher local|jobs] [--only POINT,...]
+    [--collect [--partial]] [--bootstrap-samples N] [--compilation-cache DIR]
 
 plus the study's own flags, checks every run's config (a bad field fails in one line before
 anything trains), and then:
@@ -14,7 +14,8 @@ anything trains), and then:
 * `--only P,Q` trains those points and stops (the jobs of a scheduler run this);
 * `--launcher=jobs` writes OUT/jobs.txt and OUT/sbatch.sh instead of training (`launch`);
 * `--collect` trains nothing and reports on the finished workdirs (an unfinished run is an
-  error naming it).
+  error naming it); `--collect --partial` reports on the points whose runs have all finished and
+  names the others in the report (a study that spans sessions, committed point by point).
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ def parser(study: Study) -> argparse.ArgumentParser:
   )
   p.add_argument("--only", default=None, help="train only these points (comma-separated)")
   p.add_argument("--collect", action="store_true", help="report on the finished runs only")
+  p.add_argument(
+    "--partial",
+    action="store_true",
+    help="with --collect: only the points whose runs have all finished; the others are named",
+  )
   p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
   p.add_argument(
     "--compilation-cache",
@@ -181,10 +187,18 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
   args = p.parse_args(argv)
   if args.collect and (args.only or args.launcher != "local"):
     p.error("--collect goes without --only and --launcher")
+  if args.partial and not args.collect:
+    p.error("--partial goes with --collect")
   try:
     _absolute(args)
     arguments = dict(vars(args))  # As parsed, for the jobs file.
     sweep = plan(study, args)
+    args.pending = []
+    if args.partial:
+      baseline = study.baseline(args, sweep.points)
+      sweep, args.pending = sweeps.finished_part(sweep)
+      if baseline in args.pending:
+        raise ValueError(f"the baseline {baseline} has unfinished runs: nothing to compare with")
     only = names_flag(args.only, sweep.names(), "point") if args.only else sweep.names()
   except (ValueError, TypeError, FileNotFoundError) as e:
     raise SystemExit(f"error: {e}") from None
@@ -230,6 +244,7 @@ def record(
     "training": sweep.training,
     "sets": args.set,
     **extra,
+    "pending_points": getattr(args, "pending", []),
     "configurations": rows,
     "significance": {"test": stats.BOOTSTRAP, "n_samples": args.bootstrap_samples, **tested},
     "runs": runs,

@@ -168,6 +168,14 @@ def train(sweep: Sweep, names: Sequence[str]) -> set[str]:
   return trained
 
 
+def finished_part(sweep: Sweep) -> tuple[Sweep, list[str]]:
+  """The sweep cut to the points whose runs have all finished, and the names of the others: what
+  a study spanning sessions can report on while it is still running."""
+  done = [p for p in sweep.points if all(runs_lib.is_finished(r) for r in sweep.runs(p))]
+  pending = [p.name for p in sweep.points if p not in done]
+  return dataclasses.replace(sweep, points=done), pending
+
+
 def unfinished(sweep: Sweep) -> list[Run]:
   """The runs without a final evaluation of their last step."""
   return [run for p in sweep.points for run in sweep.runs(p) if not runs_lib.is_finished(run)]
