@@ -74,3 +74,7 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon_5k \
   --set data.train_pairs=5000 --grid model.lexicon_bias=none,train
 baseline $RESULTS/multi30k_lexicon "lexicon_bias=none"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon --grid model.lexicon_bias=none,train
+
+# 8. Attention over the decoder's own past states (intra-attention with the dot score).
+baseline $RESULTS/multi30k_intra "intra_attention=none"
+sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_intra --grid "model.intra_attention=none,dot"

@@ -663,8 +663,9 @@ class ModelSettings:
     if isinstance(model, ModelSettings):
       return model
     given = {**dict(model.items()), "sources": sources}
-    if given.get("lexicon_bias") == "none":  # A sweep's name for "off" ("" cannot be listed).
-      given["lexicon_bias"] = ""
+    for key in ("lexicon_bias", "intra_attention"):
+      if given.get(key) == "none":  # A sweep's name for "off" ("" cannot be listed).
+        given[key] = ""
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(given) - set(fields))
     if unknown:

@@ -1,5 +1,6 @@
 """Intra-attention over the decoder's own past (Cheng et al. 2016, `model.intra_attention`)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -66,6 +67,10 @@ def test_the_intra_context_is_the_masked_softmax_over_stored_states():
 def test_off_it_adds_no_parameter_and_on_it_decodes_with_beam_search():
   plain = nnx.state(models.build_model(tiny.get_config().model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   assert not any("intra" in str(path) or "d_o" in str(path) for path, _ in nnx.to_flat_state(plain))
+  off = tiny.get_config()
+  off.model.intra_attention = "none"  # A sweep's spelling of "off": the same plain model.
+  named = nnx.state(models.build_model(off.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  assert jax.tree.structure(named) == jax.tree.structure(plain)
   model = intra_model("additive")
   src, mask, _ = batch_args(3)
   graphdef, params = nnx.split(model, nnx.Param)
