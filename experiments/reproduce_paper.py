@@ -1,7 +1,8 @@
 """Reproduces Table 1, Fig. 2 and Fig. 3 of Bahdanau et al. (2014) at a chosen scale.
 
     python -m experiments.reproduce_paper --out runs/paper [--preset smoke|cpu|paper]
-        [--corpus synthetic|local] [--with-star] [--set key=value ...] [--compilation-cache DIR]
+        [--corpus synthetic|local] [--with-star] [--seeds 0,1,2] [--set key=value ...]
+        [--compilation-cache DIR]
 
 Trains RNNencdec-30, RNNsearch-30, RNNencdec-50 and RNNsearch-50 (and, with `--with-star`,
 RNNsearch-50*: RNNsearch-50 trained twice as long) one after another, each an ordinary workdir
@@ -11,6 +12,11 @@ exact `main.py` command that trains it alone is written into OUT/summary.json. T
 train on pairs of at most 30 words (`data.max_len=30`), the *-50 ones on at most 50; the test
 split is evaluated in full, whatever its lengths. Every `--set key=value` (dotted config field,
 e.g. `--set train.valid_bleu=false`) applies to every run.
+
+With `--seeds 0,1,2` every model trains once per seed (OUT/runs/NAME/seed_S, one after another):
+Table 1 gives the mean and sample standard deviation over the seeds, and Fig. 2 the mean BLEU of
+each length bin with a band of one standard deviation. One seed (the default, 0) keeps the
+layout OUT/runs/NAME.
 
 RNNsearch-50* starts from a copy of RNNsearch-50's finished workdir and continues to twice the
 steps; resuming is bit-identical to an uninterrupted run, so this equals training it from
@@ -53,7 +59,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from experiments.lib import presets, reports
+from experiments.lib import cli, presets, reports, stats
 from experiments.lib import runs as runs_lib
 from experiments.lib.configs import apply_overrides, load_config, parse_sets
 from experiments.lib.reports import fmt
@@ -119,9 +125,19 @@ def cpu_steps(batch_size: int, tokens_per_pair: float, num_models: int) -> int:
 
 
 def build_runs(
-  preset: str, corpus: str, with_star: bool, out: Path, sets: dict[str, str]
-) -> list[Run]:
-  """The runs of a preset, in training order (RNNsearch-50 before RNNsearch-50*)."""
+  preset: str,
+  corpus: str,
+  with_star: bool,
+  out: Path,
+  sets: dict[str, str],
+  seeds: Sequence[int] = (0,),
+) -> dict[str, list[Run]]:
+  """{model name: its runs, one per seed}, in training order (RNNsearch-50 before
+  RNNsearch-50*)."""
+  if not seeds or len(set(seeds)) != len(seeds):
+    raise ValueError(f"--seeds {list(seeds)}: give distinct seeds")
+  if len(seeds) > 1 and "seed" in sets:
+    raise ValueError("--seeds and --set seed=... exclude each other")
   if preset not in PRESETS:
     raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
   if corpus not in CORPORA:
@@ -133,7 +149,7 @@ def build_runs(
     shared |= presets.SMOKE
   if preset == "cpu":
     shared["data.synthetic.max_len"] = CPU_LONG_SENTENCES
-  runs = []
+  runs = {}
   for model in models:
     if preset == "paper":
       file = f"configs/{model.family}.py:maxlen={model.max_len}"
@@ -150,33 +166,60 @@ def build_runs(
       every = max(1, steps // CPU_EVALS_PER_RUN)
       overrides |= {"train.eval_every": every, "train.checkpoint_every": every}
     overrides["train.num_steps"] = steps * model.steps_factor
-    runs.append(Run(model.name, file, overrides, out / "runs" / model.dirname))
+    workdir = out / "runs" / model.dirname
+    if len(seeds) == 1 and not seeds[0]:
+      runs[model.name] = [Run(model.name, file, overrides, workdir)]
+    else:
+      runs[model.name] = [
+        Run(f"{model.name} seed {s}", file, {**overrides, "seed": s}, workdir / f"seed_{s}")
+        for s in seeds
+      ]
   return runs
 
 
 # ---------------------------------------------------------------------- tables and figures
-def table1(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """Rows of Table 1 from the runs' test results (AER only for models that attend)."""
+# Table 1's averaged columns: {row key: key of the test split's results.json}.
+TABLE1_FIGURES = {
+  "bleu_all": "bleu",
+  "bleu_no_unk": "bleu_no_unk",
+  "bleu_no_unk_plain": "bleu_no_unk_plain",
+  "bleu_tokenized": "bleu_tokenized",
+  "aer": "aer",
+  "aer_threshold": "aer_threshold",
+  "chrf": "chrf",
+}
+
+
+def table1(records: dict[str, Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+  """Rows of Table 1 from the test results of each model's runs ({model: records, one per
+  seed}): every figure's mean over the seeds and, as KEY_std, its sample standard deviation (0
+  for one seed); AER only for models that attend."""
   rows = []
-  for rec in records:
-    test = rec["results"]["test"]
-    rows.append(
-      {
-        "model": rec["name"],
-        "bleu_all": test["bleu"],
-        "bleu_no_unk": test["bleu_no_unk"],
-        "bleu_no_unk_plain": test.get("bleu_no_unk_plain"),
-        "bleu_tokenized": test.get("bleu_tokenized"),
-        "aer": test.get("aer"),
-        "aer_threshold": test.get("aer_threshold"),
-        "chrf": test["chrf"],
-        "num_sentences": test["num_sentences"],
-        "num_no_unk": test.get("num_no_unk"),
-        "step": test.get("step"),
-        "beam_size": test["beam_size"],
-      }
-    )
+  for model, recs in records.items():
+    tests = [rec["results"]["test"] for rec in recs]
+    row: dict[str, Any] = {"model": model, "seeds": [rec["config"]["seed"] for rec in recs]}
+    for key, source in TABLE1_FIGURES.items():
+      row[key], row[f"{key}_std"] = stats.mean_std([t.get(source) for t in tests])
+    first = tests[0]
+    row |= {key: first.get(key) for key in ("num_sentences", "num_no_unk", "beam_size")}
+    row["step"] = first.get("step") if len(tests) == 1 else [t.get("step") for t in tests]
+    rows.append(row)
   return rows
+
+
+def fig2_curves(records: dict[str, Sequence[dict[str, Any]]]) -> dict[str, list[dict]]:
+  """Fig. 2's lines: per model, each source-length bin's test BLEU, the mean over the seeds with
+  its sample standard deviation as `bleu_std` (the bins are the same test sentences in every
+  seed)."""
+  curves = {}
+  for model, recs in records.items():
+    per_seed = [rec["results"]["test"]["bleu_by_length"] for rec in recs]
+    bins = []
+    for rows in zip(*per_seed, strict=True):
+      mean, std = stats.mean_std([r["bleu"] for r in rows])
+      bins.append({**rows[0], "bleu": mean, "bleu_std": std if len(recs) > 1 else None})
+    curves[model] = bins
+  return curves
 
 
 def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) -> str:
@@ -187,14 +230,25 @@ def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) ->
     "| Model | All | No UNK | No UNK (plain) | All (tokenised) | AER | sentences (No UNK) | step |",
     "|---|---:|---:|---:|---:|---:|---:|---:|",
   ]
+  several = any(len(r["seeds"]) > 1 for r in rows)
+
+  def cell(r: dict[str, Any], key: str, digits: int = 2) -> str:
+    if not several or r[key] is None:
+      return fmt(r[key], digits)
+    return f"{fmt(r[key], digits)} ± {fmt(r[key + '_std'], digits)}"
+
   for r in rows:
+    steps = r["step"] if isinstance(r["step"], list) else [r["step"]]
     lines.append(
-      f"| {r['model']} | {fmt(r['bleu_all'])} | {fmt(r['bleu_no_unk'])} | "
-      f"{fmt(r['bleu_no_unk_plain'])} | {fmt(r['bleu_tokenized'])} | {fmt(r['aer'], 3)} | "
-      f"{r['num_sentences']} ({r['num_no_unk']}) | {r['step']} |"
+      f"| {r['model']} | {cell(r, 'bleu_all')} | {cell(r, 'bleu_no_unk')} | "
+      f"{cell(r, 'bleu_no_unk_plain')} | {cell(r, 'bleu_tokenized')} | {cell(r, 'aer', 3)} | "
+      f"{r['num_sentences']} ({r['num_no_unk']}) | {', '.join(map(str, steps))} |"
     )
+  lines += [""]
+  if several:
+    seeds = ", ".join(map(str, rows[0]["seeds"]))
+    lines.append(f"Mean ± sample standard deviation over seeds {seeds}; step: each seed's.")
   lines += [
-    "",
     "All: sacrebleu 13a BLEU on the whole detokenised test split. No UNK: the sentences without",
     "unknown words in source or reference, decoded again with <unk> forbidden (the paper's",
     "protocol, GroundHog's --ignore-unk); No UNK (plain): the same sentences from the ordinary",
@@ -205,18 +259,24 @@ def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) ->
   return "\n".join(lines) + "\n"
 
 
-def write_outputs(out: Path, records: Sequence[dict[str, Any]], args, total_s: float) -> dict:
-  """table1.{md,json}, bleu_vs_length.png, alignments/ and summary.json in `out`."""
+def write_outputs(
+  out: Path, records: dict[str, Sequence[dict[str, Any]]], args, total_s: float
+) -> dict:
+  """table1.{md,json}, bleu_vs_length.png, alignments/ and summary.json in `out`, from each
+  model's run records ({model: one per seed})."""
   rows = table1(records)
   reports.write_json(
     out / "table1.json", {"preset": args.preset, "corpus": args.corpus, "rows": rows}
   )
   (out / "table1.md").write_text(table1_markdown(rows, args.preset, args.corpus))
-  curves = {rec["name"]: rec["results"]["test"]["bleu_by_length"] for rec in records}
+  seeds = rows[0]["seeds"]
   plots.bleu_vs_length(
-    curves, out / "bleu_vs_length.png", title=f"test BLEU by source length ({args.preset})"
+    fig2_curves(records),
+    out / "bleu_vs_length.png",
+    title=f"test BLEU by source length ({args.preset}"
+    + (f", mean ± sd over {len(seeds)} seeds)" if len(seeds) > 1 else ")"),
   )
-  source = Path(next(r["workdir"] for r in records if r["name"] == "RNNsearch-50"))
+  source = Path(records[MODELS[-1].name][0]["workdir"])  # RNNsearch-50 (its first seed).
   heatmaps = source / "eval" / "test" / "alignments"
   target = out / "alignments"
   if target.exists():
@@ -228,11 +288,12 @@ def write_outputs(out: Path, records: Sequence[dict[str, Any]], args, total_s: f
     "preset": args.preset,
     "corpus": args.corpus,
     "with_star": args.with_star,
+    "seeds": seeds,
     "sets": args.set,
     "table1": rows,
-    "runs": {rec["name"]: rec for rec in records},
+    "runs": {rec["name"]: rec for recs in records.values() for rec in recs},
     "total_wall_s": total_s,  # This invocation.
-    "runs_wall_s": sum(rec["wall_s"] for rec in records),  # Over every invocation.
+    "runs_wall_s": sum(rec["wall_s"] for recs in records.values() for rec in recs),
     "cpu_budget": {
       "budget_min": CPU_BUDGET_MIN,
       "demo_tokens_per_s": DEMO_TOKENS_PER_S,
@@ -254,6 +315,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p.add_argument("--preset", default="cpu", choices=PRESETS)
   p.add_argument("--corpus", default="synthetic", choices=CORPORA)
   p.add_argument("--with-star", action="store_true", help="also RNNsearch-50* (2x the steps)")
+  p.add_argument("--seeds", default="0", help="train every model once per seed (0,1,2: 3 each)")
   p.add_argument(
     "--set",
     action="append",
@@ -274,16 +336,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   try:
-    runs = build_runs(args.preset, args.corpus, args.with_star, out, parse_sets(args.set))
+    seeds = cli.seeds_flag(args.seeds)
+    sets = parse_sets(args.set)
+    runs = build_runs(args.preset, args.corpus, args.with_star, out, sets, seeds)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"error: {e}") from e
   runs_lib.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
   start = time.perf_counter()
-  records = []
-  by_name = {run.name: run for run in runs}
-  for run in runs:
-    seeded = run.name == STAR.name and runs_lib.seed_from(run, by_name[MODELS[-1].name])
-    records.append({**runs_lib.execute(run), "seeded_from": MODELS[-1].name if seeded else None})
+  records: dict[str, list[dict[str, Any]]] = {}
+  for name, model_runs in runs.items():
+    records[name] = []
+    for k, run in enumerate(model_runs):
+      source = runs[MODELS[-1].name][k]  # RNNsearch-50 of the same seed.
+      seeded = name == STAR.name and runs_lib.seed_from(run, source)
+      records[name].append(
+        {**runs_lib.execute(run), "seeded_from": source.name if seeded else None}
+      )
   summary = write_outputs(out, records, args, time.perf_counter() - start)
   print((out / "table1.md").read_text())
   print(f"wrote {out / 'summary.json'} ({summary['total_wall_s']:.0f} s)")

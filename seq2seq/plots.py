@@ -35,11 +35,16 @@ def alignment_heatmap(
 
 
 def bleu_vs_length(curves: dict[str, list[dict]], path: str | Path, title: str = "") -> np.ndarray:
-  """BLEU per source-length bin, one line per model: {name: evaluate.bleu_by_length rows}."""
+  """BLEU per source-length bin, one line per model: {name: evaluate.bleu_by_length rows}; a
+  row's `bleu_std` (a mean over seeds) draws a band of one standard deviation around the line."""
   fig, ax = plt.subplots(figsize=(6, 4))
   for name, rows in curves.items():
     mids = [(r["min_len"] + r["max_len"]) / 2 for r in rows]
-    ax.plot(mids, [r["bleu"] for r in rows], marker="o", label=name)
+    bleu = np.asarray([r["bleu"] for r in rows], float)
+    (line,) = ax.plot(mids, bleu, marker="o", label=name)
+    if rows and all(r.get("bleu_std") is not None for r in rows):
+      std = np.asarray([r["bleu_std"] for r in rows], float)
+      ax.fill_between(mids, bleu - std, bleu + std, color=line.get_color(), alpha=0.2)
   ax.set_xlabel("source sentence length (words)")
   ax.set_ylabel("BLEU")
   ax.set_ylim(bottom=0)

@@ -93,6 +93,60 @@ def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert again["table1"] == summary["table1"]
 
 
+def test_reproduce_paper_seeds_average_table1_and_fig2(tmp_path: Path) -> None:
+  """--seeds: one workdir per model and seed; Table 1 and Fig. 2 are means over the seeds with
+  sample standard deviations (checked on hand-made results, nothing trained)."""
+  from experiments import reproduce_paper as rp
+
+  runs = rp.build_runs("smoke", "synthetic", True, tmp_path, {}, [0, 1])
+  assert list(runs) == [m.name for m in rp.MODELS] + ["RNNsearch-50*"]
+  star = runs["RNNsearch-50*"][1]
+  assert star.workdir == tmp_path / "runs" / "RNNsearch-50star" / "seed_1"
+  assert star.config().seed == 1 and star.name == "RNNsearch-50* seed 1"
+  assert [
+    r.workdir.name for r in rp.build_runs("smoke", "synthetic", False, tmp_path, {})["RNNsearch-30"]
+  ] == ["RNNsearch-30"]  # One seed, 0: the layout of before.
+  with pytest.raises(ValueError, match="exclude each other"):
+    rp.build_runs("smoke", "synthetic", False, tmp_path, {"seed": "3"}, [0, 1])
+
+  def record(seed: int, bleu: float, short: float, aer: float | None) -> dict:
+    bins = [
+      {"min_len": 1, "max_len": 10, "count": 5, "bleu": short},
+      {"min_len": 11, "max_len": 20, "count": 3, "bleu": bleu},
+    ]
+    test = {"bleu": bleu, "bleu_no_unk": bleu + 1, "chrf": 50.0, "aer": aer, "step": 10 + seed}
+    test |= {"num_sentences": 8, "num_no_unk": 4, "beam_size": 3, "bleu_by_length": bins}
+    return {"config": {"seed": seed}, "results": {"test": test}}
+
+  records = {
+    "RNNencdec-30": [record(0, 10.0, 20.0, None), record(1, 14.0, 22.0, None)],
+    "RNNsearch-30": [record(0, 30.0, 40.0, 0.5), record(1, 34.0, 40.0, 0.3)],
+  }
+  rows = rp.table1(records)
+  search = rows[1]
+  assert search["seeds"] == [0, 1] and search["step"] == [10, 11]
+  assert (search["bleu_all"], search["bleu_no_unk"], search["aer"]) == (32.0, 33.0, 0.4)
+  assert search["bleu_all_std"] == pytest.approx(2.0 * math.sqrt(2.0))
+  assert rows[0]["aer"] is None and rows[0]["aer_std"] is None
+  md = rp.table1_markdown(rows, "smoke", "synthetic")
+  assert "| RNNsearch-30 | 32.00 ± 2.83 | 33.00 ± 2.83 |" in md and "| 10, 11 |" in md
+  curves = rp.fig2_curves(records)
+  assert curves["RNNsearch-30"][0] == {
+    "min_len": 1,
+    "max_len": 10,
+    "count": 5,
+    "bleu": 40.0,
+    "bleu_std": 0.0,
+  }
+  assert curves["RNNencdec-30"][1]["bleu"] == 12.0
+  one = rp.fig2_curves({"RNNsearch-30": records["RNNsearch-30"][:1]})
+  assert one["RNNsearch-30"][0]["bleu_std"] is None  # One seed: no band.
+  from seq2seq import plots
+
+  plots.bleu_vs_length(curves, tmp_path / "fig2.png", title="bands")
+  assert (tmp_path / "fig2.png").stat().st_size > 0
+
+
 # ---------------------------------------------------------------------- the generic sweep
 TINY_SWEEP = ["--config=configs/tiny.py", "--grid", "model.score=additive,dot", "--seeds", "0,1"]
 TINY_SWEEP += ["--set=train.num_steps=4", "--set=train.log_every=2", "--set=train.eval_every=2"]
