@@ -129,6 +129,16 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", f"Not finished yet, so not in this table: {pending}."]
   if result["sets"]:
     lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
+  runs = result["runs"]
+  lines += [
+    "",
+    f"Command: `{result['command']}`",
+    "",
+    f"Reported {result['date']}; training and evaluating the {len(runs)} runs took "
+    f"{result['runs_wall_s'] / 60:.0f} minutes of wall clock "
+    f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; CPU: "
+    f"{result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores).",
+  ]
   return "\n".join(lines) + "\n"
 
 

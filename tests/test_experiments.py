@@ -231,6 +231,10 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   )
   base = result["curves"]["score=additive"]
   assert f"How trained: score=additive's validation loss is {base['final']:.2f} at step 4" in md
+  assert result["command"].startswith("python -m experiments.sweep --config=configs/tiny.py")
+  assert result["command"].endswith("--collect") and f"Command: `{result['command']}`" in md
+  assert "minutes of wall clock" in md
+  assert "vector_isa" in result or not Path("/proc/cpuinfo").exists()  # With every timing.
   assert (out / "learning_curves.png").stat().st_size > 0
   # The score study's table reads the same rows.
   table = sweep_scores.markdown(result)

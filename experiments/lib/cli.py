@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import abc
 import argparse
+import shlex
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,6 +194,8 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
   try:
     _absolute(args)
     arguments = dict(vars(args))  # As parsed, for the jobs file.
+    words = list(sys.argv[1:] if argv is None else argv)
+    args.command_line = shlex.join(["python", "-m", study.module, *words])
     sweep = plan(study, args)
     args.pending = []
     if args.partial:
@@ -237,6 +241,7 @@ def record(
   and the environment."""
   runs = {rec["name"]: rec for point_recs in recs.values() for rec in point_recs}
   return {
+    "command": getattr(args, "command_line", None),
     "preset": getattr(args, "preset", None),
     "config_file": sweep.config_file,
     "seeds": sweep.seeds,

@@ -72,8 +72,10 @@ def load_average() -> list[float] | None:
 
 
 def environment() -> dict[str, Any]:
-  """Devices, host, package versions, load and date: what a reader needs to compare runs."""
+  """Devices, host, CPU model and vector instruction sets, package versions, load and date:
+  what a reader needs to compare runs."""
   return {
+    **cpu_info(),
     "versions": versions(),
     "backend": jax.default_backend(),
     "cpu_count": os.cpu_count(),
