@@ -63,7 +63,8 @@ def get_config() -> ml_collections.ConfigDict:
   # ---------------------------------------------------------------- data
   d = c.data = ml_collections.ConfigDict()
   d.corpus = "synthetic"  # "synthetic" (embedded generator), "local" (text files) or "wmt14".
-  d.src_vocab_size = 30_000  # Source ids including the 4 specials (pad, bos, eos, unk).
+  d.src_vocab_size = 30_000  # Source ids including the 4 specials (pad, bos, eos, unk); per
+  # source language with two of them (`input_pipeline.source_vocab_size`).
   d.tgt_vocab_size = 30_000  # Target ids including the 4 specials (paper: 30k shortlist).
   # (Either size 0, word tokenizer only: every word of the training side, no UNK in training.)
   d.tokenizer = "word"  # "word" (shortlist + <unk>) or "sentencepiece".

@@ -206,6 +206,17 @@ def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
   return "en", "fr"
 
 
+def source_vocab_size(data_config: ml_collections.ConfigDict) -> int:
+  """The size of the source vocabulary: `data.src_vocab_size` per source language, so two
+  sources share one joint vocabulary of their words that holds twice as many (the specials
+  once), and switching `data.local.src_lang` from "en" to "en+de" covers each language about as
+  well as before; 0 (every training word) stays 0."""
+  size, sources = data_config.src_vocab_size, num_sources(data_config)
+  if size <= 0 or sources == 1:
+    return size
+  return tokenizer_lib.NUM_SPECIALS + sources * (size - tokenizer_lib.NUM_SPECIALS)
+
+
 def num_sources(data_config: ml_collections.ConfigDict) -> int:
   """How many source languages the corpus has (2 for a multi-source "en+de")."""
   if data_config.corpus == "local":
@@ -352,7 +363,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
     )
 
   src_lang, tgt_lang = languages(d)
-  src_tok = vocabulary("src", d.src_vocab_size, "source", src_lang)
+  src_tok = vocabulary("src", source_vocab_size(d), "source", src_lang)
   tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
   splits = {
     name: _tokenize(examples[name], name, src_tok, tgt_tok, num_sources(d)) for name in SPLIT_NAMES

@@ -54,6 +54,9 @@ def test_two_sources_are_read_aligned_and_packed_side_by_side(tmp_path):
   assert split.src2 is not None and len(split) == len(rows)
   assert data.src_tokenizer.decode(split.src.row(0)) == rows[0][0]
   assert data.src_tokenizer.decode(split.src2.row(0)) == rows[0][1]  # One joint vocabulary.
+  cfg.data.src_vocab_size = 10  # Per source language: 4 specials + 2 x 6 words.
+  small = input_pipeline.load_data(cfg, tmp_path / "small")
+  assert small.src_tokenizer.size == 16
   batch = input_pipeline.make_batch(split, np.array([0, 1, -1]), bucket_step=4)
   s = batch["src"].shape[1] // 2
   n1, n2 = len(split.src.row(0)), len(split.src2.row(0))
