@@ -116,29 +116,6 @@ def markdown(result: dict[str, Any]) -> str:
     "every seed's hypotheses concatenated and paired with the baseline's of the same seed (1 where",
     "they are identical).",
   ]
-  curve = result.get("curves", {}).get(baseline)
-  if curve and curve["final"] is not None:  # How trained the models are.
-    what = "validation BLEU (greedy)" if curve["metric"] == "bleu" else "validation loss"
-    lines += [
-      "",
-      f"How trained: {baseline}'s {what} is {fmt(curve['final'])} at step {curve['step'][-1]}, "
-      f"{fmt(curve['gain_last_quarter'])} more than at three quarters of the steps.",
-    ]
-  if result.get("pending_points"):
-    pending = ", ".join(f"`{name}`" for name in result["pending_points"])
-    lines += ["", f"Not finished yet, so not in this table: {pending}."]
-  if result["sets"]:
-    lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
-  runs = result["runs"]
-  lines += [
-    "",
-    f"Command: `{result['command']}`",
-    "",
-    f"Reported {result['date']}; training and evaluating the {len(runs)} runs took "
-    f"{result['runs_wall_s'] / 60:.0f} minutes of wall clock "
-    f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; CPU: "
-    f"{result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores).",
-  ]
   return "\n".join(lines) + "\n"
 
 

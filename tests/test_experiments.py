@@ -433,6 +433,7 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
   assert "--config.model.attention=hard" in study["runs"]["hard-seed0"]["command"]
   md = (out / "study.md").read_text()
   assert "| soft |" in md and "| hard |" in md
+  assert "Command: `python -m experiments.structural_study " in md  # Every study's footer.
   pngs = ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png", "study_step_ms.png")
   for name in pngs:
     assert (out / name).stat().st_size > 0
@@ -478,5 +479,6 @@ def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert set(gnmt["results"]) == {"valid", "test", "test_long"}
   md = (out / "alignment_study.md").read_text()
   assert all(f"| {name} |" in md for name in rows) and "12-18 source words" in md
+  assert "Command: `python -m experiments.alignment_study " in md and "minutes of wall clock" in md
   for suffix in ("", "_long", "_aer"):
     assert (out / f"alignment_study{suffix}.png").stat().st_size > 0

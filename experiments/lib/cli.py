@@ -32,6 +32,7 @@ from typing import Any
 from experiments.lib import configs, launch, reports, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.presets import STUDIES
+from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
 
 LAUNCHERS = ("local", "jobs")
@@ -264,8 +265,42 @@ def setting(result: dict[str, Any]) -> str:
   return f"{result['preset']} preset" if result["preset"] else result["config_file"]
 
 
+def footer(result: dict[str, Any]) -> list[str]:
+  """The lines every study table ends with: how trained its baseline is (its final validation
+  BLEU, or loss, and the gain over the last quarter of the steps), the points still to finish
+  (`--collect --partial`), the settings of every run, the command, the date and the runs' wall
+  clock."""
+  lines = []
+  curve = result.get("curves", {}).get(result["baseline"])
+  if curve and curve["final"] is not None:
+    what = "validation BLEU (greedy)" if curve["metric"] == "bleu" else "validation loss"
+    lines += [
+      "",
+      f"How trained: {result['baseline']}'s {what} is {fmt(curve['final'])} at step "
+      f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at three quarters of "
+      "the steps.",
+    ]
+  if result.get("pending_points"):
+    pending = ", ".join(f"`{name}`" for name in result["pending_points"])
+    lines += ["", f"Not finished yet, so not in this table: {pending}."]
+  if result["sets"]:
+    lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
+  runs = result["runs"]
+  lines += [
+    "",
+    f"Command: `{result['command']}`",
+    "",
+    f"Reported {result['date']}; training and evaluating the {len(runs)} runs took "
+    f"{result['runs_wall_s'] / 60:.0f} minutes of wall clock "
+    f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; CPU: "
+    f"{result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores).",
+  ]
+  return lines
+
+
 def write(out: Path, name: str, result: dict[str, Any], markdown: str) -> None:
-  """OUT/NAME.json and OUT/NAME.md, the table printed."""
+  """OUT/NAME.json and OUT/NAME.md (the study's tables, then `footer`), the table printed."""
+  markdown = markdown + "\n".join(footer(result)) + "\n"
   reports.write_json(out / f"{name}.json", result)
   (out / f"{name}.md").write_text(markdown)
   print(markdown)
