@@ -45,10 +45,10 @@ trained on, where dropped and repeated words are most common). Reported per conf
 shifted one target word back and forward, and thresholded at 0.3), attention entropy, over- and
 under-translation counts (summed over the split's sentences), train tokens/s (median of the log
 windows after the first; an agreement run counts its forward target tokens, so its tokens/s is
-sentence-pair throughput, comparable with the others), and sacrebleu's paired bootstrap p of
-BLEU against `additive` (every seed's hypotheses concatenated in seed order and paired with
-additive's of the same seed; p = 1 where they equal the baseline's, where sacrebleu would report
-1 / (n + 1)), for both splits.
+sentence-pair throughput, comparable with the others), and the paired bootstrap p of
+BLEU against `additive` (`stats.paired_bootstrap`: sentences resampled, seed S paired with
+additive's seed S, the seeds pooled on each resample; p = 1 where the outputs equal additive's),
+for both splits.
 
 Presets:
 
@@ -282,8 +282,8 @@ def markdown(rows: Sequence[dict[str, Any]], label: str, words: tuple[int, int])
     "attention entropy (nats). over: output words repeated beyond their count in the reference;",
     "under: source content words that no output word attends to most (both summed over the",
     "split). tokens/s: median training log window (compilation left out; gnmt-beam shows",
-    "additive's, whose checkpoints it decodes). p: sacrebleu paired bootstrap of BLEU against",
-    f"{BASELINE}, hypotheses of shared seeds concatenated (1 where they equal {BASELINE}'s).",
+    "additive's, whose checkpoints it decodes).",
+    stats.bootstrap_caption(BASELINE, "BLEU"),
   ]
   return "\n".join(lines) + "\n"
 

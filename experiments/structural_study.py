@@ -37,8 +37,8 @@ sources; milliseconds per decoder step of a teacher-forced forward pass over a f
 with sources of a quarter of the long split's longest and of its longest (`step_ms`: the cost
 per step, free of how long each model's translations are); the paired bootstrap p-value of
 test BLEU against the baseline, on all pairs and on the long split
-(`sweeps.bootstrap`: every seed's hypotheses concatenated in seed order and paired with the
-baseline's of the same seed). Outputs:
+(`sweeps.bootstrap`: sentences resampled, seed S paired with the baseline's seed S, the seeds
+pooled on each resample). Outputs:
 OUT/study.json, OUT/study.md, OUT/study_bleu.png (all pairs), OUT/study_bleu_long.png,
 OUT/study_decode_long.png and OUT/study_step_ms.png.
 
@@ -302,8 +302,8 @@ def markdown(
     "",
     "Mean ± sample standard deviation over seeds. long: the test pairs whose source has "
     f"{low}-{high} words ({rows[0]['long_sentences']} pairs), selected after evaluation.",
-    "AER: argmax links of the teacher-forced attention against the gold alignments. p: sacrebleu",
-    f"paired bootstrap of test BLEU against {baseline}, hypotheses of shared seeds concatenated.",
+    "AER: argmax links of the teacher-forced attention against the gold alignments.",
+    stats.bootstrap_caption(baseline),
     "train tok/s: median of the logged training windows (first one, with compilation, left out).",
     "decode sent/s: second pass over the first long / short test sources (first pass compiles).",
     f"ms/step: teacher-forced forward pass over {STEP_BATCH} random sentences of {short} (or "

@@ -44,7 +44,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.lib import cli, configs, plots, reports, sweeps
+from experiments.lib import cli, configs, plots, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
 
@@ -110,12 +110,8 @@ def markdown(result: dict[str, Any]) -> str:
   ]
   if with_aer:
     lines.append("AER: argmax attention against the gold alignments of the test split.")
-  lines += [
-    f"p: sacrebleu's paired bootstrap ({result['significance']['n_samples']} resamples) of test "
-    f"BLEU against {baseline},",
-    "every seed's hypotheses concatenated and paired with the baseline's of the same seed (1 where",
-    "they are identical).",
-  ]
+  n = result["significance"]["n_samples"]
+  lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))
   return "\n".join(lines) + "\n"
 
 

@@ -18,11 +18,10 @@ configs/tiny.py for a few steps (the test), `cpu` = the budget the three study s
 Reported per score (over its seeds): test BLEU mean and sample standard deviation, AER (argmax
 and thresholded) mean and standard deviation and attention entropy (embedded corpus only),
 training tokens/s (median over the train lines of metrics.jsonl, leaving out each run's first
-window, which includes compiling), and the paired bootstrap test of sacrebleu of its test BLEU
-against the baseline's, pooled over seeds (each seed's test hypotheses concatenated in seed
-order, as are the baseline's, against the references repeated once per seed; with one seed this
-is the plain seed-0 comparison). Outputs: OUT/sweep.json, OUT/sweep.md, OUT/sweep.png (test BLEU
-per score, error bars one standard deviation) and OUT/learning_curves.png.
+window, which includes compiling), and the paired bootstrap p of its test BLEU against the
+baseline's (`stats.paired_bootstrap`: sentences resampled, seed S paired with the baseline's
+seed S, the seeds pooled on each resample). Outputs: OUT/sweep.json, OUT/sweep.md, OUT/sweep.png
+(test BLEU per score, error bars one standard deviation) and OUT/learning_curves.png.
 
 Training (`--training`): `together` (default) trains the seeds of one score as one vmapped group
 (`seq2seq/seed_group.py`: the seeds then differ in initialisation and dropout and share the
@@ -38,7 +37,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.lib import cli, plots, reports
+from experiments.lib import cli, plots, reports, stats
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
 from seq2seq import scores
@@ -98,10 +97,11 @@ def markdown(result: dict[str, Any]) -> str:
     "",
     *reports.table([*header, f"p vs {baseline}"], cells),
     "",
-    "Mean ± sample standard deviation over seeds. p: sacrebleu paired bootstrap of test BLEU",
-    f"against {baseline}, hypotheses of shared seeds concatenated. tokens/s: median of the",
-    "training log windows (each run's first window, with compilation, left out), one model's",
-    "target tokens; seeds trained together (`--training together`) each run at that rate at once.",
+    "Mean ± sample standard deviation over seeds.",
+    stats.bootstrap_caption(baseline),
+    "tokens/s: median of the training log windows (each run's first window, with compilation, left",
+    "out), one model's target tokens; seeds trained together (`--training together`) each run at",
+    "that rate at once.",
   ]
   return "\n".join(lines) + "\n"
 

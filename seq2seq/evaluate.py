@@ -45,6 +45,17 @@ from seq2seq.decode import replace_unknowns
 Link = tuple[int, int]
 
 
+UNK_SCORED = "\u2047"  # "⁇": one 13a and Moses token, in no reference.
+
+
+def scored_text(hypotheses: Sequence[str]) -> list[str]:
+  """The hypotheses as every metric reads them: each "<unk>" written "⁇" (SentencePiece's mark
+  for an unknown piece), one word that matches nothing, as multi-bleu.perl counts GroundHog's
+  UNK. sacrebleu's 13a and Moses split the text "<unk>" into three words, "< unk >", which
+  lengthen the output and cost 1.7 BLEU on Multi30k's validation set at 1.5% unknown words."""
+  return [h.replace(tok.UNK, UNK_SCORED) for h in hypotheses]
+
+
 def bleu(
   hypotheses: Sequence[str],
   references: Sequence[str],
@@ -60,7 +71,7 @@ def bleu(
   signature are the same either way.
   """
   metric = sacrebleu.metrics.BLEU(force=pretokenized, lowercase=lowercase)
-  score = metric.corpus_score(list(hypotheses), [list(references)])
+  score = metric.corpus_score(scored_text(hypotheses), [list(references)])
   return float(score.score), str(metric.get_signature())
 
 
@@ -106,7 +117,7 @@ def tokenized_bleu(
   computes on tokenised text. Without a tokenizer the texts must already be tokenised."""
   split = lambda texts: [" ".join(bleu_words(t, tokenizer, lang)) for t in texts]
   metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
-  return float(metric.corpus_score(split(hypotheses), [split(references)]).score)
+  return float(metric.corpus_score(split(scored_text(hypotheses)), [split(references)]).score)
 
 
 def bleu_conventions(
@@ -143,7 +154,7 @@ def bleu_conventions(
 def chrf(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False) -> float:
   """Corpus chrF (sacrebleu defaults; of the lowercased texts with `lowercase`)."""
   metric = sacrebleu.metrics.CHRF(lowercase=lowercase)
-  return float(metric.corpus_score(list(hypotheses), [list(references)]).score)
+  return float(metric.corpus_score(scored_text(hypotheses), [list(references)]).score)
 
 
 def no_unk_subset(src_has_unk: Sequence[bool], ref_has_unk: Sequence[bool]) -> list[int]:
@@ -817,6 +828,7 @@ def sentence_records(
   sentence_chrf = sacrebleu.metrics.CHRF()
   count_unk = lambda ids: int(np.count_nonzero(np.asarray(ids) == tok.UNK_ID))
   records = []
+  scored = scored_text(hyps)
   for i, (tr, hyp, (src, ref, _)) in enumerate(zip(translations, hyps, raw, strict=True)):
     record = {
       "index": i,
@@ -824,8 +836,8 @@ def sentence_records(
       "source": src,
       "reference": ref,
       "hypothesis": hyp,
-      "bleu": float(sentence_bleu.sentence_score(hyp, [ref]).score),
-      "chrf": float(sentence_chrf.sentence_score(hyp, [ref]).score),
+      "bleu": float(sentence_bleu.sentence_score(scored[i], [ref]).score),
+      "chrf": float(sentence_chrf.sentence_score(scored[i], [ref]).score),
       "source_words": len(builders.split_sources(src)[0].split()),
       "unk": {
         "source": count_unk(split.src.row(i)),

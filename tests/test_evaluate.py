@@ -38,6 +38,22 @@ def test_lowercased_bleu_and_chrf_ignore_case_only():
   assert evaluate.chrf(upper, REFS, lowercase=True) == pytest.approx(100.0, abs=1e-6)
 
 
+def test_an_unknown_word_scores_as_one_wrong_word():
+  """An output <unk> is one word that matches nothing, as multi-bleu.perl counts GroundHog's UNK:
+  sacrebleu's 13a (and Moses) would split the text "<unk>" into "< unk >", three words that
+  lengthen the output (1.7 BLEU on a Multi30k validation set with 1.5% of its words unknown)."""
+  refs = ["the black cat sleeps on the mat .", "a dog runs in the park ."]
+  unk = ["the black cat sleeps on the <unk> .", "a <unk> runs in the park ."]
+  wrong = ["the black cat sleeps on the zzz .", "a zzz runs in the park ."]
+  assert evaluate.bleu(unk, refs)[0] == pytest.approx(evaluate.bleu(wrong, refs)[0])
+  assert evaluate.bleu(unk, refs, lowercase=True)[0] == pytest.approx(evaluate.bleu(wrong, refs)[0])
+  sp = tk.SentencePieceTokenizer.train(refs * 20, size=40)
+  assert evaluate.tokenized_bleu(unk, refs, sp, "en") == pytest.approx(
+    evaluate.tokenized_bleu(wrong, refs, sp, "en")
+  )
+  assert evaluate.chrf(unk, refs) < evaluate.chrf(refs, refs)
+
+
 def test_no_unk_subset():
   assert evaluate.no_unk_subset([False, True, False, False], [False, False, True, False]) == [0, 3]
 

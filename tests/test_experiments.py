@@ -336,6 +336,39 @@ def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
   assert result["additive"] == {"p_value": None, "seeds": [0, 1]}
 
 
+def write_hypotheses(sweep, point, lines_of_seed):
+  for run, lines in zip(sweep.runs(point), lines_of_seed, strict=True):
+    (run.workdir / "eval" / "test").mkdir(parents=True)
+    (run.workdir / "eval" / "test" / "hypotheses.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_bootstrap_resamples_sentences_not_seed_copies(tmp_path):
+  """Seeds share each resample of the test sentences: three seeds with the same outputs are
+  one seed's evidence, not three times as many sentences (which shrank p: 0.106 -> 0.027)."""
+  refs = [f"w{i} a b c d e" for i in range(30)]
+  base = [f"w{i} a b c d e" if i % 3 else f"w{i} a x c d e" for i in range(30)]
+  system = [f"w{i} a b c d e" if i % 2 else f"w{i} a x c d e" for i in range(30)]
+  p = {}
+  for seeds in ([0], [0, 1, 2]):
+    points = [Point("base", {}), Point("system", {})]
+    sweep = Sweep("configs/tiny.py", points, seeds, tmp_path / str(len(seeds)), {}, {})
+    write_hypotheses(sweep, points[0], [base] * len(seeds))
+    write_hypotheses(sweep, points[1], [system] * len(seeds))
+    p[len(seeds)] = sweeps.bootstrap(sweep, "base", refs, n_samples=200)["system"]["p_value"]
+  assert 0.0 < p[1] < 1.0 and p[3] == pytest.approx(p[1])
+
+
+def test_bootstrap_p_is_one_for_equally_good_systems():
+  """Two-sided and centred: systems with the same corpus BLEU (their errors on different
+  sentences) differ by nothing, so p = 1; counting resamples whose absolute difference exceeds
+  its mean read about 0.5 here."""
+  refs = [f"w{i} a b c d e" for i in range(40)]
+  base = [f"w{i} a b c d e" if i % 2 else f"w{i} a x c d e" for i in range(40)]
+  system = [f"w{i} a x c d e" if i % 2 else f"w{i} a b c d e" for i in range(40)]
+  result = stats.paired_bootstrap([base], [system], refs, n_samples=200)
+  assert result["bleu"] == pytest.approx(result["baseline_bleu"]) and result["p_value"] == 1.0
+
+
 def test_a_run_kept_without_checkpoints_is_finished_at_its_last_step(tmp_path):
   run = Run("p-seed0", "configs/tiny.py", {"train.num_steps": 40}, tmp_path / "w")
   results = run.workdir / "eval" / "test" / "results.json"

@@ -1,11 +1,14 @@
 """Statistics over seeds and systems: mean and sample standard deviation, paired bootstrap.
 
-The paired bootstrap is sacrebleu's (`sacrebleu.significance.PairedTest`, test type "bs",
-seeded by the environment variable SACREBLEU_SEED or 12345): the test sentences are resampled
-with replacement `n_samples` times and both systems scored on each resample; p is the share of
-resamples whose centred absolute BLEU difference exceeds the observed one, (count + 1) /
-(n_samples + 1), so its floor is 1 / (n_samples + 1). Two-sided: p says whether the systems
-differ, the BLEU columns say which is ahead.
+The paired bootstrap resamples the test sentences with replacement `n_samples` times (numpy's
+generator seeded with `BOOTSTRAP_SEED`) and scores both systems on each resample with sacrebleu's
+BLEU (13a) from its per-sentence statistics. With several seeds, every seed of a system is scored
+on the same resample and their statistics are summed (the BLEU of the seeds' outputs pooled), so
+the sentence is the unit resampled: K seeds with the same outputs give one seed's p. p is
+two-sided: the share of resamples whose BLEU difference, centred on the resamples' mean
+difference, is at least as far from 0 as the observed one, (count + 1) / (n_samples + 1).
+(sacrebleu's own test centres the absolute differences, which reads about half a two-sided p,
+and pooling seeds by concatenating their outputs counted each sentence once per seed.)
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import sacrebleu
-from sacrebleu.significance import PairedTest
+
+from seq2seq import evaluate
+
+BOOTSTRAP_SEED = 12345
 
 
 def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | None:
@@ -29,7 +36,7 @@ def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | 
   return values[-1] - earlier[-1] if earlier else None
 
 
-BOOTSTRAP = "sacrebleu paired bootstrap resampling (PairedTest, test_type='bs')"
+BOOTSTRAP = "paired bootstrap resampling of test sentences, two-sided, seeds pooled per resample"
 
 
 def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
@@ -40,37 +47,61 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
   return statistics.fmean(values), std
 
 
+def bootstrap_caption(baseline: str, what: str = "test BLEU") -> str:
+  """The sentence under a study table that says what its p column is."""
+  return (
+    f"p: paired bootstrap of {what} against {baseline} (two-sided; the test sentences resampled, "
+    "each resample scoring every seed, paired with the baseline's seed; 1 where the outputs are "
+    "the baseline's)."
+  )
+
+
 def paired_bootstrap(
-  baseline: Sequence[str],
-  system: Sequence[str],
+  baseline: Sequence[Sequence[str]],
+  system: Sequence[Sequence[str]],
   references: Sequence[str],
   n_samples: int,
-  names: tuple[str, str] = ("baseline", "system"),
 ) -> dict[str, Any]:
-  """BLEU of `system` against `baseline`, both translations of `references` line by line.
+  """BLEU of `system` against `baseline`: one list of translations of `references` per seed,
+  seed S of the system paired with seed S of the baseline (see the module docstring).
 
-  Returns p_value, the system's BLEU, bootstrap mean and 95% interval, the same for the
-  baseline, and sacrebleu's signature. Identical outputs get p = 1 without resampling (the
-  test would give them its floor, which reads as a significant difference).
+  Returns p_value, both systems' BLEU (of their seeds pooled), bootstrap means and 95%
+  percentile intervals (ci95: [low, high]), the difference system - baseline with its interval,
+  and sacrebleu's signature. Identical outputs get p = 1 without resampling.
   """
-  if list(baseline) == list(system):
+  if len(baseline) != len(system) or not baseline:
+    raise ValueError(f"paired seeds needed: {len(baseline)} baseline, {len(system)} system")
+  if [list(h) for h in baseline] == [list(h) for h in system]:
     return {"p_value": 1.0, "identical_to_baseline": True}
-  test = PairedTest(
-    [(names[0], list(baseline)), (names[1], list(system))],
-    {"BLEU": sacrebleu.metrics.BLEU()},
-    references=[list(references)],
-    test_type="bs",
-    n_samples=n_samples,
-  )
-  signatures, table = test()
-  base_result, result = table["BLEU"]
+  metric = sacrebleu.metrics.BLEU()
+  refs = [list(references)]
+
+  def pooled_stats(seeds: Sequence[Sequence[str]]) -> np.ndarray:  # [N, statistics]
+    per_seed = [metric._extract_corpus_statistics(evaluate.scored_text(h), refs) for h in seeds]
+    return np.sum([np.asarray(s, np.float64) for s in per_seed], axis=0)
+
+  def bleu(stats_: np.ndarray) -> float:
+    return float(metric._compute_score_from_stats(stats_).score)
+
+  base, sys_ = pooled_stats(baseline), pooled_stats(system)
+  n = len(references)
+  rng = np.random.default_rng(BOOTSTRAP_SEED)
+  counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_samples)])
+  base_scores = np.array([bleu(row) for row in counts @ base])
+  sys_scores = np.array([bleu(row) for row in counts @ sys_])
+  observed = bleu(sys_.sum(0)) - bleu(base.sum(0))
+  diffs = sys_scores - base_scores
+  extreme = np.abs(diffs - diffs.mean()) >= abs(observed) - 1e-9
+  interval = lambda x: [float(v) for v in np.percentile(x, [2.5, 97.5])]
   return {
-    "p_value": result.p_value,
-    "bleu": result.score,
-    "mean": result.mean,
-    "ci95": result.ci,
-    "baseline_bleu": base_result.score,
-    "baseline_mean": base_result.mean,
-    "baseline_ci95": base_result.ci,
-    "signature": str(signatures["BLEU"].format()),
+    "p_value": float((extreme.sum() + 1) / (n_samples + 1)),
+    "bleu": bleu(sys_.sum(0)),
+    "mean": float(sys_scores.mean()),
+    "ci95": interval(sys_scores),
+    "baseline_bleu": bleu(base.sum(0)),
+    "baseline_mean": float(base_scores.mean()),
+    "baseline_ci95": interval(base_scores),
+    "difference": observed,
+    "difference_ci95": interval(diffs),
+    "signature": str(metric.get_signature()),
   }

@@ -248,22 +248,19 @@ def bootstrap(
   indices: Sequence[int] | None = None,
 ) -> dict[str, dict[str, Any]]:
   """The paired bootstrap of every point's BLEU on `split` (whose references `refs` are)
-  against the point `baseline`'s, pooled over seeds: a point's hypotheses of every seed are
-  concatenated in seed order, the baseline's likewise, against the references repeated once per
-  seed, so seed S of the point is paired with seed S of the baseline sentence by sentence (one
-  seed: the plain comparison). `indices`: only these sentences of the split (e.g. a length
-  bucket). {point: stats.paired_bootstrap's result and "seeds"}; the baseline's p is None.
+  against the point `baseline`'s, seeds paired (seed S of the point with seed S of the
+  baseline) and pooled on each resample of the sentences (`stats.paired_bootstrap`). `indices`:
+  only these sentences of the split (e.g. a length bucket). {point: stats.paired_bootstrap's
+  result and "seeds"}; the baseline's p is None.
   """
   select = (lambda lines: lines) if indices is None else (lambda lines: [lines[i] for i in indices])
-  base_runs = sweep.runs(baseline)
-  base_hyps = [h for run in base_runs for h in select(runs_lib.hypotheses(run, split))]
-  pooled_refs = list(select(list(refs))) * len(base_runs)
+  hypotheses = lambda point: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(point)]
+  base = hypotheses(sweep.point(baseline))
   out: dict[str, dict[str, Any]] = {}
   for point in sweep.points:
     if point.name == baseline:
       continue
-    hyps = [h for run in sweep.runs(point) for h in select(runs_lib.hypotheses(run, split))]
-    result = stats.paired_bootstrap(base_hyps, hyps, pooled_refs, n_samples, (baseline, point.name))
+    result = stats.paired_bootstrap(base, hypotheses(point), select(list(refs)), n_samples)
     out[point.name] = {**result, "seeds": list(sweep.seeds)}
   out[baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
   return out
