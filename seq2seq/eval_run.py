@@ -177,13 +177,13 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
     if jax.process_index() == 0:
       report.write_report(workdir, prefix, split)
     logging.info(
-      "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %.2f)",
+      "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %s)",
       split,
       step,
       result["loss"],
       result["perplexity"],
       result["bleu"],
-      result["bleu_no_unk"],
+      "-" if result["bleu_no_unk"] is None else f"{result['bleu_no_unk']:.2f}",
     )
     results[split] = result
   return results

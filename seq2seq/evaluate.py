@@ -396,13 +396,15 @@ def output_text(
   """The plain text of one translation (detokenised; UNKs replaced by attention if asked).
 
   With `replace_unk` each <unk> output becomes the real source word it attends to most: the
-  attention's last column (the source EOS) is never copied, and a source of no words leaves the
-  <unk> as it is. Models without attention are refused earlier (`check_replace_unk`). A copying
-  model's extended id V + j is source token j (`copying.output_tokens`).
+  attention's last column (the source EOS) is never copied, nor a word cut from a line longer
+  than the score addresses (`translate`), and a source of no words leaves the <unk> as it is.
+  Models without attention are refused earlier (`check_replace_unk`). A copying model's extended
+  id V + j is source token j (`copying.output_tokens`).
   """
   tokens = output_tokens(tr.ids, src_text, src_tok, tgt_tok)
   if replace_unk and tr.alpha.size:  # Copied from the first source's real words (no EOS).
     src_tokens = src_tok.tokenize(builders.split_sources(src_text)[0])
+    src_tokens = src_tokens[: tr.alpha.shape[1] - 1]  # Those decoded: a long line is truncated.
     tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
   return tgt_tok.detokenize(tokens)
 
@@ -719,8 +721,8 @@ def evaluate_split(
       "bleu": score,
       "bleu_signature": signature,
       "bleu_tokenized": tokenized_bleu(hyps, refs, tgt_tok, tgt_lang),
-      "bleu_no_unk": kept_bleu(no_unk_hyps) if keep else 0.0,
-      "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else 0.0,
+      "bleu_no_unk": kept_bleu(no_unk_hyps) if keep else None,
+      "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else None,
       "num_no_unk": len(keep),
       "chrf": chrf(hyps, refs),
       "bleu_lowercase": bleu(hyps, refs, pretokenized=plain, lowercase=True)[0],

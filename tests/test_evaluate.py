@@ -208,6 +208,16 @@ def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkey
   assert "Moses" in conventions["bleu_tokenized"] and "force=True" in conventions["bleu"]
 
 
+def test_an_empty_no_unk_subset_has_no_score(sp_run, monkeypatch):
+  """Where every sentence has an unknown word the No-UNK columns are missing, not BLEU 0 (which
+  a mean over seeds would take for a score)."""
+  config, data, state = sp_run
+  monkeypatch.setattr(evaluate, "no_unk_subset", lambda src, ref: [])
+  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  assert results["num_no_unk"] == 0
+  assert results["bleu_no_unk"] is None and results["bleu_no_unk_plain"] is None
+
+
 def test_replace_unk_copies_real_source_words_never_eos():
   """The decoded attention has a column for the source EOS; most weight there must not make an
   <unk> output the literal "</s>": only real source words are copied."""
@@ -221,6 +231,17 @@ def test_replace_unk_copies_real_source_words_never_eos():
   # A source of no words leaves the <unk> as it is.
   empty = evaluate.Translation(ids, np.array([[1.0], [1.0], [1.0]]))
   assert evaluate.output_text(empty, "", src_vocab, tgt_vocab, replace_unk=True) == "<unk> cat"
+
+
+def test_replace_unk_copies_only_the_words_a_truncated_source_kept():
+  """A line cut to the two tokens a location score addresses was decoded over "le chat" and EOS:
+  weight on that EOS column must not copy "noir", the first word cut off."""
+  src_vocab = tk.WordVocab.build(["le chat noir dort"], 10)
+  tgt_vocab = tk.WordVocab.build(["the cat"], 10)
+  alpha = np.array([[0.1, 0.2, 0.7], [0.0, 0.0, 1.0]])  # [1 output + EOS, 2 kept words + EOS].
+  tr = evaluate.Translation([tk.UNK_ID], alpha)
+  out = evaluate.output_text(tr, "le chat noir dort", src_vocab, tgt_vocab, replace_unk=True)
+  assert out == "chat"
 
 
 NO_ATTENTION = "decode.replace_unk needs attention: model.name=rnnencdec has none"
