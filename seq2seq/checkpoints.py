@@ -150,5 +150,11 @@ class Checkpointer:
     optional = {name: got[name] for name in OPTIONAL_FIELDS if name in got}
     return new_state.replace(**optional), (restored["data"] if "data" in args else None)
 
+  def discard_after(self, step: int) -> None:
+    """Deletes the checkpoints of steps after `step`: a killed run's future past the step its
+    successor resumes from (its best checkpoint, saved without a regular one)."""
+    for later in [s for s in self.manager.all_steps() if s > step]:
+      self.manager.delete(later)
+
   def close(self) -> None:
     self.manager.close()

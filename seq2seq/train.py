@@ -193,6 +193,10 @@ def train_members(
   pairs = list(zip(members.workdirs, members.configs, strict=True))
   ckpts = [checkpoints.Checkpointer(wd, cfg) for wd, cfg in pairs]
   bests = [checkpoints.Checkpointer(wd, cfg, subdir="best", max_to_keep=1) for wd, cfg in pairs]
+  resume = common_step(ckpts)
+  for w, best in zip(writers, bests, strict=True):  # A killed run's lines and best past it go.
+    w.truncate_after(int(resume or 0))
+    best.discard_after(int(resume or 0))
   best_bleu = [
     max(
       (r["bleu"] for r in summary.read_metrics(wd) if r["split"] == "valid" and "bleu" in r),
@@ -205,7 +209,7 @@ def train_members(
   copy_map = table = None
   if config.model.copy:  # The copying model's source -> target map, saved with its parameters.
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  if config.model.lexicon_bias == models.LEXICON_FROM_TRAINING and common_step(ckpts) is None:
+  if config.model.lexicon_bias == models.LEXICON_FROM_TRAINING and resume is None:
     console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
     table = lexicon_lib.build(data)  # Saved with the parameters, and as WORKDIR/lexicon.npz.
     if primary:
@@ -215,7 +219,7 @@ def train_members(
   it = input_pipeline.train_iterator(
     data, config, process_index=jax.process_index(), process_count=jax.process_count()
   )
-  elapsed_before, resume = 0.0, common_step(ckpts)
+  elapsed_before = 0.0
   if resume is not None:
     restored = [c.restore(s, resume) for c, s in zip(ckpts, fresh, strict=True)]
     fresh = [s for s, _ in restored]
@@ -224,8 +228,6 @@ def train_members(
     console.say(f"resumed from step {resume} ({group} member{'s' * (group > 1)})")
   state = members.combine(fresh, runtime)
   start = int(resume or 0)
-  for w in writers:  # Lines logged after the checkpoint by a killed run go.
-    w.truncate_after(start)
   step_keys = members.step_keys()
   budget_s, t_begin = 60.0 * tcfg.max_minutes, time.perf_counter()
   window_tokens, tick, skipped = 0.0, t_begin, np.zeros(group, np.int64)

@@ -94,6 +94,23 @@ def test_sigkill_during_checkpoint_write_then_rerun_matches(reference, tmp_path)
   assert_same_params(workdir, reference)
 
 
+def test_a_best_checkpoint_after_the_resumed_step_is_discarded(tmp_path):
+  """A run killed after evaluating (and saving best/) at a step it had not checkpointed resumes
+  from its last checkpoint: the best checkpoint of that discarded future goes with its metrics
+  line, or the run would be evaluated on weights it no longer has a record of."""
+  workdir = tmp_path / "run"
+  args = ["--config.train.eval_every=2", "--config.train.checkpoint_every=4"]
+  args += ["--config.train.final_eval=false", "--config.train.keep_checkpoints=5"]
+  run_main(workdir, "--config.train.num_steps=6", *args)
+  assert (workdir / "best" / "6").is_dir()  # Ties go to the later checkpoint: 6 is the best.
+  for path in sorted((workdir / "checkpoints" / "6").rglob("*"), reverse=True):
+    path.rmdir() if path.is_dir() else path.unlink()  # Killed before checkpoint 6 was written.
+  (workdir / "checkpoints" / "6").rmdir()
+  run_main(workdir, "--config.train.num_steps=4", *args)
+  assert not (workdir / "best" / "6").exists()
+  assert max(r["step"] for r in metrics(workdir)) == 4
+
+
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
   workdir = tmp_path / "preempted"
   proc = start_main(workdir, "--config.train.num_steps=100000", *FAST)
