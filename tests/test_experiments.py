@@ -388,6 +388,19 @@ def test_a_run_kept_without_checkpoints_is_finished_at_its_last_step(tmp_path):
   assert not runs_lib.is_finished(run)  # Weights present: they decide.
 
 
+def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_best(tmp_path):
+  steps = [500, 1000, 1500, 2000, 2500, 3000]
+  bleu = [20.0, 30.5, 29.0, 30.2, 31.0, 30.4]  # 30.5 at 1000 is a lucky evaluation.
+  assert stats.plateau_budget(steps, bleu) == 2000
+  assert stats.plateau_budget(steps, bleu, tolerance=2.5) == 1000
+  rows = [{"step": s, "split": "valid", "bleu": b} for s, b in zip(steps, bleu, strict=True)]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  out = run_module("experiments.plateau", str(tmp_path), "--json", str(tmp_path / "p.json"))
+  assert (
+    out.stdout.strip() == "2000" and json.loads((tmp_path / "p.json").read_text())["best"] == 31.0
+  )
+
+
 def test_last_quarter_gain_reads_the_curve_at_three_quarters():
   steps, bleu = [500, 1000, 1500, 2000], [20.0, 30.0, 34.0, 34.5]
   assert stats.last_quarter_gain(steps, bleu) == 34.5 - 34.0  # The value at 1500 = 3/4 of 2000.

@@ -36,6 +36,21 @@ def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | 
   return values[-1] - earlier[-1] if earlier else None
 
 
+def plateau_budget(steps: Sequence[int], values: Sequence[float], tolerance: float = 1.0) -> int:
+  """The first logged step from which a learning curve stays within `tolerance` of its best
+  value: where a long run's validation BLEU has reached its plateau for the budget of reruns
+  (every later value counts, so one lucky evaluation does not set the budget early)."""
+  if not steps:
+    raise ValueError("an empty learning curve has no plateau")
+  floor = max(values) - tolerance
+  budget = steps[-1]
+  for step, value in zip(reversed(steps), reversed(values), strict=True):
+    if value < floor:
+      break
+    budget = step
+  return int(budget)
+
+
 BOOTSTRAP = "paired bootstrap resampling of test sentences, two-sided, seeds pooled per resample"
 
 

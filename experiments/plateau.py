@@ -1,0 +1,44 @@
+"""The budget at which a long run's validation BLEU has reached its plateau.
+
+    python -m experiments.plateau RUN_DIR [--tolerance 1.0] [--json OUT.json]
+
+Reads RUN_DIR/metrics.jsonl (a run trained with `train.valid_bleu=true`), takes its greedy
+validation BLEU at every evaluation, and prints the first evaluated step from which every later
+value stays within `--tolerance` BLEU of the best (`stats.plateau_budget`): the number of updates
+the studies rerun with, so that their baseline is within 1 BLEU of its plateau. `--json` also
+writes the curve, the best value and the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.lib import stats
+from seq2seq import summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("run", help="the long run's workdir")
+  p.add_argument("--tolerance", type=float, default=1.0, help="BLEU below the best still flat")
+  p.add_argument("--json", default=None, help="also write the curve and the budget here")
+  args = p.parse_args(argv)
+  rows = [r for r in summary.read_metrics(args.run) if r["split"] == "valid" and "bleu" in r]
+  if not rows:
+    sys.exit(f"{args.run}: no validation BLEU in metrics.jsonl (train with train.valid_bleu=true)")
+  steps, bleu = [r["step"] for r in rows], [r["bleu"] for r in rows]
+  budget = stats.plateau_budget(steps, bleu, args.tolerance)
+  if args.json:
+    record = {"run": str(args.run), "steps": steps, "bleu": bleu, "best": max(bleu)}
+    record.update({"tolerance": args.tolerance, "budget": budget})
+    Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+  print(budget)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
