@@ -101,6 +101,18 @@ def unstack(state: steps.TrainState, index: int) -> steps.TrainState:
   return jax.tree.map(lambda x: x[index], state)
 
 
+def held_bleu(workdir: Path, best_step: int | None) -> float:
+  """The validation BLEU of the best checkpoint a workdir holds (-1 without one): what a resumed
+  run's later evaluations must beat. Not the best BLEU in metrics.jsonl: that step's weights may
+  be gone (a best checkpoint replaces the previous one, and one saved past the resumed step is
+  discarded)."""
+  rows = summary.read_metrics(workdir)
+  held = [
+    r["bleu"] for r in rows if r["split"] == "valid" and r["step"] == best_step and "bleu" in r
+  ]
+  return held[-1] if held else -1.0
+
+
 def common_step(ckpts: Sequence[checkpoints.Checkpointer]) -> int | None:
   """The latest step every checkpointer holds (None if some hold none in common)."""
   steps_held = [set(c.manager.all_steps()) for c in ckpts]
@@ -194,16 +206,11 @@ def train_members(
   ckpts = [checkpoints.Checkpointer(wd, cfg) for wd, cfg in pairs]
   bests = [checkpoints.Checkpointer(wd, cfg, subdir="best", max_to_keep=1) for wd, cfg in pairs]
   resume = common_step(ckpts)
-  for w, best in zip(writers, bests, strict=True):  # A killed run's lines and best past it go.
-    w.truncate_after(int(resume or 0))
-    best.discard_after(int(resume or 0))
-  best_bleu = [
-    max(
-      (r["bleu"] for r in summary.read_metrics(wd) if r["split"] == "valid" and "bleu" in r),
-      default=-1.0,
-    )
-    for wd in members.workdirs
-  ]
+  for w, ckpt, best in zip(writers, ckpts, bests, strict=True):  # A killed run's future goes:
+    w.truncate_after(int(resume or 0))  # its metrics lines, a group member's checkpoints past
+    ckpt.discard_after(int(resume or 0))  # the step all members hold, and best checkpoints
+    best.discard_after(int(resume or 0))  # past it.
+  best_bleu = [held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, bests, strict=True)]
   train_fn, eval_fn = rt.compile_steps(config, runtime, stacked=together, train_step=train_step)
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   copy_map = table = None
@@ -219,18 +226,19 @@ def train_members(
   it = input_pipeline.train_iterator(
     data, config, process_index=jax.process_index(), process_count=jax.process_count()
   )
-  elapsed_before = 0.0
+  elapsed_before, skipped_before = 0.0, [0] * group
   if resume is not None:
     restored = [c.restore(s, resume) for c, s in zip(ckpts, fresh, strict=True)]
     fresh = [s for s, _ in restored]
     it.set_state(restored[0][1]["iterator"])
     elapsed_before = restored[0][1]["elapsed_s"]
+    skipped_before = restored[0][1].get("skipped_updates", [0] * group)  # Older runs: none.
     console.say(f"resumed from step {resume} ({group} member{'s' * (group > 1)})")
   state = members.combine(fresh, runtime)
   start = int(resume or 0)
   step_keys = members.step_keys()
   budget_s, t_begin = 60.0 * tcfg.max_minutes, time.perf_counter()
-  window_tokens, tick, skipped = 0.0, t_begin, np.zeros(group, np.int64)
+  window_tokens, tick, skipped = 0.0, t_begin, np.asarray(skipped_before, np.int64)
   eta = Eta(
     tcfg.num_steps, budget_s, eval_every=tcfg.eval_every, checkpoint_every=tcfg.checkpoint_every
   )
@@ -239,9 +247,10 @@ def train_members(
     return elapsed_before + time.perf_counter() - t_begin
 
   def save_all() -> None:
-    loop = {"iterator": it.get_state(), "elapsed_s": elapsed()}
+    loop = {"iterator": it.get_state(), "elapsed_s": elapsed(), "skipped_updates": skipped.tolist()}
     for k, c in enumerate(ckpts):
-      c.save(members.state(state, k), loop)
+      if c.latest_step() != int(np.atleast_1d(jax.device_get(state.step))[0]):
+        c.save(members.state(state, k), loop)
 
   def valid_batches():
     return input_pipeline.eval_batches(
@@ -249,7 +258,9 @@ def train_members(
     )
 
   preemption = PreemptionHandler()
-  for step in range(start, tcfg.num_steps):
+  # A rerun of a run stopped by its wall-clock budget trains no further (else one step a rerun).
+  out_of_time = budget_s > 0 and rt.all_agree(elapsed_before >= budget_s)
+  for step in range(start, start if out_of_time else tcfg.num_steps):
     host_batch = next(it)
     if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
       progress = rt.from_process0(steps.budget_progress(tcfg, step, elapsed()))
@@ -265,17 +276,6 @@ def train_members(
       handle_nonfinite(
         members.workdirs[k], done, host_batch, members.configs[k], ckpts[k].latest_step()
       )
-    if preemption.requested:
-      save_all()
-      preemption.restore()
-      logging.warning(
-        "received %s at step %d: checkpoint saved; rerun the same command to resume",
-        preemption.requested,
-        done,
-      )
-      for w in writers:
-        w.close()
-      return [{"preempted_at_step": done}] * group
     # The last step: num_steps, or the wall-clock budget (logged, evaluated, checkpointed alike).
     last = done == tcfg.num_steps or (budget_s > 0 and rt.all_agree(elapsed() >= budget_s))
     if done % tcfg.log_every == 0 or last:
@@ -310,15 +310,26 @@ def train_members(
           scalars.update(eval_run.valid_scores(member_state.for_eval(), data, cfg))
           if scalars["bleu"] >= best_bleu[k]:  # Ties go to the later checkpoint.
             best_bleu[k] = scalars["bleu"]
+            save_all()  # First, so that a resumed run never starts before its best checkpoint.
             bests[k].save(member_state, None)
         w.write(done, "valid", scalars)
         logging.info("step %d  valid %s", done, json.dumps(scalars))
         console.say(valid_line(done, scalars, best_bleu[k], f"seed {cfg.seed}: " * together))
       eta.paused("eval", time.perf_counter() - paused)
-    if done % tcfg.checkpoint_every == 0 or last:
+    if done % tcfg.checkpoint_every == 0 or last or preemption.requested:
       paused = time.perf_counter()
       save_all()
       eta.paused("checkpoint", time.perf_counter() - paused)
+    if preemption.requested:  # After this step's log, evaluation and checkpoint, which a
+      preemption.restore()  # resumed run (starting at the next step) would never redo.
+      logging.warning(
+        "received %s at step %d: checkpoint saved; rerun the same command to resume",
+        preemption.requested,
+        done,
+      )
+      for w in writers:
+        w.close()
+      return [{"preempted_at_step": done}] * group
     if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
       window_tokens, tick = 0.0, time.perf_counter()  # Windows time training steps alone.
       eta.start_window(done, tick)
@@ -326,8 +337,7 @@ def train_members(
       console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
     if last:
       break
-  if common_step(ckpts) != int(np.atleast_1d(jax.device_get(state.step))[0]):
-    save_all()
+  save_all()  # Where the last step was not saved (a run resumed at its end saves nothing).
   preemption.restore()
   for c in (*ckpts, *bests):
     c.close()

@@ -103,6 +103,9 @@ def test_a_best_checkpoint_after_the_resumed_step_is_discarded(tmp_path):
   args += ["--config.train.final_eval=false", "--config.train.keep_checkpoints=5"]
   run_main(workdir, "--config.train.num_steps=6", *args)
   assert (workdir / "best" / "6").is_dir()  # Ties go to the later checkpoint: 6 is the best.
+  # The first evaluation is a new best (step 2, no regular checkpoint due): saved as a regular
+  # checkpoint too, so a resumed run never starts before its best checkpoint.
+  assert (workdir / "checkpoints" / "2").is_dir()
   for path in sorted((workdir / "checkpoints" / "6").rglob("*"), reverse=True):
     path.rmdir() if path.is_dir() else path.unlink()  # Killed before checkpoint 6 was written.
   (workdir / "checkpoints" / "6").rmdir()

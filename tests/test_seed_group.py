@@ -1,6 +1,7 @@
 """Seeds trained together (seq2seq/seed_group.py): lone runs' models, ordinary workdirs."""
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -60,6 +61,9 @@ def test_first_seed_matches_a_lone_run_workdirs_are_complete_and_groups_resume(t
   first = _config(tmp_path, steps=3)
   first.train.final_eval = False
   assert seed_group.train_together(first, [0, 5], halves) == [{}, {}]
+  # As if killed after member s0 had saved step 6 and before s5 did: the group resumes from the
+  # step both hold, so s0's step 6 must go (saving it again raised StepAlreadyExistsError).
+  shutil.copytree(halves[0] / "checkpoints" / "3", halves[0] / "checkpoints" / "6")
   seed_group.train_together(lone_config, [0, 5], halves)  # Resumes at step 3.
   for a, b in zip(dirs, halves, strict=True):
     _assert_params_close(final_params(a), final_params(b), rtol=1e-6, atol=1e-7)
@@ -69,6 +73,7 @@ def test_vmapped_step_equals_each_seed_alone(tmp_path):
   from conftest import random_batch
 
   config = _config(tmp_path)
+  config.train.clip_norm = 0.01  # Below both seeds' gradient norms: each is clipped on its own.
   runtime = rt.Runtime()
   states = [rt.initial_state(config.copy_and_resolve_references(), 200, 200, runtime)]
   other = config.copy_and_resolve_references()
@@ -82,6 +87,7 @@ def test_vmapped_step_equals_each_seed_alone(tmp_path):
   for k, (state, rng) in enumerate(zip(states, rngs, strict=True)):
     alone, m = lone_fn(state, batch, rng)
     np.testing.assert_allclose(metrics["loss"][k], m["loss"], rtol=1e-5)
+    assert m["grad_norm"] > config.train.clip_norm
     for x, y in zip(
       jax.tree.leaves(train.unstack(grouped, k)), jax.tree.leaves(alone), strict=True
     ):
