@@ -172,3 +172,30 @@ def test_a_step_with_progress_moves_the_parameters_by_the_annealed_share(tiny_co
   moments = [jax.tree.leaves(s.opt_state) for s in (plain, annealed)]
   for a, b in zip(*moments, strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_the_logged_learning_rate_is_the_one_applied_after_a_skipped_update(tiny_config):
+  """A non-finite update is skipped and the optimiser's schedule does not advance, so the next
+  update's learning rate (read off the parameter change of plain SGD) is the logged one."""
+  c = tiny_config
+  c.train.optimizer, c.train.learning_rate, c.train.warmup_steps = "sgd", 1.0, 10
+  c.train.clip_norm = 0.0
+  state = steps.create_train_state(c, jax.random.key(0), 30, 30)
+  batch = random_batch(seed=5, vocab=30)
+  step = jax.jit(functools.partial(steps.train_step, config=c))
+  state, _ = step(state, batch, jax.random.key(0))
+  poisoned = state.replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
+  skipped, m = step(poisoned, batch, jax.random.key(1))
+  assert not bool(m["finite"])
+  before = skipped.replace(params=state.params)  # A skipped update keeps the parameters.
+  after, m = step(before, batch, jax.random.key(2))
+  obj = objective.Objective.from_config(c)
+  grads = jax.grad(lambda p: objective.loss_fn(p, before, batch, None, obj)[0])(before.params)
+  g, d = (
+    jax.tree.leaves(grads),
+    jax.tree.leaves(jax.tree.map(jnp.subtract, after.params, before.params)),
+  )
+  k = max(range(len(g)), key=lambda j: float(jnp.abs(g[j]).max()))
+  i = int(jnp.argmax(jnp.abs(g[k])))
+  applied = float(-d[k].ravel()[i] / g[k].ravel()[i])
+  assert float(m["learning_rate"]) == pytest.approx(applied, rel=1e-3)
