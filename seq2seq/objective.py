@@ -37,7 +37,9 @@ def cross_entropy(
   With label smoothing the target distribution puts 1 - ls on the reference word and spreads ls
   uniformly over the vocabulary (the first `smoothed_classes` columns when given: a copying
   model's extended entries are left out); the loss is then shifted by the distribution's own
-  entropy so a perfect prediction of the smoothed distribution scores 0.
+  entropy so a perfect prediction of the smoothed distribution scores 0 (for a copied target
+  outside the smoothed columns too). As in fairseq, PAD and BOS columns get their share of the
+  smoothing mass (OpenNMT-py leaves PAD out); decoding never produces them.
   """
   logits = logits_BTV.astype(jnp.float32)
   log_probs = jax.nn.log_softmax(logits, axis=-1)
@@ -48,6 +50,8 @@ def cross_entropy(
     smooth = -jnp.mean(log_probs[..., :vocab], axis=-1)
     xlogx = lambda x: x * math.log(x) if x > 0 else 0.0  # Python floats: static settings.
     entropy = -xlogx(on + off) - (vocab - 1) * xlogx(off)
+    copied = -xlogx(on) - vocab * xlogx(off)  # A target V + j outside the smoothed columns.
+    entropy = jnp.where(targets_BT >= vocab, copied, entropy)
     nll = on * nll + label_smoothing * smooth - entropy
   mask = mask_BT.astype(jnp.float32)
   return jnp.sum(nll * mask), jnp.sum(mask)

@@ -34,6 +34,23 @@ def test_label_smoothing_is_zero_at_the_smoothed_target():
   assert float(worse) > 1e-3
 
 
+def test_label_smoothing_is_zero_at_the_smoothed_target_of_a_copied_word():
+  """A copying model's target V + j lies outside the smoothed vocabulary: its smoothed target
+  puts 1 - ls there and ls / V on each of the V words, whose entropy differs from the in-vocabulary
+  case; the loss at that distribution must still be 0."""
+  vocab, extended, ls = 6, 9, 0.2
+  q = np.full(extended, 1e-30)
+  q[:vocab] = ls / vocab
+  q[7] = 1 - ls  # Source position 1's copy entry.
+  logits = jnp.log(jnp.asarray(q, jnp.float32))[None, None]
+  total, _ = objective.cross_entropy(logits, np.array([[7]]), np.array([[1]]), ls, vocab)
+  assert abs(float(total)) < 1e-5
+  q[7], q[2] = 1e-30, q[2] + 1 - ls  # The same mass on an in-vocabulary word instead.
+  logits = jnp.log(jnp.asarray(q, jnp.float32))[None, None]
+  total, _ = objective.cross_entropy(logits, np.array([[2]]), np.array([[1]]), ls, vocab)
+  assert abs(float(total)) < 1e-5
+
+
 def test_unknown_optimizer_lists_valid(tiny_config):
   tiny_config.train.optimizer = "lion"
   with pytest.raises(ValueError, match="'lion' is not one of adadelta, adam, sgd"):
