@@ -4,6 +4,7 @@ and every metric of `seq2seq.evaluate` on the valid and test splits (`evaluate_s
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,13 @@ def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime
 
 
 def valid_scores(
-  state: steps.TrainState, data, config: ml_collections.ConfigDict
+  state: steps.TrainState, data, config: ml_collections.ConfigDict, hypotheses_out=None
 ) -> dict[str, float]:
   """Validation BLEU with greedy decoding (cheap enough to run at every evaluation), and
   `unk_rate`: the share of the output's words that are <unk> (before any UNK replacement), what
-  a smaller target vocabulary costs."""
+  a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
+  sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
+  retraining."""
   greedy = config.copy_and_resolve_references()
   greedy.decode.beam_size = 1
   translations = evaluate.translate_split(
@@ -57,12 +60,19 @@ def valid_scores(
     evaluate.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
     for t, r in zip(translations, raw, strict=True)
   ]
+  if hypotheses_out is not None:
+    Path(hypotheses_out).parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(hypotheses_out, "wt", encoding="utf-8") as f:
+      f.writelines(h + "\n" for h in hyps)
   words = sum(len(t.ids) for t in translations)
   unks = sum(t.ids.count(tok.UNK_ID) for t in translations)
   return {
     "bleu": evaluate.bleu(hyps, [r[1] for r in raw], pretokenized=evaluate.pretokenized(config))[0],
     "unk_rate": unks / max(words, 1),
   }
+
+
+VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each evaluation's outputs.
 
 
 def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:

@@ -307,7 +307,9 @@ def train_members(
         scalars["elapsed_s"] = elapsed()
         if tcfg.valid_bleu:
           member_state = members.state(state, k)
-          scalars.update(eval_run.valid_scores(member_state.for_eval(), data, cfg))
+          out = members.workdirs[k] / eval_run.VALID_HYPOTHESES.format(step=done)
+          out = out if primary else None
+          scalars.update(eval_run.valid_scores(member_state.for_eval(), data, cfg, out))
           if scalars["bleu"] >= best_bleu[k]:  # Ties go to the later checkpoint.
             best_bleu[k] = scalars["bleu"]
             save_all()  # First, so that a resumed run never starts before its best checkpoint.

@@ -216,3 +216,23 @@ def test_the_logged_learning_rate_is_the_one_applied_after_a_skipped_update(tiny
   i = int(jnp.argmax(jnp.abs(g[k])))
   applied = float(-d[k].ravel()[i] / g[k].ravel()[i])
   assert float(m["learning_rate"]) == pytest.approx(applied, rel=1e-3)
+
+
+def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
+  """WORKDIR/valid_hypotheses/STEP.txt.gz holds the outputs each logged validation BLEU scored,
+  so a metric fixed later can redraw a learning curve without retraining."""
+  import gzip
+
+  from seq2seq import checkpoints, eval_run, evaluate, summary
+  from seq2seq import runtime as rt
+
+  config = checkpoints.load_config(trained)
+  refs = [r[1] for r in rt.load_data(config, trained).raw("valid")]
+  rows = [r for r in summary.read_metrics(trained) if r["split"] == "valid"]
+  assert rows
+  for row in rows:
+    path = trained / eval_run.VALID_HYPOTHESES.format(step=row["step"])
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+      hyps = f.read().split("\n")[:-1]
+    score = evaluate.bleu(hyps, refs, pretokenized=evaluate.pretokenized(config))[0]
+    assert score == pytest.approx(row["bleu"])
