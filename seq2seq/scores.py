@@ -99,8 +99,9 @@ class Dot(Score):
     _require_same_size(self.name, query_dim, annot_dim)
     self.dtype = layers.compute_dtype(cfg)
 
-  def __call__(self, query_D, keys_SK, annotations_SH):
-    return keys_SK.astype(self.dtype) @ query_D.astype(self.dtype)
+  def __call__(self, query_D, keys_SK, annotations_SH):  # Summed in float32 (`layers.matmul`).
+    dtype = self.dtype
+    return jnp.dot(keys_SK.astype(dtype), query_D.astype(dtype), preferred_element_type=jnp.float32)
 
 
 @register("scaled")
