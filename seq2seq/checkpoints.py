@@ -152,7 +152,8 @@ class Checkpointer:
 
   def discard_after(self, step: int) -> None:
     """Deletes the checkpoints of steps after `step`: a killed run's future past the step its
-    successor resumes from (its best checkpoint, saved without a regular one)."""
+    successor resumes from (a seed-group member's checkpoints past the step every member holds,
+    a best checkpoint past the resumed step)."""
     for later in [s for s in self.manager.all_steps() if s > step]:
       self.manager.delete(later)
 

@@ -248,8 +248,9 @@ def train_members(
 
   def save_all() -> None:
     loop = {"iterator": it.get_state(), "elapsed_s": elapsed(), "skipped_updates": skipped.tolist()}
+    step_now = int(np.atleast_1d(jax.device_get(state.step))[0])
     for k, c in enumerate(ckpts):
-      if c.latest_step() != int(np.atleast_1d(jax.device_get(state.step))[0]):
+      if c.latest_step() != step_now:  # Each step is saved once (a new best saves it early).
         c.save(members.state(state, k), loop)
 
   def valid_batches():

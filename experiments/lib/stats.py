@@ -104,16 +104,17 @@ def paired_bootstrap(
   counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_samples)])
   base_scores = np.array([bleu(row) for row in counts @ base])
   sys_scores = np.array([bleu(row) for row in counts @ sys_])
-  observed = bleu(sys_.sum(0)) - bleu(base.sum(0))
+  sys_bleu, base_bleu = bleu(sys_.sum(0)), bleu(base.sum(0))
+  observed = sys_bleu - base_bleu
   diffs = sys_scores - base_scores
   extreme = np.abs(diffs - diffs.mean()) >= abs(observed) - 1e-9
   interval = lambda x: [float(v) for v in np.percentile(x, [2.5, 97.5])]
   return {
     "p_value": float((extreme.sum() + 1) / (n_samples + 1)),
-    "bleu": bleu(sys_.sum(0)),
+    "bleu": sys_bleu,
     "mean": float(sys_scores.mean()),
     "ci95": interval(sys_scores),
-    "baseline_bleu": bleu(base.sum(0)),
+    "baseline_bleu": base_bleu,
     "baseline_mean": float(base_scores.mean()),
     "baseline_ci95": interval(base_scores),
     "difference": observed,
