@@ -90,14 +90,16 @@ def markdown(result: dict[str, Any]) -> str:
   """The sweep table: one row per point."""
   rows, baseline = result["configurations"], result["baseline"]
   with_aer = any(r["aer_mean"] is not None for r in rows)
+  with_oov = "model.copy" in result["grid"]  # What copying is for: words the vocabulary lacks.
   header = ["point", "seeds", "test BLEU", "test chrF", "valid BLEU"]
-  header += ["AER"] * with_aer + [f"p vs {baseline}"]
+  header += ["AER"] * with_aer + ["OOV recall"] * with_oov + [f"p vs {baseline}"]
   cells = []
   for r in rows:
     cells.append(
       [r["name"], str(len(r["seeds"])), mean_sd(r, "bleu"), mean_sd(r, "chrf")]
       + [mean_sd(r, "valid_bleu")]
       + [mean_sd(r, "aer", 3)] * with_aer
+      + [mean_sd(r, "oov_recall", 3)] * with_oov
       + [fmt(r["p_value_vs_baseline"], 4)]
     )
   grid = ", ".join(f"`{k}` = {', '.join(v)}" for k, v in result["grid"].items())
@@ -110,6 +112,11 @@ def markdown(result: dict[str, Any]) -> str:
   ]
   if with_aer:
     lines.append("AER: argmax attention against the gold alignments of the test split.")
+  if with_oov:
+    lines.append(
+      "OOV recall: the share of the test references' words outside the target vocabulary "
+      "that the output holds (clipped counts; `<unk>` replacement also produces some)."
+    )
   n = result["significance"]["n_samples"]
   lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))
   return "\n".join(lines) + "\n"

@@ -39,7 +39,8 @@ from seq2seq import registry
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
-TEST_METRICS = ("bleu", "chrf", "aer", "aer_threshold", "attention_entropy")
+# oov_recall: the share of reference words outside the target vocabulary that the output holds.
+TEST_METRICS = ("bleu", "chrf", "aer", "aer_threshold", "attention_entropy", "oov_recall")
 
 
 @dataclasses.dataclass(frozen=True)
