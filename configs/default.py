@@ -38,7 +38,6 @@ def get_config() -> ml_collections.ConfigDict:
   # states s_1 .. s_{i-1} with this score function (a spec of seq2seq/scores.py, e.g. "dot" or
   # "additive"); that context feeds the GRU and the deep output. "" is off.
   m.intra_attention = ""
-  m.intra_attention_len = 128  # Past states it keeps: the longest output it can attend over.
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits: its
   # file, or "train" to learn it from the run's training split when training starts; "" off.

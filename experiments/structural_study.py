@@ -156,13 +156,6 @@ def long_split(sweep: Sweep, args: argparse.Namespace) -> tuple[int, int]:
   return LONG_SPLITS[args.preset] if args.preset else sweeps.long_test_words(sweep)
 
 
-def subset(split: input_pipeline.Split, ids: Sequence[int]) -> input_pipeline.Split:
-  """The pairs `ids` of `split`, in that order."""
-  rows = lambda ragged: input_pipeline.Ragged.from_lists([ragged.row(i).tolist() for i in ids])
-  index = np.asarray(ids, np.int64)
-  return input_pipeline.Split(split.name, rows(split.src), rows(split.tgt), split.line[index])
-
-
 def long_ids(sources: Sequence[str], long_split: tuple[int, int]) -> list[int]:
   """Indices of the sources of long_split[0]..long_split[1] (whitespace) words."""
   low, high = long_split
@@ -218,7 +211,7 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   out: dict[str, Any] = {"long_split": list(long_split), "long_sentences": len(ids)}
   out["long_bleu"] = evaluate.bleu([hyps[i] for i in ids], [raw[i][1] for i in ids])[0]
   if ids and all(raw[i][2] is not None for i in ids):
-    forced = evaluate.teacher_forced_attention(state, subset(test, ids), config)
+    forced = evaluate.teacher_forced_attention(state, input_pipeline.subset(test, ids), config)
     gold = [set(synthetic.parse_alignment(raw[i][2])) for i in ids]
     out["long_aer"] = evaluate.alignment_error_rate(
       [evaluate.argmax_links(a) for a in forced], gold
@@ -228,7 +221,8 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   for name, chosen in (("short", short), ("long", ids)):
     chosen = chosen[:decode_sentences]
     out[f"decode_{name}_sentences"] = len(chosen)
-    out[f"decode_{name}_sent_per_s"] = decode_speed(state, subset(test, chosen), config)
+    chosen_split = input_pipeline.subset(test, chosen)
+    out[f"decode_{name}_sent_per_s"] = decode_speed(state, chosen_split, config)
   vocab = min(data.src_tokenizer.size, data.tgt_tokenizer.size)
   for name, length in step_lengths(long_split).items():
     out[f"step_ms_{name}"] = step_ms(state, vocab, length)

@@ -46,7 +46,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import lexicon
+from seq2seq import input_pipeline, lexicon
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -117,7 +117,7 @@ def greedy(
   nothing; its `norm_scores` are what beam search would rank its outputs by (`ranking_score`
   with `length_norm_alpha` and `coverage_beta`; an output that never ended counts L tokens).
   """
-  enc = model.encode(src_BS, src_mask_BS)
+  enc = model.encode(src_BS, src_mask_BS, steps=max_len)
   batch, src_len = src_BS.shape
 
   def cond(carry):
@@ -260,7 +260,7 @@ def beam_search_pool(
   check_nbest(nbest, beam_size)
   batch, src_len = src_BS.shape
   k, n = beam_size, src_BS.shape[0] * beam_size
-  enc = _tile(model.encode(src_BS, src_mask_BS), k)
+  enc = _tile(model.encode(src_BS, src_mask_BS, steps=max_len), k)
   mask_BKS = enc.mask.reshape(batch, k, src_len)
 
   def penalty(coverage_BKS):  # [B, K], or 0 without the coverage penalty.
@@ -480,8 +480,8 @@ class Shortlisted:
     self.model, self.ids = model, ids_N
     self.uses_attention = model.uses_attention
 
-  def encode(self, src_BS, src_mask_BS):
-    return self.model.encode(src_BS, src_mask_BS)
+  def encode(self, src_BS, src_mask_BS, **kwargs):
+    return self.model.encode(src_BS, src_mask_BS, **kwargs)
 
   def decoder_step(self, enc, state, y_prev_B):
     return self.model.decoder_step(enc, state, self.ids[y_prev_B], output_ids=self.ids)
@@ -506,11 +506,13 @@ def decode_batch(
 
   `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
   `config.decode.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
-  with S the padded source length. With `decode.shortlist` (a lexical table, `seq2seq.lexicon`)
-  the output layer runs over the batch's shortlist only. `jit_decode` keeps one compiled
-  function per static setting, so bucketed source lengths reuse their compilations.
+  with S the padded source length (of one source, where a multi-source batch packs two). With
+  `decode.shortlist` (a lexical table, `seq2seq.lexicon`) the output layer runs over the
+  batch's shortlist only. `jit_decode` keeps one compiled function per static setting, so
+  bucketed source lengths reuse their compilations.
   """
   cfg = config.decode
+  sources = input_pipeline.num_sources(config.data)  # Multi-source batches pack them side by side.
   src = jnp.asarray(batch["src"], jnp.int32)
   mask = jnp.asarray(batch["src_mask"], jnp.int32)
   output_ids = None
@@ -524,7 +526,7 @@ def decode_batch(
     src,
     mask,
     beam_size=int(cfg.beam_size),
-    max_len=max_output_len(src.shape[1], cfg.max_len_ratio),
+    max_len=max_output_len(src.shape[1] // sources, cfg.max_len_ratio),
     length_norm_alpha=float(cfg.length_norm_alpha),
     coverage_beta=float(cfg.coverage_penalty),
     ban_unk=ban_unk,

@@ -93,8 +93,10 @@ class Ensemble(nnx.Module):
     present = [a.astype(jnp.float32) for a in alphas if a is not None]
     return sum(present) / len(present) if present else None
 
-  def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> EnsembleEncoded:
-    encoded = tuple(m.encode(src_BS, src_mask_BS) for m in self.members)
+  def encode(
+    self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None, *, steps: int | None = None
+  ) -> EnsembleEncoded:
+    encoded = tuple(m.encode(src_BS, src_mask_BS, steps=steps) for m in self.members)
     return EnsembleEncoded(encoded, src_mask_BS, tuple(e.init_state for e in encoded))
 
   def decoder_step(self, enc: EnsembleEncoded, state: tuple, y_prev_B: jax.Array, **kwargs):

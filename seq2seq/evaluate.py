@@ -157,6 +157,11 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: boo
   return float(metric.corpus_score(scored_text(hypotheses), [list(references)]).score)
 
 
+def count_unk(ids) -> int:
+  """How many <unk> ids `ids` holds."""
+  return int(np.count_nonzero(np.asarray(ids) == tok.UNK_ID))
+
+
 def no_unk_subset(src_has_unk: Sequence[bool], ref_has_unk: Sequence[bool]) -> list[int]:
   """Indices of sentences with no unknown word on either side."""
   return [i for i, (s, r) in enumerate(zip(src_has_unk, ref_has_unk, strict=True)) if not (s or r)]
@@ -565,12 +570,6 @@ def score_split(state, split: input_pipeline.Split, config) -> list[Forced]:
   return out
 
 
-def subset(split: input_pipeline.Split, indices: Sequence[int]) -> input_pipeline.Split:
-  """The pairs of `split` at `indices`, in that order (their corpus lines kept)."""
-  rows = lambda ragged: input_pipeline.Ragged.from_lists([ragged.row(i) for i in indices])
-  return input_pipeline.Split(split.name, rows(split.src), rows(split.tgt), split.line[indices])
-
-
 def _teacher_forced(state, split: input_pipeline.Split, config, output: str):
   """(index, the model's teacher-forced aux `output` for that sentence [T_pad, ...]) for every
   sentence of `split`, in batches of `decode.batch_size` padded to `data.bucket_step` (jitted:
@@ -701,13 +700,13 @@ def evaluate_split(
   src_lengths = [len(builders.split_sources(r[0])[0].split()) for r in raw]  # First source's.
   score, signature = bleu(hyps, refs, pretokenized=plain)
   recall, oov_refs = oov_recall(hyps, refs, tgt_tok)
-  keep = no_unk_subset(
-    [bool(np.any(split.src.row(i) == tok.UNK_ID)) for i in range(len(split))],
-    [bool(np.any(split.tgt.row(i) == tok.UNK_ID)) for i in range(len(split))],
+  keep = no_unk_subset(  # Every source of a multi-source split counts.
+    [any(count_unk(src.row(i)) for src in split.sources) for i in range(len(split))],
+    [bool(count_unk(split.tgt.row(i))) for i in range(len(split))],
   )
   no_unk_hyps = []
   if keep:  # The paper's protocol: the subset decoded again with UNK forbidden (--ignore-unk).
-    sub = subset(split, keep)
+    sub = input_pipeline.subset(split, keep)
     label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
     again = translate_split(state, sub, config, ban_unk=True, progress=label)
     no_unk_hyps = [
@@ -814,8 +813,9 @@ def sentence_records(
 
   Each has `index`, `line` (in the corpus files), `source`, `reference`, `hypothesis`, sentence
   `bleu` (sacrebleu, effective order: short sentences are not zero for a missing 4-gram) and
-  `chrf`, `source_words`, `unk` (<unk> tokens in the source, the reference and the output; the
-  No-UNK subset is the sentences with none in the first two), and, for models with attention:
+  `chrf`, `source_words`, `unk` (<unk> tokens in the source (all its sources), the reference
+  and the output; the No-UNK subset is the sentences with none in the first two), and, for
+  models with attention:
   `entropy` (mean over output steps of the decoded attention's entropy, nats) and `attention`
   (the decoded attention's tokens and maps: the one used, then each head's when there are
   several, `report.encode_map`); with gold links also `aer` (argmax links of the reference's
@@ -828,7 +828,6 @@ def sentence_records(
   gold = gold_links(raw) if forced is not None else None
   sentence_bleu = sacrebleu.metrics.BLEU(effective_order=True, force=pretokenized)
   sentence_chrf = sacrebleu.metrics.CHRF()
-  count_unk = lambda ids: int(np.count_nonzero(np.asarray(ids) == tok.UNK_ID))
   records = []
   scored = scored_text(hyps)
   for i, (tr, hyp, (src, ref, _)) in enumerate(zip(translations, hyps, raw, strict=True)):
@@ -842,7 +841,7 @@ def sentence_records(
       "chrf": float(sentence_chrf.sentence_score(scored[i], [ref]).score),
       "source_words": len(builders.split_sources(src)[0].split()),
       "unk": {
-        "source": count_unk(split.src.row(i)),
+        "source": sum(count_unk(src.row(i)) for src in split.sources),
         "reference": count_unk(split.tgt.row(i)),
         "output": count_unk(tr.ids),
       },

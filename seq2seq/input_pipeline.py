@@ -104,6 +104,11 @@ class Split:
     return self.src.lengths
 
   @property
+  def sources(self) -> tuple[Ragged, ...]:
+    """Every source's ids: (src,), or (src, src2) for a multi-source corpus."""
+    return (self.src,) if self.src2 is None else (self.src, self.src2)
+
+  @property
   def tgt_lengths(self) -> np.ndarray:
     return self.tgt.lengths
 
@@ -174,11 +179,13 @@ def reversed_data(data: Data) -> Data:
   )
 
 
-def subset(split: Split, name: str, keep: np.ndarray) -> Split:
-  """The examples `keep` [N'] of `split`, in that order, as a split called `name`."""
+def subset(split: Split, keep: Sequence[int] | np.ndarray, name: str | None = None) -> Split:
+  """The examples `keep` [N'] of `split` (every field: both sources of a multi-source corpus),
+  in that order, as a split called `name` (default: the same name)."""
+  keep = np.asarray(keep, np.int64)
   rows = lambda ragged: None if ragged is None else Ragged.from_lists([ragged.row(i) for i in keep])
   return Split(
-    name,
+    split.name if name is None else name,
     rows(split.src),
     rows(split.tgt),
     split.line[keep],
@@ -192,10 +199,9 @@ LONG_TEST = "test_long"  # The long-sentence evaluation split (`data.long_test_m
 
 
 def long_test_indices(examples: Sequence[builders.Example], lo: int, hi: int) -> np.ndarray:
-  """Indices of the examples whose source has between `lo` and `hi` whitespace words."""
-  return np.asarray(
-    [i for i, ex in enumerate(examples) if lo <= len(ex.src.split()) <= hi], np.int64
-  )
+  """Indices of the examples whose (first) source has between `lo` and `hi` whitespace words."""
+  words = [len(builders.split_sources(ex.src)[0].split()) for ex in examples]
+  return np.asarray([i for i, n in enumerate(words) if lo <= n <= hi], np.int64)
 
 
 def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
@@ -316,6 +322,9 @@ def with_copy_targets(
   return dataclasses.replace(split, copy_tgt=Ragged.from_lists(rows))
 
 
+_SIDES = ("src", "tgt", "src2")  # A split's id fields, the second source last (multi-source).
+
+
 def _unk_rate(ragged: Ragged) -> float:
   return float(np.mean(ragged.values == tokenizer_lib.UNK_ID)) if ragged.values.size else 0.0
 
@@ -385,7 +394,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
         f"no test pair has {lo} to {hi} source words (data.long_test_min_words/max_words); "
         "the embedded corpus makes longer sentences with data.synthetic.max_len"
       )
-    splits[LONG_TEST] = subset(splits["test"], LONG_TEST, keep)
+    splits[LONG_TEST] = subset(splits["test"], keep, LONG_TEST)
     subsets[LONG_TEST] = ("test", keep)
   tokenized = time.perf_counter()
 
@@ -398,12 +407,12 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
     "unk_rate": {
       f"{name}_{side}": _unk_rate(getattr(split, side))
       for name, split in splits.items()
-      for side in ("src", "tgt")
+      for side in _SIDES[: 2 + (split.src2 is not None)]
     },
     "tokens": {
       f"{name}_{side}": int(getattr(split, side).values.size)
       for name, split in splits.items()
-      for side in ("src", "tgt")
+      for side in _SIDES[: 2 + (split.src2 is not None)]
     },
     "seconds": {"build": built - start, "read_and_tokenize": tokenized - built},
   }

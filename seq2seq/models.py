@@ -231,8 +231,8 @@ class Seq2Seq(nnx.Module):
     self.c_o = layers.dense(ctx, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     # Intra-attention over the decoder's own past states (Cheng et al. 2016): its score, and its
     # context d_i entering the GRU and the deep output.
-    self.intra_len = int(cfg.intra_attention_len) if cfg.intra_attention else 0
-    if self.intra_len:
+    self.intra = bool(cfg.intra_attention)
+    if self.intra:
       d = cfg.dec_hidden
       self.intra_score = scores.make_score(cfg.intra_attention, d, d, cfg, rngs=rngs)
       self.intra_proj = layers.dense(d, 3 * d, cfg, rngs=rngs)
@@ -275,8 +275,13 @@ class Seq2Seq(nnx.Module):
       self.copy_map = LexiconTable(jnp.asarray(table, jnp.float32))
 
   # ------------------------------------------------------------------ pieces
-  def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
-    """Runs the encoder and precomputes everything the decoder reuses at every step."""
+  def encode(
+    self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None, *, steps: int | None = None
+  ) -> Encoded:
+    """Runs the encoder and precomputes everything the decoder reuses at every step.
+
+    `steps` (static): how many decoder steps follow; an intra-attention model needs it, as its
+    memory of past states has one slot per step (other models ignore it)."""
     if self.two_sources:
       return self._encode_two(src_BS, src_mask_BS, dropout_rng)
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
@@ -295,18 +300,23 @@ class Seq2Seq(nnx.Module):
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
     intra = ()
-    if self.intra_len:  # An empty memory: L slots for states and their keys.
+    if self.intra:  # An empty memory: one slot per decoder step for its state and key.
+      if steps is None:
+        raise ValueError(
+          "an intra-attention model's encode needs steps=, the decoder steps that follow "
+          "(its memory keeps that many past states)"
+        )
       batch, d = s0.shape
       keys_B1K = self.intra_score.keys(jnp.zeros((batch, 1, d), s0.dtype))
       intra = (
-        jnp.zeros((batch, self.intra_len, d), s0.dtype),
-        jnp.zeros((batch, self.intra_len, keys_B1K.shape[-1]), keys_B1K.dtype),
+        jnp.zeros((batch, steps, d), s0.dtype),
+        jnp.zeros((batch, steps, keys_B1K.shape[-1]), keys_B1K.dtype),
         jnp.zeros((batch,), jnp.int32),
       )
     state = DecoderState(s0, feature_states, attention_state, intra)
     lexicon = None
     if self.lexicon_bias:
-      ids_VK = jax.lax.stop_gradient(self.lexicon_ids[...]).astype(jnp.int32)
+      ids_VK = jnp.round(jax.lax.stop_gradient(self.lexicon_ids[...])).astype(jnp.int32)
       probs_VK = jax.lax.stop_gradient(self.lexicon_probs[...])
       real = src_mask_BS.astype(bool)[..., None]
       lexicon = (ids_VK[src_BS], jnp.where(real, probs_VK[src_BS], 0.0))
@@ -432,15 +442,15 @@ class Seq2Seq(nnx.Module):
     """d_i = sum_{k<i} beta_ik s_k [B, D] float32 with beta_i = masked softmax of the intra
     score of s_{i-1} against the stored s_1 .. s_{i-1} (zeros before any is stored); None
     without intra-attention."""
-    if not self.intra_len:
+    if not self.intra:
       return None
     values_BLD, keys_BLK, count_B = state.intra
-    mask_BL = jnp.arange(self.intra_len)[None, :] < count_B[:, None]
+    mask_BL = jnp.arange(values_BLD.shape[1])[None, :] < count_B[:, None]
     return attention.attend(self.intra_score, state.s, keys_BLK, values_BLD, mask_BL)[0]
 
   def _intra_store(self, intra, s_BD: jax.Array):
-    """The memory with s_i (and its key) in the next free slot; beyond L slots nothing more
-    is kept (`model.intra_attention_len` bounds the output length)."""
+    """The memory with s_i (and its key) in the next free slot (`encode` gives one slot per
+    decoder step, so every past state is kept)."""
     values_BLD, keys_BLK, count_B = intra
     rows = jnp.arange(s_BD.shape[0])
     key_BK = self.intra_score.keys(s_BD[:, None, :])[:, 0]
@@ -464,7 +474,7 @@ class Seq2Seq(nnx.Module):
       new_s = self.cell(state.s, x3_B3D + self.context_proj(att.context))
       readout_s = state.s
     moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
-    intra = self._intra_store(state.intra, new_s) if self.intra_len else state.intra
+    intra = self._intra_store(state.intra, new_s) if self.intra else state.intra
     new_state = state._replace(s=new_s, features=moved, structure=att.state, intra=intra)
     return new_state, att, intra_ctx, readout_s
 
@@ -528,7 +538,7 @@ class Seq2Seq(nnx.Module):
     attention_rng = None
     if dropout_rng is not None and self.uses_attention:
       attention_rng = jax.random.fold_in(dropout_rng, 3)
-    enc = self.encode(src_BS, src_mask_BS, rngs[0])
+    enc = self.encode(src_BS, src_mask_BS, rngs[0], steps=tgt_in_BT.shape[1])
     if self.copy:  # Scoring a given output: its copied words are read back as <unk>.
       tgt_in_BT = jnp.where(tgt_in_BT >= self.tgt_vocab, UNK_ID, tgt_in_BT)
     emb_BTE = layers.dropout(self.embed(tgt_in_BT), self.dropout_rate, rngs[1])
@@ -602,9 +612,9 @@ class Agreement(nnx.Module):
     self.forward = RNNsearch(cfg, src_vocab, tgt_vocab, rngs=rngs)
     self.reverse = RNNsearch(cfg, tgt_vocab, src_vocab, rngs=rngs)
 
-  def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None) -> Encoded:
+  def encode(self, src_BS: jax.Array, src_mask_BS: jax.Array, dropout_rng=None, **kwargs):
     """The forward model's `encode`."""
-    return self.forward.encode(src_BS, src_mask_BS, dropout_rng)
+    return self.forward.encode(src_BS, src_mask_BS, dropout_rng, **kwargs)
 
   def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, **kwargs):
     """The forward model's `decoder_step`."""
@@ -646,7 +656,6 @@ class ModelSettings:
   init: str
   lexicon_bias: str = ""
   intra_attention: str = ""
-  intra_attention_len: int = 128
   tie_embeddings: bool = False
   layer_norm: bool = False
   decoder: str = "paper"
@@ -720,10 +729,6 @@ class ModelSettings:
         raise ValueError(
           f"model.intra_attention={self.intra_attention!r}: a positional score cannot attend "
           "over the decoder's past; use a content score (additive, dot, general, ...)"
-        )
-      if self.intra_attention_len < 1:
-        raise ValueError(
-          f"model.intra_attention_len must be positive, got {self.intra_attention_len}"
         )
     if self.decoder not in DECODERS:
       raise ValueError(f"model.decoder={self.decoder!r} is not one of {DECODERS}")

@@ -57,11 +57,6 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     raise ValueError(f"train.anneal_to must be in [0, 1], got {config.train.anneal_to}")
   if not 0.0 <= config.train.ema_decay < 1.0:
     raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
-  if model.intra_attention and config.data.max_len + 1 > model.intra_attention_len:
-    raise ValueError(
-      f"model.intra_attention_len={model.intra_attention_len} keeps fewer past states than "
-      f"training targets have (data.max_len={config.data.max_len} + EOS)"
-    )
   if config.train.nonfinite not in NONFINITE:
     raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
   if model.direction not in DIRECTIONS:
@@ -133,6 +128,10 @@ _TERM_FIELDS = (
 )
 
 
+# Fields removed after runs were saved with them: intra-attention's memory size (128 slots; the
+# memory now has one slot per decoder step, which changes nothing for outputs up to 128 words).
+REMOVED_FIELDS = ("model.intra_attention_len",)
+
 # Fields added after runs were saved, with the value that reproduces how those runs behaved: a
 # saved config without the field reads as if it held this value.
 ADDED_FIELDS = {
@@ -140,7 +139,6 @@ ADDED_FIELDS = {
   "model.tie_embeddings": False,
   "model.layer_norm": False,
   "model.intra_attention": "",
-  "model.intra_attention_len": 128,
   "model.lexicon_bias": "",
   "model.copy": False,
   "data.train_pairs": 0,
@@ -171,8 +169,12 @@ def is_legacy(saved: dict[str, Any]) -> bool:
 
 def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
   """A saved config dict in the current form (a new dict): the old flat component fields
-  rewritten as specs, the fields added since filled with `ADDED_FIELDS`, the specs canonical."""
+  rewritten as specs, the fields added since filled with `ADDED_FIELDS`, those removed since
+  (`REMOVED_FIELDS`) dropped, the specs canonical."""
   out = copy.deepcopy(saved)
+  for dotted in REMOVED_FIELDS:
+    section, key = dotted.split(".")
+    out.get(section, {}).pop(key, None)
   for dotted, value in ADDED_FIELDS.items():
     section, key = dotted.split(".")
     out.setdefault(section, {}).setdefault(key, value)

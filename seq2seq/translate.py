@@ -9,10 +9,11 @@ these two functions, so the command line and a notebook get the same numbers.
 Input is tokenised the way training text was (the run's saved vocabularies). Invalid UTF-8 is
 decoded with replacement characters (counted and logged), never a crash.
 
-translate (`--mode=translate`): one output line per input line; an empty (or blank) input line
-gives an empty output line. Lines longer than the model can address (only the `location` score
-has a limit, `location(max_len=N)`) are truncated with a warning; every other line is translated
-in full. With `--nbest=N` (N <= decode.beam_size) the output is an n-best list (`NBEST_FORMAT`).
+translate (`--mode=translate`): one output line per input line; an empty (or blank) input line,
+or one with a blank source of a multi-source run, gives an empty output line. Lines longer than
+the model can address (only the `location` score has a limit, `location(max_len=N)`) are
+truncated with a warning; every other line is translated in full. With `--nbest=N`
+(N <= decode.beam_size) the output is an n-best list (`NBEST_FORMAT`).
 
 score (`--mode=score`): one JSON object per pair of source and target lines (`score_record`).
 A pair with an empty side, or whose source the model cannot address, is reported on its line
@@ -113,11 +114,29 @@ def _split(src: list[list[list[int]]], tgt: list[list[int]]) -> input_pipeline.S
   )
 
 
-def _encode_sources(t: Translator, line: str) -> list[list[int]]:
-  """The ids of each source of `line` (a multi-source line holds them joined by
-  `builders.SOURCE_SEPARATOR`)."""
+def _sources(t: Translator, line: str) -> list[str]:
+  """The texts of `line`'s sources: the line itself, or for a multi-source run its sources
+  joined by `builders.SOURCE_SEPARATOR` (`read_sources` joins one file per language); ValueError
+  where a line holds another number of them."""
   count = input_pipeline.num_sources(t.config.data)
-  return [t.src_tok.encode(text) for text in builders.split_sources(line, count)]
+  texts = builders.split_sources(line, count)
+  if len(texts) != count:
+    raise ValueError(
+      f"this run reads {count} sources per line, joined by builders.SOURCE_SEPARATOR "
+      f"({builders.SOURCE_SEPARATOR!r}); the line {line!r} holds {len(texts)}"
+    )
+  return texts
+
+
+def _blank(t: Translator, line: str) -> bool:
+  """Whether any source of `line` is blank (such a line gets no translation, as training skips
+  such pairs)."""
+  return not line.strip() or not all(text.strip() for text in _sources(t, line))
+
+
+def _encode_sources(t: Translator, line: str) -> list[list[int]]:
+  """The ids of each source of `line` (`_sources`)."""
+  return [t.src_tok.encode(text) for text in _sources(t, line)]
 
 
 def translate_lines(
@@ -137,7 +156,7 @@ def translate_lines(
   decode.check_nbest(nbest, int(config.decode.beam_size))
   ids, keep, truncated = [], [], 0
   for i, line in enumerate(lines):
-    if not line.strip():
+    if _blank(t, line):
       continue
     encoded = _encode_sources(t, line)
     limit = t.max_source_tokens
@@ -164,7 +183,8 @@ def translate_lines(
 
 def _unscorable(t: Translator, source: str, target: str) -> str | None:
   """Why a pair cannot be scored, or None."""
-  empty = [side for side, text in (("source", source), ("target", target)) if not text.strip()]
+  blank = (("source", _blank(t, source)), ("target", not target.strip()))
+  empty = [side for side, is_blank in blank if is_blank]
   if empty:
     return f"empty {' and '.join(empty)}"
   n = max(len(ids) for ids in _encode_sources(t, source))

@@ -55,7 +55,7 @@ class TableModel:
     self.table = jnp.asarray(table_BVV, jnp.float32)
     self.on_step = on_step
 
-  def encode(self, src_BS, src_mask_BS):
+  def encode(self, src_BS, src_mask_BS, steps=None):  # `steps`: the decoder steps to follow.
     batch, src_len = src_BS.shape
     annotations = jnp.zeros((batch, src_len, 2), jnp.float32)
     row = jnp.arange(batch, dtype=jnp.float32)[:, None]

@@ -408,7 +408,7 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   )
   assert 0 < len(keep) < len(split)
   plain = evaluate.translate_split(state, split, config)
-  banned = evaluate.translate_split(state, evaluate.subset(split, keep), config, ban_unk=True)
+  banned = evaluate.translate_split(state, input_pipeline.subset(split, keep), config, ban_unk=True)
   assert all(tk.UNK_ID in plain[i].ids for i in keep)
   assert not any(tk.UNK_ID in tr.ids for tr in banned)
   text = lambda tr, i: evaluate.output_text(tr, raw[i][0], data.src_tokenizer, data.tgt_tokenizer)

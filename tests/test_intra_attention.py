@@ -29,7 +29,7 @@ def test_step_by_step_decoding_equals_the_teacher_forced_pass(score):
   model = intra_model(score)
   src, mask, tgt_in = batch_args()
   forced = np.asarray(model(src, mask, tgt_in))
-  enc = model.encode(src, mask)
+  enc = model.encode(src, mask, steps=tgt_in.shape[1])
   state = enc.init_state
   step = nnx.jit(lambda m, e, s, y: m.decoder_step(e, s, y))  # One compilation for every step.
   for i in range(tgt_in.shape[1]):
@@ -52,7 +52,7 @@ def test_changing_a_later_word_never_changes_an_earlier_step():
 def test_the_intra_context_is_the_masked_softmax_over_stored_states():
   model = intra_model("dot")
   rng = np.random.default_rng(0)
-  d, length = 32, model.intra_len
+  d, length = 32, 7
   values = rng.normal(size=(2, length, d)).astype(np.float32)
   count = np.array([3, 0], np.int32)  # Three stored states, and none (a zero context).
   query = rng.normal(size=(2, d)).astype(np.float32)
@@ -83,6 +83,34 @@ def test_intra_attention_settings_are_checked():
   cfg.model.intra_attention = "location"
   with pytest.raises(ValueError, match="a positional score cannot attend"):
     settings.validate(cfg)
-  cfg.model.intra_attention, cfg.model.intra_attention_len = "dot", 10
-  with pytest.raises(ValueError, match=r"intra_attention_len=10 keeps fewer past states"):
-    settings.validate(cfg)
+
+
+def test_the_memory_keeps_every_past_state_of_a_long_output():
+  """Past 128 steps (the old fixed memory) the teacher-forced pass still attends over every
+  earlier state: its logits equal those of a decoder step from the state that pass reached,
+  with a memory holding all of that pass's states."""
+  model = intra_model("dot")
+  src, mask, _ = batch_args()
+  length = 140
+  rng = np.random.default_rng(3)
+  tgt_in = jnp.asarray(rng.integers(4, VOCAB, size=(src.shape[0], length)), jnp.int32)
+  forced = np.asarray(model(src, mask, tgt_in))
+  enc = model.encode(src, mask, steps=length)
+  step = nnx.jit(lambda m, e, s, y: m.decoder_step(e, s, y))
+  state = enc.init_state
+  for i in range(length):
+    state, logits, _ = step(model, enc, state, tgt_in[:, i])
+  np.testing.assert_allclose(np.asarray(logits), forced[:, -1], rtol=1e-4, atol=1e-4)
+  assert np.asarray(state.intra[2]).tolist() == [length] * 3
+  np.testing.assert_allclose(np.asarray(state.intra[0][:, -1]), np.asarray(state.s), atol=1e-6)
+
+
+def test_decoding_sizes_the_memory_to_its_longest_output():
+  model = intra_model("dot")
+  src, mask, _ = batch_args(4)
+  with pytest.raises(ValueError, match="needs steps="):
+    model.encode(src, mask)
+  assert model.encode(src, mask, steps=150).init_state.intra[0].shape[1] == 150
+  graphdef, params = nnx.split(model, nnx.Param)
+  out = decode.jit_decode(graphdef, params, src, mask, beam_size=1, max_len=150)
+  assert np.isfinite(np.asarray(out.scores)).all()

@@ -12,8 +12,9 @@ from conftest import randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import evaluate, input_pipeline, models, settings, translate
+from seq2seq import decode, evaluate, input_pipeline, models, settings, steps, translate
 from seq2seq import tokenizer as tok
+from seq2seq.data import builders
 
 NOUNS = [("man", "Mann", "homme"), ("dog", "Hund", "chien"), ("cat", "Katze", "chat")]
 VERBS = [("sees", "sieht", "voit"), ("likes", "mag", "aime")]
@@ -177,3 +178,62 @@ def test_a_multi_source_run_trains_evaluates_and_translates(tmp_path):
   assert counts["lines"] == 2 and counts["empty"] == 1
   rows = [json.loads(r) for r in (tmp_path / "align.jsonl").read_text().splitlines()]
   assert len(rows[0]["attention"][0]) == 7 + 7  # Six words and EOS, twice.
+  t = translate.Translator(cfg, tmp_path / "run")
+  with pytest.raises(ValueError, match="reads 2 sources per line"):
+    t.translate(["the dog sees the cat ."])
+  join = builders.join_sources
+  found, _ = translate.translate_lines(t, [join(["the dog .", ""]), "", join(["the cat .", "die"])])
+  assert [len(h) for h in found] == [0, 0, 1]  # A blank source: no translation, as in training.
+  assert translate.score_lines(t, [join(["the dog .", " "])], ["le chien ."])[0].error == (
+    "empty source"
+  )
+
+
+def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch):
+  """A German test source with an unknown word leaves the No-UNK subset, and the subset is
+  decoded with both sources (it once lost the second, which the model then read as padding)."""
+  write_corpus(tmp_path / "corpus")
+  test_de = tmp_path / "corpus" / "test_2016_flickr.de"
+  lines = test_de.read_text().splitlines()
+  lines[0] = lines[0].replace("Mann", "Zebra")  # A word no training line has.
+  test_de.write_text("".join(line + "\n" for line in lines))
+  cfg = config(tmp_path / "corpus")
+  cfg.decode.beam_size = 1
+  data = input_pipeline.load_data(cfg, tmp_path / "work")
+  split = data.splits["test"]
+  assert tok.UNK_ID in split.src2.row(0) and tok.UNK_ID not in split.src.row(0)
+  state = steps.create_train_state(
+    cfg, jax.random.key(0), data.src_tokenizer.size, data.tgt_tokenizer.size
+  )
+  decoded = []
+  real = evaluate.translate_split
+
+  def spy(state, split, config, **kwargs):
+    decoded.append(split)
+    return real(state, split, config, **kwargs)
+
+  monkeypatch.setattr(evaluate, "translate_split", spy)
+  results = evaluate.evaluate_split(state, data, "test", cfg, tmp_path / "out", write=False)
+  assert results["num_no_unk"] == len(split) - 1
+  subset = decoded[1]
+  assert subset.src2 is not None
+  assert [r.tolist() for r in (subset.src2.row(i) for i in range(len(subset)))] == [
+    split.src2.row(i).tolist() for i in range(1, len(split))
+  ]
+
+
+def test_the_long_test_split_counts_the_first_source_s_words():
+  examples = [builders.Example(builders.join_sources(["a b c", "d e f g h"]), "x", None, 0)]
+  assert input_pipeline.long_test_indices(examples, 3, 3).tolist() == [0]
+  assert input_pipeline.long_test_indices(examples, 5, 10).tolist() == []
+
+
+def test_decoding_limits_the_output_by_one_source_s_length(monkeypatch):
+  cfg = tiny.get_config()
+  cfg.data.corpus, cfg.data.local.src_lang, cfg.data.local.tgt_lang = "local", "en+de", "fr"
+  seen = {}
+  monkeypatch.setattr(decode, "jit_decode", lambda *a, **k: seen.update(k))
+  batch = {"src": np.ones((2, 2 * 12), np.int32), "src_mask": np.ones((2, 2 * 12), np.int32)}
+  state = type("State", (), {"graphdef": None, "params": None})()
+  decode.decode_batch(state, batch, cfg)
+  assert seen["max_len"] == decode.max_output_len(12, cfg.decode.max_len_ratio)
