@@ -287,10 +287,14 @@ def frequent_words(
 
 
 def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
-  """Mean over target words of the entropy (nats) of their attention distribution."""
+  """Mean over target words of the entropy (nats) of their attention distribution, each row
+  renormalised first: local-p's Gaussian leaves rows summing to less than 1, which would read
+  as sharper attention than it is (rows of zeros are left out)."""
   values = []
   for alpha in alphas:
-    p = np.clip(np.asarray(alpha, np.float64), 1e-12, 1.0)
+    rows = np.asarray(alpha, np.float64).reshape(-1, np.shape(alpha)[-1])
+    total = rows.sum(axis=1, keepdims=True)
+    p = np.clip(rows[total[:, 0] > 0] / total[total[:, 0] > 0], 1e-12, 1.0)
     values.extend((-(p * np.log(p)).sum(axis=1)).tolist())
   return float(np.mean(values)) if values else 0.0
 

@@ -88,6 +88,8 @@ def test_attention_entropy():
   uniform = np.full((2, 4), 0.25)
   assert evaluate.attention_entropy([uniform]) == pytest.approx(np.log(4))
   assert evaluate.attention_entropy([np.eye(3)]) == pytest.approx(0.0, abs=1e-9)
+  # Local-p's rows sum to less than 1: the entropy is the renormalised row's.
+  assert evaluate.attention_entropy([0.4 * uniform]) == pytest.approx(np.log(4))
 
 
 def test_plots_write_pngs(tmp_path):

@@ -404,6 +404,8 @@ def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_bes
 def test_last_quarter_gain_reads_the_curve_at_three_quarters():
   steps, bleu = [500, 1000, 1500, 2000], [20.0, 30.0, 34.0, 34.5]
   assert stats.last_quarter_gain(steps, bleu) == 34.5 - 34.0  # The value at 1500 = 3/4 of 2000.
+  steps, bleu = [1000, 2000, 2500, 3000], [40.0, 50.0, 52.0, 52.5]  # 3/4 of 3000: 2250.
+  assert stats.last_quarter_gain(steps, bleu) == pytest.approx(52.5 - 51.0)  # Not from 2000.
   assert stats.last_quarter_gain([100], [1.0]) is None
   assert stats.last_quarter_gain([], []) is None
 
@@ -422,7 +424,7 @@ def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
   curve = sweeps.curves(sweep)["a"]
   assert curve["metric"] == "bleu" and curve["step"] == [10, 15]
   assert curve["mean"] == [4.0, 6.0] and curve["std"] == pytest.approx([math.sqrt(2.0)] * 2)
-  assert curve["final"] == 6.0 and curve["gain_last_quarter"] == 2.0  # 6 at 15, 4 at 10 <= 11.25
+  assert curve["final"] == 6.0 and curve["gain_last_quarter"] == 1.5  # 6 at 15, 4.5 at 11.25
   assert curve["loss_mean"] == pytest.approx([0.4, 0.6]) and curve["minutes"] == [1.0, 1.5]
   plots.learning_curves({"a": curve}, tmp_path / "curves.png", "test")
   assert (tmp_path / "curves.png").stat().st_size > 0

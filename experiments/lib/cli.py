@@ -277,8 +277,9 @@ def footer(result: dict[str, Any]) -> list[str]:
     lines += [
       "",
       f"How trained: {result['baseline']}'s {what} is {fmt(curve['final'])} at step "
-      f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at three quarters of "
-      "the steps.",
+      f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at step "
+      f"{0.75 * curve['step'][-1]:,g} (three quarters of the steps; read linearly between the "
+      "evaluations on either side where none falls there).",
     ]
   if result.get("pending_points"):
     pending = ", ".join(f"`{name}`" for name in result["pending_points"])

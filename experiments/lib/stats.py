@@ -27,13 +27,13 @@ BOOTSTRAP_SEED = 12345
 
 def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | None:
   """How much a learning curve still moved over the last quarter of its steps: the value at the
-  last step minus the value at the last logged step <= 3/4 of it (None without such a step).
-  Under 1 BLEU on validation is the studies' "flattened"."""
-  if not steps:
+  last step minus the curve's value at 3/4 of it, read linearly between the evaluations on
+  either side where none falls there (None where the curve starts later). Under 1 BLEU on
+  validation is the studies' "flattened". (It once took the last evaluation at or before 3/4:
+  with evaluations every 500 of 3,000 steps, step 2,000, the last third.)"""
+  if not steps or steps[0] > 0.75 * steps[-1]:
     return None
-  cut = 0.75 * steps[-1]
-  earlier = [v for s, v in zip(steps, values, strict=True) if s <= cut]
-  return values[-1] - earlier[-1] if earlier else None
+  return float(values[-1] - np.interp(0.75 * steps[-1], steps, values))
 
 
 def plateau_budget(steps: Sequence[int], values: Sequence[float], tolerance: float = 1.0) -> int:
