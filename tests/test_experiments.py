@@ -13,6 +13,7 @@ import json
 import math
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -532,3 +533,16 @@ def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert "Command: `python -m experiments.alignment_study " in md and "minutes of wall clock" in md
   for suffix in ("", "_long", "_aer"):
     assert (out / f"alignment_study{suffix}.png").stat().st_size > 0
+
+
+def test_a_run_s_wall_time_is_saved_while_it_trains(tmp_path):
+  """A session's end kills the study mid-run: the time spent so far must already be on disk."""
+  workdirs = [tmp_path / "a", tmp_path / "b"]
+  with runs_lib.timed(workdirs, every_s=0.05):
+    time.sleep(0.3)
+    during = [runs_lib.wall_time(w) for w in workdirs]
+  assert all(0.05 <= s <= 0.3 / 2 for s in during)  # Two seeds together: a share each.
+  with runs_lib.timed(workdirs[:1], every_s=10.0):  # A second invocation adds to the first.
+    pass
+  assert runs_lib.wall_time(workdirs[0]) >= 0.3 / 2 - 1e-6
+  assert runs_lib.load_average(workdirs[0]) >= 0.0  # The machine's load, sampled meanwhile.

@@ -256,6 +256,9 @@ def record(
     "runs": runs,
     "total_wall_s": time.perf_counter() - start,
     "runs_wall_s": sum(rec["wall_s"] for rec in runs.values()),
+    "runs_load_1min_mean": stats.mean_std(
+      [r["load_1min_mean"] for r in runs.values() if r.get("load_1min_mean") is not None] or [None]
+    )[0],
     **reports.environment(),
   }
 
@@ -296,6 +299,11 @@ def footer(result: dict[str, Any]) -> list[str]:
     f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; CPU: "
     f"{result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores).",
   ]
+  if result.get("runs_load_1min_mean") is not None:
+    lines[-1] += (
+      f" Mean 1-minute load average while they trained: {result['runs_load_1min_mean']:.2f} "
+      "(over the runs that sampled it)."
+    )
   return lines
 
 

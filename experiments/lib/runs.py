@@ -13,11 +13,14 @@ What a workdir holds that this module reads: `checkpoints/STEP`, `eval/SPLIT/res
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shutil
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +91,60 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
   return results.stat().st_mtime >= last.stat().st_mtime
 
 
+def _wall_record(workdir: Path) -> dict[str, Any]:
+  path = workdir / WALL_TIME_FILE
+  return json.loads(path.read_text()) if path.exists() else {"seconds": 0.0}
+
+
 def wall_time(workdir: Path) -> float:
   """Seconds spent training the run, over every invocation (0 if none was recorded)."""
-  path = workdir / WALL_TIME_FILE
-  return json.loads(path.read_text())["seconds"] if path.exists() else 0.0
+  return _wall_record(workdir)["seconds"]
 
 
-def add_wall_time(workdir: Path, seconds: float) -> None:
+def load_average(workdir: Path) -> float | None:
+  """The machine's mean 1-minute load average while the run trained (sampled with its wall
+  time; None for runs recorded before it was)."""
+  return _wall_record(workdir).get("load_1min_mean")
+
+
+def _write_wall_time(workdir: Path, record: dict[str, Any]) -> None:
   if jax.process_index() == 0:
-    total = wall_time(workdir) + seconds
-    (workdir / WALL_TIME_FILE).write_text(json.dumps({"seconds": total}) + "\n")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / WALL_TIME_FILE).write_text(json.dumps(record) + "\n")
+
+
+@contextlib.contextmanager
+def timed(workdirs: Sequence[Path], every_s: float = 30.0) -> Iterator[None]:
+  """Adds the wall time spent inside to each workdir's record, an equal share each (seeds
+  trained together), saved every `every_s` seconds as well as at the end: an invocation killed
+  mid-run (a session's end) keeps what it spent, less at most `every_s`. (Saved only at the end,
+  a killed invocation's time was lost.) Each save also samples the machine's 1-minute load
+  average; the record keeps their mean over every invocation (`load_average`)."""
+  before = [_wall_record(w) for w in workdirs]
+  start, stop, loads = time.perf_counter(), threading.Event(), []
+
+  def save() -> None:
+    share = (time.perf_counter() - start) / len(workdirs)
+    loads.append(os.getloadavg()[0])
+    for workdir, old in zip(workdirs, before, strict=True):
+      n = old.get("load_samples", 0)
+      total = (old.get("load_1min_mean") or 0.0) * n + sum(loads)
+      record = {"seconds": old["seconds"] + share}
+      record |= {"load_1min_mean": total / (n + len(loads)), "load_samples": n + len(loads)}
+      _write_wall_time(workdir, record)
+
+  def keep_saving() -> None:
+    while not stop.wait(every_s):
+      save()
+
+  thread = threading.Thread(target=keep_saving, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()
+    save()
 
 
 def hypotheses(run: Run, split: str = "test") -> list[str]:
@@ -142,9 +189,8 @@ def train_alone(run: Run) -> bool:
   if is_finished(run, config):
     return False
   print(f"[{run.name}] {run.command()}", flush=True)
-  start = time.perf_counter()
-  outcome = train.train_and_evaluate(config, run.workdir)
-  add_wall_time(run.workdir, time.perf_counter() - start)
+  with timed([run.workdir]):
+    outcome = train.train_and_evaluate(config, run.workdir)
   if "preempted_at_step" in outcome:
     raise SystemExit(f"{run.name} preempted at step {outcome['preempted_at_step']}; rerun")
   return True
@@ -178,12 +224,9 @@ def train_together(runs: Sequence[Run]) -> bool:
   if all(is_finished(run, c) for run, c in zip(runs, configs_, strict=True)):
     return False
   print(f"[{runs[0].name} ...] {len(runs)} seeds together", flush=True)
-  start = time.perf_counter()
   seeds = [c.seed for c in configs_]
-  outcome = seed_group.train_together(configs_[0], seeds, [run.workdir for run in runs])
-  share = (time.perf_counter() - start) / len(runs)
-  for run in runs:
-    add_wall_time(run.workdir, share)
+  with timed([run.workdir for run in runs]):
+    outcome = seed_group.train_together(configs_[0], seeds, [run.workdir for run in runs])
   if "preempted_at_step" in outcome[0]:
     raise SystemExit(f"preempted at step {outcome[0]['preempted_at_step']}; rerun")
   return True
@@ -219,6 +262,7 @@ def record(run: Run) -> dict[str, Any]:
     "config": json.loads(config.to_json_best_effort()),
     "results": results,
     "wall_s": wall_time(run.workdir),
+    "load_1min_mean": load_average(run.workdir),
   }
 
 
