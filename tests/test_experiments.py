@@ -254,6 +254,16 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   with pytest.raises(SystemExit, match="the baseline score=general has unfinished runs"):
     grid_sweep.main([*grown, "--collect", "--partial", "--baseline", "score=general"])
 
+  # Another study linking this one's baseline counts its runs' time as shared, not its own.
+  linked = tmp_path / "linked"
+  (linked / "runs").mkdir(parents=True)
+  (linked / "runs" / "score=additive").symlink_to(out / "runs" / "score=additive")
+  grid_sweep.main([*[str(linked) if a == str(out) else a for a in args], "--collect", "--partial"])
+  shared = json.loads((linked / "sweep.json").read_text())
+  assert shared["shared_runs"] == ["score=additive-seed0", "score=additive-seed1"]
+  assert shared["shared_runs_wall_s"] == shared["runs_wall_s"] > 0
+  assert "2 of these runs (the baseline's" in (linked / "sweep.md").read_text()
+
 
 @pytest.mark.parametrize(
   "extra,message",

@@ -241,6 +241,8 @@ def record(
   test, then `tested`), every run's record, the wall time of this invocation and of every run,
   and the environment."""
   runs = {rec["name"]: rec for point_recs in recs.values() for rec in point_recs}
+  out = sweep.out.resolve()
+  shared = [n for n, rec in runs.items() if not Path(rec["workdir"]).resolve().is_relative_to(out)]
   return {
     "command": getattr(args, "command_line", None),
     "preset": getattr(args, "preset", None),
@@ -256,6 +258,9 @@ def record(
     "runs": runs,
     "total_wall_s": time.perf_counter() - start,
     "runs_wall_s": sum(rec["wall_s"] for rec in runs.values()),
+    # Runs linked from another study (a shared baseline): their time is counted there too.
+    "shared_runs": shared,
+    "shared_runs_wall_s": sum(runs[n]["wall_s"] for n in shared),
     "runs_load_1min_mean": stats.mean_std(
       [r["load_1min_mean"] for r in runs.values() if r.get("load_1min_mean") is not None] or [None]
     )[0],
@@ -299,6 +304,12 @@ def footer(result: dict[str, Any]) -> list[str]:
     f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; CPU: "
     f"{result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores).",
   ]
+  if result.get("shared_runs"):
+    lines[-1] += (
+      f" {len(result['shared_runs'])} of these runs (the baseline's, "
+      f"{result['shared_runs_wall_s'] / 60:.0f} minutes) were trained for another study and are "
+      "linked here."
+    )
   if result.get("runs_load_1min_mean") is not None:
     lines[-1] += (
       f" Mean 1-minute load average while they trained: {result['runs_load_1min_mean']:.2f} "
