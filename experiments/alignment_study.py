@@ -164,7 +164,7 @@ class AlignmentStudy(cli.PresetStudy):
       row["p_value_vs_baseline"] = significance["test"][row["name"]]["p_value"]
       row["p_value_long_vs_baseline"] = significance[LONG][row["name"]]["p_value"]
     tested = {
-      "hypotheses": "per split, every seed's concatenated in seed order, paired seed by seed",
+      "hypotheses": "per split, seed S paired with the baseline's, seeds pooled per resample",
       "per_split": significance,
     }
     words = sweeps.long_test_words(sweep)

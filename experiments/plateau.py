@@ -6,7 +6,9 @@ Reads RUN_DIR/metrics.jsonl (a run trained with `train.valid_bleu=true`), takes 
 validation BLEU at every evaluation, and prints the first evaluated step from which every later
 value stays within `--tolerance` BLEU of the best (`stats.plateau_budget`): the number of updates
 the studies rerun with, so that their baseline is within 1 BLEU of its plateau. `--json` also
-writes the curve, the best value and the budget.
+writes the curve, the best value and the budget. A curve that only comes within the tolerance at
+its last evaluation has not been seen to flatten: that is an error (train the run longer), so a
+study script does not go on to train every point at a budget that is no plateau.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.exit(f"{args.run}: no validation BLEU in metrics.jsonl (train with train.valid_bleu=true)")
   steps, bleu = [r["step"] for r in rows], [r["bleu"] for r in rows]
   budget = stats.plateau_budget(steps, bleu, args.tolerance)
+  if budget == steps[-1]:
+    sys.exit(
+      f"{args.run}: validation BLEU comes within {args.tolerance} of its best only at the last "
+      f"evaluation (step {budget}): no plateau seen; train the run longer"
+    )
   if args.json:
     record = {"run": str(args.run), "steps": steps, "bleu": bleu, "best": max(bleu)}
     record.update({"tolerance": args.tolerance, "budget": budget})

@@ -124,7 +124,7 @@ class StructuralStudy(cli.PresetStudy):
       row["p_value_vs_baseline"] = significance["all"][row["name"]]["p_value"]
       row["p_value_long_vs_baseline"] = significance["long"][row["name"]]["p_value"]
     tested = {
-      "hypotheses": "test split, every seed's concatenated in seed order, paired seed by seed",
+      "hypotheses": "test split, seed S paired with the baseline's, seeds pooled per resample",
       "per_configuration": significance["all"],
       "per_configuration_long": significance["long"],
     }

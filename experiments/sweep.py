@@ -44,7 +44,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.lib import cli, configs, plots, reports, stats, sweeps
+from experiments.lib import cli, configs, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
 
@@ -77,11 +77,6 @@ class GridSweep(cli.Study):
     baseline = self.baseline(args, sweep.points)
     grid = sweeps.parse_grid(args.grid)
     result = cli.collect(sweep, args, baseline, trained, start, grid=grid)
-    plots.learning_curves(
-      result["curves"],
-      sweep.out / "learning_curves.png",
-      f"{sweep.config_file}, seeds {sweep.seeds}",
-    )
     cli.write(sweep.out, "sweep", result, markdown(result))
     return result
 

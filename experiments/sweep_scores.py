@@ -70,7 +70,6 @@ class ScoreSweep(cli.PresetStudy):
       sweep.out / "sweep.png",
       f"test BLEU over seeds {sweep.seeds} ({cli.setting(result)})",
     )
-    plots.learning_curves(result["curves"], sweep.out / "learning_curves.png", cli.setting(result))
     cli.write(sweep.out, "sweep", result, markdown(result))
     return result
 

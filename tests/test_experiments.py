@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run_module, subprocess_env
 
+from experiments import plateau, sweep_scores
 from experiments import sweep as grid_sweep
-from experiments import sweep_scores
 from experiments.lib import cli, launch, plots, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.runs import Run
@@ -410,6 +410,10 @@ def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_bes
   assert (
     out.stdout.strip() == "2000" and json.loads((tmp_path / "p.json").read_text())["best"] == 31.0
   )
+  rising = [{"step": s, "split": "valid", "bleu": float(s) / 100} for s in steps]  # No plateau.
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rising))
+  with pytest.raises(SystemExit, match="no plateau seen; train the run longer"):
+    plateau.main([str(tmp_path)])
 
 
 def test_last_quarter_gain_reads_the_curve_at_three_quarters():
@@ -493,6 +497,8 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
   md = (out / "study.md").read_text()
   assert "| soft |" in md and "| hard |" in md
   assert "Command: `python -m experiments.structural_study " in md  # Every study's footer.
+  assert "How trained: soft's validation" in md and set(study["curves"]) == {"soft", "hard"}
+  assert (out / "learning_curves.png").stat().st_size > 0  # Every study draws its curves.
   pngs = ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png", "study_step_ms.png")
   for name in pngs:
     assert (out / name).stat().st_size > 0
@@ -529,6 +535,8 @@ def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
     assert 0.0 < rows[name]["p_value_vs_baseline"] <= 1.0
     assert 0.0 < rows[name]["p_value_long_vs_baseline"] <= 1.0
   assert rows["gnmt-beam"]["decode_only"] and not rows["agreement"]["decode_only"]
+  assert "How trained: additive's validation" in (out / "alignment_study.md").read_text()
+  assert (out / "learning_curves.png").stat().st_size > 0
 
   runs = study["runs"]
   assert runs["agreement-seed0"]["config"]["model"]["name"] == "agreement"

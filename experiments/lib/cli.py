@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import configs, launch, reports, stats, sweeps
+from experiments.lib import configs, launch, plots, reports, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.presets import STUDIES
 from experiments.lib.reports import fmt
@@ -256,6 +256,7 @@ def record(
     "configurations": rows,
     "significance": {"test": stats.BOOTSTRAP, "n_samples": args.bootstrap_samples, **tested},
     "runs": runs,
+    "curves": sweeps.curves(sweep),
     "total_wall_s": time.perf_counter() - start,
     "runs_wall_s": sum(rec["wall_s"] for rec in runs.values()),
     # Runs linked from another study (a shared baseline): their time is counted there too.
@@ -282,13 +283,16 @@ def footer(result: dict[str, Any]) -> list[str]:
   curve = result.get("curves", {}).get(result["baseline"])
   if curve and curve["final"] is not None:
     what = "validation BLEU (greedy)" if curve["metric"] == "bleu" else "validation loss"
-    lines += [
-      "",
-      f"How trained: {result['baseline']}'s {what} is {fmt(curve['final'])} at step "
-      f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at step "
-      f"{0.75 * curve['step'][-1]:,g} (three quarters of the steps; read linearly between the "
-      "evaluations on either side where none falls there).",
-    ]
+    how = f"How trained: {result['baseline']}'s {what} is {fmt(curve['final'])} at step "
+    if curve["gain_last_quarter"] is None:
+      how += f"{curve['step'][-1]} (no evaluation before three quarters of the steps to compare)."
+    else:
+      how += (
+        f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at step "
+        f"{0.75 * curve['step'][-1]:,g} (three quarters of the steps; read linearly between the "
+        "evaluations on either side where none falls there)."
+      )
+    lines += ["", how]
   if result.get("pending_points"):
     pending = ", ".join(f"`{name}`" for name in result["pending_points"])
     lines += ["", f"Not finished yet, so not in this table: {pending}."]
@@ -319,7 +323,12 @@ def footer(result: dict[str, Any]) -> list[str]:
 
 
 def write(out: Path, name: str, result: dict[str, Any], markdown: str) -> None:
-  """OUT/NAME.json and OUT/NAME.md (the study's tables, then `footer`), the table printed."""
+  """OUT/NAME.json and OUT/NAME.md (the study's tables, then `footer`), the table printed, and
+  OUT/learning_curves.png from the record's validation curves (`plots.learning_curves`)."""
+  if result.get("curves"):
+    seeds = ", ".join(map(str, result["seeds"]))
+    title = f"{setting(result)}, seeds {seeds}"
+    plots.learning_curves(result["curves"], out / "learning_curves.png", title)
   markdown = markdown + "\n".join(footer(result)) + "\n"
   reports.write_json(out / f"{name}.json", result)
   (out / f"{name}.md").write_text(markdown)
@@ -345,9 +354,7 @@ def collect(
   for row in rows:
     row["p_value_vs_baseline"] = significance[row["name"]]["p_value"]
   tested = {
-    "hypotheses": "test split, every seed's concatenated in seed order, paired seed by seed",
+    "hypotheses": "test split, seed S paired with the baseline's, seeds pooled per resample",
     "per_configuration": significance,
   }
-  result = record(sweep, args, baseline, rows, tested, recs, start, **extra)
-  result["curves"] = sweeps.curves(sweep)
-  return result
+  return record(sweep, args, baseline, rows, tested, recs, start, **extra)
