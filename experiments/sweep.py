@@ -103,7 +103,9 @@ def markdown(result: dict[str, Any]) -> str:
   lines += [
     "",
     f"Mean ± sample standard deviation over seeds {seeds} (`--training {result['training']}`).",
-    "BLEU and chrF: sacrebleu on the detokenised test split; valid BLEU: the final evaluation's.",
+    "BLEU and chrF: sacrebleu on the detokenised test split; valid BLEU: the final evaluation's"
+    " (the checkpoint evaluated is the best by greedy validation BLEU where the runs select on"
+    " it, so this figure is not independent of the selection).",
   ]
   if with_aer:
     lines.append("AER: argmax attention against the gold alignments of the test split.")
