@@ -205,9 +205,8 @@ def references(sweep: Sweep, split: str) -> list[str]:
   """Reference translations of `split` ("test" or the long split) from the runs' corpus."""
   test = runs_lib.test_examples(sweep.runs(BASELINE)[0])
   if split == LONG:
-    return [
-      test[i].tgt for i in input_pipeline.long_test_indices(test, *sweeps.long_test_words(sweep))
-    ]
+    keep = input_pipeline.long_test_indices([ex.src for ex in test], *sweeps.long_test_words(sweep))
+    return [test[i].tgt for i in keep]
   return [ex.tgt for ex in test]
 
 

@@ -114,7 +114,7 @@ class StructuralStudy(cli.PresetStudy):
     rows = [aggregate(sweep, p, recs[p.name], measured[p.name]) for p in sweep.points]
     examples = runs_lib.test_examples(sweep.runs(baseline)[0])
     refs = [ex.tgt for ex in examples]
-    ids = long_ids([ex.src for ex in examples], words)
+    ids = input_pipeline.long_test_indices([ex.src for ex in examples], *words).tolist()
     n = args.bootstrap_samples
     significance = {
       "all": sweeps.bootstrap(sweep, baseline, refs, n),
@@ -154,12 +154,6 @@ def long_split(sweep: Sweep, args: argparse.Namespace) -> tuple[int, int]:
   """Source words (inclusive) of the long split: the preset's, or the config's long test split
   (ValueError where it has none)."""
   return LONG_SPLITS[args.preset] if args.preset else sweeps.long_test_words(sweep)
-
-
-def long_ids(sources: Sequence[str], long_split: tuple[int, int]) -> list[int]:
-  """Indices of the sources of long_split[0]..long_split[1] (whitespace) words."""
-  low, high = long_split
-  return [i for i, src in enumerate(sources) if low <= len(src.split()) <= high]
 
 
 def decode_speed(state, split: input_pipeline.Split, config) -> float | None:
@@ -206,7 +200,7 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   )
   raw = data.raw("test")
   test = data.splits["test"]
-  ids = long_ids([src for src, _, _ in raw], long_split)
+  ids = input_pipeline.long_test_indices([src for src, _, _ in raw], *long_split).tolist()
   hyps = runs_lib.hypotheses(run)
   out: dict[str, Any] = {"long_split": list(long_split), "long_sentences": len(ids)}
   out["long_bleu"] = evaluate.bleu([hyps[i] for i in ids], [raw[i][1] for i in ids])[0]

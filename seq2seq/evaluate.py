@@ -293,8 +293,8 @@ def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
   values = []
   for alpha in alphas:
     rows = np.asarray(alpha, np.float64).reshape(-1, np.shape(alpha)[-1])
-    total = rows.sum(axis=1, keepdims=True)
-    p = np.clip(rows[total[:, 0] > 0] / total[total[:, 0] > 0], 1e-12, 1.0)
+    total = rows.sum(axis=1)
+    p = np.clip(rows[total > 0] / total[total > 0, None], 1e-12, 1.0)
     values.extend((-(p * np.log(p)).sum(axis=1)).tolist())
   return float(np.mean(values)) if values else 0.0
 

@@ -198,9 +198,10 @@ def subset(split: Split, keep: Sequence[int] | np.ndarray, name: str | None = No
 LONG_TEST = "test_long"  # The long-sentence evaluation split (`data.long_test_min_words`).
 
 
-def long_test_indices(examples: Sequence[builders.Example], lo: int, hi: int) -> np.ndarray:
-  """Indices of the examples whose (first) source has between `lo` and `hi` whitespace words."""
-  words = [len(builders.split_sources(ex.src)[0].split()) for ex in examples]
+def long_test_indices(sources: Sequence[str], lo: int, hi: int) -> np.ndarray:
+  """Indices of the source texts whose (first) source has between `lo` and `hi` whitespace
+  words."""
+  words = [len(builders.split_sources(src)[0].split()) for src in sources]
   return np.asarray([i for i, n in enumerate(words) if lo <= n <= hi], np.int64)
 
 
@@ -388,7 +389,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
   subsets = {}
   if d.long_test_min_words > 0:
     lo, hi = d.long_test_min_words, d.long_test_max_words
-    keep = long_test_indices(examples["test"], lo, hi)
+    keep = long_test_indices([ex.src for ex in examples["test"]], lo, hi)
     if keep.size == 0:
       raise ValueError(
         f"no test pair has {lo} to {hi} source words (data.long_test_min_words/max_words); "

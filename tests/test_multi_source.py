@@ -223,9 +223,9 @@ def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch
 
 
 def test_the_long_test_split_counts_the_first_source_s_words():
-  examples = [builders.Example(builders.join_sources(["a b c", "d e f g h"]), "x", None, 0)]
-  assert input_pipeline.long_test_indices(examples, 3, 3).tolist() == [0]
-  assert input_pipeline.long_test_indices(examples, 5, 10).tolist() == []
+  sources = [builders.join_sources(["a b c", "d e f g h"])]
+  assert input_pipeline.long_test_indices(sources, 3, 3).tolist() == [0]
+  assert input_pipeline.long_test_indices(sources, 5, 10).tolist() == []
 
 
 def test_decoding_limits_the_output_by_one_source_s_length(monkeypatch):

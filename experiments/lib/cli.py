@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import argparse
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -243,6 +244,7 @@ def record(
   runs = {rec["name"]: rec for point_recs in recs.values() for rec in point_recs}
   out = sweep.out.resolve()
   shared = [n for n, rec in runs.items() if not Path(rec["workdir"]).resolve().is_relative_to(out)]
+  loads = [rec["load_1min_mean"] for rec in runs.values() if rec.get("load_1min_mean") is not None]
   return {
     "command": getattr(args, "command_line", None),
     "preset": getattr(args, "preset", None),
@@ -262,9 +264,7 @@ def record(
     # Runs linked from another study (a shared baseline): their time is counted there too.
     "shared_runs": shared,
     "shared_runs_wall_s": sum(runs[n]["wall_s"] for n in shared),
-    "runs_load_1min_mean": stats.mean_std(
-      [r["load_1min_mean"] for r in runs.values() if r.get("load_1min_mean") is not None] or [None]
-    )[0],
+    "runs_load_1min_mean": statistics.mean(loads) if loads else None,
     **reports.environment(),
   }
 
