@@ -3,6 +3,7 @@ evaluation order, and the local-text builder's handling of bad input."""
 
 import itertools
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -400,6 +401,21 @@ def test_local_text_rebuilds_when_files_change(local_files, tmp_path):
   config = _local_config(local_files)
   first = builders.make_builder(config.data, tmp_path).builder_config.name
   _write_split(local_files, "test", _sentences(11), _sentences(11))
+  assert builders.make_builder(config.data, tmp_path).builder_config.name != first
+
+
+def test_local_text_build_is_keyed_by_content_not_modification_time(local_files, tmp_path):
+  """A fresh copy of the same files (new mtimes, as each session's shared data has) reuses the
+  build; an edit that keeps the size rebuilds."""
+  config = _local_config(local_files)
+  first = builders.make_builder(config.data, tmp_path).builder_config.name
+  path = local_files / "train.fr"
+  data = path.read_bytes()
+  stat = path.stat()
+  os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**10))
+  assert builders.make_builder(config.data, tmp_path).builder_config.name == first
+  path.write_bytes(data.replace(b"A", b"B", 1))
+  os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
   assert builders.make_builder(config.data, tmp_path).builder_config.name != first
 
 

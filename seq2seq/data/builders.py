@@ -7,7 +7,7 @@ Three corpora, chosen by `config.data.corpus`:
   generator's source, so a changed setting or generator never reuses a stale build.
 - "local": `LocalText`, two line-aligned UTF-8 files per split (`DIR/PREFIX.SRC_LANG` and
   `DIR/PREFIX.TGT_LANG`). Its BuilderConfig name encodes the languages, prefixes and a hash of
-  the files' paths, sizes and modification times.
+  the files' paths and contents.
 - "wmt14": the tfds catalogue's `wmt14_translate/fr-en` (English -> French as in the paper;
   validation = newstest2013, test = newstest2014). tfds downloads and prepares it on first use,
   which needs internet access (and possibly TensorFlow, for the catalogue builder's one-off
@@ -174,8 +174,10 @@ class LocalTextConfig(tfds.core.BuilderConfig):
   def from_settings(cls, settings: ml_collections.ConfigDict) -> LocalTextConfig:
     """Builds the config from `config.data.local`, checking that every file exists.
 
-    The name encodes the languages, the prefixes and a hash of the files' resolved paths,
-    sizes and modification times, so edited or replaced files get a fresh build.
+    The name encodes the languages, the prefixes and a hash of the files' resolved paths and
+    contents: edited files get a fresh build, and a fresh copy of the same files (new
+    modification times) reuses the old one. Hashing reads every file once per call (Multi30k's
+    6 MB: about 4 ms).
 
     Raises:
       FileNotFoundError: a split file is missing (the message names it).
@@ -194,8 +196,8 @@ class LocalTextConfig(tfds.core.BuilderConfig):
     fingerprint = []
     for paths in config.files().values():
       for path in paths:
-        st = path.stat()
-        fingerprint.append((str(path), st.st_size, st.st_mtime_ns))
+        with path.open("rb") as f:
+          fingerprint.append((str(path), hashlib.file_digest(f, "sha256").hexdigest()))
     langs = f"{s.src_lang}.{s.tgt_lang}"
     name = _config_name(directory.name, langs, _short_hash(prefixes, fingerprint))
     return dataclasses.replace(config, name=name)
