@@ -16,10 +16,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import ROOT, run_module, subprocess_env
 
-from experiments import plateau, sweep_scores
+from experiments import attention_sharpness, plateau, sweep_scores
 from experiments import sweep as grid_sweep
 from experiments.lib import cli, launch, plots, stats, sweeps
 from experiments.lib import runs as runs_lib
@@ -263,6 +264,28 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert shared["shared_runs"] == ["score=additive-seed0", "score=additive-seed1"]
   assert shared["shared_runs_wall_s"] == shared["runs_wall_s"] > 0
   assert "2 of these runs (the baseline's" in (linked / "sweep.md").read_text()
+
+  # Attention sharpness at initialisation and after training, per point over its seeds.
+  attention_sharpness.main([str(out), "--limit", "8"])
+  sharp = json.loads((out / "attention_sharpness.json").read_text())
+  assert sorted(sharp["runs"]) == ["score=additive", "score=dot"]
+  assert sorted(sharp["runs"]["score=dot"]) == ["seed_0", "seed_1"]
+  init = sharp["runs"]["score=additive"]["seed_0"]["init"]
+  assert init["step"] == 0 and sharp["runs"]["score=additive"]["seed_0"]["trained"]["step"] == 4
+  assert init["relative_entropy"] == pytest.approx(1.0)  # v_a starts at zero: uniform rows.
+  mean, std = sharp["points"]["score=dot"]["trained_max_weight"]
+  assert 0.0 < mean <= 1.0 and std >= 0.0
+
+
+def test_attention_sharpness_is_one_for_uniform_rows_and_zero_for_one_hot():
+  uniform, one_hot = np.full((2, 4), 0.25), np.eye(3)[:2]
+  single = np.ones((5, 1))  # One source word: no choice to measure, left out.
+  assert attention_sharpness.sharpness([uniform, single]) == pytest.approx(
+    {"relative_entropy": 1.0, "max_weight": 0.25}
+  )
+  assert attention_sharpness.sharpness([one_hot]) == pytest.approx(
+    {"relative_entropy": 0.0, "max_weight": 1.0}, abs=1e-9
+  )
 
 
 @pytest.mark.parametrize(
