@@ -236,6 +236,10 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert result["command"].startswith("python -m experiments.sweep --config=configs/tiny.py")
   assert result["command"].endswith("--collect") and f"Command: `{result['command']}`" in md
   assert "minutes of wall clock" in md
+  train_min = rec["train_s"] / 60  # The training clock of the run's last logged step.
+  assert rec["train_s"] == summary.read_metrics(rec["workdir"])[-1]["elapsed_s"]
+  run_row = f"| score=dot-seed1 | {rec['results']['test']['bleu']:.2f} |"
+  assert run_row in md and f"| 4 | {train_min:.1f} | {rec['wall_s'] / 60:.1f} |" in md
   assert "vector_isa" in result or not Path("/proc/cpuinfo").exists()  # With every timing.
   assert (out / "learning_curves.png").stat().st_size > 0
   # The score study's table reads the same rows.

@@ -299,6 +299,7 @@ def footer(result: dict[str, Any]) -> list[str]:
   if result["sets"]:
     lines += ["", "Every run: " + ", ".join(f"`{s}`" for s in result["sets"]) + "."]
   runs = result["runs"]
+  lines += ["", *run_table(runs)]
   lines += [
     "",
     f"Command: `{result['command']}`",
@@ -320,6 +321,26 @@ def footer(result: dict[str, Any]) -> list[str]:
       "(over the runs that sampled it)."
     )
   return lines
+
+
+def run_table(runs: dict[str, dict[str, Any]]) -> list[str]:
+  """Every run's own figures, so that a per-seed table is read from the report, never copied by
+  hand: test BLEU and chrF, validation BLEU, the checkpoint evaluated, the training clock at its
+  last step (metrics.jsonl: carried over resumes), the wall clock of all its invocations
+  (training and evaluation; wall_time.json) and the mean 1-minute load average while it ran."""
+  header = ["run", "test BLEU", "test chrF", "valid BLEU", "checkpoint"]
+  header += ["training minutes", "wall minutes", "load"]
+  cells = []
+  for name, rec in runs.items():
+    test, valid = rec["results"]["test"], rec["results"].get("valid", {})
+    train_s = rec.get("train_s")
+    cells.append(
+      [name, fmt(test.get("bleu")), fmt(test.get("chrf")), fmt(valid.get("bleu"))]
+      + [f"{test['step']:,}" if "step" in test else "-"]
+      + [fmt(None if train_s is None else train_s / 60, 1), fmt(rec["wall_s"] / 60, 1)]
+      + [fmt(rec.get("load_1min_mean"))]
+    )
+  return ["Per run:", "", *reports.table(header, cells)]
 
 
 def write(out: Path, name: str, result: dict[str, Any], markdown: str) -> None:

@@ -101,6 +101,14 @@ def wall_time(workdir: Path) -> float:
   return _wall_record(workdir)["seconds"]
 
 
+def train_time(workdir: Path) -> float | None:
+  """The training clock at the run's last logged step (`elapsed_s` in metrics.jsonl, which a
+  resumed run carries on from its checkpoint, so a cut-off invocation's time is kept); None
+  where nothing was logged."""
+  rows = summary.read_metrics(workdir)
+  return rows[-1].get("elapsed_s") if rows else None
+
+
 def load_average(workdir: Path) -> float | None:
   """The machine's mean 1-minute load average while the run trained (sampled with its wall
   time; None for runs recorded before it was)."""
@@ -262,6 +270,7 @@ def record(run: Run) -> dict[str, Any]:
     "config": json.loads(config.to_json_best_effort()),
     "results": results,
     "wall_s": wall_time(run.workdir),
+    "train_s": train_time(run.workdir),
     "load_1min_mean": load_average(run.workdir),
   }
 
