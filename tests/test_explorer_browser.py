@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers import explorer_records, explorer_run
 
+from experiments import explorer_timing
 from experiments.lib import browser
 from seq2seq import report
 
@@ -210,3 +211,13 @@ def test_three_thousand_sentences_load_in_seconds(driver, tmp_path):
   assert len(table_order(driver)) > len(shown)
   assert driver.find_element("id", "shown").text == "3,000 sentences of 3,000"
   assert size_mb < 15 and load_ms < 10_000 and sort_ms < 5_000
+
+
+def test_explorer_timing_writes_its_figures_with_the_machine(tmp_path):
+  path, records = hostile_report(tmp_path, n=30)
+  out = tmp_path / "timing.json"
+  explorer_timing.main([str(path), "--loads", "2", "--json", str(out)])
+  timing = json.loads(out.read_text())
+  assert timing["sentences"] == len(records) and timing["bytes"] == path.stat().st_size
+  assert len(timing["load_ms"]) == 2 and timing["load_ms_median"] > 0
+  assert timing["sort_by_bleu_ms"] > 0 and "load_average" in timing and timing["browser"]
