@@ -11,7 +11,8 @@
 * `bleu_by_length`: BLEU per bin of source length (bins of 10 words, the paper's Fig. 2).
 * `alignment_error_rate`: AER of attention-derived links against gold links (Och and Ney), with
   argmax and thresholded attention, and after `shift_links` moves them one target position
-  either way (Koehn and Knowles 2017: attention often points at the word before or after);
+  either way (`shifted_aer`; Koehn and Knowles 2017: attention often points at the word before
+  or after);
   `attention_entropy`.
 * `over_translation` (output words repeated beyond their count in the reference) and
   `under_translation` (source content words that no output word attends to most).
@@ -228,9 +229,27 @@ def shift_links(links: Iterable[Link], shift: int, num_target: int) -> set[Link]
   return {(s, t + shift) for s, t in links if 0 <= t + shift < num_target}
 
 
+def shifted_aer(
+  predicted: Sequence[set[Link]], gold: Sequence[set[Link]], shift: int, num_targets: Sequence[int]
+) -> float:
+  """Corpus AER of the predicted links moved `shift` target positions (`shift_links`), against
+  the gold links of the target words a moved link can reach: shifted back (-1) no step's link
+  lands on the last word, shifted forward (+1) none on the first, so their gold links, which
+  no alignment could match, are left out. Attention exactly one word off scores 0."""
+  moved, reachable = [], []
+  for links, sure, n in zip(predicted, gold, num_targets, strict=True):
+    moved.append(shift_links(links, shift, n))
+    reachable.append({(s, t) for s, t in sure if 0 <= t - shift < n})
+  return alignment_error_rate(moved, reachable)
+
+
 def over_translation(hypothesis: Sequence[str], reference: Sequence[str]) -> int:
-  """Repeated output words beyond the reference: sum_w max(0, n_hyp(w) - max(1, n_ref(w)))."""
-  hyp, ref = collections.Counter(hypothesis), collections.Counter(reference)
+  """Repeated output words beyond the reference: sum_w max(0, n_hyp(w) - max(1, n_ref(w))).
+
+  Output words holding `<unk>` are left out: each stands for a word the vocabulary lacks,
+  perhaps a different one each time, and matches nothing (as in every other metric)."""
+  hyp = collections.Counter(w for w in hypothesis if tok.UNK not in w)
+  ref = collections.Counter(reference)
   return sum(max(0, n - max(1, ref[w])) for w, n in hyp.items())
 
 
@@ -670,8 +689,7 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
   links = [argmax_links(a) for a in forced]
   results["aer"] = alignment_error_rate(links, gold)
   for name, shift in (("aer_shift_minus1", -1), ("aer_shift_plus1", 1)):
-    shifted = [shift_links(x, shift, len(a)) for x, a in zip(links, forced, strict=True)]
-    results[name] = alignment_error_rate(shifted, gold)
+    results[name] = shifted_aer(links, gold, shift, [len(a) for a in forced])
   results["aer_threshold"] = alignment_error_rate([threshold_links(a) for a in forced], gold)
   results["attention_entropy"] = attention_entropy(forced)
   return results

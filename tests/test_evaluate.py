@@ -140,11 +140,27 @@ def test_shifted_links_and_their_aer():
   assert evaluate.alignment_error_rate([pred], gold) == pytest.approx(1 - 2 / 5)
 
 
+def test_shifted_aer_is_zero_for_attention_exactly_one_word_off():
+  """Gold links of the target word the shift cannot reach (the last one, shifted back) are left
+  out with it: they would count as misses no alignment could avoid."""
+  gold = {(0, 0), (1, 1), (2, 2), (3, 3)}  # The last target word has a gold link.
+  late = {(0, 1), (1, 2), (2, 3)}  # Word t's attention on source t-1; step 0 attends to EOS.
+  assert evaluate.shifted_aer([late], [gold], -1, [4]) == 0.0
+  assert evaluate.shifted_aer([gold], [gold], 1, [4]) == 1.0
+  # Shifted forward, step 0's gold is out of reach: (0,1),(1,2),(2,3) vs gold of words 1-3.
+  early = {(1, 0), (2, 1), (3, 2)}
+  assert evaluate.shifted_aer([early], [gold], 1, [4]) == 0.0
+
+
 def test_over_translation_counts_repeats_beyond_the_reference():
   assert evaluate.over_translation("le chat chat chat dort".split(), "le chat dort".split()) == 2
   assert evaluate.over_translation("le le chat".split(), "le chat voit le chien".split()) == 0
   assert evaluate.over_translation("un un".split(), "le chat".split()) == 1
   assert evaluate.over_translation([], "le chat".split()) == 0
+  # An output <unk> stands for a word the vocabulary lacks, each possibly another: never a repeat.
+  out = "le <unk> chat <unk> dort".split()
+  assert evaluate.over_translation(out, "le zorblat chat mindelle dort".split()) == 0
+  assert evaluate.over_translation(["▁le<unk>", "▁le<unk>"], ["le", "le"]) == 0  # Pieces joined.
 
 
 def test_under_translation_counts_unattended_content_words():
