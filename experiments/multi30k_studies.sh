@@ -64,8 +64,11 @@ sweep --config=configs/multi30k.py:en-de "${COMMON[@]}" --seeds 0,1 \
   --grid model.score=additive,dot,general,scaled,cosine,location
 
 # 5. Copying from the source with a 4k target vocabulary (issue: what attention can attend to).
+# The config replaces each output <unk> by the source word it attends to most (Luong et al.'s
+# UNK replacement, itself a copy); both points are also decoded without it, from the same
+# checkpoints, so the table separates copying, UNK replacement and neither.
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_copy \
-  --set data.tgt_vocab_size=4004 --grid model.copy=false,true
+  --set data.tgt_vocab_size=4004 --grid model.copy=false,true --decode decode.replace_unk=false
 
 # 6. Two source languages: en+de -> fr against en -> fr and de -> fr.
 baseline $RESULTS/multi30k_multi_source "src_lang=en"

@@ -3,6 +3,7 @@
     python -m experiments.sweep --config=configs/demo.py --out runs/my-sweep \
         --grid model.score=additive,dot,general --grid model.features=none,coverage \
         --seeds 0,1,2 [--set train.num_steps=2000 ...] [--baseline POINT]
+        [--decode decode.replace_unk=false ...]
         [--training together|sequential] [--launcher local|jobs] [--only POINT,...]
         [--collect] [--bootstrap-samples 1000] [--compilation-cache DIR]
 
@@ -11,7 +12,9 @@ the config field it sets; an unknown field fails at once), named from them
 (`score=dot+features=coverage`); a value may be a spec with settings, its commas inside the
 parentheses (`--grid "model.attention=soft,local_p(window=5),multihead(heads=2)"`). Every point
 runs once per seed, each run an ordinary resumable workdir OUT/runs/POINT/seed_S that `main.py`
-could train alone (its command is in sweep.json).
+could train alone (its command is in sweep.json). `--decode decode.KEY=V1,V2` adds, for every
+trained point P, the points `P+KEY=V` that decode copies of P's runs with those settings (no
+training: the checkpoints are P's).
 `--config` is any config file with its argument (`configs/rnnsearch.py:maxlen=50`); `--set`
 applies to every run and wins over the grid. Runs share one corpus in OUT/data unless the
 config sets `data.cache_dir`.
@@ -62,14 +65,33 @@ class GridSweep(cli.Study):
       metavar="KEY=V1,V2",
       help="dotted config field and its values (repeatable: the points are the cross product)",
     )
+    parser.add_argument(
+      "--decode",
+      action="append",
+      default=[],
+      metavar="decode.KEY=V1,V2",
+      help="decoding settings (decode.* only, repeatable): every trained point is also decoded "
+      "with each combination, from its own checkpoints, without training again",
+    )
     parser.add_argument("--baseline", default=None, help="point tested against (default: first)")
 
   def points(self, args: argparse.Namespace) -> list[Point]:
     if not args.grid:
       raise ValueError("--grid KEY=V1,V2,... is required")
     config = configs.load_config(args.config)
-    points = sweeps.grid_points(sweeps.parse_grid(args.grid))
-    return [Point(p.name, configs.typed(config, p.overrides)) for p in points]
+    trained = [
+      Point(p.name, configs.typed(config, p.overrides))
+      for p in sweeps.grid_points(sweeps.parse_grid(args.grid))
+    ]
+    decodings = sweeps.parse_grid(args.decode)
+    if outside := [key for key in decodings if not key.startswith("decode.")]:
+      raise ValueError(f"--decode sets decoding only (decode.*), not {', '.join(outside)}")
+    decoded = [
+      Point(f"{p.name}+{d.name}", configs.typed(config, {**p.overrides, **d.overrides}), p.name)
+      for p in trained
+      for d in (sweeps.grid_points(decodings) if decodings else [])
+    ]
+    return trained + decoded
 
   def report(
     self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float

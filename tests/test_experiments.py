@@ -332,6 +332,25 @@ def test_grid_points_cross_product_named_and_typed():
       sweeps.parse_grid(bad)
 
 
+def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, compilation_cache):
+  out = tmp_path / "decode"
+  args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", "0"]
+  args += ["--set=train.num_steps=4", "--set=train.eval_every=4", "--set=train.checkpoint_every=4"]
+  args += ["--set=train.valid_bleu=0", "--bootstrap-samples", "10", "--out", str(out)]
+  args += ["--decode", "decode.beam_size=1", *_cache(compilation_cache)]
+  result = grid_sweep.main(args)
+  names = [r["name"] for r in result["configurations"]]
+  assert names == ["score=additive", "score=additive+beam_size=1"]
+  decoded = result["runs"]["score=additive+beam_size=1-seed0"]
+  assert decoded["decode_only_from"] == "score=additive-seed0"
+  assert decoded["results"]["test"]["beam_size"] == 1 and decoded["results"]["test"]["step"] == 4
+  assert result["runs"]["score=additive-seed0"]["results"]["test"]["beam_size"] > 1
+  train_rows = [r for r in summary.read_metrics(decoded["workdir"]) if r["split"] == "train"]
+  assert [r["step"] for r in train_rows] == [4]  # The source's training, copied: none of its own.
+  with pytest.raises(SystemExit, match=r"--decode sets decoding only \(decode\.\*\), not model"):
+    grid_sweep.main([*args, "--decode", "model.score=dot"])
+
+
 def test_study_jobs_group_decoding_points_and_split_sequential_seeds(tmp_path):
   """The alignment study's gnmt-beam decodes additive's runs: it shares additive's job line;
   sequential training gives one line per group and seed."""
