@@ -84,9 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   start = time.time()
   runs: dict[str, dict[str, dict]] = {}
   for run in sorted(args.study.glob("runs/*/seed_*")):
-    finished = (run / eval_run.eval_prefix(checkpoints.load_config(run)) / "test" / "results.json")
+    config = checkpoints.load_config(run)
+    finished = run / eval_run.eval_prefix(config) / "test" / "results.json"
     if not finished.is_file() or not any((run / s).is_dir() for s in ("best", "checkpoints")):
       continue  # Still training, or its checkpoints are not in this working tree.
+    if input_pipeline.num_sources(config.data) > 1:
+      print(f"{run}: skipped (two sources: a row holds two distributions, one per source)")
+      continue
     print(f"{run}", flush=True)
     runs.setdefault(run.parent.name, {})[run.name] = measure(run, args.split, args.limit)
   points = {}
