@@ -45,9 +45,9 @@ def sharpness(alphas: Sequence[np.ndarray]) -> dict[str, float]:
   return {"relative_entropy": float(np.mean(relative)), "max_weight": float(np.mean(peak))}
 
 
-def measure(workdir: Path, split_name: str, limit: int) -> dict[str, dict[str, float]]:
-  """The run's attention sharpness at initialisation and at its evaluated checkpoint."""
-  config = checkpoints.load_config(workdir)
+def measure(workdir: Path, config, split_name: str, limit: int) -> dict[str, dict[str, float]]:
+  """The run's attention sharpness at initialisation and at its evaluated checkpoint (`config`:
+  the run's saved config)."""
   runtime = rt.Runtime()
   data = rt.load_data(config, workdir)
   split = input_pipeline.subset(data.splits[split_name], np.arange(limit))
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(f"{run}: skipped (two sources: a row holds two distributions, one per source)")
       continue
     print(f"{run}", flush=True)
-    runs.setdefault(run.parent.name, {})[run.name] = measure(run, args.split, args.limit)
+    runs.setdefault(run.parent.name, {})[run.name] = measure(run, config, args.split, args.limit)
   points = {}
   for point, seeds in runs.items():
     points[point] = {
