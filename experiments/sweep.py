@@ -86,10 +86,11 @@ class GridSweep(cli.Study):
     decodings = sweeps.parse_grid(args.decode)
     if outside := [key for key in decodings if not key.startswith("decode.")]:
       raise ValueError(f"--decode sets decoding only (decode.*), not {', '.join(outside)}")
+    settings = sweeps.grid_points(decodings) if decodings else []  # No --decode: no points.
     decoded = [
       Point(f"{p.name}+{d.name}", configs.typed(config, {**p.overrides, **d.overrides}), p.name)
       for p in trained
-      for d in (sweeps.grid_points(decodings) if decodings else [])
+      for d in settings
     ]
     return trained + decoded
 
