@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from flax import nnx
 
 from experiments.lib import stats
 from seq2seq import checkpoints, copying, eval_run, evaluate, input_pipeline
@@ -60,7 +61,18 @@ def measure(workdir: Path, config, split_name: str, limit: int) -> dict[str, dic
   for name, state in states.items():
     out[name] = sharpness(evaluate.teacher_forced_attention(state, split, config))
     out[name]["step"] = int(state.step)
+    out[name]["score_scalars"] = score_scalars(state.params)
   return out
+
+
+def score_scalars(params: nnx.State) -> dict[str, float]:
+  """The score function's learned scalars by name (cosine's `sharpness`, the beta that bounds
+  its scores to [-beta, beta]); empty for scores without one."""
+  return {
+    "/".join(map(str, path[1:])): float(np.asarray(value[...]))
+    for path, value in nnx.to_flat_state(params)
+    if path[0] == "score" and np.ndim(value[...]) == 0
+  }
 
 
 def _tables(data, config, workdir: Path) -> dict:
@@ -100,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       for when in ("init", "trained")
       for key in ("relative_entropy", "max_weight")
     }
+    for name in next(iter(seeds.values()))["trained"]["score_scalars"]:
+      values = [s["trained"]["score_scalars"][name] for s in seeds.values()]
+      points[point][f"trained_score_{name}"] = stats.mean_std(values)
   record = {
     "command": "python -m experiments.attention_sharpness " + " ".join(argv or sys.argv[1:]),
     "split": args.split,

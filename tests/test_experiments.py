@@ -26,6 +26,7 @@ from experiments.lib import cli, launch, plots, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
+from seq2seq import runtime as rt
 from seq2seq import summary
 
 TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
@@ -279,6 +280,13 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert init["relative_entropy"] == pytest.approx(1.0)  # v_a starts at zero: uniform rows.
   mean, std = sharp["points"]["score=dot"]["trained_max_weight"]
   assert 0.0 < mean <= 1.0 and std >= 0.0
+  assert init["score_scalars"] == {}  # Additive learns no scalar.
+
+
+def test_score_scalars_reads_cosines_learned_sharpness(tiny_config):
+  tiny_config.model.score = "cosine(sharpness=7)"
+  state = rt.initial_state(tiny_config, 30, 30, rt.Runtime())
+  assert attention_sharpness.score_scalars(state.params) == {"sharpness": pytest.approx(7.0)}
 
 
 def test_attention_sharpness_is_one_for_uniform_rows_and_zero_for_one_hot():
