@@ -110,7 +110,10 @@ def markdown(result: dict[str, Any]) -> str:
   with_aer = any(r["aer_mean"] is not None for r in rows)
   with_oov = "model.copy" in result["grid"]  # What copying is for: words the vocabulary lacks.
   header = ["point", "seeds", "test BLEU", "test chrF", "valid BLEU"]
-  header += ["AER"] * with_aer + ["OOV recall"] * with_oov + [f"p vs {baseline}"]
+  # What coverage and the other alignment features are for: words translated twice or never.
+  with_coverage = "model.features" in result["grid"]
+  header += ["AER"] * with_aer + ["OOV recall"] * with_oov
+  header += ["over-translated", "unattended"] * with_coverage + [f"p vs {baseline}"]
   cells = []
   for r in rows:
     cells.append(
@@ -118,6 +121,7 @@ def markdown(result: dict[str, Any]) -> str:
       + [mean_sd(r, "valid_bleu")]
       + [mean_sd(r, "aer", 3)] * with_aer
       + [mean_sd(r, "oov_recall", 3)] * with_oov
+      + [mean_sd(r, "over_translation", 0), mean_sd(r, "under_translation", 0)] * with_coverage
       + [fmt(r["p_value_vs_baseline"], 4)]
     )
   grid = ", ".join(f"`{k}` = {', '.join(v)}" for k, v in result["grid"].items())
@@ -136,6 +140,13 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
       "OOV recall: the share of the test references' words outside the target vocabulary "
       "that the output holds (clipped counts; `<unk>` replacement also produces some)."
+    )
+  if with_coverage:
+    lines.append(
+      "Over-translated: output words repeated beyond the reference (sum over words of"
+      " max(0, n_hyp - max(1, n_ref)), `<unk>` left out); unattended: source content words (outside"
+      " the 50 most frequent) that no output word's attention peaks on; both summed over the test"
+      " split (`seq2seq.evaluate`)."
     )
   n = result["significance"]["n_samples"]
   lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))

@@ -618,3 +618,25 @@ def test_a_run_s_wall_time_is_saved_while_it_trains(tmp_path):
     pass
   assert runs_lib.wall_time(workdirs[0]) >= 0.3 / 2 - 1e-6
   assert runs_lib.load_average(workdirs[0]) >= 0.0  # The machine's load, sampled meanwhile.
+
+
+def test_feature_sweeps_report_over_translation_and_unattended_words():
+  def row(name, over, under):
+    metrics = dict.fromkeys(sweeps.TEST_METRICS) | dict(bleu=50.0, chrf=70.0, valid_bleu=49.0)
+    metrics |= dict(over_translation=over, under_translation=under)
+    cells = {f"{k}_mean": v for k, v in metrics.items()} | {f"{k}_std": 1.0 for k in metrics}
+    return {"name": name, "seeds": [0, 1], "p_value_vs_baseline": 0.5, **cells}
+
+  result = {
+    "configurations": [row("features=none", 340.0, 950.0), row("features=coverage", 300.0, 900.0)],
+    "baseline": "features=none",
+    "config_file": "configs/multi30k.py",
+    "seeds": [0, 1],
+    "training": "sequential",
+    "significance": {"n_samples": 1000},
+  }
+  features = grid_sweep.markdown({**result, "grid": {"model.features": ["none", "coverage"]}})
+  assert "| over-translated | unattended |" in features
+  assert "| 300 ± 1 | 900 ± 1 |" in features
+  scores = grid_sweep.markdown({**result, "grid": {"model.score": ["additive", "dot"]}})
+  assert "over-translated" not in scores

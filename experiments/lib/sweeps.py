@@ -39,8 +39,18 @@ from seq2seq import registry
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
-# oov_recall: the share of reference words outside the target vocabulary that the output holds.
-TEST_METRICS = ("bleu", "chrf", "aer", "aer_threshold", "attention_entropy", "oov_recall")
+# oov_recall: the share of reference words outside the target vocabulary that the output holds;
+# over_translation and under_translation: counts over the split (`seq2seq.evaluate`).
+TEST_METRICS = (
+  "bleu",
+  "chrf",
+  "aer",
+  "aer_threshold",
+  "attention_entropy",
+  "oov_recall",
+  "over_translation",
+  "under_translation",
+)
 
 
 @dataclasses.dataclass(frozen=True)
