@@ -50,6 +50,7 @@ from typing import Any
 from experiments.lib import cli, configs, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
+from seq2seq import evaluate
 
 
 class GridSweep(cli.Study):
@@ -145,8 +146,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
       "Over-translated: output words repeated beyond the reference (sum over words of"
       " max(0, n_hyp - max(1, n_ref)), `<unk>` left out); unattended: source content words (outside"
-      " the 50 most frequent) that no output word's attention peaks on; both summed over the test"
-      " split (`seq2seq.evaluate`)."
+      f" the {evaluate.CONTENT_RANK} most frequent) that no output word's attention peaks on; both"
+      " summed over the test split (`seq2seq.evaluate`)."
     )
   n = result["significance"]["n_samples"]
   lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))
