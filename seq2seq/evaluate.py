@@ -16,6 +16,9 @@
   `attention_entropy`.
 * `over_translation` (output words repeated beyond their count in the reference) and
   `under_translation` (source content words that no output word attends to most).
+* `identical_word_peaks`: where no gold links exist (real text), the output words spelled like a
+  source word (names, numbers, cognates) are links known without an aligner; how often the
+  attention that produced such a word peaks on its source twin.
 
 Alignment links are (source index, target index) pairs, 0-based, as the corpus writes them: they
 index whitespace words. With SentencePiece the attention over pieces is mapped to words first
@@ -251,6 +254,33 @@ def over_translation(hypothesis: Sequence[str], reference: Sequence[str]) -> int
   hyp = collections.Counter(w for w in hypothesis if tok.UNK not in w)
   ref = collections.Counter(reference)
   return sum(max(0, n - max(1, ref[w])) for w, n in hyp.items())
+
+
+def identical_word_peaks(
+  alpha_TS: np.ndarray, output_words: Sequence[str], source_words: Sequence[str]
+) -> tuple[int, int]:
+  """(peaks, pairs): `pairs` counts the output words spelled like a source word (case and
+  SentencePiece's "▁" ignored) that occurs once in the output and once in the source, holds a
+  letter or digit and is no `<unk>`; `peaks`, those whose attention row peaks on that word.
+
+  Such a pair is a link known without gold alignments (a name, a number, a cognate such as
+  "orange"), so the share of peaks measures on any corpus whether attention points where the
+  word came from. alpha_TS: attention of the output words over the source words [T, S'] (S' >=
+  the number of source words; extra columns, such as the source EOS, are ignored).
+  """
+
+  def norm(words):
+    return [w.replace(WORD_START, "").lower() for w in words]
+
+  out, src = norm(output_words), norm(source_words)
+  out_n, src_n = collections.Counter(out), collections.Counter(src)
+  peaks = pairs = 0
+  alpha = np.asarray(alpha_TS)[:, : len(src)]
+  for t, w in enumerate(out):
+    if out_n[w] == src_n[w] == 1 and tok.UNK not in w and any(c.isalnum() for c in w):
+      pairs += 1
+      peaks += int(np.argmax(alpha[t])) == src.index(w)
+  return peaks, pairs
 
 
 CONTENT_RANK = 50  # Content words: source words outside the 50 most frequent ones.
@@ -653,13 +683,18 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
   src_spans = [id_spans(src_tok, split.src.row(i)) for i in range(len(split))]
   subword = isinstance(src_tok, tok.SentencePieceTokenizer)
   frequent = frequent_words(data.splits["train"], src_tok) if subword else None
-  over = under = 0
+  over = under = peaks = pairs = 0
   for i, (tr, r) in enumerate(zip(translations, raw, strict=True)):
     out, ref = output_tokens(tr.ids, r[0], src_tok, tgt_tok), tgt_tok.tokenize(r[1])
     out_spans = token_spans(tgt_tok, out)
-    over += over_translation(span_words(out, out_spans), span_words(ref, token_spans(tgt_tok, ref)))
+    out_words = span_words(out, out_spans)
+    over += over_translation(out_words, span_words(ref, token_spans(tgt_tok, ref)))
     alpha = pieces_to_words(tr.alpha, out_spans, src_spans[i])
     under += under_translation(alpha, split.src.row(i), src_spans[i], frequent)
+    src = src_tok.tokenize(builders.split_sources(r[0])[0])  # Its words, <unk> ones spelled.
+    src_words = span_words(src, token_spans(src_tok, src))[: len(src_spans[i])]  # As decoded.
+    found = identical_word_peaks(alpha, out_words, src_words)
+    peaks, pairs = peaks + found[0], pairs + found[1]
   content = (
     f"not among the {CONTENT_RANK} most frequent source words (pieces grouped at '▁') of the "
     f"first {CONTENT_SAMPLE} training sentences"
@@ -672,6 +707,8 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
     "under_translation": under,
     "under_translation_content": content,
     "source_words": sum(len(spans) for spans in src_spans),
+    "identical_words": pairs,
+    "identical_word_peaks": peaks / pairs if pairs else None,
     "aer_subword_mapping": subword_mapping(src_tok, tgt_tok),
   }
   gold = gold_links(raw)

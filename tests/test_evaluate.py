@@ -448,3 +448,19 @@ def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, 
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].set(unk_bias)
   scores = eval_run.valid_scores(state.replace(params=nnx.state(model, nnx.Param)), data, config)
   assert scores["unk_rate"] == want and 0.0 <= scores["bleu"] <= 100.0
+
+
+def test_identical_word_peaks_counts_twins_the_attention_finds():
+  src = "A man in an orange hat near Boston , Boston .".split()
+  out = "Un homme avec un chapeau Orange près de Boston <unk> .".split()
+  alpha = np.zeros((len(out), len(src) + 1))  # One extra column (EOS) is ignored.
+  alpha[np.arange(len(out)), 0] = 1.0
+  # Twins: "Orange" (case ignored) only; "Boston" occurs twice in the source, "." holds no
+  # letter, "<unk>" is no word, and "un"/"an" differ.
+  assert evaluate.identical_word_peaks(alpha, out, src) == (0, 1)
+  alpha[5, 0], alpha[5, 4] = 0.0, 1.0  # "Orange" now peaks on "orange".
+  assert evaluate.identical_word_peaks(alpha, out, src) == (1, 1)
+  pieces = ["▁Un", "▁chat", "▁42"]
+  assert evaluate.identical_word_peaks(np.eye(3), pieces, ["▁The", "▁cat", "▁42"]) == (1, 1)
+  assert evaluate.identical_word_peaks(np.eye(3)[::-1], pieces, ["▁The", "▁cat", "▁42"]) == (0, 1)
+  assert evaluate.identical_word_peaks(np.zeros((0, 1)), [], []) == (0, 0)

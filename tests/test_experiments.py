@@ -640,3 +640,28 @@ def test_feature_sweeps_report_over_translation_and_unattended_words():
   assert "| 300 ± 1 | 900 ± 1 |" in features
   scores = grid_sweep.markdown({**result, "grid": {"model.score": ["additive", "dot"]}})
   assert "over-translated" not in scores
+
+
+def test_sweeps_report_twin_peaks_once_every_point_has_them():
+  """The share of identical-word links the attention finds: a column only when every row has it
+  (runs evaluated before the metric existed have none)."""
+
+  def row(name, peaks):
+    metrics = dict.fromkeys(sweeps.TEST_METRICS) | dict(bleu=50.0, chrf=70.0, valid_bleu=49.0)
+    metrics["identical_word_peaks"] = peaks
+    cells = {f"{k}_mean": v for k, v in metrics.items()} | {f"{k}_std": 0.01 for k in metrics}
+    return {"name": name, "seeds": [0, 1], "p_value_vs_baseline": 0.5, **cells}
+
+  result = {
+    "baseline": "score=additive",
+    "config_file": "configs/multi30k.py",
+    "seeds": [0, 1],
+    "training": "sequential",
+    "significance": {"n_samples": 1000},
+    "grid": {"model.score": ["additive", "general"]},
+  }
+  both = [row("score=additive", 0.91), row("score=general", 0.46)]
+  md = grid_sweep.markdown({**result, "configurations": both})
+  assert "| twin peaks |" in md and "| 0.460 ± 0.010 |" in md and "Twin peaks:" in md
+  half = [row("score=additive", 0.91), row("score=general", None)]
+  assert "twin peaks" not in grid_sweep.markdown({**result, "configurations": half}).lower()
