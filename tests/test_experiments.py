@@ -620,48 +620,53 @@ def test_a_run_s_wall_time_is_saved_while_it_trains(tmp_path):
   assert runs_lib.load_average(workdirs[0]) >= 0.0  # The machine's load, sampled meanwhile.
 
 
-def test_feature_sweeps_report_over_translation_and_unattended_words():
-  def row(name, over, under):
-    metrics = dict.fromkeys(sweeps.TEST_METRICS) | dict(bleu=50.0, chrf=70.0, valid_bleu=49.0)
-    metrics |= dict(over_translation=over, under_translation=under)
-    cells = {f"{k}_mean": v for k, v in metrics.items()} | {f"{k}_std": 1.0 for k in metrics}
-    return {"name": name, "seeds": [0, 1], "p_value_vs_baseline": 0.5, **cells}
+def _sweep_row(name: str, std: float, **metrics) -> dict:
+  """A sweep table row as `sweeps` writes it: BLEU, chrF and valid BLEU set, the other test
+  metrics None unless given, each KEY_mean with KEY_std = `std`."""
+  values = dict.fromkeys(sweeps.TEST_METRICS) | dict(bleu=50.0, chrf=70.0, valid_bleu=49.0)
+  values |= metrics
+  cells = {f"{k}_mean": v for k, v in values.items()} | {f"{k}_std": std for k in values}
+  return {"name": name, "seeds": [0, 1], "p_value_vs_baseline": 0.5, **cells}
 
-  result = {
-    "configurations": [row("features=none", 340.0, 950.0), row("features=coverage", 300.0, 900.0)],
-    "baseline": "features=none",
+
+def _sweep_result(baseline: str, rows: list[dict], grid: dict[str, list[str]]) -> dict:
+  """What `grid_sweep.markdown` reads: two seeds trained one after another."""
+  return {
+    "configurations": rows,
+    "baseline": baseline,
     "config_file": "configs/multi30k.py",
     "seeds": [0, 1],
     "training": "sequential",
     "significance": {"n_samples": 1000},
+    "grid": grid,
   }
-  features = grid_sweep.markdown({**result, "grid": {"model.features": ["none", "coverage"]}})
+
+
+def test_feature_sweeps_report_over_translation_and_unattended_words():
+  rows = [
+    _sweep_row("features=none", 1.0, over_translation=340.0, under_translation=950.0),
+    _sweep_row("features=coverage", 1.0, over_translation=300.0, under_translation=900.0),
+  ]
+  features = grid_sweep.markdown(
+    _sweep_result("features=none", rows, {"model.features": ["none", "coverage"]})
+  )
   assert "| over-translated | unattended |" in features
   assert "| 300 ± 1 | 900 ± 1 |" in features
-  scores = grid_sweep.markdown({**result, "grid": {"model.score": ["additive", "dot"]}})
+  scores = grid_sweep.markdown(
+    _sweep_result("features=none", rows, {"model.score": ["additive", "dot"]})
+  )
   assert "over-translated" not in scores
 
 
 def test_sweeps_report_twin_peaks_once_every_point_has_them():
   """The share of identical-word links the attention finds: a column only when every row has it
   (runs evaluated before the metric existed have none)."""
-
-  def row(name, peaks):
-    metrics = dict.fromkeys(sweeps.TEST_METRICS) | dict(bleu=50.0, chrf=70.0, valid_bleu=49.0)
-    metrics["identical_word_peaks"] = peaks
-    cells = {f"{k}_mean": v for k, v in metrics.items()} | {f"{k}_std": 0.01 for k in metrics}
-    return {"name": name, "seeds": [0, 1], "p_value_vs_baseline": 0.5, **cells}
-
-  result = {
-    "baseline": "score=additive",
-    "config_file": "configs/multi30k.py",
-    "seeds": [0, 1],
-    "training": "sequential",
-    "significance": {"n_samples": 1000},
-    "grid": {"model.score": ["additive", "general"]},
-  }
-  both = [row("score=additive", 0.91), row("score=general", 0.46)]
-  md = grid_sweep.markdown({**result, "configurations": both})
+  grid = {"model.score": ["additive", "general"]}
+  both = [
+    _sweep_row("score=additive", 0.01, identical_word_peaks=0.91),
+    _sweep_row("score=general", 0.01, identical_word_peaks=0.46),
+  ]
+  md = grid_sweep.markdown(_sweep_result("score=additive", both, grid))
   assert "| twin peaks |" in md and "| 0.460 ± 0.010 |" in md and "Twin peaks:" in md
-  half = [row("score=additive", 0.91), row("score=general", None)]
-  assert "twin peaks" not in grid_sweep.markdown({**result, "configurations": half}).lower()
+  half = [both[0], _sweep_row("score=general", 0.01, identical_word_peaks=None)]
+  assert "twin peaks" not in grid_sweep.markdown(_sweep_result("score=additive", half, grid)).lower()
