@@ -16,9 +16,10 @@
   `attention_entropy`.
 * `over_translation` (output words repeated beyond their count in the reference) and
   `under_translation` (source content words that no output word attends to most).
-* `identical_word_peaks`: where no gold links exist (real text), the output words spelled like a
-  source word (names, numbers, cognates) are links known without an aligner; how often the
-  attention that produced such a word peaks on its source twin.
+* `identical_word_offsets`: where no gold links exist (real text), the output words spelled like a
+  source word (names, numbers, cognates) are links known without an aligner; where the attention
+  that produced such a word peaks, counted from its source twin (`twin_figures`: the share on it,
+  "twin peaks", and one or two words either side).
 
 Alignment links are (source index, target index) pairs, 0-based, as the corpus writes them: they
 index whitespace words. With SentencePiece the attention over pieces is mapped to words first
@@ -256,17 +257,20 @@ def over_translation(hypothesis: Sequence[str], reference: Sequence[str]) -> int
   return sum(max(0, n - max(1, ref[w])) for w, n in hyp.items())
 
 
-def identical_word_peaks(
+def identical_word_offsets(
   alpha_TS: np.ndarray, output_words: Sequence[str], source_words: Sequence[str]
-) -> tuple[int, int]:
-  """(peaks, pairs): `pairs` counts the output words spelled like a source word (case and
-  SentencePiece's "▁" ignored) that occurs once in the output and once in the source, holds a
-  letter or digit and is no `<unk>`; `peaks`, those whose attention row peaks on that word.
+) -> list[int]:
+  """For each output word spelled like a source word (case and SentencePiece's "▁" ignored)
+  that occurs once in the output and once in the source, holds a letter or digit and is no
+  `<unk>`: where its attention row peaks, counted from that source word (0: on it; +1: on the
+  word after it; -1: on the word before).
 
   Such a pair is a link known without gold alignments (a name, a number, a cognate such as
-  "orange"), so the share of peaks measures on any corpus whether attention points where the
-  word came from. alpha_TS: attention of the output words over the source words [T, S'] (S' >=
-  the number of source words; extra columns, such as the source EOS, are ignored).
+  "orange"), so the share of zeros ("twin peaks") measures on any corpus whether attention points
+  where the word came from, and the other offsets whether attention that misses is shifted
+  (Koehn and Knowles 2017) or lost. alpha_TS: attention of the output words over the source
+  words [T, S'] (S' >= the number of source words; extra columns, such as the source EOS, are
+  ignored).
   """
 
   def norm(words):
@@ -274,13 +278,28 @@ def identical_word_peaks(
 
   out, src = norm(output_words), norm(source_words)
   out_n, src_n = collections.Counter(out), collections.Counter(src)
-  peaks = pairs = 0
   alpha = np.asarray(alpha_TS)[:, : len(src)]
-  for t, w in enumerate(out):
-    if out_n[w] == src_n[w] == 1 and tok.UNK not in w and any(c.isalnum() for c in w):
-      pairs += 1
-      peaks += int(np.argmax(alpha[t])) == src.index(w)
-  return peaks, pairs
+  return [
+    int(np.argmax(alpha[t])) - src.index(w)
+    for t, w in enumerate(out)
+    if out_n[w] == src_n[w] == 1 and tok.UNK not in w and any(c.isalnum() for c in w)
+  ]
+
+
+TWIN_OFFSETS = (-2, -1, 0, 1, 2)  # The offsets whose shares results.json reports.
+
+
+def twin_figures(offsets: Sequence[int]) -> dict:
+  """results.json's twin-word figures from `identical_word_offsets` over a split: the number of
+  pairs, the share that peaks on the twin, and the share at each of TWIN_OFFSETS (None without
+  pairs)."""
+  n = len(offsets)
+  counts = collections.Counter(offsets)
+  return {
+    "identical_words": n,
+    "identical_word_peaks": counts[0] / n if n else None,
+    "identical_word_offsets": {f"{k:+d}": counts[k] / n for k in TWIN_OFFSETS} if n else None,
+  }
 
 
 CONTENT_RANK = 50  # Content words: source words outside the 50 most frequent ones.
@@ -683,7 +702,8 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
   src_spans = [id_spans(src_tok, split.src.row(i)) for i in range(len(split))]
   subword = isinstance(src_tok, tok.SentencePieceTokenizer)
   frequent = frequent_words(data.splits["train"], src_tok) if subword else None
-  over = under = peaks = pairs = 0
+  over = under = 0
+  offsets = []
   for i, (tr, r) in enumerate(zip(translations, raw, strict=True)):
     out, ref = output_tokens(tr.ids, r[0], src_tok, tgt_tok), tgt_tok.tokenize(r[1])
     out_spans = token_spans(tgt_tok, out)
@@ -693,8 +713,7 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
     under += under_translation(alpha, split.src.row(i), src_spans[i], frequent)
     src = src_tok.tokenize(builders.split_sources(r[0])[0])  # Its words, <unk> ones spelled.
     src_words = span_words(src, token_spans(src_tok, src))[: len(src_spans[i])]  # As decoded.
-    found = identical_word_peaks(alpha, out_words, src_words)
-    peaks, pairs = peaks + found[0], pairs + found[1]
+    offsets += identical_word_offsets(alpha, out_words, src_words)
   content = (
     f"not among the {CONTENT_RANK} most frequent source words (pieces grouped at '▁') of the "
     f"first {CONTENT_SAMPLE} training sentences"
@@ -707,8 +726,7 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
     "under_translation": under,
     "under_translation_content": content,
     "source_words": sum(len(spans) for spans in src_spans),
-    "identical_words": pairs,
-    "identical_word_peaks": peaks / pairs if pairs else None,
+    **twin_figures(offsets),
     "aer_subword_mapping": subword_mapping(src_tok, tgt_tok),
   }
   gold = gold_links(raw)

@@ -450,17 +450,36 @@ def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, 
   assert scores["unk_rate"] == want and 0.0 <= scores["bleu"] <= 100.0
 
 
-def test_identical_word_peaks_counts_twins_the_attention_finds():
+def test_identical_word_offsets_measure_from_each_twin():
   src = "A man in an orange hat near Boston , Boston .".split()
   out = "Un homme avec un chapeau Orange près de Boston <unk> .".split()
   alpha = np.zeros((len(out), len(src) + 1))  # One extra column (EOS) is ignored.
   alpha[np.arange(len(out)), 0] = 1.0
   # Twins: "Orange" (case ignored) only; "Boston" occurs twice in the source, "." holds no
   # letter, "<unk>" is no word, and "un"/"an" differ.
-  assert evaluate.identical_word_peaks(alpha, out, src) == (0, 1)
+  assert evaluate.identical_word_offsets(alpha, out, src) == [-4]
   alpha[5, 0], alpha[5, 4] = 0.0, 1.0  # "Orange" now peaks on "orange".
-  assert evaluate.identical_word_peaks(alpha, out, src) == (1, 1)
-  pieces = ["▁Un", "▁chat", "▁42"]
-  assert evaluate.identical_word_peaks(np.eye(3), pieces, ["▁The", "▁cat", "▁42"]) == (1, 1)
-  assert evaluate.identical_word_peaks(np.eye(3)[::-1], pieces, ["▁The", "▁cat", "▁42"]) == (0, 1)
-  assert evaluate.identical_word_peaks(np.zeros((0, 1)), [], []) == (0, 0)
+  assert evaluate.identical_word_offsets(alpha, out, src) == [0]
+  alpha[5, 4], alpha[5, 5] = 0.0, 1.0  # One word ahead, on "hat".
+  assert evaluate.identical_word_offsets(alpha, out, src) == [1]
+  pieces, words = ["▁Un", "▁chat", "▁42"], ["▁The", "▁cat", "▁42"]
+  assert evaluate.identical_word_offsets(np.eye(3), pieces, words) == [0]
+  assert evaluate.identical_word_offsets(np.eye(3)[::-1], pieces, words) == [-2]
+  assert evaluate.identical_word_offsets(np.zeros((0, 1)), [], []) == []
+
+
+def test_twin_figures_share_each_offset():
+  figures = evaluate.twin_figures([0, 0, 1, -1, 5, 0, 1, 0])
+  assert figures["identical_words"] == 8 and figures["identical_word_peaks"] == 0.5
+  assert figures["identical_word_offsets"] == {
+    "-2": 0.0,
+    "-1": 0.125,
+    "+0": 0.5,
+    "+1": 0.25,
+    "+2": 0.0,
+  }
+  assert evaluate.twin_figures([]) == {
+    "identical_words": 0,
+    "identical_word_peaks": None,
+    "identical_word_offsets": None,
+  }

@@ -669,4 +669,41 @@ def test_sweeps_report_twin_peaks_once_every_point_has_them():
   md = grid_sweep.markdown(_sweep_result("score=additive", both, grid))
   assert "| twin peaks |" in md and "| 0.460 ± 0.010 |" in md and "Twin peaks:" in md
   half = [both[0], _sweep_row("score=general", 0.01, identical_word_peaks=None)]
-  assert "twin peaks" not in grid_sweep.markdown(_sweep_result("score=additive", half, grid)).lower()
+  assert (
+    "twin peaks" not in grid_sweep.markdown(_sweep_result("score=additive", half, grid)).lower()
+  )
+
+
+def _offset_run(study: Path, point: str, seed: int, peaks: list[int]) -> None:
+  """A finished run whose test sentences.jsonl holds one sentence, "Anna saw Bob and Carl" ->
+  "Anna a vu Bob et Carl", whose twins' attention rows peak on source words `peaks`."""
+  from seq2seq import report
+
+  src, out = ["Anna", "saw", "Bob", "and", "Carl", "</s>"], ["Anna", "a", "vu", "Bob", "et", "Carl"]
+  alpha = np.full((len(out) + 1, len(src)), 0.01)
+  for t, j in zip((0, 3, 5), peaks, strict=True):
+    alpha[t, j] = 0.9
+  folder = study / "runs" / point / f"seed_{seed}" / "eval" / "test"
+  folder.mkdir(parents=True)
+  attention = {"source": src, "output": out + ["</s>"], "maps": [report.encode_map(alpha)]}
+  (folder / "sentences.jsonl").write_text(json.dumps({"attention": attention}) + "\n")
+  (folder / "results.json").write_text("{}")
+
+
+def test_attention_offsets_share_each_offset_over_seeds(tmp_path):
+  from experiments import attention_offsets
+
+  study = tmp_path / "study"
+  _offset_run(study, "score=a", 0, [0, 2, 4])  # Every twin on itself.
+  _offset_run(study, "score=a", 1, [1, 3, 4])  # Two one word ahead.
+  _offset_run(study, "score=b", 0, [4, 0, 0])  # +4, -2, -4.
+  (study / "runs" / "alias").symlink_to("score=a")  # Another name for one point: counted once.
+  out = tmp_path / "offsets.json"
+  assert attention_offsets.main([str(study), "--json", str(out)]) == 0
+  record = json.loads(out.read_text())
+  a, b = record["points"]["study/score=a"], record["points"]["study/score=b"]
+  assert set(record["points"]) == {"study/score=a", "study/score=b"} and a["seeds"] == 2
+  assert a["+0"][0] == pytest.approx((1 + 1 / 3) / 2) and a["+1"][0] == pytest.approx(1 / 3)
+  assert b["-2"][0] == b[">=+3"][0] == b["<=-3"][0] == pytest.approx(1 / 3) and b["+0"][0] == 0
+  assert record["runs"]["study/score=a"]["seed_1"]["pairs"] == 3
+  assert out.with_suffix(".png").stat().st_size > 0

@@ -40,6 +40,8 @@ def test_run_writes_every_promised_file(trained):
     assert result["over_translation"] >= 0
     peaks = result["identical_word_peaks"]  # None when no output word has a source twin.
     assert result["identical_words"] >= 0 and (peaks is None or 0.0 <= peaks <= 1.0)
+    offsets = result["identical_word_offsets"]
+    assert (offsets is None) == (peaks is None) and (offsets is None or offsets["+0"] == peaks)
     assert sum(r["count"] for r in result["bleu_by_length"]) == 64
     assert all({"min_len", "max_len", "count", "bleu"} <= set(r) for r in result["bleu_by_length"])
     assert len((out / "hypotheses.txt").read_text().splitlines()) == 64

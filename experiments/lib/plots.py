@@ -40,6 +40,35 @@ def bar_plot(
   _save(fig, path)
 
 
+def grouped_bars(
+  groups: Mapping[str, Mapping[str, tuple[float, float]]],
+  path: Path,
+  title: str,
+  xlabel: str,
+  ylabel: str,
+) -> None:
+  """Bars of (mean, sd) with sd error bars: one cluster per category (the inner keys, in order),
+  one bar per group within it (PNG at `path`)."""
+  names = list(groups)
+  categories = list(next(iter(groups.values()), {}))
+  width = 0.8 / max(1, len(names))
+  fig, ax = plt.subplots(figsize=(min(11.0, max(6.0, 0.2 * len(names) * len(categories) + 2)), 4.5))
+  x = np.arange(len(categories))
+  for n, name in enumerate(names):
+    means = [groups[name][c][0] for c in categories]
+    stds = [groups[name][c][1] for c in categories]
+    ax.bar(x + (n - (len(names) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=name)
+  ax.set_xticks(x, categories)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.grid(axis="y", alpha=0.3)
+  top = max((m + (s or 0.0) for g in groups.values() for m, s in g.values()), default=1.0)
+  ax.set_ylim(0.0, 1.4 * top)  # Room for the legend above the bars.
+  ax.legend(fontsize=7, ncol=3, loc="upper left")
+  ax.set_title(title, fontsize=9)
+  _save(fig, path)
+
+
 def learning_curves(curves: Mapping[str, Mapping[str, Any]], path: Path, title: str) -> None:
   """One line per point, its mean over seeds with a band of one standard deviation, against
   training steps and (where the curves hold "minutes") against wall minutes; a second row for

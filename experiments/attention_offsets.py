@@ -1,0 +1,134 @@
+"""Where attention that misses a word's source twin lands: on the word after it, before it, or
+far away.
+
+    python -m experiments.attention_offsets STUDY_DIR [STUDY_DIR ...] [--split test]
+        [--json OUT.json] [--png OUT.png]
+
+Twin peaks (`evaluate.identical_word_offsets`) asks whether an output word spelled like a word
+of its source (a name, a number, a cognate) was produced with the attention peaking on that
+word. This script asks where it peaks instead, counting from the twin: for every finished run
+under each STUDY_DIR/runs/POINT/seed_S it reads the decoded attention that evaluation stored in
+eval/SPLIT/sentences.jsonl and reports, per point (mean and sd over seeds), the share of twin
+pairs whose peak is 0, +-1, +-2 or further words from the twin. A consistent shift (Koehn and
+Knowles 2017 found attention often one word off) is attention that still follows the source in
+order, one step early or late; a spread is attention that has lost it. The stored maps hold each
+weight to within 1/508 (`report.encode_map`), so a near tie can fall the other way and a share
+can differ from results.json's by a pair or two. Runs with two sources (a row holds one
+distribution per source) are left out. Reads evaluation output only; selects on nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.lib import plots, stats
+from seq2seq import evaluate, report
+from seq2seq import tokenizer as tok
+
+BINS = ("<=-3", "-2", "-1", "+0", "+1", "+2", ">=+3")  # Offsets of the peak from the twin.
+
+
+def bin_name(offset: int) -> str:
+  return BINS[min(max(offset, -3), 3) + 3]
+
+
+def sentence_offsets(record: dict) -> list[int] | None:
+  """The twin offsets of one sentences.jsonl record (None when it has no attention or two
+  sources). Pieces are grouped into words first (`evaluate.pieces_to_words`)."""
+  attention = record.get("attention")
+  if attention is None:
+    return None
+  src, out = attention["source"], attention["output"]
+  if src.count(tok.EOS) != 1:
+    return None  # Two sources.
+  src, out = src[: src.index(tok.EOS)], out[: out.index(tok.EOS) if tok.EOS in out else len(out)]
+  alpha = report.decode_map(attention["maps"][0])
+  src_spans, out_spans = spans(src), spans(out)
+  alpha = evaluate.pieces_to_words(alpha, out_spans, src_spans)
+  return evaluate.identical_word_offsets(
+    alpha, evaluate.span_words(out, out_spans), evaluate.span_words(src, src_spans)
+  )
+
+
+def spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
+  """Word ranges: SentencePiece pieces grouped at "▁", otherwise one token a word."""
+  if any(t.startswith(evaluate.WORD_START) for t in tokens):
+    return evaluate.word_spans(tokens)
+  return [(i, i + 1) for i in range(len(tokens))]
+
+
+def run_shares(path: Path) -> dict | None:
+  """One run's pair count and the share of its twin pairs in each of BINS."""
+  offsets: list[int] = []
+  with path.open(encoding="utf-8") as f:
+    for line in f:
+      found = sentence_offsets(json.loads(line))
+      if found is None:
+        return None
+      offsets += found
+  if not offsets:
+    return None
+  bins = [bin_name(o) for o in offsets]
+  return {"pairs": len(offsets), "shares": {b: bins.count(b) / len(bins) for b in BINS}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("studies", type=Path, nargs="+", help="studies' --out folders (runs/POINT/seed_S)")
+  p.add_argument("--split", default="test")
+  p.add_argument("--json", type=Path, default=Path("experiments/results/attention_offsets.json"))
+  p.add_argument("--png", type=Path, default=None, help="default: the JSON's path, .png")
+  args = p.parse_args(argv)
+  start = time.time()
+  pattern = f"runs/*/seed_*/eval/{args.split}/{report.SENTENCES}"
+  found = [path for study in args.studies for path in sorted(study.glob(pattern))]
+  real = {path.resolve() for path in found if not path.parents[3].is_symlink()}
+  runs: dict[str, dict[str, dict]] = {}
+  for path in found:
+    study, run = path.parents[5], path.parents[2]
+    if not (path.parent / "results.json").is_file():
+      continue  # Still evaluating.
+    if run.parent.is_symlink() and path.resolve() in real:
+      continue  # A point shared with another study (a baseline's symlink): counted there.
+    shares = run_shares(path)
+    if shares is None:
+      print(f"{run}: skipped (no attention, or two sources)")
+      continue
+    runs.setdefault(f"{study.name}/{run.parent.name}", {})[run.name] = shares
+  points = {
+    point: {
+      "seeds": len(seeds),
+      **{b: stats.mean_std([s["shares"][b] for s in seeds.values()]) for b in BINS},
+    }
+    for point, seeds in runs.items()
+  }
+  record = {
+    "command": "python -m experiments.attention_offsets " + " ".join(argv or sys.argv[1:]),
+    "split": args.split,
+    "bins": list(BINS),
+    "points": points,
+    "runs": runs,
+    "minutes": (time.time() - start) / 60,
+  }
+  args.json.parent.mkdir(parents=True, exist_ok=True)
+  args.json.write_text(json.dumps(record, indent=2) + "\n")
+  plots.grouped_bars(
+    {point: {b: row[b] for b in BINS} for point, row in points.items()},
+    args.png or args.json.with_suffix(".png"),
+    f"Where the attention peaks, counted from the output word's source twin ({args.split})",
+    xlabel="peak offset from the twin (source words)",
+    ylabel="share of twin pairs",
+  )
+  for point, row in points.items():
+    cells = "  ".join(f"{b} {row[b][0]:.3f}±{row[b][1]:.3f}" for b in BINS)
+    print(f"{point} ({row['seeds']} seeds): {cells}")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
