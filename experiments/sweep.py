@@ -150,7 +150,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
       "Twin peaks: of the output words spelled like a source word that occurs once on each side"
       " (names, numbers, cognates: links known without gold alignments), the share whose"
-      " attention peaks on that source word (`evaluate.identical_word_peaks`)."
+      " attention peaks on that source word (`evaluate.identical_word_offsets`)."
     )
   if with_coverage:
     lines.append(
