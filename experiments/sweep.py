@@ -114,8 +114,9 @@ def markdown(result: dict[str, Any]) -> str:
   # metric existed lack it: the column waits until every row has it).
   with_twins = bool(rows) and all(r.get("identical_word_peaks_mean") is not None for r in rows)
   header = ["point", "seeds", "test BLEU", "test chrF", "valid BLEU"]
-  # What coverage and the other alignment features are for: words translated twice or never.
-  with_coverage = "model.features" in result["grid"]
+  # What coverage and the other alignment features are for (words translated twice or never),
+  # and what a structure that limits where attention looks may change.
+  with_coverage = bool({"model.features", "model.attention"} & set(result["grid"]))
   header += ["AER"] * with_aer + ["OOV recall"] * with_oov + ["twin peaks"] * with_twins
   header += ["over-translated", "unattended"] * with_coverage + [f"p vs {baseline}"]
   cells = []

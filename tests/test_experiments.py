@@ -642,14 +642,15 @@ def _sweep_result(baseline: str, rows: list[dict], grid: dict[str, list[str]]) -
   }
 
 
-def test_feature_sweeps_report_over_translation_and_unattended_words():
+@pytest.mark.parametrize(
+  "grid", [{"model.features": ["none", "coverage"]}, {"model.attention": ["soft", "local_p"]}]
+)
+def test_feature_and_structure_sweeps_report_over_translation_and_unattended_words(grid):
   rows = [
     _sweep_row("features=none", 1.0, over_translation=340.0, under_translation=950.0),
     _sweep_row("features=coverage", 1.0, over_translation=300.0, under_translation=900.0),
   ]
-  features = grid_sweep.markdown(
-    _sweep_result("features=none", rows, {"model.features": ["none", "coverage"]})
-  )
+  features = grid_sweep.markdown(_sweep_result("features=none", rows, grid))
   assert "| over-translated | unattended |" in features
   assert "| 300 ± 1 | 900 ± 1 |" in features
   scores = grid_sweep.markdown(
