@@ -87,19 +87,20 @@ def main(argv: Sequence[str] | None = None) -> int:
   start = time.time()
   pattern = f"runs/*/seed_*/eval/{args.split}/{report.SENTENCES}"
   found = [path for study in args.studies for path in sorted(study.glob(pattern))]
+  # path: STUDY/runs/POINT/seed_S/eval/SPLIT/sentences.jsonl.
   real = {path.resolve() for path in found if not path.parents[3].is_symlink()}
   runs: dict[str, dict[str, dict]] = {}
   for path in found:
-    study, run = path.parents[5], path.parents[2]
+    study, point, run = path.parents[5], path.parents[3], path.parents[2]
     if not (path.parent / "results.json").is_file():
       continue  # Still evaluating.
-    if run.parent.is_symlink() and path.resolve() in real:
+    if point.is_symlink() and path.resolve() in real:
       continue  # A point shared with another study (a baseline's symlink): counted there.
     shares = run_shares(path)
     if shares is None:
       print(f"{run}: skipped (no attention, or two sources)")
       continue
-    runs.setdefault(f"{study.name}/{run.parent.name}", {})[run.name] = shares
+    runs.setdefault(f"{study.name}/{point.name}", {})[run.name] = shares
   points = {
     point: {
       "seeds": len(seeds),

@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 from helpers import ROOT, run_module, subprocess_env
 
-from experiments import attention_sharpness, plateau, sweep_scores
+from experiments import attention_offsets, attention_sharpness, plateau, sweep_scores
 from experiments import sweep as grid_sweep
 from experiments.lib import cli, launch, plots, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
+from seq2seq import report, summary
 from seq2seq import runtime as rt
-from seq2seq import summary
 
 TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
 
@@ -678,8 +678,6 @@ def test_sweeps_report_twin_peaks_once_every_point_has_them():
 def _offset_run(study: Path, point: str, seed: int, peaks: list[int]) -> None:
   """A finished run whose test sentences.jsonl holds one sentence, "Anna saw Bob and Carl" ->
   "Anna a vu Bob et Carl", whose twins' attention rows peak on source words `peaks`."""
-  from seq2seq import report
-
   src, out = ["Anna", "saw", "Bob", "and", "Carl", "</s>"], ["Anna", "a", "vu", "Bob", "et", "Carl"]
   alpha = np.full((len(out) + 1, len(src)), 0.01)
   for t, j in zip((0, 3, 5), peaks, strict=True):
@@ -692,8 +690,6 @@ def _offset_run(study: Path, point: str, seed: int, peaks: list[int]) -> None:
 
 
 def test_attention_offsets_share_each_offset_over_seeds(tmp_path):
-  from experiments import attention_offsets
-
   study = tmp_path / "study"
   _offset_run(study, "score=a", 0, [0, 2, 4])  # Every twin on itself.
   _offset_run(study, "score=a", 1, [1, 3, 4])  # Two one word ahead.
