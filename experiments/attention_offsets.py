@@ -2,7 +2,7 @@
 far away.
 
     python -m experiments.attention_offsets STUDY_DIR [STUDY_DIR ...] [--split test]
-        [--json OUT.json] [--png OUT.png]
+        [--heads] [--json OUT.json] [--png OUT.png]
 
 Twin peaks (`evaluate.identical_word_offsets`) asks whether an output word spelled like a word
 of its source (a name, a number, a cognate) was produced with the attention peaking on that
@@ -14,7 +14,12 @@ Knowles 2017 found attention often one word off) is attention that still follows
 order, one step early or late; a spread is attention that has lost it. The stored maps hold each
 weight to within 1/508 (`report.encode_map`), so a near tie can fall the other way and a share
 can differ from results.json's by a pair or two. Runs with two sources (a row holds one
-distribution per source) are left out. Reads evaluation output only; selects on nothing.
+distribution per source) are left out. With --heads, a multi-head run's heads (stored beside the
+mean of the heads that decoding used) are counted one by one too, as points "POINT (head n)":
+whether one head finds the twin where the mean misses it. Each point also reports the share of
+output steps (every output word and the end of sentence) whose attention peaks on the source's
+</s>, whose annotation's forward half has read the whole sentence. Reads evaluation output only;
+selects on nothing.
 """
 
 from __future__ import annotations
@@ -37,22 +42,32 @@ def bin_name(offset: int) -> str:
   return BINS[min(max(offset, -3), 3) + 3]
 
 
-def sentence_offsets(record: dict) -> list[int] | None:
-  """The twin offsets of one sentences.jsonl record (None when it has no attention or two
-  sources). Pieces are grouped into words first (`evaluate.pieces_to_words`)."""
+def sentence_offsets(record: dict, heads: bool = False) -> dict[str, dict] | None:
+  """Where one sentences.jsonl record's attention peaks, by map name: "attention" (the one
+  decoding used) and, with `heads`, each stored head's ("head 1", ...). Each gives `offsets`
+  (of its twin pairs, words grouped from pieces first: `evaluate.pieces_to_words`), `steps` (output
+  steps, the end of sentence included) and `end` (those whose peak is the source's </s>). None
+  when the record has no attention or two sources."""
   attention = record.get("attention")
   if attention is None:
     return None
   src, out = attention["source"], attention["output"]
   if src.count(tok.EOS) != 1:
     return None  # Two sources.
-  src, out = src[: src.index(tok.EOS)], out[: out.index(tok.EOS) if tok.EOS in out else len(out)]
-  alpha = report.decode_map(attention["maps"][0])
+  end = src.index(tok.EOS)
+  src, out = src[:end], out[: out.index(tok.EOS) if tok.EOS in out else len(out)]
   src_spans, out_spans = spans(src), spans(out)
-  alpha = evaluate.pieces_to_words(alpha, out_spans, src_spans)
-  return evaluate.identical_word_offsets(
-    alpha, evaluate.span_words(out, out_spans), evaluate.span_words(src, src_spans)
-  )
+  src_words, out_words = evaluate.span_words(src, src_spans), evaluate.span_words(out, out_spans)
+  found = {}
+  for stored in attention["maps"] if heads else attention["maps"][:1]:
+    alpha = report.decode_map(stored)
+    words = evaluate.pieces_to_words(alpha, out_spans, src_spans)
+    found[stored.get("name", "attention")] = {
+      "offsets": evaluate.identical_word_offsets(words, out_words, src_words),
+      "steps": len(alpha),
+      "end": int((alpha.argmax(axis=1) == end).sum()),
+    }
+  return found
 
 
 def spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
@@ -62,25 +77,38 @@ def spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
   return [(i, i + 1) for i in range(len(tokens))]
 
 
-def run_shares(path: Path) -> dict | None:
-  """One run's pair count and the share of its twin pairs in each of BINS."""
-  offsets: list[int] = []
+def run_shares(path: Path, heads: bool = False) -> dict[str, dict] | None:
+  """One run's pair count, the share of its twin pairs in each of BINS and the share of its
+  output steps whose attention peaks on the source's </s>, by map name (`sentence_offsets`)."""
+  totals: dict[str, dict] = {}
   with path.open(encoding="utf-8") as f:
     for line in f:
-      found = sentence_offsets(json.loads(line))
+      found = sentence_offsets(json.loads(line), heads)
       if found is None:
         return None
-      offsets += found
-  if not offsets:
+      for name, sentence in found.items():
+        total = totals.setdefault(name, {"offsets": [], "steps": 0, "end": 0})
+        total["offsets"] += sentence["offsets"]
+        total["steps"] += sentence["steps"]
+        total["end"] += sentence["end"]
+  if not any(total["offsets"] for total in totals.values()):
     return None
-  bins = [bin_name(o) for o in offsets]
-  return {"pairs": len(offsets), "shares": {b: bins.count(b) / len(bins) for b in BINS}}
+  shares = {}
+  for name, total in totals.items():
+    bins = [bin_name(o) for o in total["offsets"]]
+    shares[name] = {
+      "pairs": len(bins),
+      "shares": {b: bins.count(b) / len(bins) for b in BINS},
+      "end_peaks": total["end"] / total["steps"],
+    }
+  return shares
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("studies", type=Path, nargs="+", help="studies' --out folders (runs/POINT/seed_S)")
   p.add_argument("--split", default="test")
+  p.add_argument("--heads", action="store_true", help="also each head of multi-head runs")
   p.add_argument("--json", type=Path, default=Path("experiments/results/attention_offsets.json"))
   p.add_argument("--png", type=Path, default=None, help="default: the JSON's path, .png")
   args = p.parse_args(argv)
@@ -96,15 +124,18 @@ def main(argv: Sequence[str] | None = None) -> int:
       continue  # Still evaluating.
     if point.is_symlink() and path.resolve() in real:
       continue  # A point shared with another study (a baseline's symlink): counted there.
-    shares = run_shares(path)
+    shares = run_shares(path, args.heads)
     if shares is None:
       print(f"{run}: skipped (no attention, or two sources)")
       continue
-    runs.setdefault(f"{study.name}/{point.name}", {})[run.name] = shares
+    for name, run_record in shares.items():
+      key = f"{study.name}/{point.name}" + ("" if name == "attention" else f" ({name})")
+      runs.setdefault(key, {})[run.name] = run_record
   points = {
     point: {
       "seeds": len(seeds),
       **{b: stats.mean_std([s["shares"][b] for s in seeds.values()]) for b in BINS},
+      "end_peaks": stats.mean_std([s["end_peaks"] for s in seeds.values()]),
     }
     for point, seeds in runs.items()
   }
@@ -127,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
   for point, row in points.items():
     cells = "  ".join(f"{b} {row[b][0]:.3f}±{row[b][1]:.3f}" for b in BINS)
-    print(f"{point} ({row['seeds']} seeds): {cells}")
+    end = row["end_peaks"]
+    print(f"{point} ({row['seeds']} seeds): {cells}  on </s> {end[0]:.3f}±{end[1]:.3f}")
   return 0
 
 

@@ -675,16 +675,21 @@ def test_sweeps_report_twin_peaks_once_every_point_has_them():
   )
 
 
-def _offset_run(study: Path, point: str, seed: int, peaks: list[int]) -> None:
+def _offset_run(study: Path, point: str, seed: int, peaks: list[int], *heads: list[int]) -> None:
   """A finished run whose test sentences.jsonl holds one sentence, "Anna saw Bob and Carl" ->
-  "Anna a vu Bob et Carl", whose twins' attention rows peak on source words `peaks`."""
+  "Anna a vu Bob et Carl", whose twins' attention rows peak on source words `peaks` (and, stored
+  after that map as a multi-head run's are, each head's rows on `heads[n]`)."""
   src, out = ["Anna", "saw", "Bob", "and", "Carl", "</s>"], ["Anna", "a", "vu", "Bob", "et", "Carl"]
-  alpha = np.full((len(out) + 1, len(src)), 0.01)
-  for t, j in zip((0, 3, 5), peaks, strict=True):
-    alpha[t, j] = 0.9
+  named = [("attention", peaks)] + [(f"head {n + 1}", h) for n, h in enumerate(heads)]
+  maps = []
+  for name, twin_peaks in named:
+    alpha = np.full((len(out) + 1, len(src)), 0.01)
+    for t, j in zip((0, 3, 5), twin_peaks, strict=True):
+      alpha[t, j] = 0.9
+    maps.append({"name": name, **report.encode_map(alpha)})
   folder = study / "runs" / point / f"seed_{seed}" / "eval" / "test"
   folder.mkdir(parents=True)
-  attention = {"source": src, "output": out + ["</s>"], "maps": [report.encode_map(alpha)]}
+  attention = {"source": src, "output": out + ["</s>"], "maps": maps}
   (folder / "sentences.jsonl").write_text(json.dumps({"attention": attention}) + "\n")
   (folder / "results.json").write_text("{}")
 
@@ -704,3 +709,22 @@ def test_attention_offsets_share_each_offset_over_seeds(tmp_path):
   assert b["-2"][0] == b[">=+3"][0] == b["<=-3"][0] == pytest.approx(1 / 3) and b["+0"][0] == 0
   assert record["runs"]["study/score=a"]["seed_1"]["pairs"] == 3
   assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_attention_offsets_count_each_head_when_asked(tmp_path):
+  """A head that finds every twin while the mean of the heads lags one word: --heads shows it."""
+  study = tmp_path / "study"
+  _offset_run(study, "attention=multihead", 0, [1, 3, 4], [0, 2, 4], [1, 3, 5])
+  out = tmp_path / "offsets.json"
+  assert attention_offsets.main([str(study), "--json", str(out)]) == 0
+  assert list(json.loads(out.read_text())["points"]) == ["study/attention=multihead"]
+  assert attention_offsets.main([str(study), "--heads", "--json", str(out)]) == 0
+  points = json.loads(out.read_text())["points"]
+  mean, head1, head2 = (
+    points[f"study/attention=multihead{s}"] for s in ("", " (head 1)", " (head 2)")
+  )
+  assert mean["+1"][0] == pytest.approx(2 / 3) and head1["+0"][0] == pytest.approx(1.0)
+  assert head2["+1"][0] == pytest.approx(2 / 3) and head2["<=-3"][0] == pytest.approx(1 / 3)
+  # Seven steps (six words and </s>): head 2's row for "Carl" peaks on the source's </s>, so among
+  # the words its (even) row peaks on the first, -4; the untouched rows peak on the first word.
+  assert head2["end_peaks"][0] == pytest.approx(1 / 7) and mean["end_peaks"][0] == 0
