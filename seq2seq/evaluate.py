@@ -837,8 +837,8 @@ def evaluate_split(
     out_words = output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
     if not tr.alpha.size:
       continue
-    maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads) ...
-    maps |= {f"_head{n}": a for n, a in enumerate(heads[i] if heads else [])}  # ... each head's.
+    maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads), each head's.
+    maps |= {f"_head{n}": a for n, a in enumerate(heads[i] if heads else [], start=1)}
     for suffix, alpha in maps.items():
       image = plots.alignment_heatmap(
         alpha, src_words, out_words[: len(alpha)], out_dir / "alignments" / f"{i:03d}{suffix}.png"

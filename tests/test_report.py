@@ -175,6 +175,9 @@ def test_multihead_records_hold_one_map_per_head_whose_mean_is_the_attention(tmp
     assert [m["name"] for m in maps] == ["attention", "head 1", "head 2"]
     mean, *heads = (report.decode_map(m) for m in maps)
     np.testing.assert_allclose((heads[0] + heads[1]) / 2, mean, atol=1.0 / report.LEVELS)
+  # The heatmaps count heads as the records do, from 1.
+  names = sorted(path.name for path in (tmp_path / "out" / "alignments").glob("000*.png"))
+  assert names == ["000.png", "000_head1.png", "000_head2.png"]
 
 
 def test_report_mode_writes_reports_and_comparisons_and_fails_in_one_line(trained, tmp_path):
