@@ -15,11 +15,13 @@ order, one step early or late; a spread is attention that has lost it. The store
 weight to within 1/508 (`report.encode_map`), so a near tie can fall the other way and a share
 can differ from results.json's by a pair or two. Runs with two sources (a row holds one
 distribution per source) are left out. With --heads, a multi-head run's heads (stored beside the
-mean of the heads that decoding used) are counted one by one too, as points "POINT (head n)":
-whether one head finds the twin where the mean misses it. Each point also reports the share of
-output steps (every output word and the end of sentence) whose attention peaks on the source's
-</s>, whose annotation's forward half has read the whole sentence. Reads evaluation output only;
-selects on nothing.
+mean of the heads that decoding used) are counted one by one too: whether one head finds the twin
+where the mean misses it. Heads are interchangeable (seed 0's second head need not do the work of
+seed 1's), so within each run they are ranked by their share on the twin and the points are
+"POINT (head rank r)", each run recording which head holds the rank. Each point also reports
+the share of output steps (every output word and the end of sentence) whose attention peaks on
+the source's </s>, whose annotation's forward half has read the whole sentence. Reads evaluation
+output only; selects on nothing.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
 
 def run_shares(path: Path, heads: bool = False) -> dict[str, dict] | None:
   """One run's pair count, the share of its twin pairs in each of BINS and the share of its
-  output steps whose attention peaks on the source's </s>, by map name (`sentence_offsets`)."""
+  output steps whose attention peaks on the source's </s>, by map name (`sentence_offsets`);
+  heads as "head rank r", the first the most often on the twin, naming the head they rank."""
   totals: dict[str, dict] = {}
   with path.open(encoding="utf-8") as f:
     for line in f:
@@ -101,6 +104,11 @@ def run_shares(path: Path, heads: bool = False) -> dict[str, dict] | None:
       "shares": {b: bins.count(b) / len(bins) for b in BINS},
       "end_peaks": total["end"] / total["steps"],
     }
+  heads_found = sorted(
+    (name for name in shares if name != "attention"), key=lambda n: -shares[n]["shares"]["+0"]
+  )
+  for rank, name in enumerate(heads_found, start=1):
+    shares[f"head rank {rank}"] = {"head": name, **shares.pop(name)}
   return shares
 
 

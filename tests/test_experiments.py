@@ -712,19 +712,22 @@ def test_attention_offsets_share_each_offset_over_seeds(tmp_path):
 
 
 def test_attention_offsets_count_each_head_when_asked(tmp_path):
-  """A head that finds every twin while the mean of the heads lags one word: --heads shows it."""
+  """A head that finds every twin while the mean of the heads lags one word: --heads shows it,
+  ranking the heads of each run by their share on the twin."""
   study = tmp_path / "study"
-  _offset_run(study, "attention=multihead", 0, [1, 3, 4], [0, 2, 4], [1, 3, 5])
+  _offset_run(study, "attention=multihead", 0, [1, 3, 4], [1, 3, 5], [0, 2, 4])
   out = tmp_path / "offsets.json"
   assert attention_offsets.main([str(study), "--json", str(out)]) == 0
   assert list(json.loads(out.read_text())["points"]) == ["study/attention=multihead"]
   assert attention_offsets.main([str(study), "--heads", "--json", str(out)]) == 0
-  points = json.loads(out.read_text())["points"]
-  mean, head1, head2 = (
-    points[f"study/attention=multihead{s}"] for s in ("", " (head 1)", " (head 2)")
+  record = json.loads(out.read_text())
+  point = "study/attention=multihead"
+  mean, first, second = (
+    record["points"][point + s] for s in ("", " (head rank 1)", " (head rank 2)")
   )
-  assert mean["+1"][0] == pytest.approx(2 / 3) and head1["+0"][0] == pytest.approx(1.0)
-  assert head2["+1"][0] == pytest.approx(2 / 3) and head2["<=-3"][0] == pytest.approx(1 / 3)
-  # Seven steps (six words and </s>): head 2's row for "Carl" peaks on the source's </s>, so among
+  assert mean["+1"][0] == pytest.approx(2 / 3) and first["+0"][0] == pytest.approx(1.0)
+  assert second["+1"][0] == pytest.approx(2 / 3) and second["<=-3"][0] == pytest.approx(1 / 3)
+  assert record["runs"][point + " (head rank 1)"]["seed_0"]["head"] == "head 2"
+  # Seven steps (six words and </s>): head 1's row for "Carl" peaks on the source's </s>, so among
   # the words its (even) row peaks on the first, -4; the untouched rows peak on the first word.
-  assert head2["end_peaks"][0] == pytest.approx(1 / 7) and mean["end_peaks"][0] == 0
+  assert second["end_peaks"][0] == pytest.approx(1 / 7) and mean["end_peaks"][0] == 0
