@@ -499,6 +499,14 @@ def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
   assert (tmp_path / "curves.png").stat().st_size > 0
 
 
+def test_bar_charts_give_every_group_its_own_colour(tmp_path):
+  """Up to 20 groups, none shares a colour (the default cycle repeats after 10)."""
+  assert len(set(plots.distinct_colors(20))) == 20
+  groups = {f"point {n}": {"+0": (0.5, 0.1), "+1": (0.2, 0.0)} for n in range(14)}
+  plots.grouped_bars(groups, tmp_path / "bars.png", "test", "offset", "share")
+  assert (tmp_path / "bars.png").stat().st_size > 0
+
+
 def test_job_flags_round_trip_through_the_parser():
   parser = cli.parser(grid_sweep.GridSweep(grid_sweep.__doc__))
   argv = ["--out=/x", "--config=configs/tiny.py", "--grid=model.score=a,b", "--set=train.x=1"]

@@ -40,6 +40,16 @@ def bar_plot(
   _save(fig, path)
 
 
+def distinct_colors(count: int) -> list:
+  """`count` colours, no two alike up to 20: tab10's, then tab20's lighter shades of them (the
+  default cycle repeats after 10, giving two bars of one chart the same colour)."""
+  if count <= 10:
+    return [plt.get_cmap("tab10")(n) for n in range(count)]
+  tab20 = plt.get_cmap("tab20")
+  order = list(range(0, 20, 2)) + list(range(1, 20, 2))  # The ten dark shades, then the light.
+  return [tab20(order[n % 20]) for n in range(count)]
+
+
 def grouped_bars(
   groups: Mapping[str, Mapping[str, tuple[float, float]]],
   path: Path,
@@ -54,10 +64,12 @@ def grouped_bars(
   width = 0.8 / max(1, len(names))
   fig, ax = plt.subplots(figsize=(min(11.0, max(6.0, 0.2 * len(names) * len(categories) + 2)), 4.5))
   x = np.arange(len(categories))
+  colors = distinct_colors(len(names))
   for n, name in enumerate(names):
     means = [groups[name][c][0] for c in categories]
     stds = [groups[name][c][1] for c in categories]
-    ax.bar(x + (n - (len(names) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=name)
+    offset = (n - (len(names) - 1) / 2) * width
+    ax.bar(x + offset, means, width, yerr=stds, capsize=2, label=name, color=colors[n])
   ax.set_xticks(x, categories)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
