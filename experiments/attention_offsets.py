@@ -14,14 +14,14 @@ Knowles 2017 found attention often one word off) is attention that still follows
 order, one step early or late; a spread is attention that has lost it. The stored maps hold each
 weight to within 1/508 (`report.encode_map`), so a near tie can fall the other way and a share
 can differ from results.json's by a pair or two. Runs with two sources (a row holds one
-distribution per source) are left out. With --heads, a multi-head run's heads (stored beside the
-mean of the heads that decoding used) are counted one by one too: whether one head finds the twin
-where the mean misses it. Heads are interchangeable (seed 0's second head need not do the work of
-seed 1's), so within each run they are ranked by their share on the twin and the points are
-"POINT (head rank r)", each run recording which head holds the rank. Each point also reports
-the share of output steps (every output word and the end of sentence) whose attention peaks on
-the source's </s>, whose annotation's forward half has read the whole sentence. Reads evaluation
-output only; selects on nothing.
+distribution per source) are left out. With --heads, a multi-head run's heads (stored beside
+their mean, the attention that alignment figures and UNK replacement read) are counted one by
+one too: whether one head finds the twin where the mean misses it. Heads are interchangeable
+(seed 0's second head need not do the work of seed 1's), so within each run they are ranked by
+their share on the twin and the points are "POINT (head rank r)", each run recording which head
+holds the rank. Each point also reports the share of output steps (every output word and the end
+of sentence) whose attention peaks on the source's </s>, whose annotation's forward half has
+read the whole sentence. Reads evaluation output only; selects on nothing.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ def bin_name(offset: int) -> str:
 
 
 def sentence_offsets(record: dict, heads: bool = False) -> dict[str, dict] | None:
-  """Where one sentences.jsonl record's attention peaks, by map name: "attention" (the one
-  decoding used) and, with `heads`, each stored head's ("head 1", ...). Each gives `offsets`
-  (of its twin pairs, words grouped from pieces first: `evaluate.pieces_to_words`), `steps` (output
-  steps, the end of sentence included) and `end` (those whose peak is the source's </s>). None
-  when the record has no attention or two sources."""
+  """Where one sentences.jsonl record's attention peaks, by map name: "attention" (the decoded
+  attention; multi-head: the mean of the heads) and, with `heads`, each stored head's ("head
+  1", ...). Each gives `offsets` (of its twin pairs, words grouped from pieces first:
+  `evaluate.pieces_to_words`), `steps` (output steps, the end of sentence included) and `end`
+  (those whose peak is the source's </s>). None when the record has no attention or two
+  sources."""
   attention = record.get("attention")
   if attention is None:
     return None
