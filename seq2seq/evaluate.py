@@ -838,7 +838,9 @@ def evaluate_split(
     if not tr.alpha.size:
       continue
     maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads), each head's.
-    maps |= {f"_head{n}": a for n, a in enumerate(heads[i] if heads else [], start=1)}
+    maps |= {
+      "_" + head_name(n).replace(" ", ""): a for n, a in enumerate(heads[i] if heads else [])
+    }
     for suffix, alpha in maps.items():
       image = plots.alignment_heatmap(
         alpha, src_words, out_words[: len(alpha)], out_dir / "alignments" / f"{i:03d}{suffix}.png"
@@ -846,6 +848,12 @@ def evaluate_split(
       if writer is not None:
         writer.write_image(step, f"{split_name}/alignment_{i}{suffix}", image)
   return results
+
+
+def head_name(n: int) -> str:
+  """Head n's name (n from 0) in sentences.jsonl and the explorer, and, without its space, in
+  heatmap file names (000_head1.png): one place, so the two count heads alike."""
+  return f"head {n + 1}"
 
 
 def decoded_heads(
@@ -925,7 +933,7 @@ def sentence_records(
     }
     if attends and tr.alpha.size:
       maps = [("attention", tr.alpha)]
-      maps += [(f"head {n + 1}", a) for n, a in enumerate(heads[i] if heads else [])]
+      maps += [(head_name(n), a) for n, a in enumerate(heads[i] if heads else [])]
       record["entropy"] = attention_entropy([tr.alpha])
       record["attention"] = {
         "source": source_tokens(src, src_tok),
