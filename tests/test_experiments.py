@@ -626,6 +626,24 @@ def test_a_run_s_wall_time_is_saved_while_it_trains(tmp_path):
     pass
   assert runs_lib.wall_time(workdirs[0]) >= 0.3 / 2 - 1e-6
   assert runs_lib.load_average(workdirs[0]) >= 0.0  # The machine's load, sampled meanwhile.
+  assert runs_lib.machines(workdirs[0]) == [runs_lib.this_machine()]
+
+
+def test_a_study_names_the_machines_its_runs_trained_on_not_the_one_reporting():
+  """A study spans sessions on different CPUs: its footer reads each run's own record."""
+
+  def rec(machines):
+    return {"results": {"test": {"bleu": 50.0}}, "wall_s": 60.0, "machines": machines}
+
+  runs = {"a": rec(["AMD EPYC, 2 cores"]), "b": rec(["Intel Xeon, 2 cores"]), "c": rec([])}
+  result = {"curves": {}, "baseline": "a", "sets": [], "runs": runs, "command": "python -m x"}
+  result |= {"date": "today", "runs_wall_s": 180.0, "cpu_model": "Reporter CPU", "cpu_count": 2}
+  result["runs_machines"] = cli.runs_machines(runs.values())
+  last = cli.footer(result)[-1]
+  assert "AMD EPYC, 2 cores (1 run); Intel Xeon, 2 cores (1 run); not recorded (1 run)" in last
+  assert "Reporter CPU" not in last
+  result["runs_machines"] = cli.runs_machines([runs["b"]])
+  assert "CPU: Intel Xeon, 2 cores)" in cli.footer(result)[-1]
 
 
 def _sweep_row(name: str, std: float, **metrics) -> dict:

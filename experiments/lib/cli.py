@@ -26,7 +26,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +265,7 @@ def record(
     "shared_runs": shared,
     "shared_runs_wall_s": sum(runs[n]["wall_s"] for n in shared),
     "runs_load_1min_mean": statistics.mean(loads) if loads else None,
+    "runs_machines": runs_machines(runs.values()),
     **reports.environment(),
   }
 
@@ -306,8 +307,7 @@ def footer(result: dict[str, Any]) -> list[str]:
     "",
     f"Reported {result['date']}; training and evaluating the {len(runs)} runs took "
     f"{result['runs_wall_s'] / 60:.0f} minutes of wall clock "
-    f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; CPU: "
-    f"{result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores).",
+    f"({result['runs_wall_s'] / 60 / max(len(runs), 1):.1f} per run; {trained_on(result)}).",
   ]
   if result.get("shared_runs"):
     lines[-1] += (
@@ -321,6 +321,31 @@ def footer(result: dict[str, Any]) -> list[str]:
       "(over the runs that sampled it)."
     )
   return lines
+
+
+def runs_machines(recs: Iterable[dict[str, Any]]) -> dict[str, int]:
+  """{machine: how many runs trained on it} over run records (`runs.machines`; a run resumed on
+  another machine counts for each), "not recorded" for runs trained before runs recorded it."""
+  counts: dict[str, int] = {}
+  for rec in recs:
+    for machine in rec.get("machines") or ["not recorded"]:
+      counts[machine] = counts.get(machine, 0) + 1
+  return counts
+
+
+def trained_on(result: dict[str, Any]) -> str:
+  """Where a study's runs trained, from their own records (a study spans sessions, and the CPU
+  changes between them); records written before runs kept it name the reporting machine."""
+  counts = result.get("runs_machines")
+  if counts is None:
+    return f"CPU: {result.get('cpu_model') or 'unknown'}, {result['cpu_count']} cores"
+  if list(counts) == ["not recorded"]:
+    return "CPU: not recorded by these runs"
+  if len(counts) == 1:
+    return f"CPU: {next(iter(counts))}"
+  return "CPU: " + "; ".join(
+    f"{machine} ({n} run{'s' if n > 1 else ''})" for machine, n in counts.items()
+  )
 
 
 def run_table(runs: dict[str, dict[str, Any]]) -> list[str]:

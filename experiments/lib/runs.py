@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from experiments.lib import configs
+from experiments.lib import configs, reports
 from seq2seq import input_pipeline, seed_group, summary, train
 from seq2seq.data import builders
 
@@ -115,6 +115,18 @@ def load_average(workdir: Path) -> float | None:
   return _wall_record(workdir).get("load_1min_mean")
 
 
+def machines(workdir: Path) -> list[str]:
+  """The machines the run trained on ("CPU model, N cores", one per distinct machine over its
+  invocations: a study spans sessions, and the CPU changes between them); empty for runs
+  recorded before this was."""
+  return _wall_record(workdir).get("machines", [])
+
+
+def this_machine() -> str:
+  """This host as `machines` records it."""
+  return f"{reports.cpu_info().get('cpu_model') or 'unknown CPU'}, {os.cpu_count()} cores"
+
+
 def _write_wall_time(workdir: Path, record: dict[str, Any]) -> None:
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
@@ -127,9 +139,11 @@ def timed(workdirs: Sequence[Path], every_s: float = 30.0) -> Iterator[None]:
   trained together), saved every `every_s` seconds as well as at the end: an invocation killed
   mid-run (a session's end) keeps what it spent, less at most `every_s`. (Saved only at the end,
   a killed invocation's time was lost.) Each save also samples the machine's 1-minute load
-  average; the record keeps their mean over every invocation (`load_average`)."""
+  average; the record keeps their mean over every invocation (`load_average`) and the machines
+  it ran on (`machines`)."""
   before = [_wall_record(w) for w in workdirs]
   start, stop, loads = time.perf_counter(), threading.Event(), []
+  machine = this_machine()
 
   def save() -> None:
     share = (time.perf_counter() - start) / len(workdirs)
@@ -139,6 +153,7 @@ def timed(workdirs: Sequence[Path], every_s: float = 30.0) -> Iterator[None]:
       total = (old.get("load_1min_mean") or 0.0) * n + sum(loads)
       record = {"seconds": old["seconds"] + share}
       record |= {"load_1min_mean": total / (n + len(loads)), "load_samples": n + len(loads)}
+      record |= {"machines": sorted({*old.get("machines", []), machine})}
       _write_wall_time(workdir, record)
 
   def keep_saving() -> None:
@@ -272,6 +287,7 @@ def record(run: Run) -> dict[str, Any]:
     "wall_s": wall_time(run.workdir),
     "train_s": train_time(run.workdir),
     "load_1min_mean": load_average(run.workdir),
+    "machines": machines(run.workdir),
   }
 
 
