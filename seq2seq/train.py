@@ -186,12 +186,227 @@ def train_members(
   ({} without it), or [{"preempted_at_step": N}] * G when SIGTERM/SIGINT stopped training
   (checkpoints saved; rerun the same command to resume).
   """
-  members = Members(configs, workdirs, together)
-  config, tcfg, group = members.configs[0], members.configs[0].train, len(members)
+  loop = Loop(Members(configs, workdirs, together), train_step)
+  preempted_at = loop.train()
+  if preempted_at is not None:
+    return [{"preempted_at_step": preempted_at}] * len(loop.members)
+  return loop.finish()
+
+
+class Loop:
+  """One training loop's state besides the train state's arrays: the data and its iterator,
+  each member's writer, checkpointers and best validation BLEU so far, the clock (the wall time
+  a resumed run had already spent, carried in its checkpoints), the tokens of the current
+  logging window and the count of skipped (non-finite) updates."""
+
+  def __init__(self, members: Members, train_step: Callable | None):
+    self.members, self.runtime = members, rt.Runtime()
+    config, self.tcfg = members.configs[0], members.configs[0].train
+    self.config, self.primary = config, jax.process_index() == 0
+    self.data = open_data(members, self.runtime)
+    self.writers = [summary.MetricWriter(wd, enabled=self.primary) for wd in members.workdirs]
+    pairs = list(zip(members.workdirs, members.configs, strict=True))
+    self.ckpts = [checkpoints.Checkpointer(wd, cfg) for wd, cfg in pairs]
+    self.bests = [
+      checkpoints.Checkpointer(wd, cfg, subdir="best", max_to_keep=1) for wd, cfg in pairs
+    ]
+    resume = common_step(self.ckpts)
+    for w, ckpt, best in zip(self.writers, self.ckpts, self.bests, strict=True):
+      w.truncate_after(int(resume or 0))  # A killed run's future goes: its metrics lines, a
+      ckpt.discard_after(int(resume or 0))  # group member's checkpoints past the step all
+      best.discard_after(int(resume or 0))  # members hold, and best checkpoints past it.
+    self.best_bleu = [
+      held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, self.bests, strict=True)
+    ]
+    self.train_fn, self.eval_fn = rt.compile_steps(
+      config, self.runtime, stacked=members.together, train_step=train_step
+    )
+    fresh = initial_states(members, self.data, self.runtime, resumed=resume is not None)
+    self.it = input_pipeline.train_iterator(
+      self.data, config, process_index=jax.process_index(), process_count=jax.process_count()
+    )
+    self.elapsed_before, skipped_before = 0.0, [0] * len(members)
+    if resume is not None:
+      restored = [c.restore(s, resume) for c, s in zip(self.ckpts, fresh, strict=True)]
+      fresh = [s for s, _ in restored]
+      self.it.set_state(restored[0][1]["iterator"])
+      self.elapsed_before = restored[0][1]["elapsed_s"]
+      skipped_before = restored[0][1].get("skipped_updates", skipped_before)  # Older: none.
+      console.say(f"resumed from step {resume} ({len(members)} member{'s' * (len(members) > 1)})")
+    self.state = members.combine(fresh, self.runtime)
+    self.start = int(resume or 0)
+    self.skipped = np.asarray(skipped_before, np.int64)
+    self.budget_s, self.t_begin = 60.0 * self.tcfg.max_minutes, time.perf_counter()
+    self.window_tokens, self.tick = 0.0, self.t_begin
+    self.eta = Eta(
+      self.tcfg.num_steps,
+      self.budget_s,
+      eval_every=self.tcfg.eval_every,
+      checkpoint_every=self.tcfg.checkpoint_every,
+    )
+
+  def elapsed(self) -> float:
+    """Seconds of training so far, over every invocation."""
+    return self.elapsed_before + time.perf_counter() - self.t_begin
+
+  def over_budget(self) -> bool:
+    """Whether `train.max_minutes` is spent (every process agrees)."""
+    return self.budget_s > 0 and rt.all_agree(self.elapsed() >= self.budget_s)
+
+  def train(self) -> int | None:
+    """Steps until `train.num_steps` or the wall-clock budget; the step at which SIGTERM or
+    SIGINT stopped training (after its checkpoint), else None."""
+    tcfg, members, preemption = self.tcfg, self.members, PreemptionHandler()
+    step_keys = members.step_keys()
+    # A rerun of a run stopped by its wall-clock budget trains no further (else one step a rerun).
+    out_of_time = self.budget_s > 0 and rt.all_agree(self.elapsed_before >= self.budget_s)
+    for step in range(self.start, self.start if out_of_time else tcfg.num_steps):
+      host_batch = next(self.it)
+      if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
+        progress = rt.from_process0(steps.budget_progress(tcfg, step, self.elapsed()))
+        self.state = members.with_progress(self.state, progress, self.runtime)
+      batch = self.runtime.put_batch(host_batch)
+      self.state, metrics = self.train_fn(self.state, batch, step_keys(step))
+      tokens = members.value(metrics["tokens"], 0)
+      self.window_tokens = self.window_tokens + tokens  # Stays on device.
+      done = step + 1
+      finite = np.atleast_1d(np.asarray(metrics["finite"]))  # One sync a step: [G] flags.
+      if done == self.start + 1:
+        self.eta.start_window(done, time.perf_counter())  # After the first step's compiling.
+      self.skipped += ~finite
+      for k in np.flatnonzero(~finite):
+        handle_nonfinite(
+          members.workdirs[k], done, host_batch, members.configs[k], self.ckpts[k].latest_step()
+        )
+      # The last step: num_steps, or the wall-clock budget (logged, evaluated, checkpointed
+      # alike).
+      last = done == tcfg.num_steps or self.over_budget()
+      if done % tcfg.log_every == 0 or last:
+        self.log(done, metrics)
+      if done % tcfg.eval_every == 0 or last:
+        self.validate(done)
+      if done % tcfg.checkpoint_every == 0 or last or preemption.requested:
+        paused = time.perf_counter()
+        self.save_all()
+        self.eta.paused("checkpoint", time.perf_counter() - paused)
+      if preemption.requested:  # After this step's log, evaluation and checkpoint, which a
+        preemption.restore()  # resumed run (starting at the next step) would never redo.
+        logging.warning(
+          "received %s at step %d: checkpoint saved; rerun the same command to resume",
+          preemption.requested,
+          done,
+        )
+        for w in self.writers:
+          w.close()
+        return done
+      if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
+        self.window_tokens, self.tick = 0.0, time.perf_counter()  # Windows time steps alone.
+        self.eta.start_window(done, self.tick)
+      if last and done < tcfg.num_steps:
+        console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
+      if last:
+        break
+    self.save_all()  # Where the last step was not saved (a run resumed at its end saves nothing).
+    preemption.restore()
+    return None
+
+  def log(self, done: int, metrics: dict[str, jax.Array]) -> None:
+    """A train line per member (metrics.jsonl, TensorBoard) and one console line."""
+    m = jax.device_get(metrics)  # Synchronises once per logging window.
+    now = time.perf_counter()
+    rate = float(self.window_tokens) / max(now - self.tick, 1e-9)
+    for k, w in enumerate(self.writers):
+      scalars = {key: float(self.members.value(m[key], k)) for key in LOGGED}
+      scalars |= {"tokens_per_s": rate, "skipped_updates": int(self.skipped[k])}
+      scalars["elapsed_s"] = self.elapsed()
+      scalars |= {
+        key: float(self.members.value(m[key], k)) for key in objective.EXTRA_METRICS if key in m
+      }
+      if self.members.together:
+        scalars["seeds_together"] = len(self.members)
+      w.write(done, "train", scalars)
+    losses = " ".join(f"{float(x):.4f}" for x in np.atleast_1d(m["loss"]))
+    self.eta.end_window(done, now)
+    console.say(
+      f"step {done}/{self.tcfg.num_steps}  loss {losses}  {rate:,.0f} tokens/s  "
+      f"elapsed {console.duration(self.elapsed())}  {self.eta.text(done, self.elapsed())}"
+    )
+
+  def validate(self, done: int) -> None:
+    """Validation loss and perplexity of every member, with `train.valid_bleu` its greedy BLEU
+    too, saving the member's best checkpoint when that BLEU is the best so far."""
+    paused, members = time.perf_counter(), self.members
+    batches = input_pipeline.eval_batches(
+      self.data,
+      "valid",
+      self.config,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+    )
+    result = eval_run.evaluate_loss(self.eval_fn, self.state.for_eval(), batches, self.runtime)
+    for k, (w, cfg) in enumerate(zip(self.writers, members.configs, strict=True)):
+      scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
+      scalars["elapsed_s"] = self.elapsed()
+      if self.tcfg.valid_bleu:
+        member_state = members.state(self.state, k)
+        out = members.workdirs[k] / eval_run.VALID_HYPOTHESES.format(step=done)
+        out = out if self.primary else None
+        scalars.update(eval_run.valid_scores(member_state.for_eval(), self.data, cfg, out))
+        if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
+          self.best_bleu[k] = scalars["bleu"]
+          self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
+          self.bests[k].save(member_state, None)
+      w.write(done, "valid", scalars)
+      logging.info("step %d  valid %s", done, json.dumps(scalars))
+      who = f"seed {cfg.seed}: " * members.together
+      console.say(valid_line(done, scalars, self.best_bleu[k], who))
+    self.eta.paused("eval", time.perf_counter() - paused)
+
+  def save_all(self) -> None:
+    """Every member's checkpoint of the current step, with the loop's own state (the data
+    iterator, the clock and the skipped updates), unless the member already holds that step."""
+    loop = {
+      "iterator": self.it.get_state(),
+      "elapsed_s": self.elapsed(),
+      "skipped_updates": self.skipped.tolist(),
+    }
+    step_now = int(np.atleast_1d(jax.device_get(self.state.step))[0])
+    for k, c in enumerate(self.ckpts):
+      if c.latest_step() != step_now:  # Each step is saved once (a new best saves it early).
+        c.save(self.members.state(self.state, k), loop)
+
+  def finish(self) -> list[dict[str, Any]]:
+    """Closes the checkpointers, then each member's final evaluation ({} without
+    `train.final_eval`)."""
+    for c in (*self.ckpts, *self.bests):
+      c.close()
+    results = []
+    for k, (cfg, wd) in enumerate(zip(self.members.configs, self.members.workdirs, strict=True)):
+      final = {}
+      if self.tcfg.final_eval:
+        final = eval_run.evaluate_splits(
+          cfg,
+          wd,
+          data=self.data,
+          runtime=self.runtime,
+          eval_fn=None if self.members.together else self.eval_fn,
+          writer=self.writers[k],
+        )
+      results.append(final)
+      self.writers[k].close()
+    return results
+
+
+LOGGED = ("loss", "learning_rate", "grad_norm")  # Step metrics every train line carries.
+
+
+def open_data(members: Members, runtime: rt.Runtime) -> input_pipeline.Data:
+  """Every member's workdir with its config.json, and the first config's data (built on first
+  use), its vocabularies copied into the other members' workdirs."""
+  config = members.configs[0]
   for cfg, wd in zip(members.configs, members.workdirs, strict=True):
     wd.mkdir(parents=True, exist_ok=True)
     checkpoints.check_and_save_config(wd, cfg)
-  runtime = rt.Runtime()
   runtime.check_batch_size(config.data.batch_size)
   console.say(f"data: reading the {config.data.corpus} corpus (built on first use)")
   data = rt.load_data(config, members.workdirs[0])
@@ -200,165 +415,28 @@ def train_members(
       shutil.copytree(members.workdirs[0] / "vocab", wd / "vocab")
   logging.info("data: %s", json.dumps(data.stats, sort_keys=True))
   console.say(data_line(data))
-  primary = jax.process_index() == 0
-  writers = [summary.MetricWriter(wd, enabled=primary) for wd in members.workdirs]
-  pairs = list(zip(members.workdirs, members.configs, strict=True))
-  ckpts = [checkpoints.Checkpointer(wd, cfg) for wd, cfg in pairs]
-  bests = [checkpoints.Checkpointer(wd, cfg, subdir="best", max_to_keep=1) for wd, cfg in pairs]
-  resume = common_step(ckpts)
-  for w, ckpt, best in zip(writers, ckpts, bests, strict=True):  # A killed run's future goes:
-    w.truncate_after(int(resume or 0))  # its metrics lines, a group member's checkpoints past
-    ckpt.discard_after(int(resume or 0))  # the step all members hold, and best checkpoints
-    best.discard_after(int(resume or 0))  # past it.
-  best_bleu = [held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, bests, strict=True)]
-  train_fn, eval_fn = rt.compile_steps(config, runtime, stacked=together, train_step=train_step)
+  return data
+
+
+def initial_states(
+  members: Members, data: input_pipeline.Data, runtime: rt.Runtime, *, resumed: bool
+) -> list[steps.TrainState]:
+  """Each member's freshly initialised train state (what a resumed run restores into). The
+  copying model's source -> target map and the learned lexicon (`model.lexicon_bias=train`,
+  learned on a fresh start only: a resumed run restores it) are saved with the parameters; the
+  lexicon also as WORKDIR/lexicon.npz."""
+  config = members.configs[0]
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   copy_map = table = None
-  if config.model.copy:  # The copying model's source -> target map, saved with its parameters.
+  if config.model.copy:
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  if config.model.lexicon_bias == models.LEXICON_FROM_TRAINING and resume is None:
+  if config.model.lexicon_bias == models.LEXICON_FROM_TRAINING and not resumed:
     console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
-    table = lexicon_lib.build(data)  # Saved with the parameters, and as WORKDIR/lexicon.npz.
-    if primary:
+    table = lexicon_lib.build(data)
+    if jax.process_index() == 0:
       for wd in members.workdirs:
         table.save(wd / lexicon_lib.FILE)
-  fresh = [rt.initial_state(cfg, *sizes, runtime, copy_map, table) for cfg in members.configs]
-  it = input_pipeline.train_iterator(
-    data, config, process_index=jax.process_index(), process_count=jax.process_count()
-  )
-  elapsed_before, skipped_before = 0.0, [0] * group
-  if resume is not None:
-    restored = [c.restore(s, resume) for c, s in zip(ckpts, fresh, strict=True)]
-    fresh = [s for s, _ in restored]
-    it.set_state(restored[0][1]["iterator"])
-    elapsed_before = restored[0][1]["elapsed_s"]
-    skipped_before = restored[0][1].get("skipped_updates", [0] * group)  # Older runs: none.
-    console.say(f"resumed from step {resume} ({group} member{'s' * (group > 1)})")
-  state = members.combine(fresh, runtime)
-  start = int(resume or 0)
-  step_keys = members.step_keys()
-  budget_s, t_begin = 60.0 * tcfg.max_minutes, time.perf_counter()
-  window_tokens, tick, skipped = 0.0, t_begin, np.asarray(skipped_before, np.int64)
-  eta = Eta(
-    tcfg.num_steps, budget_s, eval_every=tcfg.eval_every, checkpoint_every=tcfg.checkpoint_every
-  )
-
-  def elapsed() -> float:
-    return elapsed_before + time.perf_counter() - t_begin
-
-  def save_all() -> None:
-    loop = {"iterator": it.get_state(), "elapsed_s": elapsed(), "skipped_updates": skipped.tolist()}
-    step_now = int(np.atleast_1d(jax.device_get(state.step))[0])
-    for k, c in enumerate(ckpts):
-      if c.latest_step() != step_now:  # Each step is saved once (a new best saves it early).
-        c.save(members.state(state, k), loop)
-
-  def valid_batches():
-    return input_pipeline.eval_batches(
-      data, "valid", config, process_index=jax.process_index(), process_count=jax.process_count()
-    )
-
-  preemption = PreemptionHandler()
-  # A rerun of a run stopped by its wall-clock budget trains no further (else one step a rerun).
-  out_of_time = budget_s > 0 and rt.all_agree(elapsed_before >= budget_s)
-  for step in range(start, start if out_of_time else tcfg.num_steps):
-    host_batch = next(it)
-    if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
-      progress = rt.from_process0(steps.budget_progress(tcfg, step, elapsed()))
-      state = members.with_progress(state, progress, runtime)
-    state, metrics = train_fn(state, runtime.put_batch(host_batch), step_keys(step))
-    window_tokens = window_tokens + members.value(metrics["tokens"], 0)  # Stays on device.
-    done = step + 1
-    finite = np.atleast_1d(np.asarray(metrics["finite"]))  # One sync a step: [G] flags.
-    if done == start + 1:
-      eta.start_window(done, time.perf_counter())  # After the first step and its compiling.
-    skipped += ~finite
-    for k in np.flatnonzero(~finite):
-      handle_nonfinite(
-        members.workdirs[k], done, host_batch, members.configs[k], ckpts[k].latest_step()
-      )
-    # The last step: num_steps, or the wall-clock budget (logged, evaluated, checkpointed alike).
-    last = done == tcfg.num_steps or (budget_s > 0 and rt.all_agree(elapsed() >= budget_s))
-    if done % tcfg.log_every == 0 or last:
-      m = jax.device_get(metrics)  # Synchronises once per logging window.
-      now = time.perf_counter()
-      rate = float(window_tokens) / max(now - tick, 1e-9)
-      for k, w in enumerate(writers):
-        scalars = {key: float(members.value(m[key], k)) for key in ("loss", "learning_rate")}
-        scalars["grad_norm"] = float(members.value(m["grad_norm"], k))
-        scalars |= {"tokens_per_s": rate, "skipped_updates": int(skipped[k])}
-        scalars["elapsed_s"] = elapsed()
-        scalars |= {
-          key: float(members.value(m[key], k)) for key in objective.EXTRA_METRICS if key in m
-        }
-        if together:
-          scalars["seeds_together"] = group
-        w.write(done, "train", scalars)
-      losses = " ".join(f"{float(x):.4f}" for x in np.atleast_1d(m["loss"]))
-      eta.end_window(done, now)
-      console.say(
-        f"step {done}/{tcfg.num_steps}  loss {losses}  {rate:,.0f} tokens/s  "
-        f"elapsed {console.duration(elapsed())}  {eta.text(done, elapsed())}"
-      )
-    if done % tcfg.eval_every == 0 or last:
-      paused = time.perf_counter()
-      result = eval_run.evaluate_loss(eval_fn, state.for_eval(), valid_batches(), runtime)
-      for k, (w, cfg) in enumerate(zip(writers, members.configs, strict=True)):
-        scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
-        scalars["elapsed_s"] = elapsed()
-        if tcfg.valid_bleu:
-          member_state = members.state(state, k)
-          out = members.workdirs[k] / eval_run.VALID_HYPOTHESES.format(step=done)
-          out = out if primary else None
-          scalars.update(eval_run.valid_scores(member_state.for_eval(), data, cfg, out))
-          if scalars["bleu"] >= best_bleu[k]:  # Ties go to the later checkpoint.
-            best_bleu[k] = scalars["bleu"]
-            save_all()  # First, so that a resumed run never starts before its best checkpoint.
-            bests[k].save(member_state, None)
-        w.write(done, "valid", scalars)
-        logging.info("step %d  valid %s", done, json.dumps(scalars))
-        console.say(valid_line(done, scalars, best_bleu[k], f"seed {cfg.seed}: " * together))
-      eta.paused("eval", time.perf_counter() - paused)
-    if done % tcfg.checkpoint_every == 0 or last or preemption.requested:
-      paused = time.perf_counter()
-      save_all()
-      eta.paused("checkpoint", time.perf_counter() - paused)
-    if preemption.requested:  # After this step's log, evaluation and checkpoint, which a
-      preemption.restore()  # resumed run (starting at the next step) would never redo.
-      logging.warning(
-        "received %s at step %d: checkpoint saved; rerun the same command to resume",
-        preemption.requested,
-        done,
-      )
-      for w in writers:
-        w.close()
-      return [{"preempted_at_step": done}] * group
-    if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
-      window_tokens, tick = 0.0, time.perf_counter()  # Windows time training steps alone.
-      eta.start_window(done, tick)
-    if last and done < tcfg.num_steps:
-      console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
-    if last:
-      break
-  save_all()  # Where the last step was not saved (a run resumed at its end saves nothing).
-  preemption.restore()
-  for c in (*ckpts, *bests):
-    c.close()
-  results = []
-  for k, (cfg, wd) in enumerate(zip(members.configs, members.workdirs, strict=True)):
-    final = {}
-    if tcfg.final_eval:
-      final = eval_run.evaluate_splits(
-        cfg,
-        wd,
-        data=data,
-        runtime=runtime,
-        eval_fn=None if together else eval_fn,
-        writer=writers[k],
-      )
-    results.append(final)
-    writers[k].close()
-  return results
+  return [rt.initial_state(cfg, *sizes, runtime, copy_map, table) for cfg in members.configs]
 
 
 class Eta:
