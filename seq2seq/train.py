@@ -211,10 +211,11 @@ class Loop:
       checkpoints.Checkpointer(wd, cfg, subdir="best", max_to_keep=1) for wd, cfg in pairs
     ]
     resume = common_step(self.ckpts)
+    self.start = int(resume or 0)  # The first step to train.
     for w, ckpt, best in zip(self.writers, self.ckpts, self.bests, strict=True):
-      w.truncate_after(int(resume or 0))  # A killed run's future goes: its metrics lines, a
-      ckpt.discard_after(int(resume or 0))  # group member's checkpoints past the step all
-      best.discard_after(int(resume or 0))  # members hold, and best checkpoints past it.
+      w.truncate_after(self.start)  # A killed run's future goes: its metrics lines, a group
+      ckpt.discard_after(self.start)  # member's checkpoints past the step all members hold,
+      best.discard_after(self.start)  # and best checkpoints past it.
     self.best_bleu = [
       held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, self.bests, strict=True)
     ]
@@ -234,7 +235,6 @@ class Loop:
       skipped_before = restored[0][1].get("skipped_updates", skipped_before)  # Older: none.
       console.say(f"resumed from step {resume} ({len(members)} member{'s' * (len(members) > 1)})")
     self.state = members.combine(fresh, self.runtime)
-    self.start = int(resume or 0)
     self.skipped = np.asarray(skipped_before, np.int64)
     self.budget_s, self.t_begin = 60.0 * self.tcfg.max_minutes, time.perf_counter()
     self.window_tokens, self.tick = 0.0, self.t_begin
