@@ -31,10 +31,6 @@ from seq2seq.tokenizer import EOS_ID
 VOCAB = 30
 B, S = 3, 7  # Structure-level examples: batch and padded source length.
 VARIANTS = structures.names()
-# These tests check values, not speed: compile with XLA's cheap settings (as the experiment
-# smoke tests do through XLA_FLAGS), which about halves the compile time of a train step.
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-jit = functools.partial(jax.jit, compiler_options=FAST)
 
 
 def model_config(attention="soft", dtype="float32", **fields):
@@ -75,7 +71,7 @@ def structure(name, seed=1, **fields):
 def step(module, score, query, annotations, mask, state=(), rng=None):
   """One jitted step of a structure (its keys included): `structures.Attended`."""
   fn = lambda q, a, m, st, k: module(score, q, module.keys(score, a, m), a, m, st, rng=k)
-  return jit(fn)(query, annotations, mask, state, rng)
+  return jax.jit(fn)(query, annotations, mask, state, rng)
 
 
 def test_unknown_attention_lists_the_valid_ones():
@@ -142,12 +138,12 @@ def test_windows_stop_at_sentence_borders_and_padding():
     np.testing.assert_allclose(alpha.sum(1), 1.0, rtol=1e-6)
   local_p, score = structure("local_p", window=2)
   alpha = np.asarray(step(local_p, score, query, annotations, mask).alpha, np.float64)
-  p = np.asarray(jit(local_p.centre)(query, mask), np.float64)[:, None]
+  p = np.asarray(jax.jit(local_p.centre)(query, mask), np.float64)[:, None]
   assert np.all((p >= 0) & (p <= real.sum(1, keepdims=True)))
   inside = real & (np.abs(positions[None] - p) <= 2)
   assert np.all(alpha[~inside] == 0) and np.all(alpha.sum(1) <= 1 + 1e-6)
   keys = score.keys(annotations)
-  e = np.asarray(jit(jax.vmap(score))(query, keys, annotations), np.float64)
+  e = np.asarray(jax.jit(jax.vmap(score))(query, keys, annotations), np.float64)
   soft = np.where(inside, np.exp(e - np.where(inside, e, -np.inf).max(1, keepdims=True)), 0)
   want = soft / soft.sum(1, keepdims=True) * np.exp(-((positions[None] - p) ** 2) / 2.0)
   np.testing.assert_allclose(alpha, want, rtol=1e-5, atol=1e-7)  # sigma = D / 2 = 1.
@@ -164,7 +160,7 @@ def test_local_m_scores_only_its_window_and_matches_the_masked_softmax(score_nam
   annot = 2 * cfg.enc_hidden
   score = scores.make_score(score_name, cfg.dec_hidden, annot, cfg, rngs=nnx.Rngs(0))
   score = randomise(score, seed=3, scale=1.0)
-  e = np.asarray(jit(jax.vmap(score))(query, score.keys(annotations), annotations), np.float64)
+  e = np.asarray(jax.jit(jax.vmap(score))(query, score.keys(annotations), annotations), np.float64)
   real = np.asarray(mask, bool)
   for i in (0, 2, 6, 8):
     got = step(local, score, query, annotations, mask, jnp.full((B,), i, jnp.int32))
@@ -196,7 +192,7 @@ def test_expected_alignment_equals_a_float64_loop_and_rows_sum_to_at_most_one():
   rng = np.random.default_rng(0)
   mask = np.arange(S)[None] < np.array([7, 5, 2])[:, None]
   prev = np.where(mask, rng.dirichlet(np.ones(S), size=B), 0.0) * 0.9
-  expected = jit(structures.expected_alignment)
+  expected = jax.jit(structures.expected_alignment)
   want, got = prev, jnp.asarray(prev, jnp.float32)
   for _ in range(6):  # Six steps, each from its own previous row.
     energy = rng.normal(0.0, 3.0, size=(B, S))
@@ -220,8 +216,8 @@ def test_expected_alignment_on_80_words_is_finite_and_equals_the_float64_recurre
     return jax.lax.scan(scan, jnp.asarray(first, jnp.float32), energies_TBS)[1]
 
   e32 = jnp.asarray(energies, jnp.float32)
-  got = np.asarray(jit(rows)(e32))
-  grads = jit(jax.grad(lambda e: rows(e)[:, :, :10].sum()))(e32)
+  got = np.asarray(jax.jit(rows)(e32))
+  grads = jax.jit(jax.grad(lambda e: rows(e)[:, :, :10].sum()))(e32)
   assert np.isfinite(got).all() and bool(jnp.isfinite(grads).all())
   assert got.sum(-1).max() <= 1 + 1e-6
   # The recurrence q_j = (1 - p_{j-1}) q_{j-1} + alpha_{i-1,j}, alpha_ij = p_ij q_ij, in float64.
@@ -263,7 +259,7 @@ def test_monotonic_model_is_finite_on_80_word_sources_in_bfloat16():
     total, tokens = objective.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
     return total / tokens, aux["alpha"]
 
-  (loss, alpha), grads = jit(jax.value_and_grad(loss_and_alpha, has_aux=True))(ts.params)
+  (loss, alpha), grads = jax.jit(jax.value_and_grad(loss_and_alpha, has_aux=True))(ts.params)
   assert np.isfinite(float(loss))
   assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
   assert bool(jnp.isfinite(alpha).all()) and float(alpha.sum(-1).max()) <= 1 + 1e-5
@@ -279,7 +275,7 @@ def decoded(model, b, beam, max_len):
       return decode.greedy(merged, src, mask, max_len=max_len)
     return decode.beam_search(merged, src, mask, beam_size=beam, max_len=max_len)
 
-  return jit(run)(params, b["src"], b["src_mask"])
+  return jax.jit(run)(params, b["src"], b["src_mask"])
 
 
 def _positions(alpha_LS):
@@ -292,7 +288,7 @@ def test_hard_monotonic_decoding_never_moves_backwards():
   rng = np.random.default_rng(3)
   mask = jnp.asarray(np.arange(S)[None] < np.array([7, 5, 3])[:, None])
   alpha = jnp.asarray(np.eye(S)[[0, 0, 0]], jnp.float32)
-  hard = jit(structures.hard_monotonic)
+  hard = jax.jit(structures.hard_monotonic)
   seen = []
   for _ in range(12):
     alpha = hard(jnp.asarray(rng.normal(-0.5, 1, (B, S)), jnp.float32), alpha, mask)
@@ -472,7 +468,7 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   assert float(state.baseline) == 0.0
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=9, vocab=VOCAB).items()}
 
-  @jit
+  @jax.jit
   def grads(params, reinforce_weight, entropy_weight):
     terms = (
       objective.CrossEntropy(),
@@ -489,7 +485,7 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   assert float(jnp.abs(v_a(with_estimator)).sum()) > 0
   assert float(jnp.abs(v_a(without)).sum()) == 0  # Only the estimator trains the score.
 
-  update = jit(functools.partial(steps.train_step, config=cfg))
+  update = jax.jit(functools.partial(steps.train_step, config=cfg))
   state, first = update(state, b, jax.random.key(2))
   assert float(state.baseline) == float(first["reward"]) < 0  # Step 0: b = the mean reward.
   state, second = update(state, b, jax.random.key(3))
@@ -521,7 +517,7 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=VOCAB, pad_rows=True)
   state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  update = jit(functools.partial(steps.train_step, config=cfg))
+  update = jax.jit(functools.partial(steps.train_step, config=cfg))
   first = None
   for i in range(150):
     state, metrics = update(state, batch, jax.random.key(i))
@@ -532,8 +528,8 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   weights = objective.Objective.from_config(cfg)  # Hard attention: reinforce 1, entropy 0.01.
   loss = lambda params, key: objective.loss_fn(params, state, batch, key, weights)[0]
   eager = float(loss(state.params, key))
-  np.testing.assert_allclose(float(jit(loss)(state.params, key)), eager, rtol=1e-5)
-  final = float(jit(loss)(state.params, None)) if key is not None else eager  # Evaluation.
+  np.testing.assert_allclose(float(jax.jit(loss)(state.params, key)), eager, rtol=1e-5)
+  final = float(jax.jit(loss)(state.params, None)) if key is not None else eager  # Evaluation.
   assert first > 3.0
   assert final < 0.3, f"{name}: loss {first:.2f} -> {final:.3f}"
 
@@ -543,15 +539,15 @@ def test_every_variant_decodes_steps_like_training_and_ignores_padding(name):
   cfg, model = _random_model(name)
   b = random_batch(seed=10, vocab=VOCAB)
   graphdef, params = nnx.split(model)
-  forward = jit(lambda p, src, mask: nnx.merge(graphdef, p)(src, mask, b["tgt_in"]))
+  forward = jax.jit(lambda p, src, mask: nnx.merge(graphdef, p)(src, mask, b["tgt_in"]))
   logits = forward(params, b["src"], b["src_mask"])
   src = np.concatenate([b["src"], np.full((4, 3), 17, np.int32)], axis=1)  # Padding of any id.
   mask = np.concatenate([b["src_mask"], np.zeros((4, 3), np.int32)], axis=1)
   np.testing.assert_allclose(forward(params, src, mask), logits, rtol=1e-5, atol=1e-5)
 
   if name != "monotonic":  # Its decoding takes hard decisions (test_hard_monotonic_decoding_...).
-    encode = jit(lambda p, src, mask: nnx.merge(graphdef, p).encode(src, mask))
-    one_step = jit(lambda p, enc, st, y: nnx.merge(graphdef, p).decoder_step(enc, st, y))
+    encode = jax.jit(lambda p, src, mask: nnx.merge(graphdef, p).encode(src, mask))
+    one_step = jax.jit(lambda p, enc, st, y: nnx.merge(graphdef, p).decoder_step(enc, st, y))
     enc = encode(params, b["src"], b["src_mask"])
     state, steps = enc.init_state, []
     for t in range(b["tgt_in"].shape[1]):
@@ -577,6 +573,6 @@ def test_every_variant_is_finite_in_bfloat16(name):
     total, tokens = objective.cross_entropy(logits, b["tgt_out"], b["tgt_mask"])
     return total / tokens, (logits, aux)
 
-  (value, (logits, aux)), grads = jit(jax.value_and_grad(loss, has_aux=True))(params)
+  (value, (logits, aux)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   assert np.isfinite(float(value)) and bool(jnp.isfinite(logits).all())
   assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves((aux, grads)))
