@@ -129,6 +129,7 @@ class AlignmentStudy(cli.PresetStudy):
   """Plain additive attention against the alignment features, on both test splits."""
 
   module = "experiments.alignment_study"
+  report_name = "alignment_study"
 
   def add_arguments(self, parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variants", default=",".join(VARIANT_NAMES), help="comma-separated")
@@ -197,7 +198,7 @@ class AlignmentStudy(cli.PresetStudy):
         f"{what} over seeds {sweep.seeds} ({label})",
         ylabel=what,
       )
-    cli.write(sweep.out, "alignment_study", result, markdown(rows, label, words))
+    cli.write(sweep.out, self.report_name, result, markdown(rows, label, words))
     return result
 
 

@@ -83,6 +83,7 @@ class StructuralStudy(cli.PresetStudy):
   """One point per attention structure, measured on all test sentences and on long ones."""
 
   module = "experiments.structural_study"
+  report_name = "study"
 
   def add_arguments(self, parser: argparse.ArgumentParser) -> None:
     names = ",".join(structures.names())
@@ -146,7 +147,8 @@ class StructuralStudy(cli.PresetStudy):
       stds = [r[f"{key}_std"] or 0.0 for r in rows]
       title = f"{label}, seeds {sweep.seeds}"
       plots.bar_plot(names, means, stds, sweep.out / file, title, ylabel=label)
-    cli.write(sweep.out, "study", result, markdown(rows, baseline, cli.setting(result), words))
+    table = markdown(rows, baseline, cli.setting(result), words)
+    cli.write(sweep.out, self.report_name, result, table)
     return result
 
 

@@ -101,7 +101,7 @@ class GridSweep(cli.Study):
     baseline = self.baseline(args, sweep.points)
     grid = sweeps.parse_grid(args.grid)
     result = cli.collect(sweep, args, baseline, trained, start, grid=grid)
-    cli.write(sweep.out, "sweep", result, markdown(result))
+    cli.write(sweep.out, self.report_name, result, markdown(result))
     return result
 
 

@@ -70,7 +70,7 @@ class ScoreSweep(cli.PresetStudy):
       sweep.out / "sweep.png",
       f"test BLEU over seeds {sweep.seeds} ({cli.setting(result)})",
     )
-    cli.write(sweep.out, "sweep", result, markdown(result))
+    cli.write(sweep.out, self.report_name, result, markdown(result))
     return result
 
 

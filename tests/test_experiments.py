@@ -355,6 +355,12 @@ def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, compi
   assert result["runs"]["score=additive-seed0"]["results"]["test"]["beam_size"] > 1
   train_rows = [r for r in summary.read_metrics(decoded["workdir"]) if r["split"] == "train"]
   assert [r["step"] for r in train_rows] == [4]  # The source's training, copied: none of its own.
+  # Rerun to resume a finished study: nothing to train, and its report (date, machines) stays.
+  written = lambda: [(out / f"sweep.{ext}").stat().st_mtime_ns for ext in ("json", "md")]
+  before = written()
+  assert grid_sweep.main(args) is None and written() == before
+  grid_sweep.main([*args, "--collect"])  # --collect rewrites it.
+  assert all(now > then for now, then in zip(written(), before, strict=True))
   with pytest.raises(SystemExit, match=r"--decode sets decoding only \(decode\.\*\), not model"):
     grid_sweep.main([*args, "--decode", "model.score=dot"])
 

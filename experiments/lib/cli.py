@@ -10,7 +10,9 @@ A sweep script defines a `Study`: which points it sweeps, on which config (its p
 plus the study's own flags, checks every run's config (a bad field fails in one line before
 anything trains), and then:
 
-* by default trains every unfinished run (`sweeps.train`) and reports (`Study.report`);
+* by default trains every unfinished run (`sweeps.train`) and reports (`Study.report`), except
+  where it trained nothing and OUT already holds the report on every point and seed: rerunning a
+  study script to resume it leaves a finished study's report (its date and machines) as it is;
 * `--only P,Q` trains those points and stops (the jobs of a scheduler run this);
 * `--launcher=jobs` writes OUT/jobs.txt and OUT/sbatch.sh instead of training (`launch`);
 * `--collect` trains nothing and reports on the finished workdirs (an unfinished run is an
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import json
 import shlex
 import statistics
 import sys
@@ -44,6 +47,7 @@ class Study(abc.ABC):
   override `points`; `report` writes the study's files from the finished runs."""
 
   module = "experiments.sweep"
+  report_name = "sweep"  # `report` writes OUT/<report_name>.json and .md.
   presets: dict[str, tuple[str, dict[str, Any]]] = {}  # --preset NAME: (config file, overrides).
   default_preset: str | None = None
 
@@ -225,7 +229,20 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
   if missing:
     names = ", ".join(run.name for run in missing[:8]) + (" ..." if len(missing) > 8 else "")
     raise SystemExit(f"error: {len(missing)} runs unfinished ({names}); run them first")
+  report = sweep.out / f"{study.report_name}.json"
+  if not (trained or args.collect) and _reports_on(report, sweep):
+    print(f"every run had finished and {report} reports on them all: kept (--collect rewrites it)")
+    return None
   return study.report(sweep, args, trained, start)
+
+
+def _reports_on(path: Path, sweep: Sweep) -> bool:
+  """Whether the study record at `path` reports on every point and seed of `sweep`."""
+  if not path.exists():
+    return False
+  old = json.loads(path.read_text())
+  names = [row["name"] for row in old.get("configurations", [])]
+  return not old.get("pending_points") and names == sweep.names() and old["seeds"] == sweep.seeds
 
 
 def record(
