@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One pass of the checks a lent GPU is for: that the library jits and runs there, in float32 and
+# bfloat16, and how fast (results and what they showed: experiments/results/benchmark.md, "On a
+# lent GPU"). Prepared to run as a single short command on the device machine, whose image
+# brings Python 3.12, JAX with its CUDA plugin, Flax, Optax and Orbax, but not the rest of our
+# stack; that travels as wheels in .whl/ (ignored by git), fetched here first:
+#
+#     bash experiments/gpu_check.sh wheels     # here: downloads the wheels into .whl/
+#     bash experiments/gpu_check.sh            # there: writes $OUT (default runs/gpu_check)
+#
+# Our own Flax pin is not carried: flax 0.12.8 does not import under the image's jax 0.11.2
+# (`jax.experimental.hijax` has no `HiPrimitive`), and the image's flax 0.12.10 runs our code.
+#
+# 1. the training benchmark (experiments/benchmark.py) at the `bench` and `paper` presets, each in
+#    float32 and bfloat16, with its decoding figures (greedy and beam 10, and over a 1,000-word
+#    shortlist at `bench`);
+# 2. `make demo`'s run (configs/demo.py, 1,200 Adam updates on the embedded corpus, then greedy
+#    and beam 5 evaluation) in float32 and in bfloat16, and a resume of the float32 run to 1,300
+#    updates from its checkpoint;
+# 3. the tests of the score functions, attention, structures, models and decoders on the GPU.
+# Each step has its own time limit, so one that hangs or fails leaves the others' results. On the
+# H100 of 2026-11-27 the whole pass needed about 9 minutes: each benchmark 40 s, each demo 80 s of
+# training (half of it building the corpus and compiling) and 45 s of evaluation (mostly
+# compiling the decoders).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/gpu_check}
+PY=${PY:-python3}
+if [ "${1:-}" = wheels ]; then  # The packages the image lacks, for its Python 3.12.
+  mkdir -p .whl
+  names="array-record dm-tree docstring-parser googleapis-common-protos grain immutabledict
+    ml-collections portpicker simple-parsing sacremoses tensorboardx tensorflow-datasets
+    tensorflow-metadata termcolor toml optax orbax-checkpoint chex"
+  pins=$(.venv/bin/pip freeze | tr 'A-Z_' 'a-z-' | grep -E "^($(echo $names | tr ' ' '|'))==")
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .whl $pins || exit 1
+  # promise (needed by tensorflow-datasets) is published as a source archive only.
+  .venv/bin/pip wheel -q --no-deps -w .whl "$(.venv/bin/pip freeze | grep -i '^promise==')"
+  exit
+fi
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit and logs how it ended.
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  echo "=== $name ($(date -u +%H:%M:%S))"
+  timeout "$limit" "$@"
+  echo "=== $name: exit $? after $((SECONDS - start)) s"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+lscpu | grep -E 'Model name|^CPU\(s\)'
+"$PY" -c "import jax, jaxlib, flax, optax, orbax.checkpoint as o, numpy; \
+print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, \
+'optax', optax.__version__, 'numpy', numpy.__version__); print(jax.devices())"
+
+benchmark() {  # benchmark PRESET DTYPE [ARGS...]
+  step "benchmark $1 $2" 75 "$PY" -m experiments.benchmark --preset "$1" --dtype "$2" \
+    --repeats 5 --steps 20 --out "$OUT/benchmark_$1_$2.json" "${@:3}"
+}
+demo() {  # demo DTYPE STEPS SECONDS: configs/demo.py in /tmp/demo_DTYPE, to STEPS updates.
+  step "demo $1, $2 updates" "$3" "$PY" main.py --config=configs/demo.py \
+    --workdir="/tmp/demo_$1" --config.model.dtype="$1" --config.train.num_steps="$2"
+}
+benchmark bench float32 --shortlist-size 1000
+benchmark bench bfloat16 --shortlist-size 1000
+demo float32 1200 200
+demo bfloat16 1200 200
+"$PY" - "$OUT" <<'EOF'
+import json, pathlib, sys
+out = {}
+for dtype in ("float32", "bfloat16"):
+  run = pathlib.Path(f"/tmp/demo_{dtype}")
+  rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] \
+    if (run / "metrics.jsonl").exists() else []
+  out[dtype] = {
+    "train_rows": [r for r in rows if r.get("split") == "train"][-3:],
+    "valid_rows": [r for r in rows if r.get("split") == "valid"],
+  }
+  for split in ("valid", "test"):
+    path = run / "eval" / split / "results.json"
+    if path.exists():
+      res = json.loads(path.read_text())
+      out[dtype][split] = {k: v for k, v in res.items() if not isinstance(v, (list, dict))}
+pathlib.Path(sys.argv[1], "demo.json").write_text(json.dumps(out, indent=2) + "\n")
+EOF
+benchmark paper float32
+benchmark paper bfloat16
+demo float32 1300 150  # Resumes from the 1,200-update checkpoint.
+
+step "tests on the GPU" 150 env XLA_FLAGS= XLA_PYTHON_CLIENT_PREALLOCATE=false \
+  "$PY" -m pytest -q -n 8 -p no:cacheprovider tests/test_scores.py tests/test_attention.py \
+  tests/test_structures.py tests/test_models.py tests/test_decode.py \
+  > "$OUT/pytest.txt" 2>&1
+tail -5 "$OUT/pytest.txt"
