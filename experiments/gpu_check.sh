@@ -20,8 +20,8 @@
 # 3. the tests of the score functions, attention, structures, models and decoders on the GPU.
 # Each step has its own time limit, so one that hangs or fails leaves the others' results. On the
 # H100 of 2026-11-27 the whole pass needed about 9 minutes: each benchmark 40 s, each demo 80 s of
-# training (half of it building the corpus and compiling) and 45 s of evaluation (mostly
-# compiling the decoders).
+# training (half of it building the corpus and compiling) and 45 s of evaluation (decoding
+# itself took seconds of it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_check}
