@@ -197,7 +197,8 @@ class Loop:
   """One training loop's state besides the train state's arrays: the data and its iterator,
   each member's writer, checkpointers and best validation BLEU so far, the clock (the wall time
   a resumed run had already spent, carried in its checkpoints), the tokens of the current
-  logging window and the count of skipped (non-finite) updates."""
+  logging window, the count of skipped (non-finite) updates and the steps whose finiteness
+  flags the host has not read yet."""
 
   def __init__(self, members: Members, train_step: Callable | None):
     self.members, self.runtime = members, rt.Runtime()
@@ -236,6 +237,7 @@ class Loop:
       console.say(f"resumed from step {resume} ({len(members)} member{'s' * (len(members) > 1)})")
     self.state = members.combine(fresh, self.runtime)
     self.skipped = np.asarray(skipped_before, np.int64)
+    self.unread: list[tuple[int, dict[str, np.ndarray], jax.Array]] = []
     self.budget_s, self.t_begin = 60.0 * self.tcfg.max_minutes, time.perf_counter()
     self.window_tokens, self.tick = 0.0, self.t_begin
     self.eta = Eta(
@@ -270,14 +272,13 @@ class Loop:
       tokens = members.value(metrics["tokens"], 0)
       self.window_tokens = self.window_tokens + tokens  # Stays on device.
       done = step + 1
-      finite = np.atleast_1d(np.asarray(metrics["finite"]))  # One sync a step: [G] flags.
+      self.unread.append((done, host_batch, metrics["finite"]))
+      # Reading a step's flags waits for the step. Read one step late, they let the host fetch
+      # and send the next batch while the device computes this one (no wait a step).
+      self.read_flags(keep=1)
       if done == self.start + 1:
-        self.eta.start_window(done, time.perf_counter())  # After the first step's compiling.
-      self.skipped += ~finite
-      for k in np.flatnonzero(~finite):
-        handle_nonfinite(
-          members.workdirs[k], done, host_batch, members.configs[k], self.ckpts[k].latest_step()
-        )
+        self.read_flags()  # Waits for the first step, so the window starts after compiling.
+        self.eta.start_window(done, time.perf_counter())
       # The last step: num_steps, or the wall-clock budget (logged, evaluated, checkpointed
       # alike).
       last = done == tcfg.num_steps or self.over_budget()
@@ -310,8 +311,25 @@ class Loop:
     preemption.restore()
     return None
 
+  def read_flags(self, keep: int = 0) -> None:
+    """Counts the skipped updates of the steps run but not yet read, all but the last `keep`,
+    and handles each non-finite one (`handle_nonfinite`: record, then stop or carry on)."""
+    while len(self.unread) > keep:
+      done, host_batch, flags = self.unread.pop(0)
+      finite = np.atleast_1d(np.asarray(flags))  # [G] flags; waits for that step.
+      self.skipped += ~finite
+      for k in np.flatnonzero(~finite):
+        handle_nonfinite(
+          self.members.workdirs[k],
+          done,
+          host_batch,
+          self.members.configs[k],
+          self.ckpts[k].latest_step(),
+        )
+
   def log(self, done: int, metrics: dict[str, jax.Array]) -> None:
     """A train line per member (metrics.jsonl, TensorBoard) and one console line."""
+    self.read_flags()  # The skipped count is logged.
     m = jax.device_get(metrics)  # Synchronises once per logging window.
     now = time.perf_counter()
     rate = float(self.window_tokens) / max(now - self.tick, 1e-9)
@@ -365,6 +383,9 @@ class Loop:
   def save_all(self) -> None:
     """Every member's checkpoint of the current step, with the loop's own state (the data
     iterator, the clock and the skipped updates), unless the member already holds that step."""
+    # Every skipped update is counted, and `train.nonfinite="stop"` stops before a checkpoint
+    # that would follow its bad step.
+    self.read_flags()
     loop = {
       "iterator": self.it.get_state(),
       "elapsed_s": self.elapsed(),

@@ -143,24 +143,31 @@ def poisoned_step(config, bad_step):
   return step
 
 
+# The loop reads a step's finiteness flag one step late (no wait a step), and before every log
+# line and checkpoint: a bad step 9 or 10 (the last) must still stop before step 10's checkpoint,
+# and be counted in the last train line.
 @pytest.mark.parametrize("mode", ["stop", "skip"])
-def test_nonfinite_step(tmp_path, tiny_config, mode):
+@pytest.mark.parametrize("bad_step", [7, 9, 10])
+def test_nonfinite_step(tmp_path, tiny_config, mode, bad_step):
   workdir = tmp_path / mode
   config = tiny_config
   config.train.num_steps, config.train.checkpoint_every = 10, 5
   config.train.nonfinite, config.train.final_eval, config.train.valid_bleu = mode, False, False
-  step = poisoned_step(config, 7)
+  step = poisoned_step(config, bad_step)
   if mode == "stop":
-    with pytest.raises(train.NonFiniteError, match="non-finite loss or gradient at step 7") as e:
+    with pytest.raises(
+      train.NonFiniteError, match=f"non-finite loss or gradient at step {bad_step}"
+    ) as e:
       train.train_and_evaluate(config, workdir, train_step=step)
     assert "step 5" in str(e.value)
     assert [int(p.name) for p in completed_checkpoints(workdir)] == [5]
   else:
     train.train_and_evaluate(config, workdir, train_step=step)
     train_lines = [r for r in metrics(workdir) if r["split"] == "train"]
-    assert train_lines[-1]["skipped_updates"] == 1 and np.isfinite(train_lines[-1]["loss"])
-  record = json.loads((workdir / "nonfinite" / "step_7_process_0.json").read_text())
-  assert record["step"] == 7 and len(record["train_example_indices"]) == 16
+    assert train_lines[-1]["skipped_updates"] == 1
+    assert np.isfinite(train_lines[-1]["loss"]) == (bad_step != 10)  # Step 10's own loss is NaN.
+  record = json.loads((workdir / "nonfinite" / f"step_{bad_step}_process_0.json").read_text())
+  assert record["step"] == bad_step and len(record["train_example_indices"]) == 16
 
 
 def test_empty_training_set_is_one_error_line(tmp_path):
