@@ -144,10 +144,10 @@ def poisoned_step(config, bad_step):
 
 
 # The loop reads a step's finiteness flag one step late (no wait a step), and before every log
-# line and checkpoint: a bad step 9 or 10 (the last) must still stop before step 10's checkpoint,
-# and be counted in the last train line.
+# line and checkpoint: a bad last step must still stop before its checkpoint, and be counted in
+# the last train line.
 @pytest.mark.parametrize("mode", ["stop", "skip"])
-@pytest.mark.parametrize("bad_step", [7, 9, 10])
+@pytest.mark.parametrize("bad_step", [7, 10])
 def test_nonfinite_step(tmp_path, tiny_config, mode, bad_step):
   workdir = tmp_path / mode
   config = tiny_config
