@@ -19,6 +19,13 @@
 # study's sweep.md ("How trained": now read at three quarters exactly). The en->fr studies
 # share one corpus and the family studies reuse the score study's additive runs as their
 # baseline (a symlink: the same config), so it is trained once.
+#
+#     bash experiments/multi30k_studies.sh [studies|attend-to]
+#
+# `studies` runs the studies issue's part (1-4), `attend-to` the attend-to issue's measurements
+# (5-8), neither both in that order. experiments/studies.sh runs the first, then the
+# embedded-corpus studies (experiments/embedded_studies.sh), then the second: the studies issue
+# waits on the embedded-corpus runs too, which are cheaper than the attend-to measurements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +51,7 @@ baseline() {
 # `python -m experiments.best30 --without-average` evaluates the 30-minute system's best
 # checkpoint with and without its moving average. The partial seed-0 curve stays in git history.)
 
+studies() {
 # 1. The six score functions, English -> French (issue: studies, item 2).
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_scores \
   --grid model.score=additive,dot,general,scaled,cosine,location
@@ -62,7 +70,9 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_structures \
 sweep --config=configs/multi30k.py:en-de "${COMMON[@]}" --seeds 0,1 \
   --out $RESULTS/multi30k_scores_en_de \
   --grid model.score=additive,dot,general,scaled,cosine,location
+}
 
+attend_to() {
 # 5. Copying from the source with a 4k target vocabulary (issue: what attention can attend to).
 # The config replaces each output <unk> by the source word it attends to most (Luong et al.'s
 # UNK replacement, itself a copy); both points are also decoded without it, from the same
@@ -84,3 +94,11 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon --grid model.
 # 8. Attention over the decoder's own past states (intra-attention with the dot score).
 baseline $RESULTS/multi30k_intra "intra_attention=none"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_intra --grid "model.intra_attention=none,dot"
+}
+
+case "${1:-all}" in
+  studies) studies ;;
+  attend-to) attend_to ;;
+  all) studies && attend_to ;;
+  *) echo "usage: $0 [studies|attend-to]" >&2; exit 2 ;;
+esac
