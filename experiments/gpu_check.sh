@@ -6,22 +6,26 @@
 # stack; that travels as wheels in .whl/ (ignored by git), fetched here first:
 #
 #     bash experiments/gpu_check.sh wheels     # here: downloads the wheels into .whl/
-#     bash experiments/gpu_check.sh            # there: writes $OUT (default runs/gpu_check)
+#     bash experiments/gpu_check.sh [PART...]  # there: writes $OUT (default runs/gpu_check)
+#
+# PART is `tests`, `bench` or `demo` (default: all three, in that order); the whole pass does not
+# fit one call's 10 minutes with room to spare, so split it over two calls of one warm machine
+# (the next call must come within its 30 idle seconds) or choose.
 #
 # Our own Flax pin is not carried: flax 0.12.8 does not import under the image's jax 0.11.2
 # (`jax.experimental.hijax` has no `HiPrimitive`), and the image's flax 0.12.10 runs our code.
 #
-# 1. the training benchmark (experiments/benchmark.py) at the `bench` and `paper` presets, each in
+# 1. the tests of the score functions, attention, structures, models and decoders on the GPU;
+# 2. the training benchmark (experiments/benchmark.py) at the `bench` and `paper` presets, each in
 #    float32 and bfloat16, with its decoding figures (greedy and beam 10, and over a 1,000-word
 #    shortlist at `bench`);
-# 2. `make demo`'s run (configs/demo.py, 1,200 Adam updates on the embedded corpus, then greedy
+# 3. `make demo`'s run (configs/demo.py, 1,200 Adam updates on the embedded corpus, then greedy
 #    and beam 5 evaluation) in float32 and in bfloat16, and a resume of the float32 run to 1,300
 #    updates from its checkpoint;
-# 3. the tests of the score functions, attention, structures, models and decoders on the GPU.
 # Each step has its own time limit, so one that hangs or fails leaves the others' results. On the
-# H100 of 2026-11-27 the whole pass needed about 9 minutes: each benchmark 40 s, each demo 80 s of
-# training (half of it building the corpus and compiling) and 45 s of evaluation (decoding
-# itself took seconds of it).
+# H100 of 2026-11-27: the tests (stopped at their first failures) 51 s, each benchmark 40 s, each
+# demo 80 s of training (half of it building the corpus and compiling) and 45 s of evaluation
+# (decoding itself took seconds of it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_check}
@@ -71,10 +75,26 @@ demo() {  # demo DTYPE STEPS SECONDS: configs/demo.py in /tmp/demo_DTYPE, to STE
   step "demo $1, $2 updates" "$3" "$PY" main.py --config=configs/demo.py \
     --workdir="/tmp/demo_$1" --config.model.dtype="$1" --config.train.num_steps="$2"
 }
-benchmark bench float32 --shortlist-size 1000
-benchmark bench bfloat16 --shortlist-size 1000
-demo float32 1200 200
-demo bfloat16 1200 200
+tests() {
+  step "tests on the GPU" 150 env XLA_FLAGS= XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    "$PY" -m pytest -q -n 8 -p no:cacheprovider tests/test_scores.py tests/test_attention.py \
+    tests/test_structures.py tests/test_models.py tests/test_decode.py \
+    > "$OUT/pytest.txt" 2>&1
+  tail -5 "$OUT/pytest.txt"
+}
+bench() {
+  benchmark bench float32 --shortlist-size 1000
+  benchmark bench bfloat16 --shortlist-size 1000
+  benchmark paper float32
+  benchmark paper bfloat16
+}
+demos() {
+  demo float32 1200 200
+  demo bfloat16 1200 200
+  collect_demos
+  demo float32 1300 150  # Resumes from the 1,200-update checkpoint.
+}
+collect_demos() {  # The demo runs' last train lines, validation rows and results: $OUT/demo.json.
 "$PY" - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = {}
@@ -93,12 +113,13 @@ for dtype in ("float32", "bfloat16"):
       out[dtype][split] = {k: v for k, v in res.items() if not isinstance(v, (list, dict))}
 pathlib.Path(sys.argv[1], "demo.json").write_text(json.dumps(out, indent=2) + "\n")
 EOF
-benchmark paper float32
-benchmark paper bfloat16
-demo float32 1300 150  # Resumes from the 1,200-update checkpoint.
+}
 
-step "tests on the GPU" 150 env XLA_FLAGS= XLA_PYTHON_CLIENT_PREALLOCATE=false \
-  "$PY" -m pytest -q -n 8 -p no:cacheprovider tests/test_scores.py tests/test_attention.py \
-  tests/test_structures.py tests/test_models.py tests/test_decode.py \
-  > "$OUT/pytest.txt" 2>&1
-tail -5 "$OUT/pytest.txt"
+for part in ${@:-tests bench demo}; do
+  case $part in
+    tests) tests ;;
+    bench) bench ;;
+    demo) demos ;;
+    *) echo "unknown part $part: tests, bench or demo" ;;
+  esac
+done
