@@ -99,6 +99,6 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_intra --grid "model.i
 case "${1:-all}" in
   studies) studies ;;
   attend-to) attend_to ;;
-  all) studies && attend_to ;;
+  all) studies; attend_to ;;  # (Not `&&`: it would turn `set -e` off inside studies.)
   *) echo "usage: $0 [studies|attend-to]" >&2; exit 2 ;;
 esac
