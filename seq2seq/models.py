@@ -72,6 +72,8 @@ LEXICON_TOP = 20
 DECODERS = ("paper", "cgru")  # `model.decoder`: see `Seq2Seq.__init__`.
 MULTI_SOURCE = ("concat", "gate")  # `model.multi_source`: how the two sources' contexts combine.
 LEXICON_EPS = 1e-3
+# Model fields that are off when "" or "none" (a sweep's name for off: "" cannot be listed).
+OFF_WHEN_NONE = ("lexicon_bias", "intra_attention")
 # `model.lexicon_bias` naming the table learned from the run's own training split when training
 # starts (`lexicon.build`), rather than a table file.
 LEXICON_FROM_TRAINING = "train"
@@ -672,8 +674,8 @@ class ModelSettings:
     if isinstance(model, ModelSettings):
       return model
     given = {**dict(model.items()), "sources": sources}
-    for key in ("lexicon_bias", "intra_attention"):
-      if given.get(key) == "none":  # A sweep's name for "off" ("" cannot be listed).
+    for key in OFF_WHEN_NONE:
+      if given.get(key) == "none":
         given[key] = ""
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(given) - set(fields))

@@ -162,6 +162,18 @@ def test_an_old_workdir_resumes_and_a_changed_setting_is_still_refused(tmp_path)
     checkpoints.check_and_save_config(tmp_path, config)
 
 
+def test_none_and_empty_are_the_same_off_setting():
+  """A sweep lists "off" as "none" ("" cannot be listed): a study's baseline point
+  `lexicon_bias=none` is the plain run saved with "" (its symlinked runs are reused as they are)."""
+  saved = json.loads(tiny.get_config().to_json_best_effort())
+  config = tiny.get_config()
+  config.model.lexicon_bias, config.model.intra_attention = "none", "none"
+  assert checkpoints.config_differences(saved, json.loads(config.to_json_best_effort())) == []
+  config.model.intra_attention = "dot"
+  new = json.loads(config.to_json_best_effort())
+  assert checkpoints.config_differences(saved, new) == ["model.intra_attention"]
+
+
 def test_upgrade_rewrites_a_saved_file_and_the_listing_names_every_component(tmp_path, capsys):
   path = tmp_path / "config.json"
   path.write_text(json.dumps(legacy_config(attention="multihead", num_heads=2)))
