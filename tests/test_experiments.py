@@ -363,6 +363,12 @@ def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, compi
   assert all(now > then for now, then in zip(written(), before, strict=True))
   with pytest.raises(SystemExit, match=r"--decode sets decoding only \(decode\.\*\), not model"):
     grid_sweep.main([*args, "--decode", "model.score=dot"])
+  # The finished run is not this study's once a setting it was trained with changes: the sweep
+  # stops instead of reporting the old run under the new settings (it used to reuse it).
+  with pytest.raises(SystemExit, match=r"trained with other settings \(train\.learning_rate\)"):
+    grid_sweep.main([*args, "--set=train.learning_rate=0.5"])
+  # Where the corpus is cached is not a setting the run was trained with.
+  assert grid_sweep.main([*args, f"--set=data.cache_dir={tmp_path / 'moved'}"]) is None
 
 
 def test_study_jobs_group_decoding_points_and_split_sequential_seeds(tmp_path):

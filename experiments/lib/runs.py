@@ -28,10 +28,13 @@ import jax
 import ml_collections
 
 from experiments.lib import configs, reports
-from seq2seq import input_pipeline, seed_group, summary, train
+from seq2seq import checkpoints, input_pipeline, seed_group, summary, train
 from seq2seq.data import builders
 
 WALL_TIME_FILE = "wall_time.json"
+# Config fields that say where things are, not what is trained: a study's committed runs stay its
+# runs when the repository moves.
+LOCATION_FIELDS = ("data.cache_dir",)
 
 
 @dataclasses.dataclass
@@ -52,6 +55,20 @@ class Run:
 
 
 # ---------------------------------------------------------------------- what a workdir holds
+def trained_differently(run: Run, config: ml_collections.ConfigDict) -> list[str]:
+  """The config fields in which the run held in `run.workdir` (its config.json) differs from
+  `config` where the model, the data or the optimisation depend on them (the fields a resume may
+  not change, `checkpoints.config_differences`, less `LOCATION_FIELDS`); empty where the workdir
+  holds no run. A finished run found there is reused as it is, so a difference must stop the
+  study instead of reporting the old run under the new settings."""
+  path = run.workdir / "config.json"
+  if not path.exists():
+    return []
+  new = json.loads(config.to_json_best_effort())
+  differing = checkpoints.config_differences(json.loads(path.read_text()), new)
+  return [name for name in differing if name not in LOCATION_FIELDS]
+
+
 def checkpoint_steps(workdir: Path) -> list[int]:
   """Steps of the checkpoints kept in WORKDIR/checkpoints."""
   ckpt = workdir / "checkpoints"

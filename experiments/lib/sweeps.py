@@ -100,8 +100,9 @@ class Sweep:
 
   def check(self) -> None:
     """Raises ValueError for a bad sweep: no seeds or points, repeated names or seeds, a
-    `decode_from` that is not an earlier trained point, or a run whose config does not resolve
-    (an unknown field, a value of the wrong type), before anything trains."""
+    `decode_from` that is not an earlier trained point, a run whose config does not resolve
+    (an unknown field, a value of the wrong type), or a workdir holding a run trained with other
+    settings (`runs.trained_differently`), before anything trains."""
     if not self.points or not self.seeds:
       raise ValueError("a sweep needs at least one point and one seed")
     if len(set(self.names())) != len(self.points):
@@ -119,7 +120,12 @@ class Sweep:
           f"{point.name} decodes {point.decode_from!r}: not a trained point before it"
         )
       for run in self.runs(point):
-        run.config()
+        differing = runs_lib.trained_differently(run, run.config())
+        if differing:
+          raise ValueError(
+            f"{run.workdir} holds a run trained with other settings ({', '.join(differing)}); "
+            "delete it to train this point again, or sweep with the settings it was trained with"
+          )
 
 
 def _value_name(text: str) -> str:
