@@ -62,19 +62,25 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   return [n for n in changed if not any(n.startswith(f) for f in RESUMABLE_FIELDS)]
 
 
+def saved_config_differences(workdir: Path, config: ml_collections.ConfigDict) -> list[str]:
+  """`config_differences` between WORKDIR/config.json and `config`; empty without that file."""
+  path = workdir / "config.json"
+  if not path.exists():
+    return []
+  return config_differences(json.loads(path.read_text()), json.loads(config.to_json_best_effort()))
+
+
 def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
   """Writes WORKDIR/config.json, or checks the existing one allows resuming with `config`."""
-  path = workdir / "config.json"
-  new = json.loads(config.to_json_best_effort())
-  if path.exists():
-    differing = config_differences(json.loads(path.read_text()), new)
-    if differing:
-      raise IncompatibleRunError(
-        f"{workdir} holds a run with a different config in {', '.join(differing)}; "
-        "use a new --workdir or the same settings"
-      )
+  differing = saved_config_differences(workdir, config)
+  if differing:
+    raise IncompatibleRunError(
+      f"{workdir} holds a run with a different config in {', '.join(differing)}; "
+      "use a new --workdir or the same settings"
+    )
   if jax.process_index() == 0:
-    path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+    new = json.loads(config.to_json_best_effort())
+    (workdir / "config.json").write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
 # Train-state fields a checkpoint holds only when the state has them (hard attention's reward

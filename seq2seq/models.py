@@ -79,6 +79,13 @@ OFF_WHEN_NONE = ("lexicon_bias", "intra_attention")
 LEXICON_FROM_TRAINING = "train"
 
 
+def none_as_off(model: dict[str, Any]) -> None:
+  """Writes "none" as "" in a model section's `OFF_WHEN_NONE` fields, in place."""
+  for key in OFF_WHEN_NONE:
+    if model.get(key) == "none":
+      model[key] = ""
+
+
 class LexiconTable(nnx.Param):
   """The lexicon bias's table, stored with the parameters (so checkpoints, seed groups and
   ensembles carry it) but read through stop_gradient: its gradient is zero and no optimiser
@@ -674,9 +681,7 @@ class ModelSettings:
     if isinstance(model, ModelSettings):
       return model
     given = {**dict(model.items()), "sources": sources}
-    for key in OFF_WHEN_NONE:
-      if given.get(key) == "none":
-        given[key] = ""
+    none_as_off(given)
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(given) - set(fields))
     if unknown:

@@ -238,9 +238,7 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
     model["score"] = str(scores.spec(model["score"]))
   if "attention" in model:
     model["attention"] = str(structures.spec(model["attention"]))
-  for key in models.OFF_WHEN_NONE:
-    if model.get(key) == "none":
-      model[key] = ""
+  models.none_as_off(model)
   if "features" in model:
     model["features"] = "+".join(str(s) for s in features.specs(model["features"]))
   if "softmax" in train:

@@ -58,14 +58,10 @@ class Run:
 def trained_differently(run: Run, config: ml_collections.ConfigDict) -> list[str]:
   """The config fields in which the run held in `run.workdir` (its config.json) differs from
   `config` where the model, the data or the optimisation depend on them (the fields a resume may
-  not change, `checkpoints.config_differences`, less `LOCATION_FIELDS`); empty where the workdir
-  holds no run. A finished run found there is reused as it is, so a difference must stop the
+  not change, `checkpoints.saved_config_differences`, less `LOCATION_FIELDS`); empty where the
+  workdir holds no run. A finished run found there is reused as it is, so a difference must stop the
   study instead of reporting the old run under the new settings."""
-  path = run.workdir / "config.json"
-  if not path.exists():
-    return []
-  new = json.loads(config.to_json_best_effort())
-  differing = checkpoints.config_differences(json.loads(path.read_text()), new)
+  differing = checkpoints.saved_config_differences(run.workdir, config)
   return [name for name in differing if name not in LOCATION_FIELDS]
 
 
