@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -39,7 +38,6 @@ from pathlib import Path
 import jax
 import numpy as np
 import sacrebleu
-import sacremoses
 from flax import nnx
 
 from seq2seq import console, copying, decode, input_pipeline, models, plots, report
@@ -88,11 +86,6 @@ def pretokenized(config) -> bool:
   return config.data.corpus == "synthetic"
 
 
-@functools.cache
-def _moses(lang: str) -> sacremoses.MosesTokenizer:
-  return sacremoses.MosesTokenizer(lang or "en")
-
-
 def bleu_words(text: str, tokenizer: tok.Tokenizer | None = None, lang: str = "") -> list[str]:
   """The words of plain `text` that tokenised BLEU counts n-grams of.
 
@@ -107,7 +100,7 @@ def bleu_words(text: str, tokenizer: tok.Tokenizer | None = None, lang: str = ""
   if tokenizer is None:
     return text.split()
   if isinstance(tokenizer, tok.SentencePieceTokenizer):
-    return _moses(lang).tokenize(text, escape=False)
+    return tok.moses_tokenizer(lang).tokenize(text, escape=False)
   return tokenizer.tokenize(text)
 
 

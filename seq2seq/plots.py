@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.image  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -30,7 +31,7 @@ def alignment_heatmap(
   ax.set_yticks(range(len(out_words)), out_words, fontsize=8)
   ax.xaxis.tick_top()
   fig.tight_layout()
-  image = _save(fig, path)
+  image = save(fig, path)
   return image
 
 
@@ -53,7 +54,7 @@ def bleu_vs_length(curves: dict[str, list[dict]], path: str | Path, title: str =
     ax.set_title(title)
   ax.legend()
   fig.tight_layout()
-  return _save(fig, path)
+  return save(fig, path)
 
 
 def bleu_vs_minutes(curves: dict[str, list[dict]], path: str | Path) -> np.ndarray:
@@ -67,14 +68,19 @@ def bleu_vs_minutes(curves: dict[str, list[dict]], path: str | Path) -> np.ndarr
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
-  return _save(fig, path)
+  return save(fig, path)
 
 
-def _save(fig, path: str | Path) -> np.ndarray:
+def save(fig, path: str | Path) -> np.ndarray:
+  """Draws `fig` once, writes it to `path` as a PNG and returns its RGB pixels [H, W, 3] uint8.
+
+  One draw serves both: `savefig` followed by a draw for the pixels rendered the figure twice,
+  which made the heatmaps of a small run's evaluation cost more than its decoding."""
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=100)
+  fig.set_dpi(100)
   fig.canvas.draw()
   image = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
   plt.close(fig)
+  matplotlib.image.imsave(path, image)
   return image

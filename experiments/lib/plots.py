@@ -12,12 +12,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from seq2seq.plots import save  # noqa: E402
+
 
 def _save(fig: Any, path: Path) -> None:
   fig.tight_layout()
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+  save(fig, path)
 
 
 def bar_plot(
