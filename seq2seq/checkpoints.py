@@ -35,6 +35,7 @@ RESUMABLE_FIELDS = (
   "model.direction",
   "model.scan_unroll",  # Speed only (the same function).
   "data.long_test_",
+  "data.cache_dir",  # Where the built corpus lives, not what it holds: a moved repository resumes.
 )
 
 

@@ -174,6 +174,20 @@ def test_none_and_empty_are_the_same_off_setting():
   assert checkpoints.config_differences(saved, new) == ["model.intra_attention"]
 
 
+def test_a_run_resumes_with_its_corpus_cached_elsewhere(tmp_path):
+  """data.cache_dir says where the built corpus lives, not what it holds: a study's committed
+  runs (whose config.json names the cache by absolute path) resume and are reused after the
+  repository moves, and resuming still refuses a change of corpus."""
+  config = tiny.get_config()
+  config.data.cache_dir = "/old/place/data"
+  checkpoints.check_and_save_config(tmp_path, config)
+  config.data.cache_dir = "/new/place/data"
+  assert checkpoints.saved_config_differences(tmp_path, config) == []
+  checkpoints.check_and_save_config(tmp_path, config)
+  config.data.synthetic.train_pairs += 1
+  assert checkpoints.saved_config_differences(tmp_path, config) == ["data.synthetic.train_pairs"]
+
+
 def test_upgrade_rewrites_a_saved_file_and_the_listing_names_every_component(tmp_path, capsys):
   path = tmp_path / "config.json"
   path.write_text(json.dumps(legacy_config(attention="multihead", num_heads=2)))

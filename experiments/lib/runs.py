@@ -32,9 +32,6 @@ from seq2seq import checkpoints, input_pipeline, seed_group, summary, train
 from seq2seq.data import builders
 
 WALL_TIME_FILE = "wall_time.json"
-# Config fields that say where things are, not what is trained: a study's committed runs stay its
-# runs when the repository moves.
-LOCATION_FIELDS = ("data.cache_dir",)
 
 
 @dataclasses.dataclass
@@ -58,11 +55,10 @@ class Run:
 def trained_differently(run: Run, config: ml_collections.ConfigDict) -> list[str]:
   """The config fields in which the run held in `run.workdir` (its config.json) differs from
   `config` where the model, the data or the optimisation depend on them (the fields a resume may
-  not change, `checkpoints.saved_config_differences`, less `LOCATION_FIELDS`); empty where the
-  workdir holds no run. A finished run found there is reused as it is, so a difference must stop the
-  study instead of reporting the old run under the new settings."""
-  differing = checkpoints.saved_config_differences(run.workdir, config)
-  return [name for name in differing if name not in LOCATION_FIELDS]
+  not change, `checkpoints.saved_config_differences`); empty where the workdir holds no run. A
+  finished run found there is reused as it is, so a difference must stop the study instead of
+  reporting the old run under the new settings."""
+  return checkpoints.saved_config_differences(run.workdir, config)
 
 
 def checkpoint_steps(workdir: Path) -> list[int]:
