@@ -465,6 +465,29 @@ def test_a_run_kept_without_checkpoints_is_finished_at_its_last_step(tmp_path):
   assert not runs_lib.is_finished(run)  # Weights present: they decide.
 
 
+def test_a_run_evaluated_without_the_long_split_is_evaluated_again_or_refused(tmp_path):
+  """A study that adds the long test split finds a shared baseline evaluated without it: with its
+  last checkpoint the run is unfinished (resuming only evaluates); kept without checkpoints (as
+  committed) it cannot be evaluated, and the study stops with one line instead of a KeyError."""
+  long_split = {"data.long_test_min_words": 12, "data.long_test_max_words": 18}
+  run = Run("p-seed0", "configs/tiny.py", {"train.num_steps": 20, **long_split}, tmp_path / "w")
+  (run.workdir / "checkpoints" / "20").mkdir(parents=True)
+  rows = [{"step": s, "split": "train", "loss": 1.0} for s in (10, 20)]
+  (run.workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  for split in ("valid", "test"):
+    (run.workdir / "eval" / split).mkdir(parents=True)
+    (run.workdir / "eval" / split / "results.json").write_text(json.dumps({"step": 20}))
+  plain = Run("p-seed0", "configs/tiny.py", {"train.num_steps": 20}, run.workdir)
+  assert runs_lib.is_finished(plain) and not runs_lib.is_finished(run)
+  (run.workdir / "checkpoints" / "20").rmdir()
+  assert runs_lib.is_finished(plain)
+  with pytest.raises(SystemExit, match="evaluated without test_long"):
+    runs_lib.is_finished(run)
+  (run.workdir / "eval" / "test_long").mkdir()
+  (run.workdir / "eval" / "test_long" / "results.json").write_text(json.dumps({"step": 20}))
+  assert runs_lib.is_finished(run)
+
+
 def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_best(tmp_path):
   steps = [500, 1000, 1500, 2000, 2500, 3000]
   bleu = [20.0, 30.5, 29.0, 30.2, 31.0, 30.4]  # 30.5 at 1000 is a lucky evaluation.

@@ -79,23 +79,33 @@ def read_results(workdir: Path) -> dict[str, Any] | None:
 
 
 def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bool:
-  """Trained to `train.num_steps` and evaluated (test results newer than the last checkpoint).
+  """Trained to `train.num_steps` and evaluated (test results newer than the last checkpoint,
+  and results on the long test split where the config asks for one).
 
   A workdir kept without its checkpoints (a study's results committed to the repository, the
   weights left out) is finished when it has test results and its metrics reach step
   `train.num_steps` (the results themselves are of the best checkpoint, often an earlier step),
-  so a study resumes from what is committed.
+  so a study resumes from what is committed. Such a run evaluated without a split the config
+  asks for (a baseline shared with a study that adds the long split) cannot be evaluated again:
+  that stops the study with one line naming the workdir.
   """
   config = config or run.config()
   steps = checkpoint_steps(run.workdir)
   results = run.workdir / "eval" / "test" / "results.json"
   if not results.exists():
     return False
+  splits = [input_pipeline.LONG_TEST] if config.data.long_test_min_words > 0 else []
+  missing = [s for s in splits if not (run.workdir / "eval" / s / "results.json").exists()]
   if not steps:
     trained = max((r["step"] for r in summary.read_metrics(run.workdir)), default=0)
+    if trained >= config.train.num_steps and missing:
+      raise SystemExit(
+        f"error: {run.workdir} was evaluated without {', '.join(missing)} and keeps no "
+        "checkpoint to evaluate again: delete it to train the run again"
+      )
     return trained >= config.train.num_steps
-  if steps[-1] != config.train.num_steps:
-    return False
+  if steps[-1] != config.train.num_steps or missing:
+    return False  # Resuming trains the rest, or only evaluates.
   last = run.workdir / "checkpoints" / str(steps[-1])
   return results.stat().st_mtime >= last.stat().st_mtime
 
