@@ -93,10 +93,16 @@ def test_attention_entropy():
 
 
 def test_plots_write_pngs(tmp_path):
+  """A heatmap's PNG holds the pixels it returns for TensorBoard (one drawing serves both)."""
+  import matplotlib.image
+
   image = plots.alignment_heatmap(
     np.eye(3)[:, ::-1], ["a", "b", "c"], ["x", "y", "z"], tmp_path / "h.png"
   )
-  assert (tmp_path / "h.png").stat().st_size > 0 and image.ndim == 3 and image.dtype == np.uint8
+  assert image.ndim == 3 and image.dtype == np.uint8 and image.shape[-1] == 3
+  png = np.round(matplotlib.image.imread(tmp_path / "h.png")[..., :3] * 255).astype(np.uint8)
+  np.testing.assert_array_equal(png, image)
+  assert image.min() == 0 and image.max() == 255  # Black and white cells, white margins.
   rows = [{"min_len": 1, "max_len": 10, "count": 3, "bleu": 20.0}]
   plots.bleu_vs_length({"RNNsearch": rows}, tmp_path / "b.png")
   assert (tmp_path / "b.png").stat().st_size > 0
