@@ -28,7 +28,7 @@ import jax
 import ml_collections
 
 from experiments.lib import configs, reports
-from seq2seq import checkpoints, input_pipeline, seed_group, summary, train
+from seq2seq import input_pipeline, seed_group, summary, train
 from seq2seq.data import builders
 
 WALL_TIME_FILE = "wall_time.json"
@@ -52,15 +52,6 @@ class Run:
 
 
 # ---------------------------------------------------------------------- what a workdir holds
-def trained_differently(run: Run, config: ml_collections.ConfigDict) -> list[str]:
-  """The config fields in which the run held in `run.workdir` (its config.json) differs from
-  `config` where the model, the data or the optimisation depend on them (the fields a resume may
-  not change, `checkpoints.saved_config_differences`); empty where the workdir holds no run. A
-  finished run found there is reused as it is, so a difference must stop the study instead of
-  reporting the old run under the new settings."""
-  return checkpoints.saved_config_differences(run.workdir, config)
-
-
 def checkpoint_steps(workdir: Path) -> list[int]:
   """Steps of the checkpoints kept in WORKDIR/checkpoints."""
   ckpt = workdir / "checkpoints"

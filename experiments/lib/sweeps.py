@@ -35,7 +35,7 @@ import jax
 from experiments.lib import runs as runs_lib
 from experiments.lib import stats
 from experiments.lib.runs import Run
-from seq2seq import registry
+from seq2seq import checkpoints, registry
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
@@ -102,7 +102,9 @@ class Sweep:
     """Raises ValueError for a bad sweep: no seeds or points, repeated names or seeds, a
     `decode_from` that is not an earlier trained point, a run whose config does not resolve
     (an unknown field, a value of the wrong type), or a workdir holding a run trained with other
-    settings (`runs.trained_differently`), before anything trains."""
+    settings (the fields a resume may not change, `checkpoints.saved_config_differences`: a
+    finished run found there is reused as it is, so it must not be reported under new settings),
+    before anything trains."""
     if not self.points or not self.seeds:
       raise ValueError("a sweep needs at least one point and one seed")
     if len(set(self.names())) != len(self.points):
@@ -120,7 +122,7 @@ class Sweep:
           f"{point.name} decodes {point.decode_from!r}: not a trained point before it"
         )
       for run in self.runs(point):
-        differing = runs_lib.trained_differently(run, run.config())
+        differing = checkpoints.saved_config_differences(run.workdir, run.config())
         if differing:
           raise ValueError(
             f"{run.workdir} holds a run trained with other settings ({', '.join(differing)}); "
