@@ -198,6 +198,11 @@ def subset(split: Split, keep: Sequence[int] | np.ndarray, name: str | None = No
 LONG_TEST = "test_long"  # The long-sentence evaluation split (`data.long_test_min_words`).
 
 
+def has_long_test(data_config) -> bool:
+  """Whether a `data` config section asks for the long test split (`data.long_test_min_words`)."""
+  return data_config.long_test_min_words > 0
+
+
 def long_test_indices(sources: Sequence[str], lo: int, hi: int) -> np.ndarray:
   """Indices of the source texts whose (first) source has between `lo` and `hi` whitespace
   words."""
@@ -387,7 +392,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
     links = load_alignments(config, train, splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
   subsets = {}
-  if d.long_test_min_words > 0:
+  if has_long_test(d):
     lo, hi = d.long_test_min_words, d.long_test_max_words
     keep = long_test_indices([ex.src for ex in examples["test"]], lo, hi)
     if keep.size == 0:

@@ -85,16 +85,20 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
   results = run.workdir / "eval" / "test" / "results.json"
   if not results.exists():
     return False
-  splits = [input_pipeline.LONG_TEST] if config.data.long_test_min_words > 0 else []
-  missing = [s for s in splits if not (run.workdir / "eval" / s / "results.json").exists()]
+  long = input_pipeline.LONG_TEST
+  missing = (
+    input_pipeline.has_long_test(config.data)
+    and not (run.workdir / "eval" / long / "results.json").exists()
+  )
   if not steps:
     trained = max((r["step"] for r in summary.read_metrics(run.workdir)), default=0)
-    if trained >= config.train.num_steps and missing:
+    done = trained >= config.train.num_steps
+    if done and missing:
       raise SystemExit(
-        f"error: {run.workdir} was evaluated without {', '.join(missing)} and keeps no "
+        f"error: {run.workdir} was evaluated without {long} and keeps no "
         "checkpoint to evaluate again: delete it to train the run again"
       )
-    return trained >= config.train.num_steps
+    return done
   if steps[-1] != config.train.num_steps or missing:
     return False  # Resuming trains the rest, or only evaluates.
   last = run.workdir / "checkpoints" / str(steps[-1])

@@ -35,7 +35,7 @@ import jax
 from experiments.lib import runs as runs_lib
 from experiments.lib import stats
 from experiments.lib.runs import Run
-from seq2seq import checkpoints, registry
+from seq2seq import checkpoints, input_pipeline, registry
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
@@ -253,7 +253,7 @@ def long_test_words(sweep: Sweep) -> tuple[int, int]:
   """Source words (inclusive) of the long test split the runs evaluate (`data.long_test_min_words`
   and `_max_words` of the first run); ValueError when the config has none."""
   data = sweep.runs(sweep.points[0])[0].config().data
-  if data.long_test_min_words <= 0:
+  if not input_pipeline.has_long_test(data):
     raise ValueError(
       "no long test split: set data.long_test_min_words and data.long_test_max_words"
     )
