@@ -1,0 +1,98 @@
+"""The README's measured figures against the committed results they cite.
+
+Every "mean ± sd" in the README is a study's figure typed into prose or a table. A section (a
+`##` or `###` heading and what follows it, up to the next) names the results it reports,
+`experiments/results/...`; each of its "a ± b" must be a mean and standard deviation that one of
+those folders' JSON files holds, printed to the README's decimals (a "%" figure as a share
+times 100). A figure retyped wrongly, or left behind when a study's results change, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from helpers import ROOT
+
+README = ROOT / "README.md"
+# "57.55 ± 0.38", "323 ± 19", "57 ± 16%": the mean, its decimals, the sd and a percent sign.
+MEAN_SD = re.compile(r"(?<![\w.])(-?\d+(?:\.(\d+))?) ± (\d+(?:\.\d+)?)(%?)")
+RESULTS_PATH = re.compile(r"experiments/results/[\w./=+-]*[\w/]")
+LINK = re.compile(r"\]\(([^)#:]+)\)")  # Relative Markdown links (no scheme, no anchor).
+
+
+def _sections(text: str) -> list[str]:
+  return re.split(r"\n(?=#{2,3} )", text)
+
+
+def _mean_sd_pairs(node: object) -> Iterator[tuple[float, float]]:
+  """Every (mean, sd) a results JSON holds: `x_mean` beside `x_std`, `mean` beside `std`, and
+  two-number lists ([mean, sd], as attention_sharpness.json and the offsets files write them)."""
+  if isinstance(node, dict):
+    for key, value in node.items():
+      if key == "mean" and "std" in node:
+        yield value, node["std"]
+      elif key.endswith("_mean") and key[: -len("mean")] + "std" in node:
+        yield value, node[key[: -len("mean")] + "std"]
+      yield from _mean_sd_pairs(value)
+  elif isinstance(node, list):
+    if len(node) == 2:
+      yield node[0], node[1]
+    for value in node:
+      yield from _mean_sd_pairs(value)
+
+
+def _cited_json(section: str) -> list[Path]:
+  files: set[Path] = set()
+  for cited in RESULTS_PATH.findall(section):
+    path = ROOT / cited
+    folder = path if path.is_dir() else path.parent
+    files.update(folder.glob("*.json"))
+  return sorted(files)
+
+
+def _printed(mean: object, sd: object, decimals: int, scale: int) -> str | None:
+  if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (mean, sd)):
+    return None
+  return f"{mean * scale:.{decimals}f} ± {sd * scale:.{decimals}f}"
+
+
+def unmatched_figures(text: str) -> list[str]:
+  """The README's "a ± b" figures that no JSON cited in their section holds."""
+  missing = []
+  for section in _sections(text):
+    figures = MEAN_SD.findall(section)
+    if not figures:
+      continue
+    printed: set[str] = set()
+    for path in _cited_json(section):
+      for mean, sd in _mean_sd_pairs(json.loads(path.read_text())):
+        for decimals in range(4):
+          for scale in (1, 100):
+            printed.add(_printed(mean, sd, decimals, scale))
+    heading = section.splitlines()[0]
+    for mean, decimals, sd, _percent in figures:
+      figure = f"{mean} ± {sd}"
+      if len(sd.partition(".")[2]) != len(decimals) or figure not in printed:
+        missing.append(f"{heading}: {figure}")
+  return missing
+
+
+def test_every_mean_and_sd_in_the_readme_is_in_the_results_its_section_cites():
+  assert unmatched_figures(README.read_text()) == []
+
+
+def test_a_figure_typed_wrong_is_caught():
+  text = README.read_text()
+  first = MEAN_SD.search(text)
+  assert first is not None
+  wrong = text[: first.start(3)] + "9" + text[first.start(3) :]  # The sd gains a leading digit.
+  assert len(unmatched_figures(wrong)) == 1
+
+
+def test_every_results_path_and_relative_link_in_the_readme_exists():
+  text = README.read_text()
+  named = set(RESULTS_PATH.findall(text)) | set(LINK.findall(text))
+  assert sorted(p for p in named if not (ROOT / p).exists()) == []
