@@ -87,12 +87,6 @@ def _best_words(logits_NV: jax.Array, ban_unk: bool = False) -> tuple[jax.Array,
   return tok_N, best_N - jax.nn.logsumexp(logits, axis=-1)
 
 
-def _candidates(logp_NV: jax.Array, scores_N: jax.Array, ended_N: jax.Array) -> jax.Array:
-  """Scores of every one-token extension [N, V]: an ended hypothesis extends only with PAD, free."""
-  pad_only = jnp.where(jnp.arange(logp_NV.shape[-1]) == PAD_ID, 0.0, -jnp.inf)
-  return scores_N[:, None] + jnp.where(ended_N[:, None], pad_only, logp_NV)
-
-
 def _attention(alpha_NS: jax.Array | None, enc: Encoded) -> jax.Array:
   """The step's attention as float32 [N, S]; zeros for models without attention (RNNencdec)."""
   if alpha_NS is None:
