@@ -96,3 +96,16 @@ def test_every_results_path_and_relative_link_in_the_readme_exists():
   text = README.read_text()
   named = set(RESULTS_PATH.findall(text)) | set(LINK.findall(text))
   assert sorted(p for p in named if not (ROOT / p).exists()) == []
+
+
+def test_the_layout_names_every_module_script_and_config():
+  text = README.read_text()
+  layout = text[text.index("## Layout") : text.index("### Extending")]
+  files = [
+    *ROOT.glob("seq2seq/**/*.py"),
+    *ROOT.glob("experiments/*.py"),
+    *ROOT.glob("configs/*.py"),
+  ]
+  files += [*ROOT.glob("experiments/*.sh"), *ROOT.glob("experiments/lib/*.py")]
+  names = {p.stem if p.parent.name == "lib" else p.name for p in files if p.name != "__init__.py"}
+  assert sorted(n for n in names if n not in layout) == []
