@@ -1,4 +1,5 @@
-"""The README's measured figures against the committed results they cite.
+"""The README against the repository: its measured figures against the committed results they
+cite, its paths and links, and its layout against the files.
 
 Every "mean ± sd" in the README is a study's figure typed into prose or a table. A section (a
 `##` or `###` heading and what follows it, up to the next) names the results it reports,
