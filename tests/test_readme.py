@@ -1,5 +1,5 @@
 """The README against the repository: its measured figures against the committed results they
-cite, its paths and links, and its layout against the files.
+cite, its paths, links and config fields, and its layout against the files.
 
 Every "mean ± sd" in the README is a study's figure typed into prose or a table. A section (a
 `##` or `###` heading and what follows it, up to the next) names the results it reports,
@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from helpers import ROOT
+
+from configs import default
+from seq2seq import settings
 
 README = ROOT / "README.md"
 # "57.55 ± 0.38", "323 ± 19", "57 ± 16%": the mean, its decimals, the sd and a percent sign.
@@ -110,3 +113,26 @@ def test_the_layout_names_every_module_script_and_config():
   files += [*ROOT.glob("experiments/*.sh"), *ROOT.glob("experiments/lib/*.py")]
   names = {p.stem if p.parent.name == "lib" else p.name for p in files if p.name != "__init__.py"}
   assert sorted(n for n in names if n not in layout) == []
+
+
+def test_every_config_field_the_readme_names_exists_or_is_upgraded_from():
+  """`model.score`, `--config.train.num_steps=...`: a field of configs/default.py, or an old one
+  that `settings.upgrade` still reads from saved configs (the README tells of those too)."""
+  config = default.get_config()
+  section = "|".join(config.keys())
+  named = set(
+    re.findall(rf"(?<![\w./-])((?:{section})\.[a-z_][\w.]*[a-z_0-9])", README.read_text())
+  )
+  old = {f"model.{f}" for f in (*settings._MOVED, *settings._FEATURE_FIELDS)}
+  old |= {f"train.{f}" for f in settings._TERM_FIELDS} | set(settings.REMOVED_FIELDS)
+
+  def exists(field: str) -> bool:
+    node = config
+    for part in field.split("."):
+      if not hasattr(node, "keys") or part not in node:
+        return False
+      node = node[part]
+    return True
+
+  unknown = [f for f in named if not f.endswith(".py") and f not in old and not exists(f)]
+  assert sorted(unknown) == []
