@@ -1,5 +1,5 @@
 """The README against the repository: its measured figures against the committed results they
-cite, its paths, links and config fields, and its layout against the files.
+cite, its paths, links, config fields and command-line flags, and its layout against the files.
 
 Every "mean ± sd" in the README is a study's figure typed into prose or a table. A section (a
 `##` or `###` heading and what follows it, up to the next) names the results it reports,
@@ -10,11 +10,14 @@ times 100). A figure retyped wrongly, or left behind when a study's results chan
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 from configs import default
@@ -136,3 +139,47 @@ def test_every_config_field_the_readme_names_exists_or_is_upgraded_from():
 
   unknown = [f for f in named if not f.endswith(".py") and f not in old and not exists(f)]
   assert sorted(unknown) == []
+
+
+def _commands(text: str) -> list[tuple[str, set[str]]]:
+  """(program, the flags written after it) for every `python main.py` and `python -m NAME` in the
+  README's code: fenced blocks (backslash continuations joined) and inline code spans."""
+  fenced = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+  inline = re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+  code = [block.replace("\\\n", " ") for block in fenced] + [" ".join(s.split()) for s in inline]
+  commands = []
+  for line in "\n".join(code).splitlines():
+    for match in re.finditer(r"python (?:-m )?(main\.py|[a-z0-9_]+\.[\w.]*\w)(.*)", line):
+      words = re.split(r"[|;&#`]", match.group(2))[0]
+      commands.append((match.group(1), set(re.findall(r"(?<!\S)(--[a-z][\w-]*)", words))))
+  return commands
+
+
+def _module_flags(name: str, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+  """The options of `python -m name`: its argparse parser, caught as `main` starts parsing."""
+
+  class Parsed(Exception):
+    pass
+
+  def catch(parser, *args, **kwargs):
+    raise Parsed(parser)
+
+  monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", catch)
+  with pytest.raises(Parsed) as caught:
+    importlib.import_module(name).main([])
+  return set(caught.value.args[0]._option_string_actions)
+
+
+def test_every_flag_of_every_command_in_the_readme_exists(monkeypatch):
+  commands = _commands(README.read_text())
+  assert len(commands) > 20
+  main = importlib.import_module("main")  # Defines main.py's absl flags.
+  known = {"main.py": {f"--{name}" for name in main.FLAGS}}
+  unknown = []
+  for program, flags in commands:
+    if program == "experiments.X":  # The README's placeholder for any script.
+      continue
+    if program not in known:
+      known[program] = _module_flags(program, monkeypatch)
+    unknown += [f"{program} {f}" for f in flags if f not in known[program]]
+  assert sorted(set(unknown)) == []
