@@ -27,6 +27,11 @@ README = ROOT / "README.md"
 # "57.55 ± 0.38", "323 ± 19", "57 ± 16%": the mean, its decimals, the sd and a percent sign.
 MEAN_SD = re.compile(r"(?<![\w.])(-?\d+(?:\.(\d+))?) ± (\d+(?:\.\d+)?)(%?)")
 RESULTS_PATH = re.compile(r"experiments/results/[\w./=+-]*[\w/]")
+# configs/demo.py, tests/test_decode.py, ...: a file of this repository (another's is written
+# with its name in front, GroundHog/experiments/nmt/encdec.py).
+FILE_PATH = re.compile(
+  r"(?<![\w./-])((?:configs|experiments|seq2seq|tests|docs)/[\w/.=+-]*\.(?:py|sh|md|json|png))"
+)
 LINK = re.compile(r"\]\(([^)#:]+)\)")  # Relative Markdown links (no scheme, no anchor).
 
 
@@ -99,9 +104,9 @@ def test_a_figure_typed_wrong_is_caught():
   assert len(unmatched_figures(wrong)) == 1
 
 
-def test_every_results_path_and_relative_link_in_the_readme_exists():
+def test_every_path_and_relative_link_in_the_readme_exists():
   text = README.read_text()
-  named = set(RESULTS_PATH.findall(text)) | set(LINK.findall(text))
+  named = set(RESULTS_PATH.findall(text)) | set(LINK.findall(text)) | set(FILE_PATH.findall(text))
   assert sorted(p for p in named if not (ROOT / p).exists()) == []
 
 
