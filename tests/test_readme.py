@@ -39,14 +39,16 @@ def _sections(text: str) -> list[str]:
   return re.split(r"\n(?=#{2,3} )", text)
 
 
-def _mean_sd_pairs(node: object) -> Iterator[tuple[float, float]]:
+def _is_number(value: object) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _mean_sd_pairs(node: object) -> Iterator[tuple[object, object]]:
   """Every (mean, sd) a results JSON holds: `x_mean` beside `x_std`, `mean` beside `std`, and
-  two-number lists ([mean, sd], as attention_sharpness.json and the offsets files write them)."""
+  two-item lists ([mean, sd], as attention_sharpness.json and the offsets files write them)."""
   if isinstance(node, dict):
     for key, value in node.items():
-      if key == "mean" and "std" in node:
-        yield value, node["std"]
-      elif key.endswith("_mean") and key[: -len("mean")] + "std" in node:
+      if (key == "mean" or key.endswith("_mean")) and key[: -len("mean")] + "std" in node:
         yield value, node[key[: -len("mean")] + "std"]
       yield from _mean_sd_pairs(value)
   elif isinstance(node, list):
@@ -65,12 +67,6 @@ def _cited_json(section: str) -> list[Path]:
   return sorted(files)
 
 
-def _printed(mean: object, sd: object, decimals: int, scale: int) -> str | None:
-  if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (mean, sd)):
-    return None
-  return f"{mean * scale:.{decimals}f} ± {sd * scale:.{decimals}f}"
-
-
 def unmatched_figures(text: str) -> list[str]:
   """The README's "a ± b" figures that no JSON cited in their section holds."""
   missing = []
@@ -81,9 +77,11 @@ def unmatched_figures(text: str) -> list[str]:
     printed: set[str] = set()
     for path in _cited_json(section):
       for mean, sd in _mean_sd_pairs(json.loads(path.read_text())):
+        if not (_is_number(mean) and _is_number(sd)):
+          continue
         for decimals in range(4):
-          for scale in (1, 100):
-            printed.add(_printed(mean, sd, decimals, scale))
+          for scale in (1, 100):  # A share printed as a percentage.
+            printed.add(f"{mean * scale:.{decimals}f} ± {sd * scale:.{decimals}f}")
     heading = section.splitlines()[0]
     for mean, decimals, sd, _percent in figures:
       figure = f"{mean} ± {sd}"
@@ -113,12 +111,9 @@ def test_every_path_and_relative_link_in_the_readme_exists():
 def test_the_layout_names_every_module_script_and_config():
   text = README.read_text()
   layout = text[text.index("## Layout") : text.index("### Extending")]
-  files = [
-    *ROOT.glob("seq2seq/**/*.py"),
-    *ROOT.glob("experiments/*.py"),
-    *ROOT.glob("configs/*.py"),
-  ]
-  files += [*ROOT.glob("experiments/*.sh"), *ROOT.glob("experiments/lib/*.py")]
+  patterns = ("seq2seq/**/*.py", "experiments/*.py", "experiments/*.sh", "configs/*.py")
+  files = [path for pattern in patterns for path in ROOT.glob(pattern)]
+  files += ROOT.glob("experiments/lib/*.py")  # The layout names these without their suffix.
   names = {p.stem if p.parent.name == "lib" else p.name for p in files if p.name != "__init__.py"}
   assert sorted(n for n in names if n not in layout) == []
 
