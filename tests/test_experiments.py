@@ -499,6 +499,16 @@ def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_bes
   assert (
     out.stdout.strip() == "2000" and json.loads((tmp_path / "p.json").read_text())["best"] == 31.0
   )
+  # A curve that swings by 6 BLEU from one evaluation to the next is flat only at its last
+  # evaluation read point by point; its trailing mean over 4 evaluations is flat from step 3,000.
+  steps = [500 * (i + 1) for i in range(10)]
+  swinging = [20.0, 60.0, 70.0, 77.0, 71.0, 77.0, 71.0, 77.0, 71.0, 77.0]
+  assert stats.plateau_budget(steps, swinging) == steps[-1]
+  assert stats.plateau_budget(steps, swinging, window=4) == 3000
+  rows = [{"step": s, "split": "valid", "bleu": b} for s, b in zip(steps, swinging, strict=True)]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  plateau.main([str(tmp_path), "--window", "4", "--json", str(tmp_path / "w.json")])
+  assert json.loads((tmp_path / "w.json").read_text())["budget"] == 3000
   rising = [{"step": s, "split": "valid", "bleu": float(s) / 100} for s in steps]  # No plateau.
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rising))
   with pytest.raises(SystemExit, match="no plateau seen; train the run longer"):

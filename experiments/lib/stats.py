@@ -36,15 +36,21 @@ def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | 
   return float(values[-1] - np.interp(0.75 * steps[-1], steps, values))
 
 
-def plateau_budget(steps: Sequence[int], values: Sequence[float], tolerance: float = 1.0) -> int:
+def plateau_budget(
+  steps: Sequence[int], values: Sequence[float], tolerance: float = 1.0, window: int = 1
+) -> int:
   """The first logged step from which a learning curve stays within `tolerance` of its best
   value: where a long run's validation BLEU has reached its plateau for the budget of reruns
-  (every later value counts, so one lucky evaluation does not set the budget early)."""
+  (every later value counts, so one lucky evaluation does not set the budget early). With
+  `window` > 1 the curve is first replaced by its trailing mean over that many evaluations (fewer
+  at the start), for curves whose evaluations swing by more than the tolerance from one to the
+  next."""
   if not steps:
     raise ValueError("an empty learning curve has no plateau")
-  floor = max(values) - tolerance
+  smoothed = [float(np.mean(values[max(0, i + 1 - window) : i + 1])) for i in range(len(values))]
+  floor = max(smoothed) - tolerance
   budget = steps[-1]
-  for step, value in zip(reversed(steps), reversed(values), strict=True):
+  for step, value in zip(reversed(steps), reversed(smoothed), strict=True):
     if value < floor:
       break
     budget = step
