@@ -8,8 +8,8 @@ value stays within `--tolerance` BLEU of the best (`stats.plateau_budget`): the 
 the studies rerun with, so that their baseline is within 1 BLEU of its plateau. `--window N`
 reads the curve's trailing mean over N evaluations instead: the embedded corpus's small models at
 a constant learning rate swing by up to 8 BLEU between evaluations 500 updates apart, more than
-any tolerance of 1 BLEU can absorb. `--json` also
-writes the curve, the best value and the budget. A curve that only comes within the tolerance at
+any tolerance of 1 BLEU can absorb. `--json` also writes the curve, the best value and the
+budget. A curve that only comes within the tolerance at
 its last evaluation has not been seen to flatten: that is an error (train the run longer), so a
 study script does not go on to train every point at a budget that is no plateau.
 """
@@ -46,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if budget == steps[-1]:
     sys.exit(
       f"{args.run}: validation BLEU (trailing mean of {args.window}) comes within "
-      f"{args.tolerance} of its best only at the last "
-      f"evaluation (step {budget}): no plateau seen; train the run longer"
+      f"{args.tolerance} of its best only at the last evaluation (step {budget}): no plateau "
+      "seen; train the run longer"
     )
   if args.json:
     record = {"run": str(args.run), "steps": steps, "bleu": bleu, "best": max(bleu)}
