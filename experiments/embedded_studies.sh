@@ -11,7 +11,8 @@
 # Step 1 measures where its additive baseline flattens: one run with greedy validation BLEU every
 # 500 updates, to 16,000. Step 2 takes the budget from it (`experiments.plateau --window 4`: the
 # first evaluation from which the curve's trailing mean over 4 evaluations, 2,000 updates, stays
-# within 1 BLEU of its best) and reruns the baseline and
+# within 1 BLEU of its best, or, as here, where the curve falls again by overfitting, the first
+# at which it came within 1 BLEU of its best: 8,000) and reruns the baseline and
 # the three variants the early tables made most interesting at that budget, three seeds each (the
 # full grid, 75 runs, would take days of CPU at such budgets): cosine, the best score early;
 # coverage + previous attention, the best alignment feature early (BLEU nearly tripled); and

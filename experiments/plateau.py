@@ -5,13 +5,15 @@
 Reads RUN_DIR/metrics.jsonl (a run trained with `train.valid_bleu=true`), takes its greedy
 validation BLEU at every evaluation, and prints the first evaluated step from which every later
 value stays within `--tolerance` BLEU of the best (`stats.plateau_budget`): the number of updates
-the studies rerun with, so that their baseline is within 1 BLEU of its plateau. `--window N`
-reads the curve's trailing mean over N evaluations instead: the embedded corpus's small models at
-a constant learning rate swing by up to 8 BLEU between evaluations 500 updates apart, more than
-any tolerance of 1 BLEU can absorb. `--json` also writes the curve, the best value and the
-budget. A curve that only comes within the tolerance at
-its last evaluation has not been seen to flatten: that is an error (train the run longer), so a
-study script does not go on to train every point at a budget that is no plateau.
+the studies rerun with, so that their baseline is within 1 BLEU of its plateau. A curve that ends
+more than the tolerance below its best has fallen from its plateau (overfitting); its budget is
+the first step at which it came within the tolerance. `--window N` reads the curve's trailing
+mean over N evaluations instead: the embedded corpus's small models at a constant learning rate
+swing by up to 8 BLEU between evaluations 500 updates apart, more than any tolerance of 1 BLEU
+can absorb. `--json` also writes the curve, its trailing mean, their best values and the budget.
+A curve that only comes within the tolerance at its last evaluation has not been seen to
+flatten: that is an error (train the run longer), so a study script does not go on to train
+every point at a budget that is no plateau.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       "seen; train the run longer"
     )
   if args.json:
+    smoothed = stats.trailing_mean(bleu, args.window)
     record = {"run": str(args.run), "steps": steps, "bleu": bleu, "best": max(bleu)}
+    record.update({"trailing_mean": smoothed, "best_trailing_mean": max(smoothed)})
     record.update({"tolerance": args.tolerance, "window": args.window, "budget": budget})
     Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
   print(budget)

@@ -509,6 +509,12 @@ def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_bes
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   plateau.main([str(tmp_path), "--window", "4", "--json", str(tmp_path / "w.json")])
   assert json.loads((tmp_path / "w.json").read_text())["budget"] == 3000
+  # A curve that peaks and falls (overfitting) never stays near its best to the end: its budget
+  # is the first step its trailing mean came within the tolerance of the best.
+  falling = [20.0, 60.0, 70.0, 74.0, 73.0, 76.0, 75.0, 74.0, 66.0, 64.0]
+  assert stats.plateau_budget(steps, falling) == 3000
+  assert stats.plateau_budget(steps, falling, window=2) == 3000  # Means 74.5, best 75.5 (3,500).
+  assert stats.plateau_budget(steps, falling, window=2, tolerance=0.5) == 3500
   rising = [{"step": s, "split": "valid", "bleu": float(s) / 100} for s in steps]  # No plateau.
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rising))
   with pytest.raises(SystemExit, match="no plateau seen; train the run longer"):

@@ -36,19 +36,29 @@ def last_quarter_gain(steps: Sequence[int], values: Sequence[float]) -> float | 
   return float(values[-1] - np.interp(0.75 * steps[-1], steps, values))
 
 
+def trailing_mean(values: Sequence[float], window: int) -> list[float]:
+  """Each value replaced by the mean of the last `window` values up to it (fewer at the start)."""
+  return [float(np.mean(values[max(0, i + 1 - window) : i + 1])) for i in range(len(values))]
+
+
 def plateau_budget(
   steps: Sequence[int], values: Sequence[float], tolerance: float = 1.0, window: int = 1
 ) -> int:
-  """The first logged step from which a learning curve stays within `tolerance` of its best
-  value: where a long run's validation BLEU has reached its plateau for the budget of reruns
-  (every later value counts, so one lucky evaluation does not set the budget early). With
-  `window` > 1 the curve is first replaced by its trailing mean over that many evaluations (fewer
-  at the start), for curves whose evaluations swing by more than the tolerance from one to the
-  next."""
+  """The budget at which a long run's validation BLEU has reached its plateau, for the reruns of
+  a study: the first logged step from which the learning curve stays within `tolerance` of its
+  best value to the end (every later value counts, so one lucky evaluation does not set the
+  budget early). A curve that ends out of the tolerance, having fallen from its best (a small
+  model overfitting its corpus), has no such step; its budget is the first step at which it
+  came within the tolerance of its best, the shortest training that reached the plateau. With
+  `window` > 1 the curve is first replaced by its trailing mean over that many evaluations
+  (fewer at the start), for curves whose evaluations swing by more than the tolerance from one
+  to the next."""
   if not steps:
     raise ValueError("an empty learning curve has no plateau")
-  smoothed = [float(np.mean(values[max(0, i + 1 - window) : i + 1])) for i in range(len(values))]
+  smoothed = trailing_mean(values, window)
   floor = max(smoothed) - tolerance
+  if smoothed[-1] < floor:
+    return int(next(s for s, v in zip(steps, smoothed, strict=True) if v >= floor))
   budget = steps[-1]
   for step, value in zip(reversed(steps), reversed(smoothed), strict=True):
     if value < floor:
