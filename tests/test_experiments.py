@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from helpers import ROOT, run_module, subprocess_env
 
-from experiments import attention_offsets, attention_sharpness, plateau, sweep_scores
+from experiments import attention_offsets, attention_sharpness, plateau, sweep_scores, tabulate
 from experiments import sweep as grid_sweep
 from experiments.lib import cli, launch, plots, stats, sweeps
 from experiments.lib import runs as runs_lib
@@ -259,6 +259,21 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert pending in (out / "sweep.md").read_text()
   with pytest.raises(SystemExit, match="the baseline score=general has unfinished runs"):
     grid_sweep.main([*grown, "--collect", "--partial", "--baseline", "score=general"])
+
+  # One table over several studies: this one (a point still pending) and one not run yet.
+  tables = tmp_path / "tables" / "attend_to"
+  tab = tabulate.main([str(out), str(tmp_path / "absent"), "--out", str(tables)])
+  [line] = tab["lines"]  # The baseline has no line of its own.
+  dot = partial["configurations"][1]
+  test = partial["significance"]["per_configuration"]["score=dot"]
+  assert (line["point"], line["baseline"], line["budget"]) == ("score=dot", "score=additive", 4)
+  assert line["bleu_mean"] == dot["bleu_mean"] and line["p_value"] == test["p_value"]
+  assert line["baseline_bleu_std"] == partial["configurations"][0]["bleu_std"]
+  assert tab["pending"] == {"sweep": "untrained: score=general", "absent": "not run yet"}
+  assert tab["studies"]["sweep"]["command"] == partial["command"]
+  table_md = tables.with_suffix(".md").read_text()
+  assert "| sweep | score=dot | score=additive | 4 |" in table_md
+  assert f"{test['difference']:+.2f} [" in table_md and "- absent: not run yet" in table_md
 
   # Another study linking this one's baseline counts its runs' time as shared, not its own.
   linked = tmp_path / "linked"

@@ -1,0 +1,129 @@
+"""One table over several sweeps: every point against its own sweep's baseline.
+
+    python -m experiments.tabulate --out experiments/results/attend_to STUDY [STUDY ...]
+
+Each STUDY is a sweep's `--out` folder (`experiments.sweep`, or a study built on it); its
+sweep.json gives one line per point other than the baseline: the point, its baseline, the
+budget in updates, test BLEU (mean ± sample sd over seeds) of both, the pooled bootstrap's
+difference with its 95% interval and p, chrF, and the share of reference words outside the
+target vocabulary that the outputs produce (`oov_recall`, where copying shows). A study whose
+sweep.json is missing, or lists points not yet trained, is named as pending, so the table can be
+rewritten as each study finishes. Writes OUT.md and OUT.json (the lines, each study's command,
+date and training wall time); the attend-to measurements in experiments/multi30k_studies.sh end
+with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.lib import reports
+from experiments.lib.reports import fmt, mean_sd
+
+SWEEP_FILE = "sweep.json"
+
+
+def budget(sweep: dict[str, Any]) -> int | None:
+  """The sweep's `train.num_steps` (from its --set), None where it kept the config's."""
+  for item in sweep["sets"]:
+    key, _, value = item.partition("=")
+    if key == "train.num_steps":
+      return int(value)
+  return None
+
+
+def _stats(row: dict[str, Any], keys: Sequence[str], prefix: str = "") -> dict[str, Any]:
+  """{PREFIX KEY_mean, PREFIX KEY_std} of a sweep row (None where it lacks them)."""
+  return {f"{prefix}{k}_{s}": row.get(f"{k}_{s}") for k in keys for s in ("mean", "std")}
+
+
+def study_lines(name: str, sweep: dict[str, Any]) -> list[dict[str, Any]]:
+  """One line per point of `sweep` other than its baseline."""
+  rows = {r["name"]: r for r in sweep["configurations"]}
+  base = _stats(rows.pop(sweep["baseline"]), ("bleu", "oov_recall"), "baseline_")
+  tests = sweep["significance"]["per_configuration"]
+  lines = []
+  for point, row in rows.items():
+    test = tests.get(point, {})
+    line = {"study": name, "point": point, "baseline": sweep["baseline"], "seeds": row["seeds"]}
+    line["budget"] = budget(sweep)
+    line |= _stats(row, ("bleu", "chrf", "oov_recall")) | base
+    line |= {k: test.get(k) for k in ("difference", "difference_ci95", "p_value")}
+    lines.append(line)
+  return lines
+
+
+def tabulate(studies: Sequence[Path]) -> dict[str, Any]:
+  """The lines of every finished study, and which studies or points are still pending."""
+  lines, sources, pending = [], {}, {}
+  for folder in studies:
+    path = folder / SWEEP_FILE
+    if not path.exists():
+      pending[folder.name] = "not run yet"
+      continue
+    sweep = json.loads(path.read_text())
+    if sweep["pending_points"]:
+      pending[folder.name] = "untrained: " + ", ".join(sweep["pending_points"])
+    lines += study_lines(folder.name, sweep)
+    sources[folder.name] = {
+      "path": str(path),
+      "command": sweep["command"],
+      "date": sweep["date"],
+      "runs_wall_minutes": round(sweep["runs_wall_s"] / 60, 1),
+    }
+  return {"lines": lines, "studies": sources, "pending": pending}
+
+
+def markdown(result: dict[str, Any], title: str) -> str:
+  """The table, each study's command and date under it, then what is pending."""
+  header = ["study", "point", "baseline", "updates", "BLEU", "baseline BLEU"]
+  header += ["difference [95%]", "p", "chrF", "OOV words produced"]
+  rows = []
+  for line in result["lines"]:
+    diff, ci = line["difference"], line["difference_ci95"]
+    diff = "-" if diff is None else f"{diff:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    rows.append([
+      line["study"], line["point"], line["baseline"], str(line["budget"] or "config"),
+      mean_sd(line, "bleu"), mean_sd(line, "baseline_bleu"), diff,
+      fmt(line["p_value"], 4), mean_sd(line, "chrf"),
+      "-" if line["oov_recall_mean"] is None else
+      f"{fmt(line['oov_recall_mean'], 3)} (baseline {fmt(line['baseline_oov_recall_mean'], 3)})",
+    ])  # fmt: skip
+  out = [f"# {title}", "", *reports.table(header, rows), ""]
+  out.append(
+    "Test BLEU (sacrebleu 13a): mean ± sample standard deviation over the seeds. difference, p: "
+    "the sweep's paired bootstrap against its baseline, seeds pooled per resample. OOV words "
+    "produced: the share of reference words outside the target vocabulary that the output holds."
+  )
+  out += ["", "Studies:", ""]
+  for name, source in result["studies"].items():
+    out.append(
+      f"- {name} ({source['date'][:10]}, {source['runs_wall_minutes']} minutes of training "
+      f"and evaluation): `{source['command']}`"
+    )
+  if result["pending"]:
+    out += ["", "Pending:", ""]
+    out += [f"- {name}: {why}" for name, why in result["pending"].items()]
+  return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("studies", nargs="+", type=Path, help="sweep output folders")
+  p.add_argument("--out", required=True, type=Path, help="writes OUT.md and OUT.json")
+  p.add_argument("--title", default="Each point against its sweep's baseline")
+  args = p.parse_args(argv)
+  result = tabulate(args.studies)
+  args.out.parent.mkdir(parents=True, exist_ok=True)
+  reports.write_json(args.out.with_suffix(".json"), result)
+  args.out.with_suffix(".md").write_text(markdown(result, args.title))
+  print(f"{args.out}.md: {len(result['lines'])} lines, {len(result['pending'])} pending")
+  return result
+
+
+if __name__ == "__main__":
+  main()
