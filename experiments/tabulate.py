@@ -5,12 +5,13 @@
 Each STUDY is a sweep's `--out` folder (`experiments.sweep`, or a study built on it); its
 sweep.json gives one line per point other than the baseline: the point, its baseline, the
 budget in updates, test BLEU (mean ± sample sd over seeds) of both, the pooled bootstrap's
-difference with its 95% interval and p, chrF, and the share of reference words outside the
-target vocabulary that the outputs produce (`oov_recall`, where copying shows). A study whose
-sweep.json is missing, or lists points not yet trained, is named as pending, so the table can be
-rewritten as each study finishes. Writes OUT.md and OUT.json (the lines, each study's command,
-date and training wall time); the attend-to measurements in experiments/multi30k_studies.sh end
-with it.
+difference with its 95% interval and p, the difference seed by seed (the bootstrap resamples
+sentences, so a gain that rests on one seed shows only here), chrF, and the share of reference
+words outside the target vocabulary that the outputs produce (`oov_recall`, where copying
+shows). A study whose sweep.json is missing, or lists points not yet trained, is named as
+pending, so the table can be rewritten as each study finishes. Writes OUT.md and OUT.json (the
+lines, each study's command, date and training wall time); the attend-to measurements in
+experiments/multi30k_studies.sh end with it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def _stats(row: dict[str, Any], keys: Sequence[str], prefix: str = "") -> dict[s
 def study_lines(name: str, sweep: dict[str, Any]) -> list[dict[str, Any]]:
   """One line per point of `sweep` other than its baseline."""
   rows = {r["name"]: r for r in sweep["configurations"]}
-  base = _stats(rows.pop(sweep["baseline"]), ("bleu", "oov_recall"), "baseline_")
+  base_row = rows.pop(sweep["baseline"])
+  base = _stats(base_row, ("bleu", "oov_recall"), "baseline_")
+  base_bleu = dict(zip(base_row["seeds"], base_row["bleu"], strict=True))
   tests = sweep["significance"]["per_configuration"]
   lines = []
   for point, row in rows.items():
@@ -52,6 +55,10 @@ def study_lines(name: str, sweep: dict[str, Any]) -> list[dict[str, Any]]:
     line = {"study": name, "point": point, "baseline": sweep["baseline"], "seeds": row["seeds"]}
     line["budget"] = budget(sweep)
     line |= _stats(row, ("bleu", "chrf", "oov_recall")) | base
+    line["seed_differences"] = [  # Seed S against the baseline's seed S.
+      bleu - base_bleu[seed] for seed, bleu in zip(row["seeds"], row["bleu"], strict=True)
+      if seed in base_bleu
+    ]  # fmt: skip
     line |= {k: test.get(k) for k in ("difference", "difference_ci95", "p_value")}
     lines.append(line)
   return lines
@@ -81,7 +88,7 @@ def tabulate(studies: Sequence[Path]) -> dict[str, Any]:
 def markdown(result: dict[str, Any], title: str) -> str:
   """The table, each study's command and date under it, then what is pending."""
   header = ["study", "point", "baseline", "updates", "BLEU", "baseline BLEU"]
-  header += ["difference [95%]", "p", "chrF", "OOV words produced"]
+  header += ["difference [95%]", "by seed", "p", "chrF", "OOV words produced"]
   rows = []
   for line in result["lines"]:
     diff, ci = line["difference"], line["difference_ci95"]
@@ -89,6 +96,7 @@ def markdown(result: dict[str, Any], title: str) -> str:
     rows.append([
       line["study"], line["point"], line["baseline"], str(line["budget"] or "config"),
       mean_sd(line, "bleu"), mean_sd(line, "baseline_bleu"), diff,
+      " / ".join(f"{d:+.2f}" for d in line["seed_differences"]) or "-",
       fmt(line["p_value"], 4), mean_sd(line, "chrf"),
       "-" if line["oov_recall_mean"] is None else
       f"{fmt(line['oov_recall_mean'], 3)} (baseline {fmt(line['baseline_oov_recall_mean'], 3)})",
@@ -96,8 +104,10 @@ def markdown(result: dict[str, Any], title: str) -> str:
   out = [f"# {title}", "", *reports.table(header, rows), ""]
   out.append(
     "Test BLEU (sacrebleu 13a): mean ± sample standard deviation over the seeds. difference, p: "
-    "the sweep's paired bootstrap against its baseline, seeds pooled per resample. OOV words "
-    "produced: the share of reference words outside the target vocabulary that the output holds."
+    "the sweep's paired bootstrap against its baseline, seeds pooled per resample (it resamples "
+    "sentences, not seeds); by seed: each seed's test BLEU minus the baseline's of the same seed. "
+    "OOV words produced: the share of reference words outside the target vocabulary that the "
+    "output holds."
   )
   out += ["", "Studies:", ""]
   for name, source in result["studies"].items():

@@ -269,11 +269,14 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert (line["point"], line["baseline"], line["budget"]) == ("score=dot", "score=additive", 4)
   assert line["bleu_mean"] == dot["bleu_mean"] and line["p_value"] == test["p_value"]
   assert line["baseline_bleu_std"] == partial["configurations"][0]["bleu_std"]
+  base_bleu = partial["configurations"][0]["bleu"]
+  assert line["seed_differences"] == [d - b for d, b in zip(dot["bleu"], base_bleu, strict=True)]
   assert tab["pending"] == {"sweep": "untrained: score=general", "absent": "not run yet"}
   assert tab["studies"]["sweep"]["command"] == partial["command"]
   table_md = tables.with_suffix(".md").read_text()
   assert "| sweep | score=dot | score=additive | 4 |" in table_md
   assert f"{test['difference']:+.2f} [" in table_md and "- absent: not run yet" in table_md
+  assert " / ".join(f"{d:+.2f}" for d in line["seed_differences"]) in table_md
 
   # Another study linking this one's baseline counts its runs' time as shared, not its own.
   linked = tmp_path / "linked"
