@@ -96,7 +96,7 @@ baseline $RESULTS/multi30k_intra "intra_attention=none"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_intra --grid "model.intra_attention=none,dot"
 
 # One table over the four: each point against its own study's baseline.
-"$PY" -m experiments.tabulate --out $RESULTS/attend_to \
+"$PY" -m experiments.tabulate --out $RESULTS/attend_to.md \
   --title "What attention can attend to: Multi30k English -> French" \
   $RESULTS/multi30k_copy $RESULTS/multi30k_multi_source $RESULTS/multi30k_lexicon_5k \
   $RESULTS/multi30k_lexicon $RESULTS/multi30k_intra

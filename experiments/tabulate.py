@@ -1,6 +1,6 @@
 """One table over several sweeps: every point against its own sweep's baseline.
 
-    python -m experiments.tabulate --out experiments/results/attend_to STUDY [STUDY ...]
+    python -m experiments.tabulate --out experiments/results/attend_to.md STUDY [STUDY ...]
 
 Each STUDY is a sweep's `--out` folder (`experiments.sweep`, or a study built on it); its
 sweep.json gives one line per point other than the baseline: the point, its baseline, the
@@ -9,9 +9,9 @@ difference with its 95% interval and p, the difference seed by seed (the bootstr
 sentences, so a gain that rests on one seed shows only here), chrF, and the share of reference
 words outside the target vocabulary that the outputs produce (`oov_recall`, where copying
 shows). A study whose sweep.json is missing, or lists points not yet trained, is named as
-pending, so the table can be rewritten as each study finishes. Writes OUT.md and OUT.json (the
-lines, each study's command, date and training wall time); the attend-to measurements in
-experiments/multi30k_studies.sh end with it.
+pending, so the table can be rewritten as each study finishes. Writes the table to OUT (X.md)
+and, as X.json beside it, the lines, each study's command, date and training wall time. The
+attend-to measurements in experiments/multi30k_studies.sh end with it.
 """
 
 from __future__ import annotations
@@ -124,14 +124,16 @@ def markdown(result: dict[str, Any], title: str) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("studies", nargs="+", type=Path, help="sweep output folders")
-  p.add_argument("--out", required=True, type=Path, help="writes OUT.md and OUT.json")
+  p.add_argument("--out", required=True, type=Path, help="the table (X.md; X.json beside it)")
   p.add_argument("--title", default="Each point against its sweep's baseline")
   args = p.parse_args(argv)
+  if args.out.suffix != ".md":
+    p.error(f"--out {args.out}: name the Markdown table, X.md (X.json is written beside it)")
   result = tabulate(args.studies)
   args.out.parent.mkdir(parents=True, exist_ok=True)
   reports.write_json(args.out.with_suffix(".json"), result)
-  args.out.with_suffix(".md").write_text(markdown(result, args.title))
-  print(f"{args.out}.md: {len(result['lines'])} lines, {len(result['pending'])} pending")
+  args.out.write_text(markdown(result, args.title))
+  print(f"{args.out}: {len(result['lines'])} lines, {len(result['pending'])} pending")
   return result
 
 

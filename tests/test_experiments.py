@@ -261,7 +261,7 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
     grid_sweep.main([*grown, "--collect", "--partial", "--baseline", "score=general"])
 
   # One table over several studies: this one (a point still pending) and one not run yet.
-  tables = tmp_path / "tables" / "attend_to"
+  tables = tmp_path / "tables" / "attend_to.md"
   tab = tabulate.main([str(out), str(tmp_path / "absent"), "--out", str(tables)])
   [line] = tab["lines"]  # The baseline has no line of its own.
   dot = partial["configurations"][1]
@@ -273,7 +273,8 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert line["seed_differences"] == [d - b for d, b in zip(dot["bleu"], base_bleu, strict=True)]
   assert tab["pending"] == {"sweep": "untrained: score=general", "absent": "not run yet"}
   assert tab["studies"]["sweep"]["command"] == partial["command"]
-  table_md = tables.with_suffix(".md").read_text()
+  assert json.loads(tables.with_suffix(".json").read_text()) == tab
+  table_md = tables.read_text()
   assert "| sweep | score=dot | score=additive | 4 |" in table_md
   assert f"{test['difference']:+.2f} [" in table_md and "- absent: not run yet" in table_md
   assert " / ".join(f"{d:+.2f}" for d in line["seed_differences"]) in table_md
