@@ -2,16 +2,17 @@
 
     python -m experiments.tabulate --out experiments/results/attend_to.md STUDY [STUDY ...]
 
-Each STUDY is a sweep's `--out` folder (`experiments.sweep`, or a study built on it); its
-sweep.json gives one line per point other than the baseline: the point, its baseline, the
-budget in updates, test BLEU (mean ± sample sd over seeds) of both, the pooled bootstrap's
-difference with its 95% interval and p, the difference seed by seed (the bootstrap resamples
-sentences, so a gain that rests on one seed shows only here), chrF, and the share of reference
-words outside the target vocabulary that the outputs produce (`oov_recall`, where copying
-shows). A study whose sweep.json is missing, or lists points not yet trained, is named as
-pending, so the table can be rewritten as each study finishes. Writes the table to OUT (X.md)
-and, as X.json beside it, the lines, each study's command, date and training wall time. The
-attend-to measurements in experiments/multi30k_studies.sh end with it.
+Each STUDY is a sweep's `--out` folder (`experiments.sweep`, read from its sweep.json) or the
+report JSON of a study built on the sweep engine (alignment_study.json, study.json); it gives
+one line per point other than the baseline: the point, its baseline, the budget in updates, test
+BLEU (mean ± sample sd over seeds) of both, the pooled bootstrap's difference with its 95%
+interval and p, the difference seed by seed (the bootstrap resamples sentences, so a gain that
+rests on one seed shows only here), chrF, and the share of reference words outside the target
+vocabulary that the outputs produce (`oov_recall`, where copying shows). A study whose report is
+missing, or lists points not yet trained, is named as pending, so the table can be rewritten as
+each study finishes. Writes the table to OUT (X.md) and, as X.json beside it, the lines, each
+study's command, date and training wall time. The attend-to measurements in
+experiments/multi30k_studies.sh end with it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def study_lines(name: str, sweep: dict[str, Any]) -> list[dict[str, Any]]:
   base_row = rows.pop(sweep["baseline"])
   base = _stats(base_row, ("bleu", "oov_recall"), "baseline_")
   base_bleu = dict(zip(base_row["seeds"], base_row["bleu"], strict=True))
-  tests = sweep["significance"]["per_configuration"]
+  significance = sweep["significance"]  # The alignment study's is split by split.
+  tests = significance.get("per_split", {}).get("test") or significance["per_configuration"]
   lines = []
   for point, row in rows.items():
     test = tests.get(point, {})
@@ -67,16 +69,17 @@ def study_lines(name: str, sweep: dict[str, Any]) -> list[dict[str, Any]]:
 def tabulate(studies: Sequence[Path]) -> dict[str, Any]:
   """The lines of every finished study, and which studies or points are still pending."""
   lines, sources, pending = [], {}, {}
-  for folder in studies:
-    path = folder / SWEEP_FILE
+  for study in studies:
+    path = study if study.suffix == ".json" else study / SWEEP_FILE
+    name = path.parent.name
     if not path.exists():
-      pending[folder.name] = "not run yet"
+      pending[name] = "not run yet"
       continue
     sweep = json.loads(path.read_text())
     if sweep["pending_points"]:
-      pending[folder.name] = "untrained: " + ", ".join(sweep["pending_points"])
-    lines += study_lines(folder.name, sweep)
-    sources[folder.name] = {
+      pending[name] = "untrained: " + ", ".join(sweep["pending_points"])
+    lines += study_lines(name, sweep)
+    sources[name] = {
       "path": str(path),
       "command": sweep["command"],
       "date": sweep["date"],
@@ -123,7 +126,7 @@ def markdown(result: dict[str, Any], title: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("studies", nargs="+", type=Path, help="sweep output folders")
+  p.add_argument("studies", nargs="+", type=Path, help="sweep folders or study report JSONs")
   p.add_argument("--out", required=True, type=Path, help="the table (X.md; X.json beside it)")
   p.add_argument("--title", default="Each point against its sweep's baseline")
   args = p.parse_args(argv)

@@ -262,7 +262,8 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
 
   # One table over several studies: this one (a point still pending) and one not run yet.
   tables = tmp_path / "tables" / "attend_to.md"
-  tab = tabulate.main([str(out), str(tmp_path / "absent"), "--out", str(tables)])
+  absent = tmp_path / "absent" / "study.json"  # A study's report, by its file.
+  tab = tabulate.main([str(out / "sweep.json"), str(absent), "--out", str(tables)])
   [line] = tab["lines"]  # The baseline has no line of its own.
   dot = partial["configurations"][1]
   test = partial["significance"]["per_configuration"]["score=dot"]
@@ -669,6 +670,16 @@ def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert rows["gnmt-beam"]["decode_only"] and not rows["agreement"]["decode_only"]
   assert "How trained: additive's validation" in (out / "alignment_study.md").read_text()
   assert (out / "learning_curves.png").stat().st_size > 0
+  # The cross-study table reads this report too (its bootstrap is split by split).
+  lines = {
+    line["point"]: line for line in tabulate.tabulate([out / "alignment_study.json"])["lines"]
+  }
+  assert list(lines) == ["agreement", "gnmt-beam"] and lines["agreement"]["baseline"] == "additive"
+  test = study["significance"]["per_split"]["test"]["agreement"]
+  assert (
+    lines["agreement"]["p_value"] == test["p_value"] == rows["agreement"]["p_value_vs_baseline"]
+  )
+  assert lines["agreement"]["bleu_mean"] == rows["agreement"]["bleu_mean"]
 
   runs = study["runs"]
   assert runs["agreement-seed0"]["config"]["model"]["name"] == "agreement"
