@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,8 @@ def markdown(result: dict[str, Any], title: str) -> str:
       f"- {name} ({source['date'][:10]}, {source['runs_wall_minutes']} minutes of training "
       f"and evaluation): `{source['command']}`"
     )
+  if "command" in result:
+    out += ["", f"Command: `{result['command']}`"]
   if result["pending"]:
     out += ["", "Pending:", ""]
     out += [f"- {name}: {why}" for name, why in result["pending"].items()]
@@ -133,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   if args.out.suffix != ".md":
     p.error(f"--out {args.out}: name the Markdown table, X.md (X.json is written beside it)")
   result = tabulate(args.studies)
+  argv = sys.argv[1:] if argv is None else list(argv)
+  result["command"] = shlex.join(["python", "-m", "experiments.tabulate", *argv])
   args.out.parent.mkdir(parents=True, exist_ok=True)
   reports.write_json(args.out.with_suffix(".json"), result)
   args.out.write_text(markdown(result, args.title))

@@ -279,6 +279,7 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert "| sweep | score=dot | score=additive | 4 |" in table_md
   assert f"{test['difference']:+.2f} [" in table_md and "- absent: not run yet" in table_md
   assert " / ".join(f"{d:+.2f}" for d in line["seed_differences"]) in table_md
+  assert tab["command"].startswith("python -m experiments.tabulate ") and tab["command"] in table_md
 
   # Another study linking this one's baseline counts its runs' time as shared, not its own.
   linked = tmp_path / "linked"
