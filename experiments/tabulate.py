@@ -31,15 +31,6 @@ from experiments.lib.reports import fmt, mean_sd
 SWEEP_FILE = "sweep.json"
 
 
-def budget(sweep: dict[str, Any]) -> int | None:
-  """The sweep's `train.num_steps` (from its --set), None where it kept the config's."""
-  for item in sweep["sets"]:
-    key, _, value = item.partition("=")
-    if key == "train.num_steps":
-      return int(value)
-  return None
-
-
 def _stats(row: dict[str, Any], keys: Sequence[str], prefix: str = "") -> dict[str, Any]:
   """{PREFIX KEY_mean, PREFIX KEY_std} of a sweep row (None where it lacks them)."""
   return {f"{prefix}{k}_{s}": row.get(f"{k}_{s}") for k in keys for s in ("mean", "std")}
@@ -57,7 +48,7 @@ def study_lines(name: str, sweep: dict[str, Any]) -> list[dict[str, Any]]:
   for point, row in rows.items():
     test = tests.get(point, {})
     line = {"study": name, "point": point, "baseline": sweep["baseline"], "seeds": row["seeds"]}
-    line["budget"] = budget(sweep)
+    line["budget"] = row["overrides"].get("train.num_steps")  # None: the config's own.
     line |= _stats(row, ("bleu", "chrf", "oov_recall")) | base
     line["seed_differences"] = [  # Seed S against the baseline's seed S.
       bleu - base_bleu[seed] for seed, bleu in zip(row["seeds"], row["bleu"], strict=True)
