@@ -3,20 +3,25 @@
     nice python -m experiments.seed_timing --config=configs/multi30k.py --seeds 0,1,2 \
         --steps 150 --out experiments/results/seed_timing.json
 
-Both ways train the same configuration for the same number of updates per seed, each way in a
-fresh Python process (so neither reuses the other's compiled programs; the persistent
-compilation cache is off) with validation and the final evaluation off:
+Every way (`--ways`, default the first two) trains the same configuration for the same number
+of updates per seed, each way in fresh Python processes (so none reuses another's compiled
+programs; the persistent compilation cache is off) with validation and the final evaluation off:
 
 * `together`: `seq2seq.seed_group.train_together`, one compiled step vmapped over the seeds'
   stacked parameters (what `experiments.sweep` does by default);
 * `sequential`: `seq2seq.train.train_and_evaluate` once per seed, in one process (what
-  `experiments.sweep --training sequential` does).
+  `experiments.sweep --training sequential` does);
+* `processes`: each seed in its own process, `--processes` of them at once, each pinned to its
+  own CPU core (`experiments.lib.launch.run_on_cores`, what `experiments.sweep --training
+  sequential --launcher=cores` does). Its runs overlap, so its training wall time is the whole
+  group's, first start to last end (compiling and starting Python included).
 
 Reported per way: the wall seconds of the whole training (compiling included, data loading
 not: the corpus is built once before either way), model updates per wall second (seeds x steps /
 seconds), and the steady-state throughput in target tokens/s of all seeds together (the median
 of the logged windows after the first, which holds the compile; for `together` a window's
-tokens/s counts one model, so it is multiplied by the number of seeds). The JSON also records the
+tokens/s counts one model, so it is multiplied by the number of seeds, for `processes` by the
+number of processes at once). The JSON also records the
 CPU model, its vector instruction sets and the load average before and after each way.
 """
 
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -33,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-WAYS = ("together", "sequential")
+WAYS = ("together", "sequential", "processes")
 
 
 def _runs(config_file: str, overrides: dict[str, Any], seeds: Sequence[int], root: Path):
@@ -73,24 +80,34 @@ def train_way(args: argparse.Namespace) -> None:
       runs_lib.train_alone(run)
 
 
+def child_command(args: argparse.Namespace, way: str, seeds: Sequence[int], root: Path,
+                  overrides: dict[str, Any]) -> list[str]:  # fmt: skip
+  return [
+    sys.executable, "-m", "experiments.seed_timing", "--child", "--way", way,
+    "--config", args.config, "--seeds", ",".join(map(str, seeds)),
+    "--root", str(root), "--overrides-json", json.dumps(overrides),
+  ]  # fmt: skip
+
+
 def measure(args: argparse.Namespace, way: str, root: Path, overrides: dict[str, Any]):
-  """Runs one way in a child process; its figures read back from the workdirs."""
-  from experiments.lib import reports
+  """Runs one way in child processes; its figures read back from the workdirs."""
+  from experiments.lib import launch, reports
   from experiments.lib import runs as runs_lib
 
   load_before = reports.load_average()
-  command = [
-    sys.executable, "-m", "experiments.seed_timing", "--child", "--way", way,
-    "--config", args.config, "--seeds", ",".join(map(str, args.seeds)),
-    "--root", str(root), "--overrides-json", json.dumps(overrides),
-  ]  # fmt: skip
   start = time.perf_counter()
-  subprocess.run(command, check=True)
+  if way == "processes":  # A process per seed, `--processes` at once, each on its own core.
+    seeds = [[seed] for seed in args.seeds]
+    lines = [shlex.join(child_command(args, "sequential", s, root, overrides)) for s in seeds]
+    launch.run_on_cores(lines, args.processes)
+  else:
+    subprocess.run(child_command(args, way, args.seeds, root, overrides), check=True)
   process_s = time.perf_counter() - start
   runs = _runs(args.config, overrides, args.seeds, root)
-  wall = sum(runs_lib.wall_time(run.workdir) for run in runs)
+  wall = process_s if way == "processes" else sum(runs_lib.wall_time(r.workdir) for r in runs)
   per_model = [v for run in runs for v in runs_lib.train_tokens_per_s(run.workdir)]
-  steady = statistics.median(per_model) * (len(runs) if way == "together" else 1)
+  at_once = {"together": len(runs), "processes": min(args.processes, len(runs))}.get(way, 1)
+  steady = statistics.median(per_model) * at_once
   return {
     "way": way,
     "training_wall_s": wall,
@@ -100,6 +117,23 @@ def measure(args: argparse.Namespace, way: str, root: Path, overrides: dict[str,
     "load_average_before": load_before,
     "load_average_after": reports.load_average(),
   }
+
+
+def speedups(ways: dict[str, dict[str, Any]]) -> dict[str, float]:
+  """Each way against one after another: `together` on training wall time and steady tokens/s
+  (as before), `processes` on the whole group's process wall time (its runs overlap)."""
+  out = {}
+  sequential = ways.get("sequential")
+  if sequential and "together" in ways:
+    together = ways["together"]
+    out["together_speedup_wall"] = sequential["training_wall_s"] / together["training_wall_s"]
+    out["together_speedup_steady"] = (
+      together["steady_tokens_per_s_all_seeds"] / sequential["steady_tokens_per_s_all_seeds"]
+    )
+  if sequential and "processes" in ways:
+    processes = ways["processes"]
+    out["processes_speedup_wall"] = sequential["process_wall_s"] / processes["process_wall_s"]
+  return out
 
 
 def prepare_corpus(config_file: str, data_dir: str) -> None:
@@ -116,7 +150,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
   p.add_argument("--seeds", default="0,1,2", type=lambda v: [int(s) for s in v.split(",")])
   p.add_argument("--steps", type=int, default=150, help="updates per seed")
   p.add_argument("--log-every", type=int, default=25)
-  p.add_argument("--set", action="append", default=[], help="KEY=VALUE for both ways")
+  p.add_argument("--set", action="append", default=[], help="KEY=VALUE for every way")
+  p.add_argument(
+    "--ways",
+    default=",".join(WAYS[:2]),
+    type=lambda v: v.split(","),
+    help=f"which of {', '.join(WAYS)}",
+  )
+  p.add_argument(
+    "--processes",
+    type=int,
+    default=len(os.sched_getaffinity(0)),
+    help="the `processes` way's processes at once (default: one per CPU core)",
+  )
   p.add_argument("--data-dir", default=None, help="corpus cache (default: a temporary folder)")
   p.add_argument("--out", default=None, help="JSON file to write")
   p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -124,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
   p.add_argument("--root", help=argparse.SUPPRESS)
   p.add_argument("--overrides-json", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
+  if not args.ways or set(args.ways) - set(WAYS):
+    p.error(f"--ways: a comma-separated list of {', '.join(WAYS)}")
   if args.child:
     train_way(args)
     return None
@@ -134,18 +182,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     data_dir = args.data_dir or str(Path(tmp) / "data")
     prepare_corpus(args.config, data_dir)
     overrides = overrides_for(args, str(Path(data_dir).resolve()))
-    ways = [measure(args, way, Path(tmp) / way, overrides) for way in WAYS]
-  together, sequential = ways
+    ways = {way: measure(args, way, Path(tmp) / way, overrides) for way in args.ways}
   result = {
     "command": " ".join(["python -m experiments.seed_timing", *(argv or sys.argv[1:])]),
     "config": args.config,
     "seeds": args.seeds,
     "steps_per_seed": args.steps,
     "overrides": overrides,
-    "ways": ways,
-    "together_speedup_wall": sequential["training_wall_s"] / together["training_wall_s"],
-    "together_speedup_steady": together["steady_tokens_per_s_all_seeds"]
-    / sequential["steady_tokens_per_s_all_seeds"],
+    "ways": list(ways.values()),
+    **speedups(ways),
     "cpu": reports.cpu_info(),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
   }

@@ -4,7 +4,7 @@
         --grid model.score=additive,dot,general --grid model.features=none,coverage \
         --seeds 0,1,2 [--set train.num_steps=2000 ...] [--baseline POINT]
         [--decode decode.replace_unk=false ...]
-        [--training together|sequential] [--launcher local|jobs] [--only POINT,...]
+        [--training together|sequential] [--launcher local|jobs|cores] [--only POINT,...]
         [--collect] [--bootstrap-samples 1000] [--compilation-cache DIR]
 
 The points are the cross product of the `--grid KEY=V1,V2,...` values (each read as the type of
@@ -29,7 +29,9 @@ OUT/sbatch.sh, a SLURM array over those lines (`experiments/lib/launch.py`):
     xargs -d '\\n' -P 4 -I{} sh -c {} < OUT/jobs.txt      # or: parallel -j 4 < OUT/jobs.txt
     sbatch OUT/sbatch.sh                                     # on a SLURM cluster
 
-and then the same command with `--collect` gathers the finished workdirs.
+and then the same command with `--collect` gathers the finished workdirs. `--launcher=cores`
+does both on this machine: it runs the jobs file's lines `--processes` at a time (default: one
+per CPU core), each process pinned to its own core, then reports.
 
 Outputs (after training, or with `--collect`): OUT/sweep.md, per point the mean ± sample standard
 deviation over seeds of test BLEU, test chrF, validation BLEU (the final evaluation's) and,

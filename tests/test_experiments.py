@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -359,6 +360,46 @@ def test_grid_points_cross_product_named_and_typed():
   for bad in (["model.score"], ["model.score="], ["a=1", "a=2"], ["a=1,1"]):
     with pytest.raises(ValueError):
       sweeps.parse_grid(bad)
+
+
+needs_taskset = pytest.mark.skipif(
+  shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
+  reason="pinning jobs to cores needs taskset and two CPU cores",
+)
+
+
+@needs_taskset
+def test_run_on_cores_pins_each_job_to_its_own_core_and_names_the_failures(tmp_path):
+  record = "grep Cpus_allowed_list /proc/self/status > {}; sleep 0.2"
+  lines = [record.format(tmp_path / f"job{i}") for i in range(5)]
+  with pytest.raises(RuntimeError, match="1 of 6 jobs failed; the first: exit 3"):
+    launch.run_on_cores([*lines[:2], "exit 3", *lines[2:]], processes=2)
+  cores = sorted(os.sched_getaffinity(0))[:2]
+  pinned = [(tmp_path / f"job{i}").read_text().split()[-1] for i in range(5)]  # Every line ran.
+  assert set(pinned) <= {str(c) for c in cores}  # One core each, never the whole set.
+  with pytest.raises(ValueError, match="this process may use"):
+    launch.run_on_cores(lines, processes=len(os.sched_getaffinity(0)) + 1)
+
+
+@needs_taskset
+def test_sweep_on_cores_trains_each_seed_in_its_own_process_then_reports(
+  tmp_path, compilation_cache
+):
+  out = tmp_path / "cores"
+  args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", "0,1"]
+  args += ["--set=train.num_steps=2", "--set=train.eval_every=2", "--set=train.checkpoint_every=2"]
+  args += ["--set=train.valid_bleu=0", "--bootstrap-samples", "10", "--out", str(out)]
+  args += ["--training", "sequential", *_cache(compilation_cache)]
+  result = grid_sweep.main([*args, "--launcher=cores", "--processes", "2"])
+  assert len((out / "jobs.txt").read_text().splitlines()) == 2  # A process per seed.
+  assert sorted(p.name for p in (out / "logs").glob("*.log")) == [
+    "score=additive-seed0.log",
+    "score=additive-seed1.log",
+  ]
+  assert sorted(result["runs"]) == ["score=additive-seed0", "score=additive-seed1"]
+  assert all(rec["results"]["test"]["step"] == 2 for rec in result["runs"].values())
+  with pytest.raises(SystemExit):
+    grid_sweep.main([*args, "--launcher=cores", "--only", "score=additive"])
 
 
 def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, compilation_cache):

@@ -4,8 +4,8 @@ A sweep script defines a `Study`: which points it sweeps, on which config (its p
 `--config=FILE[:ARG]`), against which baseline, and what it reports. `main(study, argv)` parses
 
     --out DIR [--config FILE[:ARG] | --preset NAME] [--seeds 0,1,2] [--set KEY=VALUE ...]
-    [--training together|sequential] [--launcher local|jobs] [--only POINT,...]
-    [--collect [--partial]] [--bootstrap-samples N] [--compilation-cache DIR]
+    [--training together|sequential] [--launcher local|jobs|cores [--processes P]]
+    [--only POINT,...] [--collect [--partial]] [--bootstrap-samples N] [--compilation-cache DIR]
 
 plus the study's own flags, checks every run's config (a bad field fails in one line before
 anything trains), and then:
@@ -15,6 +15,8 @@ anything trains), and then:
   study script to resume it leaves a finished study's report (its date and machines) as it is;
 * `--only P,Q` trains those points and stops (the jobs of a scheduler run this);
 * `--launcher=jobs` writes OUT/jobs.txt and OUT/sbatch.sh instead of training (`launch`);
+* `--launcher=cores` writes them and runs the jobs here, `--processes` at a time (default: one per
+  CPU core), each pinned to its own core, then reports as the default does;
 * `--collect` trains nothing and reports on the finished workdirs (an unfinished run is an
   error naming it); `--collect --partial` reports on the points whose runs have all finished and
   names the others in the report (a study that spans sessions, committed point by point).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import abc
 import argparse
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -39,7 +42,7 @@ from experiments.lib.presets import STUDIES
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
 
-LAUNCHERS = ("local", "jobs")
+LAUNCHERS = ("local", "jobs", "cores")
 
 
 class Study(abc.ABC):
@@ -114,7 +117,14 @@ def parser(study: Study) -> argparse.ArgumentParser:
     "--launcher",
     default="local",
     choices=LAUNCHERS,
-    help="local: train here; jobs: write OUT/jobs.txt and OUT/sbatch.sh for a scheduler",
+    help="local: train here; jobs: write OUT/jobs.txt and OUT/sbatch.sh for a scheduler; "
+    "cores: write them, run the jobs here --processes at a time, one CPU core each, then report",
+  )
+  p.add_argument(
+    "--processes",
+    type=int,
+    default=len(os.sched_getaffinity(0)),
+    help="with --launcher=cores: jobs at once (default: one per CPU core this process may use)",
   )
   p.add_argument("--only", default=None, help="train only these points (comma-separated)")
   p.add_argument("--collect", action="store_true", help="report on the finished runs only")
@@ -197,6 +207,8 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
     p.error("--collect goes without --only and --launcher")
   if args.partial and not args.collect:
     p.error("--partial goes with --collect")
+  if args.launcher == "cores" and args.only:
+    p.error("--launcher=cores trains every unfinished point: it goes without --only")
   try:
     _absolute(args)
     arguments = dict(vars(args))  # As parsed, for the jobs file.
@@ -222,7 +234,10 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
     return None
   runs_lib.enable_compilation_cache(args.compilation_cache or str(sweep.out / "jax_cache"))
   start = time.perf_counter()
-  trained = set() if args.collect else sweeps.train(sweep, only)
+  if args.launcher == "cores":
+    trained = train_on_cores(sweep, study.module, arguments, args.processes)
+  else:
+    trained = set() if args.collect else sweeps.train(sweep, only)
   if args.only:
     return None
   missing = sweeps.unfinished(sweep)
@@ -234,6 +249,22 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
     print(f"every run had finished and {report} reports on them all: kept (--collect rewrites it)")
     return None
   return study.report(sweep, args, trained, start)
+
+
+def train_on_cores(
+  sweep: Sweep, module: str, arguments: dict[str, Any], processes: int
+) -> set[str]:
+  """`--launcher=cores`: the jobs file's lines run here on a core each; the points they trained."""
+  launch.write_jobs(sweep, module, arguments)
+  lines = (sweep.out / launch.JOBS_FILE).read_text().splitlines()
+  unfinished = {run.name for run in sweeps.unfinished(sweep)}
+  trained = {p.name for p in sweep.points if any(r.name in unfinished for r in sweep.runs(p.name))}
+  print(f"{len(lines)} jobs, {processes} at a time on a core each; logs in {sweep.out / 'logs'}")
+  try:
+    launch.run_on_cores(lines, processes)
+  except (ValueError, RuntimeError) as e:
+    raise SystemExit(f"error: {e}") from None
+  return trained
 
 
 def _reports_on(path: Path, sweep: Sweep) -> bool:

@@ -14,12 +14,23 @@ concurrent builds of one dataset: each process builds its own copy and renames i
 vocabularies live in each workdir; JAX's compilation cache may be shared (an entry read while
 another process writes it is a miss, with a warning, not an error). Only groups with unfinished
 runs get a line; `--collect` gathers the workdirs once every line has finished.
+
+On one machine, `run_on_cores` runs the lines itself, a few at a time, each process pinned to one
+CPU core (the sweep's `--launcher=cores`): on a small CPU, independent runs side by side on a core
+each can finish sooner than one after another on all cores (the recurrences are many small
+operations that two threads share poorly); `experiments/seed_timing.py --ways
+sequential,processes` measures which is faster on a given machine.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import shlex
+import shutil
+import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -138,3 +149,35 @@ def write_jobs(sweep: Sweep, module: str, arguments: Mapping[str, Any]) -> Seque
   sbatch.write_text(sbatch_script(jobs, len(lines)))
   sbatch.chmod(0o755)
   return [jobs, sbatch]
+
+
+def run_on_cores(lines: Sequence[str], processes: int) -> None:
+  """Runs the shell `lines`, at most `processes` at once, the k-th worker's processes pinned to
+  the k-th CPU core this process may use (`taskset -c`); each worker takes the next line when its
+  last one ends. Raises naming the lines that failed, after every line has run."""
+  cores = sorted(os.sched_getaffinity(0))
+  if processes < 1 or processes > len(cores):
+    raise ValueError(f"--processes {processes}: this process may use {len(cores)} CPU cores")
+  if shutil.which("taskset") is None:
+    raise ValueError("--launcher=cores pins each process with taskset, which is not installed")
+  todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+  for line in lines:
+    todo.put(line)
+  failed: list[str] = []
+
+  def worker(core: int) -> None:
+    while True:
+      try:
+        line = todo.get_nowait()
+      except queue.Empty:
+        return
+      if subprocess.run(["taskset", "-c", str(core), "sh", "-c", line]).returncode != 0:
+        failed.append(line)
+
+  threads = [threading.Thread(target=worker, args=(core,)) for core in cores[:processes]]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  if failed:
+    raise RuntimeError(f"{len(failed)} of {len(lines)} jobs failed; the first: {failed[0]}")
