@@ -38,8 +38,8 @@ Presets (one shared config base each, changed only in `model.name` and `data.max
   for machines with accelerators.
 
 Outputs in OUT: table1.md and table1.json (test BLEU on all sentences and on those without
-unknown words, AER of the RNNsearch models: Table 1), bleu_vs_length.png (test BLEU by source
-length: Fig. 2), alignments/ (RNNsearch-50's test heatmaps: Fig. 3), summary.json (every result,
+unknown words, AER of the RNNsearch models: Table 1; the JSON also holds Fig. 2's numbers),
+bleu_vs_length.png (test BLEU by source length: Fig. 2), alignments/ (RNNsearch-50's test heatmaps: Fig. 3), summary.json (every result,
 resolved config, command and wall time, package versions, total time). The corpus is built once
 in OUT/data (`data.cache_dir`) and shared by the runs. Compiled XLA programs are kept in JAX's
 persistent compilation cache (`--compilation-cache`, default OUT/jax_cache), which runs of the
@@ -264,14 +264,15 @@ def write_outputs(
 ) -> dict:
   """table1.{md,json}, bleu_vs_length.png, alignments/ and summary.json in `out`, from each
   model's run records ({model: one per seed})."""
-  rows = table1(records)
+  rows, curves = table1(records), fig2_curves(records)
   reports.write_json(
-    out / "table1.json", {"preset": args.preset, "corpus": args.corpus, "rows": rows}
+    out / "table1.json",
+    {"preset": args.preset, "corpus": args.corpus, "rows": rows, "fig2": curves},
   )
   (out / "table1.md").write_text(table1_markdown(rows, args.preset, args.corpus))
   seeds = rows[0]["seeds"]
   plots.bleu_vs_length(
-    fig2_curves(records),
+    curves,
     out / "bleu_vs_length.png",
     title=f"test BLEU by source length ({args.preset}"
     + (f", mean ± sd over {len(seeds)} seeds)" if len(seeds) > 1 else ")"),

@@ -72,6 +72,9 @@ def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert {"runs", "table1", "total_wall_s", "runs_wall_s", "versions", "date"} <= set(summary)
   assert {"jax", "flax", "sacrebleu"} <= set(summary["versions"])
   assert list(summary["runs"]) == names
+  fig2 = summary["runs"]["RNNsearch-30"]["results"]["test"]["bleu_by_length"]
+  assert list(table["fig2"]) == names  # Fig. 2's numbers, not only its picture.
+  assert [b["bleu"] for b in table["fig2"]["RNNsearch-30"]] == [b["bleu"] for b in fig2]
   for name, rec in summary["runs"].items():
     workdir = Path(rec["workdir"])
     assert workdir.parent == out / "runs" and (workdir / "metrics.jsonl").exists()

@@ -44,12 +44,15 @@ def _is_number(value: object) -> bool:
 
 
 def _mean_sd_pairs(node: object) -> Iterator[tuple[object, object]]:
-  """Every (mean, sd) a results JSON holds: `x_mean` beside `x_std`, `mean` beside `std`, and
-  two-item lists ([mean, sd], as attention_sharpness.json and the offsets files write them)."""
+  """Every (mean, sd) a results JSON holds: `x_mean` beside `x_std`, `mean` beside `std`, `x`
+  beside `x_std` (Table 1's rows and Fig. 2's bins), and two-item lists ([mean, sd], as
+  attention_sharpness.json and the offsets files write them)."""
   if isinstance(node, dict):
     for key, value in node.items():
       if (key == "mean" or key.endswith("_mean")) and key[: -len("mean")] + "std" in node:
         yield value, node[key[: -len("mean")] + "std"]
+      elif f"{key}_std" in node:
+        yield value, node[f"{key}_std"]
       yield from _mean_sd_pairs(value)
   elif isinstance(node, list):
     if len(node) == 2:
