@@ -54,6 +54,12 @@ link_baseline $RESULTS/embedded_structures soft
 nice -n 10 "$PY" -m experiments.structural_study "${AT_PLATEAU[@]}" \
   --out $RESULTS/embedded_structures --variants soft,local_m
 
+# The three in one table, each variant against additive seed by seed (README: at its plateau).
+"$PY" -m experiments.tabulate --out $RESULTS/embedded_plateau/studies_table.md \
+  --title 'The embedded corpus at its plateau (8,000 updates): each point against additive, seed by seed' \
+  $RESULTS/embedded_scores $RESULTS/embedded_alignment/alignment_study.json \
+  $RESULTS/embedded_structures/study.json
+
 # 3. Table 1 and Fig. 2 with three seeds per model (bands of one standard deviation).
 nice -n 10 "$PY" -m experiments.reproduce_paper --preset cpu --seeds 0,1,2 \
   --out $RESULTS/paper_cpu_seeds
