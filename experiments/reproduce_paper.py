@@ -38,14 +38,16 @@ Presets (one shared config base each, changed only in `model.name` and `data.max
   for machines with accelerators.
 
 Outputs in OUT: table1.md and table1.json (test BLEU on all sentences and on those without
-unknown words, AER of the RNNsearch models: Table 1; the JSON also holds Fig. 2's numbers),
-bleu_vs_length.png (test BLEU by source length: Fig. 2), alignments/ (RNNsearch-50's test
+unknown words, AER of the RNNsearch models: Table 1; how trained each model is, its final
+validation BLEU and gain over the last quarter of the steps; the JSON also holds Fig. 2's numbers
+and the learning curves), bleu_vs_length.png (test BLEU by source length: Fig. 2),
+learning_curves.png (validation BLEU and loss against updates and minutes, mean ± sd over seeds), alignments/ (RNNsearch-50's test
 heatmaps: Fig. 3), summary.json (every result, resolved config, command and wall time, package
 versions, total time). The corpus is built once in OUT/data (`data.cache_dir`) and shared by the
 runs. Compiled XLA programs are kept in JAX's persistent compilation cache
 (`--compilation-cache`, default OUT/jax_cache), which runs of the same model and resumed runs
 then skip. Rerun, the script resumes unfinished runs; once every run had finished and OUT's
-summary reports on them all, it keeps the outputs as they are.
+summary reports on them all, it keeps that summary and draws the tables and figures again.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from experiments.lib import cli, presets, reports, stats
+from experiments.lib import cli, presets, reports, stats, sweeps
+from experiments.lib import plots as study_plots
 from experiments.lib import runs as runs_lib
 from experiments.lib.configs import apply_overrides, load_config, parse_sets
 from experiments.lib.reports import fmt
@@ -262,23 +265,27 @@ def table1_markdown(rows: Sequence[dict[str, Any]], preset: str, corpus: str) ->
   return "\n".join(lines) + "\n"
 
 
-def write_outputs(
-  out: Path, records: dict[str, Sequence[dict[str, Any]]], args, total_s: float
-) -> dict:
-  """table1.{md,json}, bleu_vs_length.png, alignments/ and summary.json in `out`, from each
-  model's run records ({model: one per seed})."""
-  rows, curves = table1(records), fig2_curves(records)
+def write_report(out: Path, records: dict[str, Sequence[dict[str, Any]]], args) -> list[dict]:
+  """table1.{md,json}, bleu_vs_length.png, learning_curves.png and alignments/ in `out`, drawn
+  from each model's run records ({model: one per seed}); Table 1's rows."""
+  rows, fig2 = table1(records), fig2_curves(records)
+  learning = sweeps.workdir_curves(
+    {model: [Path(rec["workdir"]) for rec in recs] for model, recs in records.items()}
+  )
   reports.write_json(
     out / "table1.json",
-    {"preset": args.preset, "corpus": args.corpus, "rows": rows, "fig2": curves},
+    {"preset": args.preset, "corpus": args.corpus, "rows": rows, "fig2": fig2, "curves": learning},
   )
-  (out / "table1.md").write_text(table1_markdown(rows, args.preset, args.corpus))
+  trained = [cli.how_trained(m, c) for m, c in learning.items() if c["final"] is not None]
+  md = table1_markdown(rows, args.preset, args.corpus)
+  (out / "table1.md").write_text(md + "".join(f"\n{line}\n" for line in trained))
   seeds = rows[0]["seeds"]
+  over = f", mean ± sd over {len(seeds)} seeds" if len(seeds) > 1 else ""
   plots.bleu_vs_length(
-    curves,
-    out / "bleu_vs_length.png",
-    title=f"test BLEU by source length ({args.preset}"
-    + (f", mean ± sd over {len(seeds)} seeds)" if len(seeds) > 1 else ")"),
+    fig2, out / "bleu_vs_length.png", title=f"test BLEU by source length ({args.preset}{over})"
+  )
+  study_plots.learning_curves(
+    learning, out / "learning_curves.png", title=f"Table 1's models ({args.preset}{over})"
   )
   source = Path(records[MODELS[-1].name][0]["workdir"])  # RNNsearch-50 (its first seed).
   heatmaps = source / "eval" / "test" / "alignments"
@@ -288,6 +295,15 @@ def write_outputs(
   target.mkdir(parents=True)
   for png in sorted(heatmaps.glob("*.png")) if heatmaps.is_dir() else []:
     shutil.copy2(png, target / png.name)
+  return rows
+
+
+def write_outputs(
+  out: Path, records: dict[str, Sequence[dict[str, Any]]], args, total_s: float
+) -> dict:
+  """The report (`write_report`) and summary.json in `out`."""
+  rows = write_report(out, records, args)
+  seeds = rows[0]["seeds"]
   summary = {
     "preset": args.preset,
     "corpus": args.corpus,
@@ -364,8 +380,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   old = out / "summary.json"
   names = [rec["name"] for recs in records.values() for rec in recs]
   if all(rec["reused"] for recs in records.values() for rec in recs) and _reports_on(old, names):
-    # Rerunning to resume a finished reproduction keeps its report (its date, load and time).
-    print(f"every run had finished and {old} reports on them all: kept")
+    # Rerunning a finished reproduction draws its tables and figures again from the runs and
+    # keeps the summary of the invocation that trained them (its date, load and time).
+    write_report(out, records, args)
+    print(f"every run had finished and {old} reports on them all: kept; tables and figures redrawn")
     return json.loads(old.read_text())
   summary = write_outputs(out, records, args, time.perf_counter() - start)
   print((out / "table1.md").read_text())

@@ -67,6 +67,11 @@ def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert all(f"| {name} |" in md for name in names)
   assert (out / "bleu_vs_length.png").stat().st_size > 0
   assert len(list((out / "alignments").glob("*.png"))) == 1  # The smoke preset draws one.
+  # Learning curves, and how trained each model is, as every study reports them.
+  assert (out / "learning_curves.png").stat().st_size > 0 and list(table["curves"]) == names
+  search = table["curves"]["RNNsearch-30"]
+  assert search["step"][-1] == table["rows"][1]["step"] and search["final"] == search["mean"][-1]
+  assert "How trained: RNNsearch-30's validation" in md
 
   summary = json.loads((out / "summary.json").read_text())
   assert {"runs", "table1", "total_wall_s", "runs_wall_s", "versions", "date"} <= set(summary)
@@ -99,6 +104,7 @@ def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   again = run_module("experiments.reproduce_paper", *args, *_cache(compilation_cache))
   assert "reports on them all: kept" in again.stdout
   assert (out / "summary.json").read_bytes() == before
+  assert json.loads((out / "table1.json").read_text()) == table  # Drawn again, the same.
 
 
 def test_reproduce_paper_seeds_average_table1_and_fig2(tmp_path: Path) -> None:

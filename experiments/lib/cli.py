@@ -323,6 +323,22 @@ def setting(result: dict[str, Any]) -> str:
   return f"{result['preset']} preset" if result["preset"] else result["config_file"]
 
 
+def how_trained(name: str, curve: dict[str, Any]) -> str:
+  """ "How trained: NAME's validation BLEU is X at step N, G more than at three quarters", from
+  one of `sweeps.workdir_curves`' curves (with a final value)."""
+  what = "validation BLEU (greedy)" if curve["metric"] == "bleu" else "validation loss"
+  how = f"How trained: {name}'s {what} is {fmt(curve['final'])} at step "
+  if curve["gain_last_quarter"] is None:
+    return (
+      how + f"{curve['step'][-1]} (no evaluation before three quarters of the steps to compare)."
+    )
+  return how + (
+    f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at step "
+    f"{0.75 * curve['step'][-1]:,g} (three quarters of the steps; read linearly between the "
+    "evaluations on either side where none falls there)."
+  )
+
+
 def footer(result: dict[str, Any]) -> list[str]:
   """The lines every study table ends with: how trained its baseline is (its final validation
   BLEU, or loss, and the gain over the last quarter of the steps), the points still to finish
@@ -331,17 +347,7 @@ def footer(result: dict[str, Any]) -> list[str]:
   lines = []
   curve = result.get("curves", {}).get(result["baseline"])
   if curve and curve["final"] is not None:
-    what = "validation BLEU (greedy)" if curve["metric"] == "bleu" else "validation loss"
-    how = f"How trained: {result['baseline']}'s {what} is {fmt(curve['final'])} at step "
-    if curve["gain_last_quarter"] is None:
-      how += f"{curve['step'][-1]} (no evaluation before three quarters of the steps to compare)."
-    else:
-      how += (
-        f"{curve['step'][-1]}, {fmt(curve['gain_last_quarter'])} more than at step "
-        f"{0.75 * curve['step'][-1]:,g} (three quarters of the steps; read linearly between the "
-        "evaluations on either side where none falls there)."
-      )
-    lines += ["", how]
+    lines += ["", how_trained(result["baseline"], curve)]
   if result.get("pending_points"):
     pending = ", ".join(f"`{name}`" for name in result["pending_points"])
     lines += ["", f"Not finished yet, so not in this table: {pending}."]

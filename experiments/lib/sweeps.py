@@ -25,7 +25,7 @@ import dataclasses
 import itertools
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
@@ -288,23 +288,28 @@ def bootstrap(
 
 
 def curves(sweep: Sweep) -> dict[str, dict[str, Any]]:
-  """Per point, validation BLEU (else, where no run computed it, validation loss) against
-  steps: mean and sample standard deviation over the seeds at the steps they all logged, the
-  final mean and its gain over the last quarter of the steps (`stats.last_quarter_gain`); with
-  BLEU, the validation loss too ("loss_mean", "loss_std"); and the mean training wall minutes
-  at those steps ("minutes": each run's `elapsed_s`, validation included), for the curves
-  against wall time."""
+  """Per point, its runs' learning curves (`workdir_curves`)."""
+  return workdir_curves({p.name: [run.workdir for run in sweep.runs(p)] for p in sweep.points})
 
-  def per_seed(point: Point, key: str) -> list[dict[int, float]]:
-    return [runs_lib.valid_curve(run.workdir, key) for run in sweep.runs(point)]
+
+def workdir_curves(workdirs: Mapping[str, Sequence[Path]]) -> dict[str, dict[str, Any]]:
+  """Per name, its workdirs' (a point's seeds) validation BLEU (else, where no run computed it,
+  validation loss) against steps: mean and sample standard deviation over the seeds at the
+  steps they all logged, the final mean and its gain over the last quarter of the steps
+  (`stats.last_quarter_gain`); with BLEU, the validation loss too ("loss_mean", "loss_std"); and
+  the mean training wall minutes at those steps ("minutes": each run's `elapsed_s`, validation
+  included), for the curves against wall time."""
+
+  def per_seed(name: str, key: str) -> list[dict[int, float]]:
+    return [runs_lib.valid_curve(workdir, key) for workdir in workdirs[name]]
 
   def at(seeds: list[dict[int, float]], steps: list[int]) -> list[tuple[float, float]]:
     return [stats.mean_std([c[s] for c in seeds]) for s in steps]
 
-  metric = "bleu" if any(any(per_seed(p, "bleu")) for p in sweep.points) else "loss"
+  metric = "bleu" if any(any(per_seed(name, "bleu")) for name in workdirs) else "loss"
   out = {}
-  for point in sweep.points:
-    seeds = per_seed(point, metric)
+  for name in workdirs:
+    seeds = per_seed(name, metric)
     steps = sorted(set.intersection(*(set(c) for c in seeds)))
     pairs = at(seeds, steps)
     means = [m for m, _ in pairs]
@@ -316,13 +321,13 @@ def curves(sweep: Sweep) -> dict[str, dict[str, Any]]:
       "final": means[-1] if means else None,  # How trained the point is at the end ...
       "gain_last_quarter": stats.last_quarter_gain(steps, means),  # ... and still moving.
     }
-    elapsed = per_seed(point, "elapsed_s")
+    elapsed = per_seed(name, "elapsed_s")
     if all(set(steps) <= set(c) for c in elapsed):
       curve["minutes"] = [m / 60 for m, _ in at(elapsed, steps)]
     if metric == "bleu":
-      losses = per_seed(point, "loss")
+      losses = per_seed(name, "loss")
       if all(set(steps) <= set(c) for c in losses):
         loss = at(losses, steps)
         curve["loss_mean"], curve["loss_std"] = [m for m, _ in loss], [s for _, s in loss]
-    out[point.name] = curve
+    out[name] = curve
   return out
