@@ -41,13 +41,14 @@ Outputs in OUT: table1.md and table1.json (test BLEU on all sentences and on tho
 unknown words, AER of the RNNsearch models: Table 1; how trained each model is, its final
 validation BLEU and gain over the last quarter of the steps; the JSON also holds Fig. 2's numbers
 and the learning curves), bleu_vs_length.png (test BLEU by source length: Fig. 2),
-learning_curves.png (validation BLEU and loss against updates and minutes, mean ± sd over seeds), alignments/ (RNNsearch-50's test
-heatmaps: Fig. 3), summary.json (every result, resolved config, command and wall time, package
-versions, total time). The corpus is built once in OUT/data (`data.cache_dir`) and shared by the
-runs. Compiled XLA programs are kept in JAX's persistent compilation cache
-(`--compilation-cache`, default OUT/jax_cache), which runs of the same model and resumed runs
-then skip. Rerun, the script resumes unfinished runs; once every run had finished and OUT's
-summary reports on them all, it keeps that summary and draws the tables and figures again.
+learning_curves.png (validation BLEU and loss against updates and minutes, mean ± sd over
+seeds), alignments/ (RNNsearch-50's test heatmaps: Fig. 3), summary.json (every result, resolved
+config, command and wall time, package versions, total time). The corpus is built once in
+OUT/data (`data.cache_dir`) and shared by the runs. Compiled XLA programs are kept in JAX's
+persistent compilation cache (`--compilation-cache`, default OUT/jax_cache), which runs of the
+same model and resumed runs then skip. Rerun, the script resumes unfinished runs; once every run
+had finished and OUT's summary reports on them all, it keeps that summary and draws the tables
+and figures again.
 """
 
 from __future__ import annotations
