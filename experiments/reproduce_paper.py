@@ -329,11 +329,6 @@ def write_outputs(
   return summary
 
 
-def _reports_on(path: Path, names: Sequence[str]) -> bool:
-  """Whether the summary at `path` reports on exactly these runs."""
-  return path.exists() and list(json.loads(path.read_text())["runs"]) == list(names)
-
-
 # ---------------------------------------------------------------------- driver
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -378,14 +373,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       records[name].append(
         {**runs_lib.execute(run), "seeded_from": source.name if seeded else None}
       )
-  old = out / "summary.json"
-  names = [rec["name"] for recs in records.values() for rec in recs]
-  if all(rec["reused"] for recs in records.values() for rec in recs) and _reports_on(old, names):
+  path = out / "summary.json"
+  old = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+  done = [rec for recs in records.values() for rec in recs]
+  if all(rec["reused"] for rec in done) and list(old["runs"]) == [rec["name"] for rec in done]:
     # Rerunning a finished reproduction draws its tables and figures again from the runs and
     # keeps the summary of the invocation that trained them (its date, load and time).
     write_report(out, records, args)
-    print(f"every run had finished and {old} reports on them all: kept; tables and figures redrawn")
-    return json.loads(old.read_text())
+    print(
+      f"every run had finished and {path} reports on them all: kept; tables and figures redrawn"
+    )
+    return old
   summary = write_outputs(out, records, args, time.perf_counter() - start)
   print((out / "table1.md").read_text())
   print(f"wrote {out / 'summary.json'} ({summary['total_wall_s']:.0f} s)")

@@ -226,9 +226,8 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
     raise SystemExit(f"error: {e}") from None
   sweep.out.mkdir(parents=True, exist_ok=True)
   if args.launcher == "jobs":
-    written = launch.write_jobs(sweep, study.module, arguments)
-    count = len((sweep.out / launch.JOBS_FILE).read_text().splitlines())
-    print(f"wrote {', '.join(map(str, written))}: {count} jobs")
+    lines, written = launch.write_jobs(sweep, study.module, arguments)
+    print(f"wrote {', '.join(map(str, written))}: {len(lines)} jobs")
     print(f"run them, e.g.: xargs -d '\\n' -P 2 -I{{}} sh -c {{}} < {written[0]}")
     print(f"then: python -m {study.module} ... --collect")
     return None
@@ -255,8 +254,7 @@ def train_on_cores(
   sweep: Sweep, module: str, arguments: dict[str, Any], processes: int
 ) -> set[str]:
   """`--launcher=cores`: the jobs file's lines run here on a core each; the points they trained."""
-  launch.write_jobs(sweep, module, arguments)
-  lines = (sweep.out / launch.JOBS_FILE).read_text().splitlines()
+  lines, _ = launch.write_jobs(sweep, module, arguments)
   unfinished = {run.name for run in sweeps.unfinished(sweep)}
   trained = {p.name for p in sweep.points if any(r.name in unfinished for r in sweep.runs(p.name))}
   print(f"{len(lines)} jobs, {processes} at a time on a core each; logs in {sweep.out / 'logs'}")

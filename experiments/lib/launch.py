@@ -135,8 +135,11 @@ def sbatch_script(jobs: Path, count: int) -> str:
   )
 
 
-def write_jobs(sweep: Sweep, module: str, arguments: Mapping[str, Any]) -> Sequence[Path]:
-  """Builds the shared data, writes OUT/jobs.txt and (with any line) OUT/sbatch.sh; their paths."""
+def write_jobs(
+  sweep: Sweep, module: str, arguments: Mapping[str, Any]
+) -> tuple[list[str], list[Path]]:
+  """Builds the shared data, writes OUT/jobs.txt and (with any line) OUT/sbatch.sh; the jobs'
+  lines and the paths written."""
   build_data(sweep)
   lines = job_lines(sweep, module, arguments)
   jobs = sweep.out / JOBS_FILE
@@ -144,11 +147,11 @@ def write_jobs(sweep: Sweep, module: str, arguments: Mapping[str, Any]) -> Seque
   sbatch = sweep.out / SBATCH_FILE
   if not lines:
     sbatch.unlink(missing_ok=True)
-    return [jobs]
+    return lines, [jobs]
   (sweep.out / "logs").mkdir(exist_ok=True)
   sbatch.write_text(sbatch_script(jobs, len(lines)))
   sbatch.chmod(0o755)
-  return [jobs, sbatch]
+  return lines, [jobs, sbatch]
 
 
 def run_on_cores(lines: Sequence[str], processes: int) -> None:
