@@ -89,10 +89,11 @@ baseline $RESULTS/multi30k_multi_source "src_lang=en"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_multi_source \
   --grid "data.local.src_lang=en,de,en+de"
 # Both attention maps (English, then German, against the French output) of the first three test
-# sentences, seed 0, kept beside the study (run folders' heatmaps are not committed).
+# sentences, seed 0, kept beside the study (run folders' heatmaps are not committed, so a later
+# checkout has only these copies: no copy then, and no failure to stop the chain).
 maps=$RESULTS/multi30k_multi_source/attention_maps
-mkdir -p $maps
-cp $RESULTS/multi30k_multi_source/runs/src_lang=en+de/seed_0/eval/test/alignments/00[012].png $maps/
+drawn=$RESULTS/multi30k_multi_source/runs/src_lang=en+de/seed_0/eval/test/alignments
+[ -e "$maps/000.png" ] || [ ! -d "$drawn" ] || { mkdir -p "$maps" && cp "$drawn"/00[012].png "$maps"/; }
 
 # 7. Lexicon bias with 5,000 training pairs and with all 29,000 (the table learned per run).
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_lexicon_5k \
