@@ -289,14 +289,22 @@ def write_report(out: Path, records: dict[str, Sequence[dict[str, Any]]], args) 
     learning, out / "learning_curves.png", title=f"Table 1's models ({args.preset}{over})"
   )
   source = Path(records[MODELS[-1].name][0]["workdir"])  # RNNsearch-50 (its first seed).
-  heatmaps = source / "eval" / "test" / "alignments"
-  target = out / "alignments"
+  copy_heatmaps(source / "eval" / "test" / "alignments", out / "alignments")
+  return rows
+
+
+def copy_heatmaps(heatmaps: Path, target: Path) -> None:
+  """Replaces `target`'s PNGs with those in `heatmaps`, where the run drew some: a checkout that
+  kept a finished reproduction's results but not its runs' heatmaps (they are not committed)
+  keeps the committed figures when the report is redrawn."""
+  pngs = sorted(heatmaps.glob("*.png")) if heatmaps.is_dir() else []
+  if not pngs:
+    return
   if target.exists():
     shutil.rmtree(target)
   target.mkdir(parents=True)
-  for png in sorted(heatmaps.glob("*.png")) if heatmaps.is_dir() else []:
+  for png in pngs:
     shutil.copy2(png, target / png.name)
-  return rows
 
 
 def write_outputs(

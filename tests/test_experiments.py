@@ -161,6 +161,23 @@ def test_reproduce_paper_seeds_average_table1_and_fig2(tmp_path: Path) -> None:
   assert (tmp_path / "fig2.png").stat().st_size > 0
 
 
+def test_reproduce_paper_redraw_keeps_heatmaps_when_the_runs_have_none(tmp_path: Path) -> None:
+  """A later checkout keeps a finished reproduction's results but not its runs' heatmaps (they
+  are not committed): redrawing its report must not delete the committed Fig. 3 PNGs."""
+  from experiments import reproduce_paper as rp
+
+  kept = tmp_path / "alignments"
+  kept.mkdir()
+  (kept / "000.png").write_bytes(b"committed")
+  rp.copy_heatmaps(tmp_path / "run" / "eval" / "test" / "alignments", kept)  # No such folder.
+  assert (kept / "000.png").read_bytes() == b"committed"
+  fresh = tmp_path / "run" / "eval" / "test" / "alignments"
+  fresh.mkdir(parents=True)
+  (fresh / "001.png").write_bytes(b"new")
+  rp.copy_heatmaps(fresh, kept)  # A run that drew some replaces them all.
+  assert sorted(p.name for p in kept.iterdir()) == ["001.png"]
+
+
 # ---------------------------------------------------------------------- the generic sweep
 TINY_SWEEP = ["--config=configs/tiny.py", "--grid", "model.score=additive,dot", "--seeds", "0,1"]
 TINY_SWEEP += ["--set=train.num_steps=4", "--set=train.log_every=2", "--set=train.eval_every=2"]
