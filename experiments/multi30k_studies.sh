@@ -75,7 +75,8 @@ sweep --config=configs/multi30k.py:en-de "${COMMON[@]}" --seeds 0,1 \
 attend_to() {
 # Two runs at a time, each process pinned to its own core (`--launcher=cores`): 1.28x the
 # throughput of one run after another on this 2-core machine (experiments/results/
-# seed_timing_processes.json). A run's own wall time is longer, the study's shorter.
+# seed_timing_processes.json; 1.09x on the AVX2-only AMD EPYC: seed_timing_processes_amd.json).
+# A run's own wall time is longer, the study's shorter.
 local COMMON=("${COMMON[@]}" --launcher=cores)
 # 5. Copying from the source with a 4k target vocabulary (issue: what attention can attend to).
 # The config replaces each output <unk> by the source word it attends to most (Luong et al.'s
