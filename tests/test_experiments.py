@@ -166,12 +166,11 @@ def test_reproduce_paper_redraw_keeps_heatmaps_when_the_runs_have_none(tmp_path:
   are not committed): redrawing its report must not delete the committed Fig. 3 PNGs."""
   from experiments import reproduce_paper as rp
 
-  kept = tmp_path / "alignments"
+  kept, fresh = tmp_path / "alignments", tmp_path / "run" / "eval" / "test" / "alignments"
   kept.mkdir()
   (kept / "000.png").write_bytes(b"committed")
-  rp.copy_heatmaps(tmp_path / "run" / "eval" / "test" / "alignments", kept)  # No such folder.
+  rp.copy_heatmaps(fresh, kept)  # No such folder yet.
   assert (kept / "000.png").read_bytes() == b"committed"
-  fresh = tmp_path / "run" / "eval" / "test" / "alignments"
   fresh.mkdir(parents=True)
   (fresh / "001.png").write_bytes(b"new")
   rp.copy_heatmaps(fresh, kept)  # A run that drew some replaces them all.
