@@ -263,16 +263,21 @@ def test_bad_alignment_lines_are_named(tmp_path, lines, message):
     ip.load_data(_local_config(tmp_path / "c"), tmp_path / "w")
 
 
+@pytest.mark.slow
 def test_supervised_attention_lowers_aer(tmp_path):
+  """Weight 5 over 300 steps gave 0.47 against 0.64 on 2 cores but 0.56 on one (the thread
+  count changes float32 sums, and so the run): a margin that small failed on one core. Weight
+  20 over 150 steps gave 0.50 against 0.82 on one core and on two, with the tests' fast
+  compile flags and with XLA's defaults."""
   aer = {}
-  for weight in (0.0, 5.0):
+  for weight in (0.0, 20.0):
     cfg = tiny.get_config()
-    cfg.train.num_steps, cfg.train.eval_every, cfg.train.checkpoint_every = 300, 300, 300
-    cfg.train.log_every, cfg.train.valid_bleu = 100, False
+    cfg.train.num_steps, cfg.train.eval_every, cfg.train.checkpoint_every = 150, 150, 150
+    cfg.train.log_every, cfg.train.valid_bleu = 50, False
     cfg.train.loss_terms = f"supervision(weight={weight})"
     cfg.model.init = "glorot"  # The paper init starts attention uniform and slow to move.
     cfg.decode.beam_size, cfg.decode.num_heatmaps = 1, 0
     cfg.data.cache_dir = str(tmp_path / "data")
     results = train.train_and_evaluate(cfg, tmp_path / f"w{weight}")
     aer[weight] = results["test"]["aer"]
-  assert aer[5.0] < aer[0.0] - 0.15, aer  # Seen: 0.41 against 0.64 (argmax links, tiny model).
+  assert aer[20.0] < aer[0.0] - 0.15, aer  # Argmax links of a tiny model.

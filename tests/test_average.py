@@ -23,6 +23,7 @@ def checkpoint_params(workdir, step, subdir="checkpoints"):
   return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
 
 
+@pytest.mark.slow
 def test_averaging_one_checkpoint_is_the_identity_and_two_their_mean(trained, tmp_path):
   first, second = checkpoint_params(trained, 10), checkpoint_params(trained, 20)
   record = average.average_checkpoints(trained, tmp_path / "one", last=1)
@@ -72,6 +73,7 @@ def test_averaging_refuses_what_the_run_does_not_hold(trained, tmp_path, kwargs,
     average.average_checkpoints(trained, tmp_path / "x", **kwargs)
 
 
+@pytest.mark.slow
 def test_the_moving_average_follows_its_schedule():
   config = tiny.get_config()
   config.train.ema_decay = 0.9
@@ -93,6 +95,7 @@ def test_the_moving_average_follows_its_schedule():
     np.testing.assert_allclose(e, decay * p0 + (1 - decay) * p1, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_it(tmp_path):
   def config(num_steps):
     c = tiny.get_config()

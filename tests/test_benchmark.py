@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from helpers import run_module
 
 
@@ -14,6 +15,7 @@ def _positive_finite(value: object) -> bool:
   return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
+@pytest.mark.slow
 def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   out = tmp_path / "bench.json"
   args = ["--out", str(out), "--preset", "tiny", "--repeats", "2", "--steps", "2", "--peer"]

@@ -118,6 +118,7 @@ def test_library_logs_go_to_the_log_file_and_verbosity_brings_them_back(
   assert absl_terminal.level == logging.NOTSET  # Put back as it was.
 
 
+@pytest.mark.slow
 def test_training_prints_one_line_per_log_interval_with_the_eta_down_the_budget(tmp_path, capsys):
   config = tiny.get_config()
   config.train.num_steps, config.train.max_minutes = 1_000_000, 0.25  # The budget ends it.

@@ -181,6 +181,7 @@ def test_copy_refuses_settings_it_cannot_serve():
     settings.validate(cfg)
 
 
+@pytest.mark.slow
 def test_a_copying_run_trains_evaluates_translates_and_scores(tmp_path):
   """End to end through training, evaluation and the Python API; with the gate shut, a word
   neither vocabulary has comes out as itself and scores as the search reported."""

@@ -420,6 +420,7 @@ def test_forced_decoding_scores_what_greedy_and_beam_search_reported(batch, name
     np.testing.assert_allclose(forced.token_scores.sum(1), forced.scores, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_forced_decoding_of_a_batch_equals_one_pair_at_a_time(model, batch):
   """Padding rows and columns change nothing: each pair alone, cut to its own lengths, scores
   what it scores in the padded batch."""

@@ -47,6 +47,7 @@ def _is_score(value: object) -> bool:
   return isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 100.0
 
 
+@pytest.mark.slow
 def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   out = tmp_path / "paper"
   args = ["--out", str(out), "--preset", "smoke", "--with-star", "--set", "train.log_every=2"]
@@ -184,6 +185,7 @@ TINY_SWEEP += ["--set=train.checkpoint_every=4", "--set=train.valid_bleu=0"]
 TINY_SWEEP += ["--bootstrap-samples", "100"]
 
 
+@pytest.mark.slow
 def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_cache):
   """--launcher=jobs, every line run by `xargs -P 2` from elsewhere, the sbatch script's line
   resumed as a no-op, then --collect: the table, the JSON and the learning curves."""
@@ -407,6 +409,7 @@ def test_run_on_cores_pins_each_job_to_its_own_core_and_names_the_failures(tmp_p
     launch.run_on_cores(lines, processes=len(os.sched_getaffinity(0)) + 1)
 
 
+@pytest.mark.slow
 @needs_taskset
 def test_sweep_on_cores_trains_each_seed_in_its_own_process_then_reports(
   tmp_path, compilation_cache
@@ -428,6 +431,7 @@ def test_sweep_on_cores_trains_each_seed_in_its_own_process_then_reports(
     grid_sweep.main([*args, "--launcher=cores", "--only", "score=additive"])
 
 
+@pytest.mark.slow
 def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, compilation_cache):
   out = tmp_path / "decode"
   args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", "0"]
@@ -665,6 +669,7 @@ def test_run_command_runs_from_the_root_and_fails_in_one_line(capfd):
     run_command("python -c 'raise SystemExit(3)'")
 
 
+@pytest.mark.slow
 def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   out = tmp_path / "structures"
   args = ["--out", str(out), "--preset", "smoke", "--variants", "soft,hard", "--seeds", "0"]
@@ -705,6 +710,7 @@ def test_structural_study_smoke(tmp_path: Path, compilation_cache: Path) -> None
     assert (out / name).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_alignment_study_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   out = tmp_path / "study"
   variants = "additive,agreement,gnmt-beam"

@@ -78,6 +78,7 @@ def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
   np.testing.assert_allclose(first.sum(axis=1), 1.0, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(trained, tmp_path):
   workdir = tmp_path / "resumed"
   run_main(workdir, "--config.train.num_steps=10", "--config.train.final_eval=false")
@@ -110,6 +111,7 @@ def test_changed_model_is_refused_with_the_field_names(trained, tmp_path):
   assert line.startswith("error:") and "model.emb_dim" in line and "model.score" in line
 
 
+@pytest.mark.slow
 def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
   workdir = tmp_path / "budget"
   args = ["--config.train.num_steps=100000", "--config.train.valid_bleu=false"]

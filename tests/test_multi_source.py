@@ -150,6 +150,7 @@ def test_a_single_source_holding_the_separator_stays_one_source(tmp_path):
   assert translate.read_sources(str(tmp_path / "in.en"), 1) == (["the dog"], 0)
 
 
+@pytest.mark.slow
 def test_a_multi_source_run_trains_evaluates_and_translates(tmp_path):
   import json
 

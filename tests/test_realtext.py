@@ -49,6 +49,7 @@ def test_language_pair_argument():
     multi30k.get_config("en-en")
 
 
+@pytest.mark.slow
 def test_realtext_smoke(tmp_path):
   data_dir = tmp_path / "corpus"
   _write_corpus(data_dir)
@@ -92,6 +93,7 @@ def test_realtext_smoke(tmp_path):
   assert (out / "multi30k_bleu_vs_minutes.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="../shared/data/multi30k is absent")
 def test_multi30k_config_builds_and_trains_one_step(tmp_path):
   config = multi30k.get_config()

@@ -63,6 +63,7 @@ def completed_checkpoints(workdir):
   )
 
 
+@pytest.mark.slow
 def test_sigkill_during_training_then_rerun_matches(reference, tmp_path):
   workdir = tmp_path / "killed"
   args = ["--config.train.num_steps=20", *FAST]
@@ -77,6 +78,7 @@ def test_sigkill_during_training_then_rerun_matches(reference, tmp_path):
   assert steps == sorted(set(steps))  # No duplicated lines from the killed run.
 
 
+@pytest.mark.slow
 def test_sigkill_during_checkpoint_write_then_rerun_matches(reference, tmp_path):
   workdir = tmp_path / "killed_in_write"
   args = ["--config.train.num_steps=20", "--config.train.checkpoint_every=1", *FAST]
@@ -94,6 +96,7 @@ def test_sigkill_during_checkpoint_write_then_rerun_matches(reference, tmp_path)
   assert_same_params(workdir, reference)
 
 
+@pytest.mark.slow
 def test_a_best_checkpoint_after_the_resumed_step_is_discarded(tmp_path):
   """A run killed after evaluating (and saving best/) at a step it had not checkpointed resumes
   from its last checkpoint: the best checkpoint of that discarded future goes with its metrics

@@ -99,6 +99,7 @@ def read_nbest(path):
   return rows
 
 
+@pytest.mark.slow
 def test_nbest_list_starts_with_the_1best_and_keeps_every_line(outputs):
   best = outputs.joinpath("best.txt").read_text().split("\n")[:-1]
   rows = read_nbest(outputs / "nbest.txt")
