@@ -1,7 +1,23 @@
-"""What several test modules share: running main.py (and the experiment scripts) as
-subprocesses with cheap compilation, and reading a run's metrics and checkpoints."""
+"""What several test modules share: running main.py and the experiment scripts as a user
+runs them, with cheap compilation, and reading a run's metrics and checkpoints.
 
+A run goes through the program's own entry point (main.py's flags and `main`, a script's
+`main(argv)`) in the test's process unless it asks for a process of its own: a fresh Python
+spends some 4 s importing JAX, Flax, Orbax, tfds and matplotlib before it does anything, and
+the tests run some thirty such programs. Runs that need their own process ask for it: those
+given XLA flags (XLA reads them once, when its backend starts), those that must die of a bad
+command line (absl ends the process there), and those a test signals or runs side by side.
+On a 2-core AMD EPYC beside two training runs, the 96 tests of test_experiments, test_main,
+test_agreement, test_report, test_translate, test_reliability and test_console took 288 and
+306 s so (user+sys CPU 504 and 531 s) against 364 and 384 s (646 and 688 s) with a fresh
+process for every run (`pytest -n 2 --dist worksteal` on those files, the two trees in turn).
+"""
+
+import contextlib
+import importlib
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -31,14 +47,69 @@ def main_command(workdir, *overrides) -> list[str]:
   return [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
 
 
-def run_main(workdir, *overrides, xla_flags="", check=True):
-  cmd = main_command(workdir, *overrides)
-  proc = subprocess.run(
-    cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env(xla_flags), timeout=600
-  )
+def run_main(workdir, *overrides, **how):
+  """main.py on configs/tiny.py in `workdir` with `overrides` (`run_main_py`'s keywords)."""
+  return run_main_py(main_command(workdir, *overrides), **how)
+
+
+def run_main_py(cmd: list[str], *, xla_flags="", check=True, own_process=False):
+  """`cmd`, a `python main.py ARGS` command line: its exit status and output as a
+  `subprocess.CompletedProcess`. It runs in this process (see the module's docstring) unless
+  `own_process` or `xla_flags`; with `check`, a non-zero exit fails the test."""
+  if own_process or xla_flags:
+    proc = subprocess.run(
+      cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env(xla_flags), timeout=600
+    )
+  else:
+    proc = _in_this_process(_main_py, cmd[1:])
   if check and proc.returncode != 0:
     raise AssertionError(f"exit {proc.returncode}\n{proc.stderr[-3000:]}")
   return proc
+
+
+def _main_py(argv: list[str]) -> None:
+  """main.py's `__main__` without `app.run`'s process setup: its flags parsed from `argv` (the
+  config file's field overrides, which ml_collections reads from sys.argv), then `main`; the
+  flags are left unparsed again, as this process had them (absl's log handler writes elsewhere
+  once flags are parsed)."""
+  from absl import flags
+
+  import main as entry
+
+  flag_values, absl_logger = flags.FLAGS, logging.getLogger("absl")
+  saved_argv, saved_level = sys.argv, absl_logger.level
+  sys.argv = argv
+  try:
+    rest = flag_values(argv)
+    # app.run puts absl's handler on the root logger, and --verbosity then leaves the "absl"
+    # logger's level unset (root decides, as `console.logged_to` sets it); without app.run,
+    # parsing the flag sets it to WARNING, which would keep Orbax's INFO lines out of log.txt.
+    absl_logger.setLevel(logging.NOTSET)
+    entry.main(rest)
+  finally:
+    sys.argv = saved_argv
+    flag_values.unparse_flags()
+    for name in [n for n in flag_values if n.startswith("config.")]:  # This run's overrides.
+      delattr(flag_values, name)
+    absl_logger.setLevel(saved_level)
+
+
+def _in_this_process(entry, argv: list[str]) -> subprocess.CompletedProcess:
+  """`entry(argv)` from the repository root with standard output and error captured. The exit
+  status is what `python` would give: the code of a SystemExit (a message: printed, status 1),
+  an int that `entry` returns (plateau.py exits with its main's), else 0. Any other exception
+  fails the test where it is raised."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      result = entry(argv)
+    except SystemExit as stop:
+      result = stop.code
+    if isinstance(result, str):
+      print(result, file=sys.stderr)
+      result = 1
+  status = result if isinstance(result, int) else 0
+  return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
 def metrics(workdir):
@@ -65,12 +136,17 @@ def final_params(workdir):
   return step, flat
 
 
-def run_module(module: str, *args: str, fast_compile: bool = True, timeout: float = 600):
-  """`python -m MODULE ARGS` from the repository root on the CPU (with FAST_COMPILE unless
-  `fast_compile` is False); fails the calling test on a non-zero exit."""
-  env = {**(subprocess_env() if fast_compile else os.environ), "JAX_PLATFORMS": "cpu"}
+def run_module(module: str, *args: str, own_process: bool = False, timeout: float = 600):
+  """`python -m MODULE ARGS` from the repository root on the CPU with FAST_COMPILE: the
+  script's `main(argv)` in this process (see the module's docstring) unless `own_process`; fails
+  the calling test on a non-zero exit."""
   cmd = [sys.executable, "-m", module, *args]
-  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+  if own_process:
+    env = {**subprocess_env(), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+  else:
+    script = importlib.import_module(module)
+    proc = _in_this_process(lambda argv: script.main(argv[1:]), cmd[2:])
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
 

@@ -1,5 +1,6 @@
-"""Smoke test of experiments/benchmark.py: the tiny preset end to end, as a subprocess (XLA's
-backend optimisations turned down: the test checks the keys and their consistency, not speed)."""
+"""Smoke test of experiments/benchmark.py: the tiny preset end to end, in a process of its own
+(it forces two CPU devices, which XLA reads when its backend starts), with XLA's backend
+optimisations turned down: the test checks the keys and their consistency, not speed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   args += ["--set", "model.scan_unroll=2"]
   args += ["--breakdown", "--devices", "2"]  # Data parallel over two forced CPU devices.
   args += ["--shortlist-size", "40"]
-  proc = run_module("experiments.benchmark", *args, timeout=300)
+  proc = run_module("experiments.benchmark", *args, own_process=True, timeout=300)  # Devices.
   assert "tokens/s" in proc.stdout
 
   res = json.loads(out.read_text())

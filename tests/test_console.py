@@ -8,12 +8,11 @@ import logging
 import pathlib
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 from absl import logging as absl_logging
-from helpers import ROOT, metrics, subprocess_env
+from helpers import metrics, run_main_py
 
 from configs import tiny
 from seq2seq import cli, console, evaluate, train
@@ -185,7 +184,7 @@ def test_eval_ends_with_the_table_or_with_json(trained, tmp_path, capsys, caplog
 )
 def test_a_mode_without_what_it_needs_says_so_in_one_line(tmp_path, args, message):
   cmd = [sys.executable, "main.py", f"--workdir={tmp_path}", *args]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env())
+  proc = run_main_py(cmd, check=False)
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1].startswith(message) and "Traceback" not in proc.stderr
   assert not pathlib.Path("/no/such/run").exists()  # Nothing is created for a mistyped run.

@@ -1,5 +1,7 @@
-"""Smoke tests of the experiment scripts (subprocesses, `python -m experiments.X`) and of what
-they share (experiments/lib: sweeps, their jobs file, statistics, tables).
+"""Smoke tests of the experiment scripts (`python -m experiments.X`, run through their
+`main(argv)` in the test's process by `helpers.run_module`; a sweep's jobs file is run by xargs
+and bash, as a user would) and of what they share (experiments/lib: sweeps, their jobs file,
+statistics, tables).
 
 The scripts run on configs/tiny.py for a few steps and use the session's persistent compilation
 cache, so programs that main.py runs in other tests compiled are loaded, not rebuilt. XLA's

@@ -53,22 +53,14 @@ def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
   source = tmp_path / "in.txt"
   source.write_bytes(b"the cat sleeps .\n\nthe dog does not eat apples .\n\xff\xfe bad\n\n")
   out, att = tmp_path / "out.txt", tmp_path / "att.jsonl"
-  proc = subprocess.run(
-    main_command(
-      trained,
-      "--mode=translate",
-      f"--input={source}",
-      f"--output={out}",
-      f"--alignments={att}",
-      "--config.train.num_steps=20",
-    ),
-    cwd=ROOT,
-    env=subprocess_env(),
-    capture_output=True,
-    text=True,
-    timeout=600,
+  run_main(
+    trained,
+    "--mode=translate",
+    f"--input={source}",
+    f"--output={out}",
+    f"--alignments={att}",
+    "--config.train.num_steps=20",
   )
-  assert proc.returncode == 0, proc.stderr[-3000:]
   lines = out.read_text().split("\n")[:-1]
   assert len(lines) == 5 and lines[1] == "" and lines[4] == "" and lines[0] != ""
   records = [json.loads(line) for line in att.read_text().splitlines()]
@@ -166,7 +158,7 @@ def test_bad_settings_end_with_one_error_line(tmp_path, overrides, message):
 
 
 def test_unknown_config_field_fails(tmp_path):
-  proc = run_main(tmp_path / "bad", "--config.model.no_such_field=3", check=False)
+  proc = run_main(tmp_path / "bad", "--config.model.no_such_field=3", check=False, own_process=True)
   assert proc.returncode != 0
   assert "no_such_field" in proc.stderr
 

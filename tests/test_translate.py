@@ -2,12 +2,10 @@
 command line's files, and `seq2seq.load` against them."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, main_command, subprocess_env
+from helpers import run_main
 
 import seq2seq
 from seq2seq import checkpoints, translate
@@ -16,77 +14,45 @@ SOURCES = ["the cat sleeps .", "", "the dog does not eat apples .", "   ", "a bi
 REFERENCES = ["le chat dort .", "le chien", "", "", "une grande maison ."]
 NBEST = 3  # configs/tiny.py decodes with beam 3.
 
-# The Python API in a subprocess run like main.py's (same XLA flags, hence the same numbers):
-# its n-best list and score records, written in the command line's formats.
-API_SCRIPT = """
-import json, sys
-import seq2seq
-from seq2seq import translate
-workdir, sources, references, nbest_out, scores_out = sys.argv[1:]
-sources = open(sources).read().split("\\n")[:-1]
-references = open(references).read().split("\\n")[:-1]
-t = seq2seq.load(workdir)
-found = t.translate(sources, nbest={nbest})
-with open(nbest_out, "w") as f:
-  for i, hyps in enumerate(found):
-    f.writelines(line + "\\n" for line in translate.nbest_lines(i, hyps))
-with open(scores_out, "w") as f:
-  for i, r in enumerate(t.score(sources, references)):
-    f.write(json.dumps(translate.score_record(i, r), ensure_ascii=False) + "\\n")
-"""
 
-
-def run(*args, check=True):
-  proc = subprocess.run(
-    list(args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
-  )
-  if check:
-    assert proc.returncode == 0, proc.stderr[-3000:]
-  return proc
+def api_files(workdir, sources, references, nbest_out, scores_out):
+  """The Python API's n-best list and score records, written in the command line's formats."""
+  sources = sources.read_text().split("\n")[:-1]
+  references = references.read_text().split("\n")[:-1]
+  t = seq2seq.load(workdir)
+  found = t.translate(sources, nbest=NBEST)
+  with open(nbest_out, "w") as f:
+    for i, hyps in enumerate(found):
+      f.writelines(line + "\n" for line in translate.nbest_lines(i, hyps))
+  with open(scores_out, "w") as f:
+    for i, r in enumerate(t.score(sources, references)):
+      f.write(json.dumps(translate.score_record(i, r), ensure_ascii=False) + "\n")
 
 
 @pytest.fixture(scope="module")
 def outputs(trained, tmp_path_factory):
-  """The files of four runs on the trained tiny model, started together: main.py translate
-  (1-best), translate --nbest=3 with alignments, score with alignments, and the API script."""
+  """The files of four runs on the trained tiny model: main.py translate (1-best), translate
+  --nbest=3 with alignments, score with alignments, and the Python API."""
   d = tmp_path_factory.mktemp("translate")
   (d / "src.txt").write_text("".join(s + "\n" for s in SOURCES))
   (d / "ref.txt").write_text("".join(r + "\n" for r in REFERENCES))
-  mode = lambda *args: main_command(
+  mode = lambda *args: run_main(
     trained, "--config.train.num_steps=20", f"--input={d}/src.txt", *args
   )
-  commands = [
-    mode("--mode=translate", f"--output={d}/best.txt"),
-    mode(
-      "--mode=translate",
-      f"--nbest={NBEST}",
-      f"--output={d}/nbest.txt",
-      f"--alignments={d}/nbest.jsonl",
-    ),
-    mode(
-      "--mode=score",
-      f"--reference={d}/ref.txt",
-      f"--output={d}/scores.jsonl",
-      f"--alignments={d}/att.jsonl",
-    ),
-    [
-      sys.executable,
-      "-c",
-      API_SCRIPT.format(nbest=NBEST),
-      str(trained),
-      f"{d}/src.txt",
-      f"{d}/ref.txt",
-      f"{d}/api_nbest.txt",
-      f"{d}/api_scores.jsonl",
-    ],
-  ]
-  procs = [
-    subprocess.Popen(c, cwd=ROOT, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
-    for c in commands
-  ]
-  for proc in procs:
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
+  mode("--mode=translate", f"--output={d}/best.txt")
+  mode(
+    "--mode=translate",
+    f"--nbest={NBEST}",
+    f"--output={d}/nbest.txt",
+    f"--alignments={d}/nbest.jsonl",
+  )
+  mode(
+    "--mode=score",
+    f"--reference={d}/ref.txt",
+    f"--output={d}/scores.jsonl",
+    f"--alignments={d}/att.jsonl",
+  )
+  api_files(trained, d / "src.txt", d / "ref.txt", d / "api_nbest.txt", d / "api_scores.jsonl")
   return d
 
 
@@ -218,7 +184,7 @@ def test_nbest_beyond_the_beam_and_mismatched_files_are_one_error_line(trained, 
     (["--mode=score", f"--input={src}"], "--mode=score needs --reference"),
   ]
   for args, message in cases:
-    proc = run(*main_command(trained, "--config.train.num_steps=20", *args), check=False)
+    proc = run_main(trained, "--config.train.num_steps=20", *args, check=False)
     assert proc.returncode == 1
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error:") and message in line, line
