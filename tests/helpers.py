@@ -57,9 +57,7 @@ def run_main_py(cmd: list[str], *, xla_flags="", check=True, own_process=False):
   `subprocess.CompletedProcess`. It runs in this process (see the module's docstring) unless
   `own_process` or `xla_flags`; with `check`, a non-zero exit fails the test."""
   if own_process or xla_flags:
-    proc = subprocess.run(
-      cmd, cwd=ROOT, capture_output=True, text=True, env=subprocess_env(xla_flags), timeout=600
-    )
+    proc = _in_own_process(cmd, subprocess_env(xla_flags))
   else:
     proc = _in_this_process(_main_py, cmd[1:])
   if check and proc.returncode != 0:
@@ -92,6 +90,11 @@ def _main_py(argv: list[str]) -> None:
     for name in [n for n in flag_values if n.startswith("config.")]:  # This run's overrides.
       delattr(flag_values, name)
     absl_logger.setLevel(saved_level)
+
+
+def _in_own_process(cmd: list[str], env: dict[str, str], timeout: float = 600):
+  """`cmd` in a fresh process from the repository root, its output captured."""
+  return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _in_this_process(entry, argv: list[str]) -> subprocess.CompletedProcess:
@@ -142,8 +145,7 @@ def run_module(module: str, *args: str, own_process: bool = False, timeout: floa
   the calling test on a non-zero exit."""
   cmd = [sys.executable, "-m", module, *args]
   if own_process:
-    env = {**subprocess_env(), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = _in_own_process(cmd, {**subprocess_env(), "JAX_PLATFORMS": "cpu"}, timeout)
   else:
     script = importlib.import_module(module)
     proc = _in_this_process(lambda argv: script.main(argv[1:]), cmd[2:])
