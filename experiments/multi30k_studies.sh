@@ -93,7 +93,7 @@ sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_multi_source \
 # sentences, seed 0, kept beside the study (run folders' heatmaps are not committed, so a later
 # checkout has only these copies: no copy then, and no failure to stop the chain).
 maps=$RESULTS/multi30k_multi_source/attention_maps
-drawn=$RESULTS/multi30k_multi_source/runs/src_lang=en+de/seed_0/eval/test/alignments
+drawn=$RESULTS/multi30k_multi_source/runs/src_lang=en-de/seed_0/eval/test/alignments
 [ -e "$maps/000.png" ] || [ ! -d "$drawn" ] || { mkdir -p "$maps" && cp "$drawn"/00[012].png "$maps"/; }
 
 # 7. Lexicon bias with 5,000 training pairs and with all 29,000 (the table learned per run).
