@@ -31,5 +31,5 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.checkpoint_every = 10
   c.decode.beam_size = 3
   c.decode.batch_size = 16
-  c.decode.num_heatmaps = 1
+  c.decode.num_heatmaps = 2
   return c

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 
-from helpers import FAST_COMPILE, TINY_DATA
+from helpers import FAST_COMPILE
 
 os.environ.setdefault("XLA_FLAGS", FAST_COMPILE)
 
@@ -51,7 +51,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_sessionfinish(session, exitstatus):
-  shutil.rmtree(TINY_DATA, ignore_errors=True)
   if _CACHE is not None:
     shutil.rmtree(_CACHE, ignore_errors=True)
 

@@ -21,7 +21,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -43,18 +42,9 @@ def subprocess_env(extra_xla_flags: str = "") -> dict[str, str]:
   return {**os.environ, "XLA_FLAGS": f"{FAST_COMPILE} {extra_xla_flags}".strip()}
 
 
-# The corpus of configs/tiny.py is built once per test process, here, and main.py runs read it
-# (`data.cache_dir`), rather than each building it again in its workdir (0.5 s of generation
-# and tfds writing every time). One folder per process: two pytest workers building one corpus
-# at once would race to rename tfds' unfinished folder. conftest.py removes it at the end.
-TINY_DATA = Path(tempfile.mkdtemp(prefix="seq2seq-tiny-data-"))
-
-
 def main_command(workdir, *overrides) -> list[str]:
-  """main.py on configs/tiny.py in `workdir` with `overrides`, reading the process's built
-  corpus (an override of data.cache_dir comes later and wins)."""
-  config = ["--config=configs/tiny.py", f"--config.data.cache_dir={TINY_DATA}"]
-  return [sys.executable, "main.py", *config, f"--workdir={workdir}", *overrides]
+  """main.py on configs/tiny.py in `workdir` with `overrides`."""
+  return [sys.executable, "main.py", "--config=configs/tiny.py", f"--workdir={workdir}", *overrides]
 
 
 def run_main(workdir, *overrides, **how):

@@ -46,7 +46,7 @@ def test_run_writes_every_promised_file(trained):
     assert all({"min_len", "max_len", "count", "bleu"} <= set(r) for r in result["bleu_by_length"])
     assert len((out / "hypotheses.txt").read_text().splitlines()) == 64
     assert (out / "bleu_vs_length.png").stat().st_size > 0
-    assert len(list((out / "alignments").glob("*.png"))) == 1  # decode.num_heatmaps
+    assert len(list((out / "alignments").glob("*.png"))) == 2  # decode.num_heatmaps
 
 
 def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
