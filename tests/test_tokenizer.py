@@ -180,6 +180,29 @@ def test_moses_word_vocab_encodes_tokens_and_saves_its_pretokenizer(tmp_path):
     tk.load_or_build(tmp_path / "v", "word", 100, lambda: texts)
 
 
+def test_building_a_vocabulary_then_encoding_its_texts_splits_each_sentence_once(
+  monkeypatch, tmp_path
+):
+  """Moses splits are remembered (a Multi30k run's vocabulary and its training split read the
+  same 58,000 sentences), and each caller gets a list of its own."""
+  moses, calls = tk.moses_tokenizer("fr"), []
+
+  class Counting:
+    def tokenize(self, text, **kwargs):
+      calls.append(text)
+      return moses.tokenize(text, **kwargs)
+
+  monkeypatch.setattr(tk, "moses_tokenizer", lambda lang: Counting())
+  texts = MOSES_EXAMPLES["fr"]
+  pre = tk.Pretokenizer("moses", "fr")
+  vocab = tk.load_or_build(tmp_path / "v", "word", 100, lambda: texts, pretokenizer=pre)
+  ids = [vocab.encode(t) for t in texts]
+  assert sorted(calls) == sorted(texts)
+  pre.split(texts[0]).append("changed")
+  assert pre.split(texts[0]) == moses.tokenize(texts[0], escape=False)
+  assert vocab.encode(texts[0]) == ids[0]
+
+
 def test_unknown_pretokenizer_raises():
   with pytest.raises(ValueError, match="unknown pretokenizer 'spacy'"):
     tk.Pretokenizer("spacy", "en")
