@@ -4,6 +4,7 @@ evaluation order, and the local-text builder's handling of bad input."""
 import itertools
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -417,6 +418,17 @@ def test_local_text_build_is_keyed_by_content_not_modification_time(local_files,
   path.write_bytes(data.replace(b"A", b"B", 1))
   os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
   assert builders.make_builder(config.data, tmp_path).builder_config.name != first
+
+
+def test_making_a_builder_leaves_nothing_in_the_temp_folder(local_files, tmp_path, monkeypatch):
+  """tfds looks an unbuilt dataset up in its GCS bucket through a fresh temp folder that it
+  never removes: one empty folder per builder, some 1,800 of them after a few test runs."""
+  temp = tmp_path / "temp"
+  temp.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temp))
+  for corpus_config in (_config().data, _local_config(local_files).data):
+    builders.make_builder(corpus_config, tmp_path / "data")
+  assert list(temp.iterdir()) == []
 
 
 def test_unknown_corpus_raises(tmp_path):

@@ -59,6 +59,15 @@ def _short_hash(*parts: Any) -> str:
   return hashlib.sha256(repr(parts).encode("utf-8")).hexdigest()[:12]
 
 
+class _Info(tfds.core.DatasetInfo):
+  """DatasetInfo of a corpus built here. tfds looks an unbuilt dataset's info up in its GCS
+  bucket (disabled in this library) by first making a temp folder, which it never removes: one
+  empty folder per builder made. These corpora are never in the bucket, so skip the lookup."""
+
+  def initialize_from_bucket(self) -> None:
+    pass
+
+
 class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base of this module's builders: array_record text datasets that download nothing."""
 
@@ -70,7 +79,7 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   def _text_info(self, metadata=None, **extra_features) -> tfds.core.DatasetInfo:
     """Corpus-ordered info with "src" and "tgt" text features plus `extra_features`."""
     features = {"src": tfds.features.Text(), "tgt": tfds.features.Text(), **extra_features}
-    return tfds.core.DatasetInfo(
+    return _Info(
       builder=self,
       description=self.__doc__,
       features=tfds.features.FeaturesDict(features),
