@@ -60,9 +60,10 @@ def _short_hash(*parts: Any) -> str:
 
 
 class _Info(tfds.core.DatasetInfo):
-  """DatasetInfo of a corpus built here. tfds looks an unbuilt dataset's info up in its GCS
-  bucket (disabled in this library) by first making a temp folder, which it never removes: one
-  empty folder per builder made. These corpora are never in the bucket, so skip the lookup."""
+  """DatasetInfo of a corpus built here. For a dataset not yet prepared, tfds first makes a temp
+  folder, which it never removes (one empty folder per builder made), and then asks its GCS
+  bucket for the info (a lookup tfds keeps switched off). These corpora are never in the
+  bucket, so the lookup is skipped."""
 
   def initialize_from_bucket(self) -> None:
     pass
