@@ -98,9 +98,17 @@ class DecoderState(NamedTuple):
   s: jax.Array  # [B, D] s_{i-1}, float32.
   features: dict[str, jax.Array]  # Each alignment feature's state [B, S] (e.g. the coverage).
   structure: Any = ()  # What the attention structure carries across steps (soft: nothing).
-  # Intra-attention's memory of the decoder's own past: (states s_1.. [B, L, D], their keys
-  # [B, L, K], how many are stored [B] int32); () without intra-attention.
-  intra: Any = ()
+  intra: Any = ()  # Intra-attention's `IntraMemory`; () without intra-attention.
+
+
+class IntraMemory(NamedTuple):
+  """Intra-attention's memory of the decoder's own past, one slot per decoder step."""
+
+  values: jax.Array  # [B, L, D] the states s_1 .. stored so far (zeros beyond them).
+  # [B, L, K] their keys; None where the score's keys are the states themselves (dot, scaled),
+  # which are then read from `values` rather than stored (and carried through the scan) twice.
+  keys: jax.Array | None
+  count: jax.Array  # [B] int32 how many are stored.
 
 
 class Encoded(NamedTuple):
@@ -316,12 +324,12 @@ class Seq2Seq(nnx.Module):
           "(its memory keeps that many past states)"
         )
       batch, d = s0.shape
-      keys_B1K = self.intra_score.keys(jnp.zeros((batch, 1, d), s0.dtype))
-      intra = (
-        jnp.zeros((batch, steps, d), s0.dtype),
-        jnp.zeros((batch, steps, keys_B1K.shape[-1]), keys_B1K.dtype),
-        jnp.zeros((batch,), jnp.int32),
-      )
+      keys_BLK = None
+      if not self.intra_score.keys_are_annotations:
+        keys_B1K = self.intra_score.keys(jnp.zeros((batch, 1, d), s0.dtype))
+        keys_BLK = jnp.zeros((batch, steps, keys_B1K.shape[-1]), keys_B1K.dtype)
+      values_BLD = jnp.zeros((batch, steps, d), s0.dtype)
+      intra = IntraMemory(values_BLD, keys_BLK, jnp.zeros((batch,), jnp.int32))
     state = DecoderState(s0, feature_states, attention_state, intra)
     lexicon = None
     if self.lexicon_bias:
@@ -454,18 +462,20 @@ class Seq2Seq(nnx.Module):
     if not self.intra:
       return None
     values_BLD, keys_BLK, count_B = state.intra
+    keys_BLK = values_BLD if keys_BLK is None else keys_BLK
     mask_BL = jnp.arange(values_BLD.shape[1])[None, :] < count_B[:, None]
     return attention.attend(self.intra_score, state.s, keys_BLK, values_BLD, mask_BL)[0]
 
-  def _intra_store(self, intra, s_BD: jax.Array):
+  def _intra_store(self, intra: IntraMemory, s_BD: jax.Array) -> IntraMemory:
     """The memory with s_i (and its key) in the next free slot (`encode` gives one slot per
     decoder step, so every past state is kept)."""
     values_BLD, keys_BLK, count_B = intra
     rows = jnp.arange(s_BD.shape[0])
-    key_BK = self.intra_score.keys(s_BD[:, None, :])[:, 0]
     values_BLD = values_BLD.at[rows, count_B].set(s_BD.astype(values_BLD.dtype), mode="drop")
-    keys_BLK = keys_BLK.at[rows, count_B].set(key_BK.astype(keys_BLK.dtype), mode="drop")
-    return values_BLD, keys_BLK, count_B + 1
+    if keys_BLK is not None:
+      key_BK = self.intra_score.keys(s_BD[:, None, :])[:, 0]
+      keys_BLK = keys_BLK.at[rows, count_B].set(key_BK.astype(keys_BLK.dtype), mode="drop")
+    return IntraMemory(values_BLD, keys_BLK, count_B + 1)
 
   def _recur(self, enc: Encoded, state: DecoderState, x3_B3D, rng=None, decoding=False):
     """One decoder recurrence given the projected word input: (state_i, Attended_i, intra

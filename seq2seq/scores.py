@@ -61,6 +61,11 @@ class Score(nnx.Module):
   def keys(self, annotations_BSH: jax.Array) -> jax.Array:
     return annotations_BSH
 
+  @property
+  def keys_are_annotations(self) -> bool:
+    """Whether `keys` gives the annotations unchanged (so a memory need not store both)."""
+    return type(self).keys is Score.keys
+
   def __call__(self, query_D: jax.Array, keys_SK: jax.Array, annotations_SH: jax.Array):
     raise TypeError(f"{type(self).__name__} must define __call__")
 

@@ -35,7 +35,7 @@ def test_step_by_step_decoding_equals_the_teacher_forced_pass(score):
   for i in range(tgt_in.shape[1]):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
     np.testing.assert_allclose(np.asarray(logits), forced[:, i], rtol=1e-5, atol=1e-5)
-  assert np.asarray(state.intra[2]).tolist() == [tgt_in.shape[1]] * 3  # Every state stored.
+  assert np.asarray(state.intra.count).tolist() == [tgt_in.shape[1]] * 3  # Every state stored.
 
 
 def test_changing_a_later_word_never_changes_an_earlier_step():
@@ -56,12 +56,26 @@ def test_the_intra_context_is_the_masked_softmax_over_stored_states():
   values = rng.normal(size=(2, length, d)).astype(np.float32)
   count = np.array([3, 0], np.int32)  # Three stored states, and none (a zero context).
   query = rng.normal(size=(2, d)).astype(np.float32)
-  state = models.DecoderState(jnp.asarray(query), {}, (), (values, values, count))
+  memory = models.IntraMemory(jnp.asarray(values), None, jnp.asarray(count))
+  state = models.DecoderState(jnp.asarray(query), {}, (), memory)
   got = np.asarray(model._intra_context(state))
   e = values[0, :3] @ query[0]
   beta = np.exp(e - e.max()) / np.exp(e - e.max()).sum()
   np.testing.assert_allclose(got[0], beta @ values[0, :3], rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(got[1], 0.0)
+
+
+@pytest.mark.parametrize(
+  ("score", "keys_kept"), [("dot", False), ("scaled", False), ("general", True)]
+)
+def test_the_memory_stores_keys_only_where_they_differ_from_the_states(score, keys_kept):
+  """Dot and scaled read the stored states as their keys; general keeps W s_k beside them."""
+  model = intra_model(score)
+  src, mask, tgt_in = batch_args()
+  memory = model.encode(src, mask, steps=tgt_in.shape[1]).init_state.intra
+  assert (memory.keys is not None) == keys_kept
+  if keys_kept:
+    assert memory.keys.shape[:2] == memory.values.shape[:2]
 
 
 def test_off_it_adds_no_parameter_and_on_it_decodes_with_beam_search():
@@ -101,8 +115,8 @@ def test_the_memory_keeps_every_past_state_of_a_long_output():
   for i in range(length):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
   np.testing.assert_allclose(np.asarray(logits), forced[:, -1], rtol=1e-4, atol=1e-4)
-  assert np.asarray(state.intra[2]).tolist() == [length] * 3
-  np.testing.assert_allclose(np.asarray(state.intra[0][:, -1]), np.asarray(state.s), atol=1e-6)
+  assert np.asarray(state.intra.count).tolist() == [length] * 3
+  np.testing.assert_allclose(np.asarray(state.intra.values[:, -1]), np.asarray(state.s), atol=1e-6)
 
 
 def test_decoding_sizes_the_memory_to_its_longest_output():
@@ -110,7 +124,7 @@ def test_decoding_sizes_the_memory_to_its_longest_output():
   src, mask, _ = batch_args(4)
   with pytest.raises(ValueError, match="needs steps="):
     model.encode(src, mask)
-  assert model.encode(src, mask, steps=150).init_state.intra[0].shape[1] == 150
+  assert model.encode(src, mask, steps=150).init_state.intra.values.shape[1] == 150
   graphdef, params = nnx.split(model, nnx.Param)
   out = decode.jit_decode(graphdef, params, src, mask, beam_size=1, max_len=150)
   assert np.isfinite(np.asarray(out.scores)).all()

@@ -1,4 +1,5 @@
-"""Tied target embeddings and layer-normalised GRUs (`model.tie_embeddings`, `model.layer_norm`)."""
+"""Tied target embeddings and layer-normalised GRUs (`model.tie_embeddings`, `model.layer_norm`),
+and a bfloat16 train step through each output layer, decoder and attend-to switch."""
 
 import functools
 
@@ -10,7 +11,7 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import layers, models, settings, steps
+from seq2seq import layers, lexicon, models, settings, steps
 
 VOCAB = 30
 
@@ -85,6 +86,30 @@ def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
     settings.validate(cfg)
 
 
+def _bfloat16_config(overrides):
+  cfg = tiny.get_config()
+  cfg.model.dtype = "bfloat16"
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  for key, value in overrides.items():
+    section, field = key.split(".")
+    cfg[section][field] = value
+  settings.validate(cfg)
+  return cfg
+
+
+def _trains_in_bfloat16(cfg, batch, **state_args):
+  """Eight bfloat16 train steps on one batch: finite losses that fall, float32 parameters."""
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB, **state_args)
+  b = {k: jnp.asarray(v) for k, v in batch.items()}
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  losses = []
+  for i in range(8):
+    state, metrics = step(state, b, jax.random.key(i))
+    losses.append(float(metrics["loss"]))
+  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+
+
 @pytest.mark.parametrize(
   "overrides",
   [
@@ -101,19 +126,29 @@ def test_a_bfloat16_train_step_compiles_runs_and_learns(overrides):
   each output layer and decoder: XLA's CPU runtime has no bfloat16 x bfloat16 = float32 product
   outside its fast path, so a form it cannot execute fails here (the sampled softmax's gathered
   kernel did, before the gradients were kept apart by a barrier)."""
-  cfg = tiny.get_config()
-  cfg.model.dtype = "bfloat16"
-  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  for key, value in overrides.items():
-    section, field = key.split(".")
-    cfg[section][field] = value
-  settings.validate(cfg)
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  b = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB).items()}
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
-  losses = []
-  for i in range(8):
-    state, metrics = step(state, b, jax.random.key(i))
-    losses.append(float(metrics["loss"]))
-  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+  _trains_in_bfloat16(_bfloat16_config(overrides), random_batch(seed=3, vocab=VOCAB))
+
+
+@pytest.mark.parametrize("item", ["copy", "lexicon_bias", "intra_attention", "multi_source"])
+def test_what_attention_attends_to_trains_in_bfloat16(item, tmp_path):
+  """The four switches of "what attention can attend to", each through a bfloat16 train step."""
+  batch, state_args = random_batch(seed=3, vocab=VOCAB), {}
+  if item == "copy":
+    cfg = _bfloat16_config({"model.copy": True})
+    state_args["copy_map"] = np.arange(VOCAB, dtype=np.int32)  # Every source word spelled alike.
+  elif item == "lexicon_bias":
+    rng = np.random.default_rng(0)
+    ids = np.stack([rng.choice(np.arange(4, VOCAB), 3, replace=False) for _ in range(VOCAB)])
+    probs = rng.dirichlet(np.ones(3), VOCAB).astype(np.float32)
+    table = lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(VOCAB, dtype=np.int32))
+    table.save(tmp_path / lexicon.FILE)
+    cfg = _bfloat16_config({"model.lexicon_bias": str(tmp_path / lexicon.FILE)})
+  elif item == "intra_attention":
+    cfg = _bfloat16_config({"model.intra_attention": "dot"})
+  else:  # Two sources side by side: `src` [B, 2S], each half its own sentence.
+    cfg = _bfloat16_config({"data.corpus": "local", "model.multi_source": "gate"})
+    cfg.data.local.src_lang, cfg.data.local.tgt_lang = "en+de", "fr"
+    other = random_batch(seed=4, vocab=VOCAB)
+    for key in ("src", "src_mask"):
+      batch[key] = np.concatenate([batch[key], other[key]], axis=1)
+  _trains_in_bfloat16(cfg, batch, **state_args)
