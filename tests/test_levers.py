@@ -129,23 +129,23 @@ def test_a_bfloat16_train_step_compiles_runs_and_learns(overrides):
   _trains_in_bfloat16(_bfloat16_config(overrides), random_batch(seed=3, vocab=VOCAB))
 
 
-@pytest.mark.parametrize("item", ["copy", "lexicon_bias", "intra_attention", "multi_source"])
-def test_what_attention_attends_to_trains_in_bfloat16(item, tmp_path):
-  """The four switches of "what attention can attend to", each through a bfloat16 train step."""
+@pytest.mark.parametrize("sources", [1, 2])
+def test_what_attention_attends_to_trains_in_bfloat16(sources, tmp_path):
+  """The switches of "what attention can attend to" through a bfloat16 train step: copying,
+  the lexicon bias and intra-attention in one model (one compilation), two sources in another
+  (they combine with none of the three)."""
   batch, state_args = random_batch(seed=3, vocab=VOCAB), {}
-  if item == "copy":
-    cfg = _bfloat16_config({"model.copy": True})
-    state_args["copy_map"] = np.arange(VOCAB, dtype=np.int32)  # Every source word spelled alike.
-  elif item == "lexicon_bias":
+  if sources == 1:
     rng = np.random.default_rng(0)
     ids = np.stack([rng.choice(np.arange(4, VOCAB), 3, replace=False) for _ in range(VOCAB)])
     probs = rng.dirichlet(np.ones(3), VOCAB).astype(np.float32)
     table = lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(VOCAB, dtype=np.int32))
     table.save(tmp_path / lexicon.FILE)
-    cfg = _bfloat16_config({"model.lexicon_bias": str(tmp_path / lexicon.FILE)})
-  elif item == "intra_attention":
-    cfg = _bfloat16_config({"model.intra_attention": "dot"})
-  else:  # Two sources side by side: `src` [B, 2S], each half its own sentence.
+    path = str(tmp_path / lexicon.FILE)
+    switches = {"model.copy": True, "model.lexicon_bias": path, "model.intra_attention": "dot"}
+    cfg = _bfloat16_config(switches)
+    state_args["copy_map"] = np.arange(VOCAB, dtype=np.int32)  # Every source word spelled alike.
+  else:  # `src` [B, 2S]: two sentences side by side.
     cfg = _bfloat16_config({"data.corpus": "local", "model.multi_source": "gate"})
     cfg.data.local.src_lang, cfg.data.local.tgt_lang = "en+de", "fr"
     other = random_batch(seed=4, vocab=VOCAB)
