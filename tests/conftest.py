@@ -98,3 +98,14 @@ def randomise(module, seed=1, scale=0.3):
   noise = [scale * jax.random.normal(k, x.shape, x.dtype) for k, x in pairs]
   leaves = [x + n for x, n in zip(leaves, noise, strict=True)]
   return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
+
+
+def random_lexicon(vocab, k=3, seed=0):
+  """A lexical table (`seq2seq.lexicon.Lexicon`) giving every source id `k` distinct target ids
+  from 4 up with Dirichlet-drawn probabilities; the frequency order is the ids'."""
+  from seq2seq import lexicon
+
+  rng = np.random.default_rng(seed)
+  ids = np.stack([rng.choice(np.arange(4, vocab), k, replace=False) for _ in range(vocab)])
+  probs = rng.dirichlet(np.ones(k), vocab).astype(np.float32)
+  return lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(vocab, dtype=np.int32))

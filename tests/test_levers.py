@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, randomise
+from conftest import random_batch, random_lexicon, randomise
 from flax import nnx
 
 from configs import tiny
@@ -136,12 +136,8 @@ def test_what_attention_attends_to_trains_in_bfloat16(sources, tmp_path):
   (they combine with none of the three)."""
   batch, state_args = random_batch(seed=3, vocab=VOCAB), {}
   if sources == 1:
-    rng = np.random.default_rng(0)
-    ids = np.stack([rng.choice(np.arange(4, VOCAB), 3, replace=False) for _ in range(VOCAB)])
-    probs = rng.dirichlet(np.ones(3), VOCAB).astype(np.float32)
-    table = lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(VOCAB, dtype=np.int32))
-    table.save(tmp_path / lexicon.FILE)
     path = str(tmp_path / lexicon.FILE)
+    random_lexicon(VOCAB).save(path)
     switches = {"model.copy": True, "model.lexicon_bias": path, "model.intra_attention": "dot"}
     cfg = _bfloat16_config(switches)
     state_args["copy_map"] = np.arange(VOCAB, dtype=np.int32)  # Every source word spelled alike.

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch
+from conftest import random_batch, random_lexicon
 from flax import nnx
 
 from configs import tiny
@@ -17,12 +17,10 @@ VOCAB, K = 30, 3
 
 @pytest.fixture(scope="module")
 def table_path(tmp_path_factory):
-  rng = np.random.default_rng(0)
-  ids = np.stack([rng.choice(np.arange(4, VOCAB), K, replace=False) for _ in range(VOCAB)])
-  probs = rng.dirichlet(np.ones(K), VOCAB).astype(np.float32)
-  ids[5, 2], probs[5, 2] = -1, 0.0  # A padded entry.
+  table = random_lexicon(VOCAB, K)
+  table.ids[5, 2], table.probs[5, 2] = -1, 0.0  # A padded entry.
   path = tmp_path_factory.mktemp("lex") / lexicon.FILE
-  lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(VOCAB, dtype=np.int32)).save(path)
+  table.save(path)
   return path
 
 
