@@ -11,6 +11,7 @@ from conftest import random_batch, random_lexicon, randomise
 from flax import nnx
 
 from configs import tiny
+from experiments.lib import configs
 from seq2seq import layers, lexicon, models, settings, steps
 
 VOCAB = 30
@@ -87,12 +88,11 @@ def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
 
 
 def _bfloat16_config(overrides):
+  """configs/tiny.py in bfloat16 with Adam and the dotted `overrides`, validated as a whole."""
   cfg = tiny.get_config()
   cfg.model.dtype = "bfloat16"
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  for key, value in overrides.items():
-    section, field = key.split(".")
-    cfg[section][field] = value
+  cfg = configs.apply_overrides(cfg, overrides)
   settings.validate(cfg)
   return cfg
 
@@ -142,8 +142,8 @@ def test_what_attention_attends_to_trains_in_bfloat16(sources, tmp_path):
     cfg = _bfloat16_config(switches)
     state_args["copy_map"] = np.arange(VOCAB, dtype=np.int32)  # Every source word spelled alike.
   else:  # `src` [B, 2S]: two sentences side by side.
-    cfg = _bfloat16_config({"data.corpus": "local", "model.multi_source": "gate"})
-    cfg.data.local.src_lang, cfg.data.local.tgt_lang = "en+de", "fr"
+    two = {"data.local.src_lang": "en+de", "data.local.tgt_lang": "fr"}
+    cfg = _bfloat16_config({"data.corpus": "local", "model.multi_source": "gate", **two})
     other = random_batch(seed=4, vocab=VOCAB)
     for key in ("src", "src_mask"):
       batch[key] = np.concatenate([batch[key], other[key]], axis=1)
