@@ -90,14 +90,18 @@ def random_batch(seed=0, batch=4, src_len=7, tgt_len=6, vocab=50, pad_rows=True)
 
 def randomise(module, seed=1, scale=0.3):
   """Adds N(0, scale^2) noise to every parameter, so scores and attention are far from uniform
-  (the paper init starts with v_a = 0, which makes every score function look alike)."""
-  graphdef, state = nnx.split(module)
+  (the paper init starts with v_a = 0, which makes every score function look alike). The tables
+  a model stores but never trains (`models.LexiconTable`: lexicon bias, copy map) stay as built:
+  noise would turn their ids into other words and their probabilities negative."""
+  from seq2seq.models import LexiconTable
+
+  graphdef, tables, state = nnx.split(module, LexiconTable, ...)
   leaves, treedef = jax.tree.flatten(state)
   keys = jax.random.split(jax.random.key(seed), len(leaves))
   pairs = zip(keys, leaves, strict=True)
   noise = [scale * jax.random.normal(k, x.shape, x.dtype) for k, x in pairs]
   leaves = [x + n for x, n in zip(leaves, noise, strict=True)]
-  return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
+  return nnx.merge(graphdef, tables, jax.tree.unflatten(treedef, leaves))
 
 
 def random_lexicon(vocab, k=3, seed=0):

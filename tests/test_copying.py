@@ -27,8 +27,7 @@ def copy_model(gate_bias=None, seed=0):
   cfg = tiny.get_config()
   cfg.model.copy = True
   model = models.build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(seed), copy_map=copy_map())
-  model = randomise(model, seed=seed + 1)
-  model.copy_map[...] = jnp.asarray(copy_map(), jnp.float32)  # The table is never noised.
+  model = randomise(model, seed=seed + 1)  # Leaves the map as built.
   if gate_bias is not None:  # p_gen = sigmoid(gate_bias): -1e4 makes the output a pure copy.
     model.copy_gate.kernel[...] = jnp.zeros_like(model.copy_gate.kernel[...])
     model.copy_gate.bias[...] = jnp.full_like(model.copy_gate.bias[...], gate_bias)

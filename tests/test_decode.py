@@ -9,22 +9,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, randomise
+from conftest import random_batch, random_lexicon, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import decode, models, steps
+from seq2seq import decode, lexicon, models, steps
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 30
 
 
-def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft"):
-  """A randomised tiny model whose EOS logit is raised so that some outputs end early."""
+def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", **model_fields):
+  """A randomised tiny model whose EOS logit is raised so that some outputs end early;
+  `model_fields` set further fields of configs/tiny.py's model section."""
   cfg = tiny.get_config()
   cfg.model.name = name
   cfg.model.attention = attention
+  cfg.model.update(model_fields)
   model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
   return model
@@ -390,15 +392,35 @@ def forced_inputs(tokens_NL, lengths_N):
   return jnp.asarray(tgt_in, jnp.int32), jnp.asarray(tgt_out), jnp.asarray(mask, jnp.int32)
 
 
+@pytest.fixture(scope="module")
+def lexicon_table(tmp_path_factory):
+  path = tmp_path_factory.mktemp("lexicon") / lexicon.FILE
+  random_lexicon(VOCAB).save(path)
+  return str(path)
+
+
 @pytest.mark.parametrize(
-  "name, attention", [("rnnsearch", "soft"), ("rnnsearch", "monotonic"), ("rnnencdec", "soft")]
+  "name, attention, attend_to",
+  [
+    ("rnnsearch", "soft", False),
+    ("rnnsearch", "monotonic", False),
+    ("rnnencdec", "soft", False),
+    ("rnnsearch", "soft", True),
+  ],
+  ids=["rnnsearch-soft", "rnnsearch-monotonic", "rnnencdec-soft", "intra+lexicon_bias"],
 )
-def test_forced_decoding_scores_what_greedy_and_beam_search_reported(batch, name, attention):
+def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
+  batch, lexicon_table, name, attention, attend_to
+):
   """Every output of greedy search and every member of a beam's n-best list, scored by the
   teacher-forced pass, gets the score, ranking score (length normalisation 0.6, coverage penalty
   0.2) and attention its search reported, ended or not. Monotonic attention decodes with hard
-  choices, which forced decoding must take too."""
-  model = tiny_model(name, attention=attention)
+  choices, which forced decoding must take too. With intra-attention the search carries each
+  beam's own past states (reordered with the beams, in a memory sized to the length limit) where
+  the forced pass holds the output's; with a lexicon bias each step's logits read that step's
+  attention."""
+  fields = {"intra_attention": "general", "lexicon_bias": lexicon_table} if attend_to else {}
+  model = tiny_model(name, attention=attention, **fields)
   src, mask = src_of(batch)
   graphdef, params = nnx.split(model)
   ranking = {"length_norm_alpha": 0.6, "coverage_beta": 0.2}
