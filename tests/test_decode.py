@@ -20,14 +20,15 @@ from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 VOCAB = 30
 
 
-def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", **model_fields):
+def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", sources=1, **model_fields):
   """A randomised tiny model whose EOS logit is raised so that some outputs end early;
   `model_fields` set further fields of configs/tiny.py's model section."""
   cfg = tiny.get_config()
   cfg.model.name = name
   cfg.model.attention = attention
   cfg.model.update(model_fields)
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  model = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), sources=sources)
+  model = randomise(model)
   model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
   return model
 
@@ -402,12 +403,12 @@ def lexicon_table(tmp_path_factory):
 @pytest.mark.parametrize(
   "name, attention, attend_to",
   [
-    ("rnnsearch", "soft", False),
-    ("rnnsearch", "monotonic", False),
-    ("rnnencdec", "soft", False),
-    ("rnnsearch", "soft", True),
+    ("rnnsearch", "soft", ""),
+    ("rnnsearch", "monotonic", ""),
+    ("rnnencdec", "soft", ""),
+    ("rnnsearch", "soft", "intra+lexicon_bias"),
+    ("rnnsearch", "soft", "two_sources"),
   ],
-  ids=["rnnsearch-soft", "rnnsearch-monotonic", "rnnencdec-soft", "intra+lexicon_bias"],
 )
 def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
   batch, lexicon_table, name, attention, attend_to
@@ -418,10 +419,16 @@ def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
   choices, which forced decoding must take too. With intra-attention the search carries each
   beam's own past states (reordered with the beams, in a memory sized to the length limit) where
   the forced pass holds the output's; with a lexicon bias each step's logits read that step's
-  attention."""
-  fields = {"intra_attention": "general", "lexicon_bias": lexicon_table} if attend_to else {}
-  model = tiny_model(name, attention=attention, **fields)
+  attention; with two sources (gated) the attention is both maps side by side."""
   src, mask = src_of(batch)
+  fields, sources = {}, 1
+  if attend_to == "intra+lexicon_bias":
+    fields = {"intra_attention": "general", "lexicon_bias": lexicon_table}
+  elif attend_to == "two_sources":  # A second source from column 7: the packing of a batch.
+    fields, sources = {"multi_source": "gate"}, 2
+    src2, mask2 = src_of(random_batch(seed=4, batch=src.shape[0], src_len=5, vocab=VOCAB))
+    src, mask = jnp.concatenate([src, src2], axis=1), jnp.concatenate([mask, mask2], axis=1)
+  model = tiny_model(name, attention=attention, sources=sources, **fields)
   graphdef, params = nnx.split(model)
   ranking = {"length_norm_alpha": 0.6, "coverage_beta": 0.2}
   for beam_size, nbest in ((1, 1), (4, 3)):
