@@ -424,9 +424,12 @@ def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
   fields, sources = {}, 1
   if attend_to == "intra+lexicon_bias":
     fields = {"intra_attention": "general", "lexicon_bias": lexicon_table}
-  elif attend_to == "two_sources":  # A second source from column 7: the packing of a batch.
+  elif attend_to == "two_sources":  # Packed as a batch packs them: source 2 from column S.
     fields, sources = {"multi_source": "gate"}, 2
-    src2, mask2 = src_of(random_batch(seed=4, batch=src.shape[0], src_len=5, vocab=VOCAB))
+    src2, mask2 = src_of(
+      random_batch(seed=4, batch=src.shape[0], src_len=src.shape[1], vocab=VOCAB)
+    )
+    assert src2.shape == src.shape
     src, mask = jnp.concatenate([src, src2], axis=1), jnp.concatenate([mask, mask2], axis=1)
   model = tiny_model(name, attention=attention, sources=sources, **fields)
   graphdef, params = nnx.split(model)
