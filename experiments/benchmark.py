@@ -69,7 +69,7 @@ from configs import tiny as tiny_config
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT, apply_overrides, parse_sets
 from experiments.lib.timing import median_seconds, timed_calls
-from seq2seq import objective, scores, steps
+from seq2seq import models, objective, scores, steps
 from seq2seq import runtime as rt
 
 PRESETS = ("bench", "paper", "tiny")
@@ -149,18 +149,14 @@ def forward_flops_per_token(
   decoder_gru = 2 * e * 3 * dd + 2 * h * 3 * dd + 2 * dd * 3 * dd
   keys, attention = 0.0, 0.0
   if m.name == "rnnsearch":
-    score = scores.spec(m.score)
-    context = s * 2 * h  # c_i = sum_j alpha_ij h_j.
-    if score.name == "additive":  # U_a h_j once; W_a s_{i-1}, then v_a at every position.
-      keys, attention = per_src * 2 * h * a, 2 * dd * a + s * 2 * a + context
-    elif score.name == "general":  # W h_j once; s^T (W h_j) at every position.
-      keys, attention = per_src * 2 * h * dd, s * 2 * dd + context
-    elif score.name in ("dot", "scaled", "cosine"):
-      attention = s * 2 * h + context
-    elif score.name == "location":
-      attention = 2 * dd * score.settings.max_len + context
-    else:
-      raise ValueError(f"no FLOP count for score {str(score)!r}")
+    keys, attention = _score_flops(scores.spec(m.score), dd, h, a, s, per_src)
+  intra = 0.0
+  intra_spec = models.ModelSettings.from_config(m).intra_attention  # "none" read as off.
+  if intra_spec:  # d_i over the T past states, fed to the GRU and the deep output.
+    spec = scores.spec(intra_spec)
+    intra_keys, intra_attention = _score_flops(spec, dd, dd, a, tgt_len, 1.0)
+    # The empty memory's key slot is shaped by computing one key of zeros per sentence.
+    intra = intra_keys * (1 + 1 / tgt_len) + intra_attention + 2 * dd * 3 * dd + 2 * dd * 2 * mo
   deep_output = 2 * (dd + e + h) * 2 * mo  # U_o s + V_o E y + C_o c, each to 2M before maxout.
   output_layer = 2 * mo * v
   parts = {
@@ -169,11 +165,29 @@ def forward_flops_per_token(
     "init_state": init_state,
     "decoder_gru": decoder_gru,
     "attention": attention,
+    "intra_attention": intra,
     "deep_output": deep_output,
     "output_layer": output_layer,
   }
   parts["total"] = sum(parts.values())
   return parts
+
+
+def _score_flops(
+  score: Any, query: int, key: int, attn: int, slots: float, keys_per_token: float
+) -> tuple[float, float]:
+  """(keys, attention): forward matmul FLOPs per target token of one attention, a `query`-wide
+  state over `slots` values `key` wide whose keys are computed `keys_per_token` times a token."""
+  context = slots * 2 * key  # sum_j alpha_ij v_j.
+  if score.name == "additive":  # U_a k_j once; W_a q, then v_a at every slot.
+    return keys_per_token * 2 * key * attn, 2 * query * attn + slots * 2 * attn + context
+  if score.name == "general":  # W k_j once; q^T (W k_j) at every slot.
+    return keys_per_token * 2 * key * query, slots * 2 * query + context
+  if score.name in ("dot", "scaled", "cosine"):
+    return 0.0, slots * 2 * key + context
+  if score.name == "location":
+    return 0.0, 2 * query * score.settings.max_len + context
+  raise ValueError(f"no FLOP count for score {str(score)!r}")
 
 
 def count_matmul_flops(jaxpr: Any) -> float:

@@ -98,3 +98,17 @@ def test_the_peer_gets_our_deep_output_for_a_like_for_like_run(tmp_path):
   assert plain["argv"][plain["argv"].index("--maxout") + 1] == "0"
   args = benchmark.parse_args(["--out", "x.json", "--peer"])
   assert args.peer_output == "like"
+
+
+@pytest.mark.parametrize("intra", ["dot", "general", "additive", "none"])
+def test_the_flop_count_includes_intra_attention(intra: str) -> None:
+  """The analytic count against the traced forward pass with the decoder attending to its past."""
+  from experiments import benchmark
+  from experiments.lib.configs import apply_overrides
+
+  cfg = apply_overrides(benchmark.make_config("tiny"), {"model.intra_attention": intra})
+  length = cfg.data.max_len
+  counted = benchmark.forward_flops_per_token(cfg, length, length)
+  assert (counted["intra_attention"] > 0) == (intra != "none")
+  traced = benchmark.traced_flops_per_token(cfg)["forward"]
+  assert math.isclose(traced, counted["total"], rel_tol=1e-6), (traced, counted)
