@@ -76,8 +76,10 @@ attend_to() {
 # Two runs at a time, each process pinned to its own core (`--launcher=cores`): 1.28x the
 # throughput of one run after another on this 2-core machine (experiments/results/
 # seed_timing_processes.json; 1.09x on the AVX2-only AMD EPYC: seed_timing_processes_amd.json).
-# A run's own wall time is longer, the study's shorter.
-local COMMON=("${COMMON[@]}" --launcher=cores)
+# A run's own wall time is longer, the study's shorter. LAUNCHER=local runs one at a time on both
+# cores instead: each run then ends sooner, so one fits in a session on a fast machine (on the
+# AVX-512 AMD EPYC of 2026-11-29 an intra-attention run took 43 minutes, a 5k-pair lexicon run 30).
+local COMMON=("${COMMON[@]}" "--launcher=${LAUNCHER:-cores}")
 # 5. Copying from the source with a 4k target vocabulary (issue: what attention can attend to).
 # The config replaces each output <unk> by the source word it attends to most (Luong et al.'s
 # UNK replacement, itself a copy); both points are also decoded without it, from the same
