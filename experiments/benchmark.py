@@ -155,8 +155,7 @@ def forward_flops_per_token(
   if intra_spec:  # d_i over the T past states, fed to the GRU and the deep output.
     spec = scores.spec(intra_spec)
     intra_keys, intra_attention = _score_flops(spec, dd, dd, a, tgt_len, 1.0)
-    # The empty memory's key slot is shaped by computing one key of zeros per sentence.
-    intra = intra_keys * (1 + 1 / tgt_len) + intra_attention + 2 * dd * 3 * dd + 2 * dd * 2 * mo
+    intra = intra_keys + intra_attention + 2 * dd * 3 * dd + 2 * dd * 2 * mo
   deep_output = 2 * (dd + e + h) * 2 * mo  # U_o s + V_o E y + C_o c, each to 2M before maxout.
   output_layer = 2 * mo * v
   parts = {

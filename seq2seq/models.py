@@ -326,7 +326,10 @@ class Seq2Seq(nnx.Module):
       batch, d = s0.shape
       keys_BLK = None
       if not self.intra_score.keys_are_annotations:
-        keys_B1K = self.intra_score.keys(jnp.zeros((batch, 1, d), s0.dtype))
+        # The keys' width and dtype, read off the score without computing a key.
+        keys_B1K = jax.eval_shape(
+          self.intra_score.keys, jax.ShapeDtypeStruct((batch, 1, d), s0.dtype)
+        )
         keys_BLK = jnp.zeros((batch, steps, keys_B1K.shape[-1]), keys_B1K.dtype)
       values_BLD = jnp.zeros((batch, steps, d), s0.dtype)
       intra = IntraMemory(values_BLD, keys_BLK, jnp.zeros((batch,), jnp.int32))
