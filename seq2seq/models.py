@@ -459,14 +459,17 @@ class Seq2Seq(nnx.Module):
     )
 
   def _intra_context(self, state: DecoderState) -> jax.Array | None:
-    """d_i = sum_{k<i} beta_ik s_k [B, D] float32 with beta_i = masked softmax of the intra
-    score of s_{i-1} against the stored s_1 .. s_{i-1} (zeros before any is stored); None
-    without intra-attention."""
+    """d_i = sum_{k<i-1} beta_ik s_k [B, D] float32, beta_i the masked softmax of the intra
+    score of the query s_{i-1} against s_1 .. s_{i-2}: the states before the query's own, as in
+    Paulus et al. (2017, eq. 6), which attend over t' < t. The memory also holds s_{i-1} (its
+    last stored slot), which is masked out: a query scored against itself would win every dot
+    or cosine match. Zeros while there is no earlier state (steps 1 and 2); None without
+    intra-attention."""
     if not self.intra:
       return None
     values_BLD, keys_BLK, count_B = state.intra
     keys_BLK = values_BLD if keys_BLK is None else keys_BLK
-    mask_BL = jnp.arange(values_BLD.shape[1])[None, :] < count_B[:, None]
+    mask_BL = jnp.arange(values_BLD.shape[1])[None, :] < count_B[:, None] - 1
     return attention.attend(self.intra_score, state.s, keys_BLK, values_BLD, mask_BL)[0]
 
   def _intra_store(self, intra: IntraMemory, s_BD: jax.Array) -> IntraMemory:

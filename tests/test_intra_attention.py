@@ -8,7 +8,7 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import decode, models, settings
+from seq2seq import attention, decode, models, settings
 
 VOCAB = 30
 
@@ -49,20 +49,63 @@ def test_changing_a_later_word_never_changes_an_earlier_step():
     assert not np.allclose(after[:, t:], before[:, t:])
 
 
-def test_the_intra_context_is_the_masked_softmax_over_stored_states():
-  model = intra_model("dot")
-  rng = np.random.default_rng(0)
-  d, length = 32, 7
-  values = rng.normal(size=(2, length, d)).astype(np.float32)
-  count = np.array([3, 0], np.int32)  # Three stored states, and none (a zero context).
-  query = rng.normal(size=(2, d)).astype(np.float32)
-  memory = models.IntraMemory(jnp.asarray(values), None, jnp.asarray(count))
-  state = models.DecoderState(jnp.asarray(query), {}, (), memory)
+def run_steps(model, steps, seed=1):
+  """The decoder state after `steps` teacher-forced decoder steps of a random batch."""
+  src, mask, tgt_in = batch_args(seed)
+  enc = model.encode(src, mask, steps=tgt_in.shape[1])
+  state = enc.init_state
+  for i in range(steps):
+    state, _, _ = model.decoder_step(enc, state, tgt_in[:, i])
+  return state
+
+
+@pytest.mark.parametrize("score", ["dot", "cosine", "general"])
+def test_the_query_attends_over_the_states_before_its_own(score):
+  """At step i the memory holds s_1 .. s_{i-1} and the query is s_{i-1}, its last slot: the
+  context is the masked softmax over s_1 .. s_{i-2} alone (float64 for dot, the score's own
+  scores on the shorter memory otherwise), and the query's own slot gets no weight even when
+  its state is made to dominate every match."""
+  model = intra_model(score)
+  state = run_steps(model, 4)
+  values, keys, count = state.intra
+  assert np.asarray(count).tolist() == [4] * 3
+  np.testing.assert_array_equal(np.asarray(values[:, 3]), np.asarray(state.s))  # Query = slot 4.
   got = np.asarray(model._intra_context(state))
-  e = values[0, :3] @ query[0]
-  beta = np.exp(e - e.max()) / np.exp(e - e.max()).sum()
-  np.testing.assert_allclose(got[0], beta @ values[0, :3], rtol=1e-5, atol=1e-5)
-  np.testing.assert_array_equal(got[1], 0.0)
+  earlier = jnp.arange(values.shape[1])[None, :] < 3
+  want = np.asarray(
+    attention.attend(
+      model.intra_score,
+      state.s,
+      values if keys is None else keys,
+      values,
+      jnp.broadcast_to(earlier, count.shape + earlier.shape[1:]),
+    )[0]
+  )
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  if score == "dot":
+    v = np.asarray(values, np.float64)[:, :3]
+    e = np.einsum("bld,bd->bl", v, np.asarray(state.s, np.float64))
+    beta = np.exp(e - e.max(1, keepdims=True))
+    beta /= beta.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, np.einsum("bl,bld->bd", beta, v), rtol=1e-4, atol=1e-5)
+  # Scale the query (and its slot) up: it would take all the weight if it were attended.
+  big = state._replace(
+    s=state.s * 50.0, intra=state.intra._replace(values=values.at[:, 3].multiply(50.0))
+  )
+  got_big = np.asarray(model._intra_context(big))
+  assert np.abs(got_big).max() <= 1.0 + 1e-5, "the context read the query's own (scaled) slot"
+
+
+def test_the_first_two_steps_have_no_earlier_state_to_attend_to():
+  """Steps 1 and 2 read a zero context: at step 2 the only stored state is the query s_1."""
+  model = intra_model("dot")
+  for steps in (0, 1):
+    state = run_steps(model, steps)
+    np.testing.assert_array_equal(np.asarray(model._intra_context(state)), 0.0)
+  state = run_steps(model, 2)  # Step 3: one earlier state, s_1, and the context is exactly it.
+  np.testing.assert_allclose(
+    np.asarray(model._intra_context(state)), np.asarray(state.intra.values[:, 0]), atol=1e-6
+  )
 
 
 @pytest.mark.parametrize(
