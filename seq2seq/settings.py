@@ -92,6 +92,11 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
   if config.decode.beam_size < 1:
     raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
+  # Beam search stops once no open beam can beat the best finished output; that bound assumes a
+  # ranking score that never rises as an output grows, which a negative alpha or beta breaks.
+  for name in ("length_norm_alpha", "coverage_penalty"):
+    if dec[name] < 0:
+      raise ValueError(f"decode.{name} must be >= 0, got {dec[name]}")
   evaluate.check_replace_unk(config)
   return model
 

@@ -81,6 +81,8 @@ def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, me
     ({"train.optimizer": "lion"}, "lion"),
     ({"data.batching": "words"}, "data.batching='words' is not one of"),
     ({"decode.beam_size": 0}, "decode.beam_size must be at least 1"),
+    ({"decode.length_norm_alpha": -1.0}, "decode.length_norm_alpha must be >= 0"),
+    ({"decode.coverage_penalty": -0.2}, "decode.coverage_penalty must be >= 0"),
   ],
 )
 def test_validate_holds_the_rules_across_components(overrides, message):
