@@ -48,7 +48,8 @@ def get_config() -> ml_collections.ConfigDict:
   m.copy = False
   # Multi-source translation (Zoph and Knight 2016): a corpus of two source languages
   # (data.local.src_lang="en+de") gets a second encoder and attention, their contexts combined by
-  # "concat" ([c1 ; c2]) or "gate" (g * c1 + (1 - g) * c2). Unused with one source language.
+  # "concat" ([c1 ; c2], Zoph and Knight's) or "gate" (g * c1 + (1 - g) * c2, this project's
+  # extension). Unused with one source language.
   m.multi_source = "concat"
   # "paper": s_i = GRU(s_{i-1}, [E y_{i-1}; c_i]), attention queried by s_{i-1}; "cgru": Nematus'
   # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i).

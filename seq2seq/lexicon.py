@@ -13,6 +13,12 @@ Each EM pass, with t(f | e) for target word f and source word e (including NULL)
   posterior of a link (f at position i, e at position j) = t(f | e) / sum_j' t(f | e_j'),
   t(f | e) <- sum of those posteriors over the corpus, normalised over f for every e.
 
+The start is not Model 1's. Brown et al. start from one t for every pair, so the first E-step
+gives each link of a target word 1/(|s| + 1); here t(f | e) starts at 1/n_e over the n_e target
+words that co-occur with e anywhere, so the first E-step already favours the links of rare
+source words (few co-occurring targets). EM then runs from a different point; after the
+default five passes the two starts give the same best translation for all but a few rare words.
+
 `Lexicon` keeps the top `k` targets of every source id with their probabilities (rows [Vs, k]),
 and is saved as WORKDIR/lexicon.npz by
 
@@ -103,7 +109,8 @@ def ibm1(
   pair_key = e * tgt_vocab + f
   keys, pair = np.unique(pair_key, return_inverse=True)
   pair_src, pair_tgt = keys // tgt_vocab, keys % tgt_vocab
-  prob = np.ones(len(keys), np.float64)  # Uniform start (the normalisation below fixes scale).
+  # t(f | e) = 1/n_e over e's n_e co-occurring targets (not Model 1's start: module docstring).
+  prob = np.ones(len(keys), np.float64)
   prob /= np.bincount(pair_src, prob, src_vocab + 1)[pair_src]
   for _ in range(iterations):
     link_prob = prob[pair]

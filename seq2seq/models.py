@@ -200,7 +200,8 @@ class Seq2Seq(nnx.Module):
     # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
     # Multi-source (Zoph and Knight 2016): a second encoder and attention; the two contexts are
-    # concatenated ([c1 ; c2], 2H wide) or mixed by a gate (H wide).
+    # concatenated ([c1 ; c2], 2H wide: Zoph and Knight's combination) or mixed by a gate (H
+    # wide: this project's extension, not theirs).
     self.two_sources, self.combine = cfg.sources == 2, cfg.multi_source
     ctx = 2 * annot if self.two_sources and self.combine == "concat" else annot
     structure = structures.get(cfg.attention.name)
