@@ -12,15 +12,20 @@ Axes: B batch, T target positions, V target vocabulary, N candidates.
   words drawn uniformly without replacement from the rest of the vocabulary. The deep output's
   last matmul and the softmax then run over V' only: logits [B, T, N] = t W_o[:, V'] + b[V'].
   This is the per-batch form of Jean et al.'s scheme (theirs partitions the training data and
-  takes the words of each partition): with a proposal Q uniform over V' their correction term
-  log Q(y) is the same for every candidate and cancels, so the loss is the cross-entropy of the
-  softmax restricted to V'. The reference words are remapped to their positions in V'; a batch
-  with more distinct target words than `size` leaves the surplus out of the loss and counts them
-  in the metric "sampled_missing" (raise `size` when it is not 0). Label smoothing spreads over
-  V'.
+  takes the words of each partition). Like theirs it subtracts no log Q(y) from the logits:
+  Jean et al. drop the proposal's correction by choice (their Q is uniform over the partition's
+  words, so it would be one constant), and the loss is the plain cross-entropy of the softmax
+  restricted to V'. The reference words are remapped to their positions in V'. A batch with
+  more distinct target words than `size` keeps EOS, UNK and a uniformly random `size - 2` of
+  its other target words (not the most frequent or the lowest ids: every word is equally
+  likely to be left out), leaves the surplus out of the loss and counts it in the metric
+  "sampled_missing" (raise `size` when it is not 0). Label smoothing spreads over V'.
 
-Validation loss, decoding and evaluation always use the full softmax (`steps.eval_step` and
-`seq2seq.decode` call the model without candidates).
+The training loss this gives is over V', not over the vocabulary, and is lower than the full
+cross-entropy of the same parameters: training logs it as "sampled_loss" (metrics.jsonl, the
+console, TensorBoard), never as "loss", so no curve sets it beside the full-vocabulary
+validation loss as if alike. Validation loss, decoding and evaluation always use the full
+softmax (`steps.eval_step` and `seq2seq.decode` call the model without candidates).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Softmax:
   name: ClassVar[str]
   Settings: ClassVar[type] = registry.NoSettings
   uses_rng: ClassVar[bool] = False  # Training must hand the pass a random key.
+  loss_metric: ClassVar[str] = "loss"  # What training logs its loss as.
 
   def __init__(self, settings: Any):
     self.settings = settings
@@ -76,15 +82,19 @@ class Full(Softmax):
 def candidate_ids(
   targets_BT: jax.Array, mask_BT: jax.Array, vocab: int, size: int, rng: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-  """(candidate ids [N], number of distinct target words left out): the batch's target words,
-  EOS and UNK first, then uniformly drawn other words. N = min(size, vocab) (static)."""
+  """(candidate ids [N], number of distinct target words left out): EOS and UNK, the batch's
+  target words, then uniformly drawn other words. N = min(size, vocab) (static). When the
+  target words do not fit, a uniformly random subset of them is kept."""
   size = min(size, vocab)
   ids = jnp.where(mask_BT.astype(bool), targets_BT, vocab).reshape(-1)  # Padding -> sentinel.
   present = jnp.zeros(vocab + 1, bool).at[ids].set(True)[:vocab]
-  present = present.at[jnp.array([tokenizer.EOS_ID, tokenizer.UNK_ID])].set(True)
-  # Present words outrank every drawn one (2 > uniform [0, 1)), so top_k keeps them all when
-  # they fit, and the rest is a uniform draw without replacement.
-  priority = jnp.where(present, 2.0, jax.random.uniform(rng, (vocab,)))
+  always = jnp.array([tokenizer.EOS_ID, tokenizer.UNK_ID])
+  present = present.at[always].set(True)
+  # top_k by priority: EOS and UNK (3) above the target words (1 + uniform [0, 1)) above the
+  # rest (uniform [0, 1)). The uniform part breaks the ties at random: top_k keeps the lowest
+  # ids among equals, which would always drop the rarest target words.
+  u = jax.random.uniform(rng, (vocab,))
+  priority = jnp.where(present, 1.0 + u, u).at[always].set(3.0)
   _, chosen_N = jax.lax.top_k(priority, size)
   missing = jnp.maximum(jnp.sum(present) - size, 0)
   return chosen_N.astype(jnp.int32), missing
@@ -95,6 +105,7 @@ class Sampled(Softmax):
   """Logits over a per-batch candidate set (see the module docstring)."""
 
   uses_rng = True
+  loss_metric = "sampled_loss"
 
   @dataclasses.dataclass(frozen=True)
   class Settings:

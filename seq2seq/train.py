@@ -41,6 +41,7 @@ from seq2seq import (
   models,
   objective,
   settings,
+  softmax,
   steps,
   summary,
 )
@@ -333,8 +334,11 @@ class Loop:
     m = jax.device_get(metrics)  # Synchronises once per logging window.
     now = time.perf_counter()
     rate = float(self.window_tokens) / max(now - self.tick, 1e-9)
+    # A sampled softmax's loss is over its candidates only: logged under its own name.
+    loss_key = softmax.make(self.tcfg.softmax).loss_metric
     for k, w in enumerate(self.writers):
       scalars = {key: float(self.members.value(m[key], k)) for key in LOGGED}
+      scalars[loss_key] = scalars.pop("loss")
       scalars |= {"tokens_per_s": rate, "skipped_updates": int(self.skipped[k])}
       scalars["elapsed_s"] = self.elapsed()
       scalars |= {
@@ -346,7 +350,8 @@ class Loop:
     losses = " ".join(f"{float(x):.4f}" for x in np.atleast_1d(m["loss"]))
     self.eta.end_window(done, now)
     console.say(
-      f"step {done}/{self.tcfg.num_steps}  loss {losses}  {rate:,.0f} tokens/s  "
+      f"step {done}/{self.tcfg.num_steps}  {loss_key.replace('_', ' ')} {losses}  "
+      f"{rate:,.0f} tokens/s  "
       f"elapsed {console.duration(self.elapsed())}  {self.eta.text(done, self.elapsed())}"
     )
 

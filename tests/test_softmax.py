@@ -1,6 +1,7 @@
 """The sampled softmax of training (seq2seq/softmax.py, Jean et al. 2015)."""
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,40 @@ def test_candidates_hold_every_target_word_eos_and_unk_then_uniform_draws():
   assert few.shape == (3,) and int(missing) == len(targets | {EOS_ID, UNK_ID}) - 3
 
 
+def test_target_words_that_do_not_fit_are_left_out_at_random_not_by_id():
+  """40 distinct target words for 12 candidates: EOS and UNK always kept, and the other ten
+  a uniform draw of the 40, so the highest ids are kept as often as the lowest."""
+  vocab, words = 100, np.arange(60, 100)
+  targets = jnp.asarray(words[None, :], jnp.int32)
+  mask = jnp.ones_like(targets)
+  kept = np.zeros(vocab)
+  draws = 200
+  for key in jax.random.split(jax.random.key(0), draws):
+    ids, missing = softmax.candidate_ids(targets, mask, vocab, 12, key)
+    ids = np.asarray(ids)
+    assert {EOS_ID, UNK_ID} <= set(ids.tolist()) and int(missing) == 30
+    assert set(ids.tolist()) - {EOS_ID, UNK_ID} <= set(words.tolist())
+    kept[ids] += 1
+  share = kept[words] / draws  # 10 of 40 kept: 0.25 each on average.
+  assert share[:20].mean() == pytest.approx(0.25, abs=0.05)
+  assert share[20:].mean() == pytest.approx(0.25, abs=0.05)
+
+
+def test_training_logs_a_sampled_loss_under_its_own_name(tmp_path):
+  """A run with a sampled softmax writes "sampled_loss" on its train lines, never "loss", which
+  would set it beside the full-vocabulary validation loss; a full-softmax run writes "loss"."""
+  from helpers import run_main
+
+  for spec, key in (("sampled(size=12)", "sampled_loss"), ("full", "loss")):
+    workdir = tmp_path / spec.split("(")[0]
+    run_main(workdir, "--config.train.num_steps=4", f"--config.train.softmax={spec}")
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("split") == "train"]
+    assert train and all(key in r for r in train)
+    other = "loss" if key == "sampled_loss" else "sampled_loss"
+    assert not any(other in r for r in train)
+
+
 def test_logits_over_candidates_are_the_full_logits_columns():
   cfg = tiny.get_config()
   model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
@@ -48,9 +83,10 @@ def test_logits_over_candidates_are_the_full_logits_columns():
   )
 
 
-def _state_and_objective(spec, label_smoothing=0.0):
+def _state_and_objective(spec, label_smoothing=0.0, **train):
   cfg = tiny.get_config()
   cfg.train.softmax, cfg.train.label_smoothing = spec, label_smoothing
+  cfg.train.update(train)  # Before the state is built: its optimiser is made from them.
   state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))
   return cfg, state, objective.Objective.from_config(cfg)
@@ -73,8 +109,7 @@ def test_a_candidate_set_holding_every_word_gives_the_full_loss(label_smoothing)
 
 
 def test_training_with_a_sampled_softmax_lowers_the_full_loss():
-  cfg, state, _ = _state_and_objective("sampled(size=12)")
-  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  cfg, state, _ = _state_and_objective("sampled(size=12)", optimizer="adam", learning_rate=1e-2)
   b = batch_of(3)
   step = jax.jit(functools.partial(steps.train_step, config=cfg))
   evaluate = jax.jit(steps.eval_step)
