@@ -104,9 +104,8 @@ class Dot(Score):
     _require_same_size(self.name, query_dim, annot_dim)
     self.dtype = layers.compute_dtype(cfg)
 
-  def __call__(self, query_D, keys_SK, annotations_SH):  # Summed in float32 (`layers.matmul`).
-    dtype = self.dtype
-    return jnp.dot(keys_SK.astype(dtype), query_D.astype(dtype), preferred_element_type=jnp.float32)
+  def __call__(self, query_D, keys_SK, annotations_SH):
+    return _dot(keys_SK, query_D, self.dtype)
 
 
 @register("scaled")
@@ -123,12 +122,13 @@ class General(Score):
 
   def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     self.w = layers.dense(annot_dim, query_dim, cfg, rngs=rngs, role="attention")
+    self.dtype = layers.compute_dtype(cfg)
 
   def keys(self, annotations_BSH):
     return self.w(annotations_BSH)
 
   def __call__(self, query_D, keys_SK, annotations_SH):
-    return keys_SK @ query_D.astype(keys_SK.dtype)
+    return _dot(keys_SK, query_D, self.dtype)
 
 
 @register("cosine")
@@ -145,12 +145,19 @@ class Cosine(Score):
   def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     _require_same_size(self.name, query_dim, annot_dim)
     self.sharpness = nnx.Param(jnp.asarray(settings.sharpness, jnp.float32))
+    self.dtype = layers.compute_dtype(cfg)
 
   def keys(self, annotations_BSH):
     return _unit(annotations_BSH.astype(jnp.float32))
 
   def __call__(self, query_D, keys_SK, annotations_SH):
-    return self.sharpness[...] * (keys_SK @ _unit(query_D.astype(jnp.float32)))
+    return self.sharpness[...] * _dot(keys_SK, _unit(query_D.astype(jnp.float32)), self.dtype)
+
+
+def _dot(keys_SK: jax.Array, query_D: jax.Array, dtype: jnp.dtype) -> jax.Array:
+  """keys_SK @ query_D [S] as every matmul computes it (`layers.matmul`): the factors rounded to
+  the compute dtype, the products summed and returned in float32."""
+  return jnp.dot(keys_SK.astype(dtype), query_D.astype(dtype), preferred_element_type=jnp.float32)
 
 
 def _unit(x: jax.Array, eps: float = 1e-6) -> jax.Array:

@@ -28,23 +28,36 @@ def _kernel(layer):
   return np.asarray(layer.kernel[...], np.float64)
 
 
-def _reference(score, q, h):
-  """float64 NumPy e [S] for one query q [D] and annotations h [S, H]."""
+def _bf16(x):
+  """x rounded to bfloat16, as float64."""
+  rounded = jnp.asarray(x, jnp.float32).astype(jnp.bfloat16).astype(jnp.float32)
+  return np.asarray(rounded, np.float64)
+
+
+def _reference(score, q, h, rounded=lambda x: x):
+  """float64 NumPy e [S] for one query q [D] and annotations h [S, H]; `rounded` is applied to
+  both factors of every product (`_bf16`: what a bfloat16 model computes)."""
   q, h = q.astype(np.float64), h.astype(np.float64)
+
+  def mm(x, w):
+    return rounded(x) @ rounded(w)
+
   name = score.name
   if name == "additive":
-    return np.tanh(q @ _kernel(score.w_a) + h @ _kernel(score.u_a)) @ _kernel(score.v_a)[:, 0]
+    hidden = np.tanh(mm(q, _kernel(score.w_a)) + mm(h, _kernel(score.u_a)))
+    return mm(hidden, _kernel(score.v_a))[:, 0]
   if name == "dot":
-    return h @ q
+    return mm(h, q)
   if name == "scaled":
-    return h @ q / np.sqrt(len(q))
+    return mm(h, q) / np.sqrt(len(q))
   if name == "general":
-    return (h @ _kernel(score.w)) @ q
+    return mm(mm(h, _kernel(score.w)), q)
   if name == "cosine":
     beta = float(score.sharpness[...])
-    return beta * (h @ q) / np.linalg.norm(h, axis=1) / np.linalg.norm(q)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+    return beta * mm(unit(h), unit(q))
   if name == "location":
-    return (q @ _kernel(score.w))[: len(h)]
+    return mm(q, _kernel(score.w))[: len(h)]
   raise AssertionError(f"no reference for {name}")
 
 
@@ -77,10 +90,12 @@ def test_bfloat16_scores_are_float32_sums_of_bfloat16_products(tiny_config, name
   h_BSH = jnp.asarray(rng.normal(size=(B, S, H)).astype(np.float32))
   e_BS = jax.vmap(score)(q_BD, score.keys(h_BSH), h_BSH)
   assert e_BS.dtype == jnp.float32
-  if name == "dot":
-    rounded = lambda x: np.asarray(x.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
-    want = np.einsum("bsh,bh->bs", rounded(h_BSH), rounded(q_BD))
-    np.testing.assert_allclose(np.asarray(e_BS), want, rtol=1e-6, atol=1e-6)
+  q, h = np.asarray(q_BD), np.asarray(h_BSH)
+  want = np.stack([_reference(score, q[b], h[b], _bf16) for b in range(B)])
+  unrounded = np.stack([_reference(score, q[b], h[b]) for b in range(B)])
+  # The rounding moves the scores by far more than the tolerance, so the check can tell.
+  assert np.abs(want - unrounded).max() > 100 * (1e-5 * np.abs(want).max() + 1e-6)
+  np.testing.assert_allclose(np.asarray(e_BS), want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", scores.names())
