@@ -11,7 +11,7 @@ import pytest
 from helpers import final_params
 
 from configs import tiny
-from seq2seq import average, checkpoints, eval_run, steps, train
+from seq2seq import average, checkpoints, eval_run, input_pipeline, steps, train
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -50,14 +50,34 @@ def test_the_best_checkpoint_is_read_without_a_data_iterator_state(trained, tmp_
     np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
-def test_an_averaged_run_evaluates_like_any_run(trained, tmp_path):
+def test_an_averaged_run_evaluates_with_the_averaged_parameters(trained, tmp_path):
+  """The averaged run's test loss is the loss of the mean of checkpoints 10 and 20 (made here
+  from the two checkpoints), not that of checkpoint 20, whose state the new run otherwise
+  carries."""
   out = tmp_path / "avg"
   average.average_checkpoints(trained, out, last=2)
   config = tiny.get_config()
   config.decode.beam_size, config.decode.num_heatmaps = 1, 0
   results = eval_run.evaluate_splits(config, out)
-  assert results["test"]["step"] == 20 and 0.0 <= results["test"]["bleu"] <= 100.0
+  assert results["test"]["step"] == 20
   assert (out / "eval" / "test" / "hypotheses.txt").exists()
+
+  runtime = rt.Runtime()
+  data = rt.load_data(config, out)
+  _, eval_fn = rt.compile_steps(config, runtime)
+  fresh = rt.abstract_state(config, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime)
+  ckpt = checkpoints.Checkpointer(trained, config)
+  at10, at20 = (ckpt.restore(fresh, step, with_data=False)[0] for step in (10, 20))
+  ckpt.close()
+  mean = at20.replace(params=jax.tree.map(lambda a, b: (a + b) / 2, at10.params, at20.params))
+
+  def test_loss(state):
+    batches = input_pipeline.eval_batches(data, "test", config)
+    return eval_run.evaluate_loss(eval_fn, state, batches, runtime)["loss"]
+
+  want, last = test_loss(mean), test_loss(at20)
+  assert abs(want - last) > 1e-4  # The two can be told apart.
+  assert results["test"]["loss"] == pytest.approx(want, rel=1e-6, abs=1e-6)
 
 
 @pytest.mark.parametrize(
