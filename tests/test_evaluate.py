@@ -1,6 +1,7 @@
 """Metrics on hand-made examples: BLEU, No-UNK subset, length bins, AER, entropy, plots."""
 
 import collections
+import gzip
 
 import jax
 import numpy as np
@@ -448,12 +449,20 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
 
 
 @pytest.mark.parametrize("unk_bias,want", [(1e4, 1.0), (-1e4, 0.0)])
-def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, want):
+def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, want, tmp_path):
+  """The UNK share of the greedy output, and the BLEU of the outputs it writes."""
   config, data, state = sp_run
   model = state.model()
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].set(unk_bias)
-  scores = eval_run.valid_scores(state.replace(params=nnx.state(model, nnx.Param)), data, config)
-  assert scores["unk_rate"] == want and 0.0 <= scores["bleu"] <= 100.0
+  out = tmp_path / "valid.txt.gz"
+  state = state.replace(params=nnx.state(model, nnx.Param))
+  scores = eval_run.valid_scores(state, data, config, hypotheses_out=out)
+  assert scores["unk_rate"] == want
+  with gzip.open(out, "rt", encoding="utf-8") as f:
+    hyps = f.read().splitlines()
+  refs = [pair[1] for pair in data.raw("valid")]
+  assert len(hyps) == len(refs)
+  assert scores["bleu"] == pytest.approx(evaluate.bleu(hyps, refs)[0])
 
 
 def test_identical_word_offsets_measure_from_each_twin():

@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 from helpers import ROOT, final_params, main_command, metrics, run_main, subprocess_env
 
+from seq2seq import checkpoints, evaluate
+from seq2seq import runtime as rt
+
 
 def test_run_writes_every_promised_file(trained):
   config = json.loads((trained / "config.json").read_text())
@@ -28,6 +31,7 @@ def test_run_writes_every_promised_file(trained):
   assert any(p.name.startswith("events.out.tfevents") for p in (trained / "tensorboard").iterdir())
   assert all("bleu" in r for r in valid_rows)
   assert (trained / "best").is_dir()
+  data = rt.load_data(checkpoints.load_config(trained), trained)
   for split in ("valid", "test"):
     out = trained / "eval" / split
     result = json.loads((out / "results.json").read_text())
@@ -44,7 +48,11 @@ def test_run_writes_every_promised_file(trained):
     assert (offsets is None) == (peaks is None) and (offsets is None or offsets["+0"] == peaks)
     assert sum(r["count"] for r in result["bleu_by_length"]) == 64
     assert all({"min_len", "max_len", "count", "bleu"} <= set(r) for r in result["bleu_by_length"])
-    assert len((out / "hypotheses.txt").read_text().splitlines()) == 64
+    hyps = (out / "hypotheses.txt").read_text().splitlines()
+    assert len(hyps) == 64
+    # The reported BLEU is that of the hypotheses written, against the split's references.
+    refs = [pair[1] for pair in data.raw(split)]
+    assert result["bleu"] == pytest.approx(evaluate.bleu(hyps, refs, pretokenized=True)[0])
     assert (out / "bleu_vs_length.png").stat().st_size > 0
     assert len(list((out / "alignments").glob("*.png"))) == 2  # decode.num_heatmaps
 
