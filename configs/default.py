@@ -158,12 +158,17 @@ def get_config() -> ml_collections.ConfigDict:
   dec.ensemble_combination = "mean_prob"  # "mean_prob" (log of the mean) or "mean_logprob".
   dec.ensemble_attention = "mean"  # The attention reported: "mean" over members, or an index.
   # Shortlist decoding: a lexical table (python -m seq2seq.lexicon writes WORKDIR/lexicon.npz);
-  # the output layer then runs over the batch's shortlist only: the specials, the
-  # `shortlist_frequent` most frequent target words and each source word's `shortlist_per_word`
-  # best translations. "" decodes over the full vocabulary.
+  # the output layer then runs over a shortlist only: the specials, the `shortlist_frequent`
+  # most frequent target words and each source word's `shortlist_per_word` best translations.
+  # Scores are then log-probabilities normalised over the shortlist, in decoding and in score
+  # mode alike. "" decodes over the full vocabulary.
   dec.shortlist = ""
   dec.shortlist_frequent = 1000
   dec.shortlist_per_word = 10
+  # "batch": one shortlist from all the batch's source words (Marian's and Sockeye's way); a
+  # sentence's output can then depend on its batch-mates. "sentence": each sentence decodes over
+  # the candidates of its own source words (Jean et al. 2015), the same alone or in any batch.
+  dec.shortlist_scope = "batch"
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

@@ -57,15 +57,17 @@ class DecodeResult(NamedTuple):
 
   tokens: jax.Array  # [B, L] int32: the output, EOS included, PAD after it.
   lengths: jax.Array  # [B] int32: tokens up to and including EOS (L when EOS never came).
-  scores: jax.Array  # [B] float32: sum of log-probabilities of `tokens[:lengths]` (-inf: none).
+  # [B] float32: sum of log-probabilities of `tokens[:lengths]` (-inf: none), normalised over
+  # the vocabulary, or over the shortlist when decoding with one (`normalised_over`).
+  scores: jax.Array
   norm_scores: jax.Array  # [B] float32: the ranking score of beam search (`ranking_score`).
   alpha: jax.Array  # [B, L, S] float32: attention at each output position (zeros without one).
 
 
 def _step_log_probs(logits_NV: jax.Array, ban_unk: bool = False) -> jax.Array:
-  """Log-softmax over the full vocabulary, with PAD and BOS (and UNK with `ban_unk`, GroundHog's
-  --ignore-unk) made impossible afterwards: [N, V] float32. The other words keep their
-  probabilities under the full softmax."""
+  """Log-softmax over the words the logits cover (the vocabulary, or a shortlist's candidates),
+  with PAD and BOS (and UNK with `ban_unk`, GroundHog's --ignore-unk) made impossible
+  afterwards: [N, V] float32. The other words keep their probabilities under that softmax."""
   logp = jax.nn.log_softmax(logits_NV.astype(jnp.float32), axis=-1)
   return jnp.where(_banned(logp.shape[-1], ban_unk), -jnp.inf, logp)
 
@@ -78,8 +80,8 @@ def _banned(vocab: int, ban_unk: bool) -> jax.Array:
 
 def _best_words(logits_NV: jax.Array, ban_unk: bool = False) -> tuple[jax.Array, jax.Array]:
   """Greedy's pick: each row's most probable allowed word [N] and its log-probability [N] under
-  the full softmax (the argmax and entry of `_step_log_probs`), without writing the [N, V]
-  log-probabilities."""
+  the softmax over the logits' words (the argmax and entry of `_step_log_probs`), without
+  writing the [N, V] log-probabilities."""
   logits = logits_NV.astype(jnp.float32)
   allowed = jnp.where(_banned(logits.shape[-1], ban_unk), -jnp.inf, logits)
   tok_N = jnp.argmax(allowed, axis=-1).astype(jnp.int32)
@@ -430,6 +432,7 @@ def jit_decode(
   ban_unk: bool = False,
   nbest: int | None = None,
   output_ids: jax.Array | None = None,
+  output_mask: jax.Array | None = None,
 ) -> DecodeResult:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1.
 
@@ -439,13 +442,14 @@ def jit_decode(
   (greedy's one output for beam_size 1); without it, the best output, fields [B, ...]. Any
   `nnx.Module` with the decoding API can be split and passed, one that wraps several models too.
   `output_ids` [N]: decode over that shortlist only (`lexicon.shortlist`, specials first), the
-  output mapped back to word ids.
+  output mapped back to word ids, its scores normalised over the shortlist; `output_mask`
+  [B, N]: each sentence over its own part of it (`lexicon.sentence_candidates`).
   """
   if nbest is not None:
     check_nbest(nbest, beam_size)
   model = nnx.merge(graphdef, params)
   if output_ids is not None:
-    model = Shortlisted(model, output_ids)
+    model = Shortlisted(model, output_ids, output_mask)
   settings = {
     "max_len": max_len,
     "length_norm_alpha": length_norm_alpha,
@@ -464,21 +468,63 @@ def jit_decode(
   return result if output_ids is None else result._replace(tokens=output_ids[result.tokens])
 
 
+class ShortlistEncoded(NamedTuple):
+  """A shortlisted model's encoding: the model's own, and the mask of each sentence's
+  candidates, which beam search tiles with the rest."""
+
+  inner: Any  # What the model's `encode` returned.
+  mask: jax.Array  # [B, S] the source mask (the search reads it).
+  init_state: Any  # The model's initial decoder state.
+  allowed: jax.Array | None  # [B, N] bool: the sentence's own candidates; None: all N.
+
+
 class Shortlisted:
   """A model decoded over a shortlist `ids` [N] (`lexicon.shortlist`: the specials first, at
   their own positions): the search works in candidate indices, so PAD, BOS, EOS and UNK keep
   their ids; the embedding reads the candidate's word id and the output layer runs over the N
-  candidates only. Map the output back with `ids[tokens]`."""
+  candidates only, the softmax normalised over them (or over a sentence's own candidates,
+  `allowed_BN`). Map the output back with `ids[tokens]`."""
 
-  def __init__(self, model: Any, ids_N: jax.Array):
-    self.model, self.ids = model, ids_N
+  def __init__(self, model: Any, ids_N: jax.Array, allowed_BN: jax.Array | None = None):
+    self.model, self.ids, self.allowed = model, ids_N, allowed_BN
     self.uses_attention = model.uses_attention
 
   def encode(self, src_BS, src_mask_BS, **kwargs):
-    return self.model.encode(src_BS, src_mask_BS, **kwargs)
+    enc = self.model.encode(src_BS, src_mask_BS, **kwargs)
+    return ShortlistEncoded(enc, enc.mask, enc.init_state, self.allowed)
 
-  def decoder_step(self, enc, state, y_prev_B):
-    return self.model.decoder_step(enc, state, self.ids[y_prev_B], output_ids=self.ids)
+  def decoder_step(self, enc: ShortlistEncoded, state, y_prev_B):
+    return self.model.decoder_step(
+      enc.inner, state, self.ids[y_prev_B], output_ids=self.ids, output_mask=enc.allowed
+    )
+
+
+def normalised_over(config: ml_collections.ConfigDict) -> str:
+  """What the scores of decoding and of forced decoding with `config` are log-probabilities
+  over: "vocabulary", or "shortlist" (`decode.shortlist`: its batch's or the sentence's own)."""
+  if not config.decode.shortlist:
+    return "vocabulary"
+  return f"shortlist ({config.decode.shortlist_scope})"
+
+
+def shortlist_of(
+  batch: Mapping[str, Any], config: ml_collections.ConfigDict
+) -> tuple[jax.Array | None, jax.Array | None]:
+  """(ids [N], per-sentence mask [B, N] or None) of the batch's shortlist under
+  `config.decode` (`decode.shortlist_scope`); (None, None) without a shortlist."""
+  cfg = config.decode
+  if not cfg.shortlist:
+    return None, None
+  table = lexicon.load_cached(cfg.shortlist)
+  src = np.asarray(batch["src"])
+  ids = lexicon.shortlist(table, src, cfg.shortlist_frequent, cfg.shortlist_per_word)
+  mask = None
+  if cfg.shortlist_scope == "sentence":
+    mask = lexicon.sentence_candidates(
+      table, src, ids, cfg.shortlist_frequent, cfg.shortlist_per_word
+    )
+    mask = jnp.asarray(mask)
+  return jnp.asarray(ids), mask
 
 
 def max_output_len(src_len: int, max_len_ratio: float) -> int:
@@ -502,18 +548,16 @@ def decode_batch(
   `config.decode.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
   with S the padded source length (of one source, where a multi-source batch packs two). With
   `decode.shortlist` (a lexical table, `seq2seq.lexicon`) the output layer runs over the
-  batch's shortlist only. `jit_decode` keeps one compiled function per static setting, so
-  bucketed source lengths reuse their compilations.
+  batch's shortlist only, each sentence over its own with `decode.shortlist_scope="sentence"`
+  (`shortlist_of`), and the scores are normalised over it (`normalised_over`). `jit_decode`
+  keeps one compiled function per static setting, so bucketed source lengths reuse their
+  compilations.
   """
   cfg = config.decode
   sources = input_pipeline.num_sources(config.data)  # Multi-source batches pack them side by side.
   src = jnp.asarray(batch["src"], jnp.int32)
   mask = jnp.asarray(batch["src_mask"], jnp.int32)
-  output_ids = None
-  if cfg.shortlist:
-    table = lexicon.load_cached(cfg.shortlist)
-    ids = lexicon.shortlist(table, batch["src"], cfg.shortlist_frequent, cfg.shortlist_per_word)
-    output_ids = jnp.asarray(ids)
+  output_ids, output_mask = shortlist_of(batch, config)
   return jit_decode(
     state.graphdef,
     state.params,
@@ -526,6 +570,7 @@ def decode_batch(
     ban_unk=ban_unk,
     nbest=nbest,
     output_ids=output_ids,
+    output_mask=output_mask,
   )
 
 
@@ -548,24 +593,38 @@ def force_decode(
   *,
   length_norm_alpha: float = 1.0,
   coverage_beta: float = 0.0,
+  output_ids: jax.Array | None = None,
+  output_mask: jax.Array | None = None,
 ) -> ForcedResult:
   """The log-probabilities of given outputs tgt_out [B, T] (EOS included, PAD after it; tgt_in
   is BOS followed by tgt_out shifted; tgt_mask marks tgt_out's tokens), as search computes them.
 
   One teacher-forced pass of `model` (its `__call__`, as in training, with `decoding=True`: the
   structures' test-time choices, e.g. hard monotonic attention), log p_t = log-softmax over the
-  full vocabulary (`_step_log_probs`), so an output of greedy or beam search scores what its
-  search reported. Models without attention (`uses_attention` False) report zero attention.
+  full vocabulary (`_step_log_probs`), or over the shortlist `output_ids` [N] (each sentence's
+  own part with `output_mask` [B, N]) as `jit_decode` takes them, so an output of greedy or
+  beam search scores what its search reported. A word outside the shortlist scores -inf.
+  Models without attention (`uses_attention` False) report zero attention.
   """
+  kw = {"decoding": True}
+  if output_ids is not None:
+    kw |= {"output_ids": output_ids, "output_mask": output_mask}
   if model.uses_attention:
-    logits_BTV, alpha_BTS = model(src_BS, src_mask_BS, tgt_in_BT, return_alpha=True, decoding=True)
+    logits_BTV, alpha_BTS = model(src_BS, src_mask_BS, tgt_in_BT, return_alpha=True, **kw)
   else:
-    logits_BTV = model(src_BS, src_mask_BS, tgt_in_BT, decoding=True)
+    logits_BTV = model(src_BS, src_mask_BS, tgt_in_BT, **kw)
     alpha_BTS = jnp.zeros(tgt_in_BT.shape + src_BS.shape[1:], jnp.float32)
   real_BT = tgt_mask_BT.astype(bool)
   logp_BTV = _step_log_probs(logits_BTV)
-  token_BT = jnp.take_along_axis(logp_BTV, tgt_out_BT[..., None].astype(jnp.int32), axis=-1)
-  token_BT = jnp.where(real_BT, token_BT[..., 0], 0.0)
+  target_BT = tgt_out_BT.astype(jnp.int32)
+  listed_BT = jnp.ones(target_BT.shape, bool)
+  if output_ids is not None:  # Word ids to candidate positions (each id is listed once).
+    match_BTN = target_BT[..., None] == output_ids
+    listed_BT = jnp.any(match_BTN, axis=-1)
+    target_BT = jnp.argmax(match_BTN, axis=-1).astype(jnp.int32)
+  token_BT = jnp.take_along_axis(logp_BTV, target_BT[..., None], axis=-1)[..., 0]
+  token_BT = jnp.where(listed_BT, token_BT, -jnp.inf)
+  token_BT = jnp.where(real_BT, token_BT, 0.0)
   alpha_BTS = jnp.where(real_BT[..., None], alpha_BTS.astype(jnp.float32), 0.0)
   scores_B = jnp.sum(token_BT, axis=-1)
   norm_B = ranking_score(
@@ -587,6 +646,8 @@ def jit_force_decode(
   *,
   length_norm_alpha: float = 1.0,
   coverage_beta: float = 0.0,
+  output_ids: jax.Array | None = None,
+  output_mask: jax.Array | None = None,
 ) -> ForcedResult:
   """Compiled `force_decode` of an NNX model given as `nnx.split(model)` on a batch dict (src,
   src_mask, tgt_in, tgt_out, tgt_mask); `graphdef` and the ranking settings are static."""
@@ -599,6 +660,8 @@ def jit_force_decode(
     batch["tgt_mask"],
     length_norm_alpha=length_norm_alpha,
     coverage_beta=coverage_beta,
+    output_ids=output_ids,
+    output_mask=output_mask,
   )
 
 
@@ -609,15 +672,20 @@ def score_batch(
   state: Any, batch: Mapping[str, Any], config: ml_collections.ConfigDict
 ) -> ForcedResult:
   """Scores the batch's target side given its source (`force_decode`) with the run's ranking
-  settings (`config.decode.length_norm_alpha`, `coverage_penalty`); `state` is a
-  `steps.TrainState`. One compiled function per padded shape, so bucketed batches reuse them."""
+  settings (`config.decode.length_norm_alpha`, `coverage_penalty`) and over its shortlist where
+  it decodes with one (`shortlist_of`), so the scores are what its search would report; `state`
+  is a `steps.TrainState`. One compiled function per padded shape, so bucketed batches reuse
+  them."""
   arrays = {k: jnp.asarray(batch[k], jnp.int32) for k in FORCED_KEYS}
+  output_ids, output_mask = shortlist_of(batch, config)
   return jit_force_decode(
     state.graphdef,
     state.params,
     arrays,
     length_norm_alpha=float(config.decode.length_norm_alpha),
     coverage_beta=float(config.decode.coverage_penalty),
+    output_ids=output_ids,
+    output_mask=output_mask,
   )
 
 

@@ -101,7 +101,8 @@ class Ensemble(nnx.Module):
 
   def decoder_step(self, enc: EnsembleEncoded, state: tuple, y_prev_B: jax.Array, **kwargs):
     """(every member's next state, combined log-probabilities [B, V], attention [B, S]); over
-    `output_ids` [N] only when given (shortlist decoding)."""
+    `output_ids` [N] only when given (shortlist decoding), each member's words outside
+    `output_mask` [B, N] at probability 0 before the members combine."""
     outs = [
       m.decoder_step(e, s, y_prev_B, **kwargs)
       for m, e, s in zip(self.members, enc.members, state, strict=True)
@@ -111,18 +112,29 @@ class Ensemble(nnx.Module):
     return tuple(o[0] for o in outs), combined, self._attention([o[2] for o in outs])
 
   def __call__(
-    self, src_BS, src_mask_BS, tgt_in_BT, *, return_alpha=False, return_aux=False, decoding=False
+    self,
+    src_BS,
+    src_mask_BS,
+    tgt_in_BT,
+    *,
+    return_alpha=False,
+    return_aux=False,
+    decoding=False,
+    output_ids=None,
+    output_mask=None,
   ):
     """Teacher-forced combined log-probabilities [B, T, V] (and attention when asked);
-    `decoding`: every member takes its structures' test-time choices (forced decoding)."""
+    `decoding`: every member takes its structures' test-time choices (forced decoding);
+    `output_ids` [N] and `output_mask` [B, N]: over a shortlist, as in `decoder_step`."""
     args = (src_BS, src_mask_BS, tgt_in_BT)
+    kw = {"decoding": decoding}
+    if output_ids is not None:
+      kw |= {"output_ids": output_ids, "output_mask": output_mask}
     if not (return_alpha or return_aux):
-      outs = [(m(*args, decoding=decoding), None) for m in self.members]
+      outs = [(m(*args, **kw), None) for m in self.members]
     else:
       outs = [
-        m(*args, return_alpha=True, decoding=decoding)
-        if m.uses_attention
-        else (m(*args, decoding=decoding), None)
+        m(*args, return_alpha=True, **kw) if m.uses_attention else (m(*args, **kw), None)
         for m in self.members
       ]
     log_probs = [jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1) for logits, _ in outs]

@@ -1,5 +1,5 @@
 """A lexical translation table p(target word | source word), learned from the training split, and
-the per-batch shortlists it gives decoding.
+the shortlists it gives decoding.
 
 The table is IBM Model 1 (Brown et al. 1993) trained by EM over the training pairs' token ids,
 with a NULL source word in every sentence. Why IBM Model 1 rather than the trained model's own
@@ -29,6 +29,8 @@ and is saved as WORKDIR/lexicon.npz by
 `shortlist(lexicon, src_ids, frequent, per_word)`: a batch's candidate target vocabulary, the
 special ids first at their own positions (so decoding can run in candidate indices), then the
 `frequent` most frequent target ids, then each source word's `per_word` best translations.
+`sentence_candidates` marks which of them belong to each sentence's own shortlist
+(`decode.shortlist_scope="sentence"`).
 """
 
 from __future__ import annotations
@@ -155,6 +157,35 @@ def load_cached(path: str) -> Lexicon:
   return Lexicon.load(path)
 
 
+SHORTLIST_SCOPES = ("batch", "sentence")  # `decode.shortlist_scope`.
+
+
+def candidates(lexicon: Lexicon, src_ids: np.ndarray, frequent: int, per_word: int) -> np.ndarray:
+  """[V] bool: the target words a shortlist of the source ids `src_ids` (any shape; PAD and the
+  other specials ignored) offers besides the specials: the `frequent` most frequent target
+  words and each source word's `per_word` best translations."""
+  words = np.unique(np.asarray(src_ids))
+  words = words[(words >= tok.NUM_SPECIALS) & (words < len(lexicon.ids))]
+  translations = lexicon.ids[words, :per_word].reshape(-1)
+  chosen = np.zeros(len(lexicon.by_frequency), bool)
+  chosen[translations[translations >= 0]] = True
+  chosen[lexicon.by_frequency[:frequent]] = True
+  chosen[: tok.NUM_SPECIALS] = False
+  return chosen
+
+
+def sentence_candidates(
+  lexicon: Lexicon, src_BS: np.ndarray, ids_N: np.ndarray, frequent: int, per_word: int
+) -> np.ndarray:
+  """[B, N] bool: which of a batch shortlist's ids `ids_N` (`shortlist` of the whole batch)
+  belong to each sentence's own shortlist (`candidates` of its row of `src_BS`, the specials
+  always): decoding over the batch's ids with the others masked out is decoding over the
+  sentence's own shortlist."""
+  own = np.stack([candidates(lexicon, row, frequent, per_word) for row in np.asarray(src_BS)])
+  own[:, : tok.NUM_SPECIALS] = True
+  return own[:, ids_N]
+
+
 def shortlist(
   lexicon: Lexicon, src_ids: np.ndarray, frequent: int, per_word: int, multiple: int = 64
 ) -> np.ndarray:
@@ -162,14 +193,8 @@ def shortlist(
   specials at their own positions (ids 0..3 first), the `frequent` most frequent target ids,
   and the `per_word` best translations of every source id present, each once; N is rounded up
   to a multiple of `multiple` (padded with further frequent ids) so few shapes compile."""
-  words = np.unique(np.asarray(src_ids))
-  words = words[(words >= tok.NUM_SPECIALS) & (words < len(lexicon.ids))]
-  translations = lexicon.ids[words, :per_word].reshape(-1)
-  vocab = len(lexicon.by_frequency)
-  chosen = np.zeros(vocab, bool)
-  chosen[translations[translations >= 0]] = True
-  chosen[lexicon.by_frequency[:frequent]] = True
-  chosen[: tok.NUM_SPECIALS] = False
+  chosen = candidates(lexicon, src_ids, frequent, per_word)
+  vocab = len(chosen)
   rest = np.flatnonzero(chosen)
   size = min(vocab, -(-(tok.NUM_SPECIALS + len(rest)) // multiple) * multiple)
   if tok.NUM_SPECIALS + len(rest) < size:  # Pad with the next most frequent words.

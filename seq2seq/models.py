@@ -86,6 +86,12 @@ def none_as_off(model: dict[str, Any]) -> None:
       model[key] = ""
 
 
+def restrict(logits: jax.Array, output_mask: jax.Array | None) -> jax.Array:
+  """`logits` [B, ..., N] at -inf where `output_mask` (broadcast to them) is false: the words a
+  sentence's own shortlist leaves out get probability 0. None: `logits` unchanged."""
+  return logits if output_mask is None else jnp.where(output_mask, logits, -jnp.inf)
+
+
 class LexiconTable(nnx.Param):
   """The lexicon bias's table, stored with the parameters (so checkpoints, seed groups and
   ensembles carry it) but read through stop_gradient: its gradient is zero and no optimiser
@@ -523,9 +529,12 @@ class Seq2Seq(nnx.Module):
     return layers.matmul(t, kernel_MV, self.dtype) + bias_V
 
   # ------------------------------------------------------------------ decoding API
-  def decoder_step(self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, output_ids=None):
+  def decoder_step(
+    self, enc: Encoded, state: DecoderState, y_prev_B: jax.Array, output_ids=None, output_mask=None
+  ):
     """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S]);
-    logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding)."""
+    logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding), and -inf
+    where `output_mask` [B, N] is false (each sentence's own shortlist)."""
     if self.copy:  # An extended id (a copied source word) is fed back as <unk>.
       y_prev_B = jnp.where(y_prev_B >= self.tgt_vocab, UNK_ID, y_prev_B)
     emb = self.embed(y_prev_B)
@@ -534,7 +543,7 @@ class Seq2Seq(nnx.Module):
     )
     logits = self._readout(readout_s, emb, att.context, output_ids=output_ids, intra=intra)
     logits = self._output(enc, logits, att.alpha, readout_s, emb, att.context, output_ids)
-    return new_state, logits, att.alpha
+    return new_state, restrict(logits, output_mask), att.alpha
 
   # ------------------------------------------------------------------ training API
   def __call__(
@@ -547,10 +556,12 @@ class Seq2Seq(nnx.Module):
     return_aux=False,
     dropout_rng=None,
     output_ids=None,
+    output_mask=None,
     decoding=False,
   ):
     """Teacher-forced logits [B, T, V] (float32), and alpha [B, T, S] when asked; [B, T, N]
-    over the words `output_ids` [N] when given (sampled softmax).
+    over the words `output_ids` [N] when given (sampled softmax, shortlists), -inf where
+    `output_mask` [B, N] is false.
 
     `dropout_rng`: None for a deterministic pass, else the key of this step's dropout masks; a
     sampling attention structure draws step i's key as fold_in(fold_in(dropout_rng, 3), i).
@@ -585,6 +596,8 @@ class Seq2Seq(nnx.Module):
     if self.lexicon_bias or self.copy:
       alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
       logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH, output_ids)
+    if output_mask is not None:
+      logits = restrict(logits, output_mask[:, None, :])
     if not (return_alpha or return_aux):
       return logits
     if alpha_TBS is None:

@@ -83,6 +83,10 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     lexicon.load_cached(dec.shortlist)  # A missing or empty table: one line, before decoding.
     if dec.shortlist_frequent < 0 or dec.shortlist_per_word < 0:
       raise ValueError("decode.shortlist_frequent and decode.shortlist_per_word must be >= 0")
+  if dec.shortlist_scope not in lexicon.SHORTLIST_SCOPES:
+    raise ValueError(
+      f"decode.shortlist_scope={dec.shortlist_scope!r} is not one of {lexicon.SHORTLIST_SCOPES}"
+    )
   if model.copy and softmax.make(config.train.softmax).name != "full":
     raise ValueError(
       f"model.copy needs train.softmax=full: its extended vocabulary has no sampled form "
@@ -159,6 +163,7 @@ ADDED_FIELDS = {
   "decode.shortlist": "",
   "decode.shortlist_frequent": 1000,
   "decode.shortlist_per_word": 10,
+  "decode.shortlist_scope": "batch",
 }
 
 

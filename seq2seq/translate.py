@@ -18,6 +18,12 @@ truncated with a warning; every other line is translated in full. With `--nbest=
 score (`--mode=score`): one JSON object per pair of source and target lines (`score_record`).
 A pair with an empty side, or whose source the model cannot address, is reported on its line
 with the reason (`error`) and no score; nothing is truncated, since that would change the score.
+
+Scores are log-probabilities normalised over the full target vocabulary, or, when the run
+decodes with a shortlist (`decode.shortlist`), over that shortlist, in both modes alike, so a
+translation scores the same in score mode as its search reported (with
+`decode.shortlist_scope="sentence"` whatever the batches; with "batch", when the batch is the
+same). Every record says which (`normalised_over`).
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ class Hypothesis:
   # the source tokens and EOS (zeros for models without attention).
   finished: bool = True  # False: cut at the length limit without EOS (then `score` and
   # `attention` cover the tokens only, and `norm_score` divides by len(tokens)**alpha).
+  # What p is normalised over: "vocabulary", or "shortlist (batch)" / "shortlist (sentence)"
+  # when decoding with `decode.shortlist` (`decode.normalised_over`).
+  normalised_over: str = "vocabulary"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +75,7 @@ class Scored:
   norm_score: float | None  # What beam search would rank it by (`decode.ranking_score`).
   attention: np.ndarray  # [len(tokens), source tokens + 1], teacher-forced; [0, 0] unscored.
   error: str | None = None  # Why the pair was not scored: "empty source", "empty target", ...
+  normalised_over: str = "vocabulary"  # As `Hypothesis.normalised_over`: scores agree with it.
 
 
 class Translator:
@@ -173,11 +183,13 @@ def translate_lines(
     t.state, _split(ids, [[] for _ in ids]), config, nbest, progress="translating"
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
+  over = decode.normalised_over(config)
   for i, translations in zip(keep, found, strict=True):
     for tr in translations:
       text = evaluate.output_text(tr, lines[i], t.src_tok, t.tgt_tok, config.decode.replace_unk)
       tokens = evaluate.output_tokens(tr.ids, lines[i], t.src_tok, t.tgt_tok)
-      out[i].append(Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished))
+      hyp = Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished, over)
+      out[i].append(hyp)
   return out, truncated
 
 
@@ -203,11 +215,12 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
   if len(sources) != len(targets):
     raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one per source")
   out: list[Scored | None] = [None] * len(sources)
+  over = decode.normalised_over(t.config)
   src_ids, tgt_ids, keep = [], [], []
   for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
     error = _unscorable(t, source, target)
     if error is not None:
-      out[i] = Scored([], [], None, None, np.zeros((0, 0), np.float32), error)
+      out[i] = Scored([], [], None, None, np.zeros((0, 0), np.float32), error, over)
       continue
     src_ids.append(_encode_sources(t, source))
     ids = t.tgt_tok.encode(target)
@@ -219,7 +232,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
   forced = evaluate.score_split(t.state, _split(src_ids, tgt_ids), t.config)
   for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
     tokens = [*evaluate.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
-    out[i] = Scored(tokens, f.token_scores.tolist(), f.score, f.norm_score, f.alpha)
+    out[i] = Scored(tokens, f.token_scores.tolist(), f.score, f.norm_score, f.alpha, None, over)
   return out
 
 
@@ -314,10 +327,14 @@ def translate_file(
     attention = [] if h is None else np.round(h.attention, 4).tolist()
     return {"source": source, "target": "" if h is None else h.text, "attention": attention}
 
+  over = decode.normalised_over(config)
+  if nbest and over != "vocabulary":
+    logging.warning("n-best scores are log-probabilities normalised over the %s", over)
+
   if nbest:
     text = "".join(line + "\n" for i, hyps in enumerate(found) for line in nbest_lines(i, hyps))
     records = [
-      {"index": i, "rank": rank, **record(lines[i], h)}
+      {"index": i, "rank": rank, **record(lines[i], h), "normalised_over": over}
       for i, hyps in enumerate(found)
       for rank, h in enumerate(hyps or [None])
     ]
@@ -335,7 +352,8 @@ def translate_file(
 
 def score_record(index: int, scored: Scored) -> dict[str, Any]:
   """The score mode's JSON object of pair `index`: index, score, norm_score, tokens,
-  token_scores and error (null when scored; score and norm_score are null when not)."""
+  token_scores, error (null when scored; score and norm_score are null when not) and
+  normalised_over (what the log-probabilities are normalised over: `Scored.normalised_over`)."""
   return {
     "index": index,
     "score": scored.score,
@@ -343,6 +361,7 @@ def score_record(index: int, scored: Scored) -> dict[str, Any]:
     "tokens": scored.tokens,
     "token_scores": scored.token_scores,
     "error": scored.error,
+    "normalised_over": scored.normalised_over,
   }
 
 

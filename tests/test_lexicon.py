@@ -102,3 +102,95 @@ def test_evaluating_with_a_shortlist_of_every_word_changes_no_translation(traine
   for split in ("valid", "test"):
     got = (run / "eval" / split / "hypotheses.txt").read_text()
     assert got == (trained / "eval" / split / "hypotheses.txt").read_text()
+
+
+# ------------------------------------------------------------------ scores under a shortlist
+SHORT_VOCAB = 300  # Beyond the batch shortlist's padding to a multiple of 64.
+
+
+def shortlisted_run(tmp_path, scope, beam_size=3):
+  """A random tiny model's train state and a config decoding it over a small shortlist of a
+  random lexical table (2 frequent words, 2 translations per source word)."""
+  import jax
+  from conftest import random_lexicon, randomise
+  from flax import nnx
+
+  from configs import tiny
+  from seq2seq import steps
+
+  config = tiny.get_config()
+  state = steps.create_train_state(config, jax.random.key(0), SHORT_VOCAB, SHORT_VOCAB)
+  state = state.replace(params=nnx.state(randomise(state.model(), seed=3), nnx.Param))
+  path = tmp_path / lexicon.FILE
+  random_lexicon(SHORT_VOCAB, k=2, seed=1).save(path)
+  dec = config.decode
+  dec.shortlist, dec.shortlist_frequent, dec.shortlist_per_word = str(path), 2, 2
+  dec.shortlist_scope, dec.beam_size = scope, beam_size
+  return config, state
+
+
+def shortlist_batch(seed=4, batch=5):
+  from conftest import random_batch
+
+  b = random_batch(seed=seed, batch=batch, src_len=6, vocab=SHORT_VOCAB)
+  return {k: b[k] for k in ("src", "src_mask")}
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_with_its_own_shortlist_a_sentence_translates_the_same_alone_and_in_any_batch(
+  tmp_path, beam_size
+):
+  """Under decode.shortlist_scope="sentence" each sentence of a batch gets the output and
+  score it gets alone; under "batch" its batch-mates' words change some outputs."""
+  from seq2seq import decode
+
+  def outputs(config, state, batch):
+    result = decode.decode_batch(state, batch, config)
+    return np.asarray(result.tokens), np.asarray(result.scores)
+
+  batch = shortlist_batch()
+  differs = 0
+  for scope in ("sentence", "batch"):
+    config, state = shortlisted_run(tmp_path, scope, beam_size)
+    tokens, scores = outputs(config, state, batch)
+    for row in range(len(batch["src"])):
+      alone = {k: v[row : row + 1] for k, v in batch.items()}
+      one_tokens, one_scores = outputs(config, state, alone)
+      same = np.array_equal(one_tokens[0], tokens[row])
+      if scope == "sentence":
+        assert same, row
+        np.testing.assert_allclose(one_scores[0], scores[row], rtol=1e-5, atol=1e-5)
+      differs += not same
+  assert differs, "the batch's shortlist changed no output: the check above tells nothing"
+
+
+@pytest.mark.parametrize("scope", ["batch", "sentence"])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, scope, beam_size):
+  """`decode.score_batch` (score mode) scores a batch's outputs over the same shortlist as
+  `decode.decode_batch` searched: the same log-probabilities, normalised over the shortlist."""
+  from seq2seq import decode
+  from seq2seq.tokenizer import BOS_ID, PAD_ID
+
+  config, state = shortlisted_run(tmp_path, scope, beam_size)
+  batch = shortlist_batch(seed=6)
+  result = decode.decode_batch(state, batch, config)
+  tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+  mask = np.arange(tokens.shape[1])[None] < lengths[:, None]
+  tgt_out = np.where(mask, tokens, PAD_ID).astype(np.int32)
+  tgt_in = np.concatenate([np.full((len(tgt_out), 1), BOS_ID), tgt_out[:, :-1]], axis=1)
+  forced = {**batch, "tgt_in": tgt_in, "tgt_out": tgt_out, "tgt_mask": mask.astype(np.int32)}
+  scored = decode.score_batch(state, forced, config)
+  np.testing.assert_allclose(
+    np.asarray(scored.scores), np.asarray(result.scores), rtol=1e-4, atol=1e-4
+  )
+  np.testing.assert_allclose(
+    np.asarray(scored.norm_scores), np.asarray(result.norm_scores), rtol=1e-4, atol=1e-4
+  )
+  # A word outside the shortlist is impossible under it: -inf, not a full-vocabulary score.
+  ids = np.asarray(decode.shortlist_of(batch, config)[0])
+  outside = next(w for w in range(4, SHORT_VOCAB) if w not in ids)
+  forced["tgt_out"] = np.where(mask, forced["tgt_out"], PAD_ID)
+  forced["tgt_out"][0, 0] = outside
+  assert np.isneginf(float(decode.score_batch(state, forced, config).scores[0]))
+  assert decode.normalised_over(config) == f"shortlist ({scope})"

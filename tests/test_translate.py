@@ -146,6 +146,36 @@ def test_api_scores_of_its_own_translations_are_what_the_search_reported(loaded)
   assert finished >= 3, "want finished outputs to compare whole scores"
 
 
+def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, tmp_path):
+  """With decode.shortlist (each sentence's own), the API's search scores and its score mode's
+  are both log-probabilities over the shortlist, equal, and labelled so; without one, both
+  say "vocabulary"."""
+  import shutil
+
+  from seq2seq import lexicon
+
+  run = tmp_path / "run"
+  shutil.copytree(trained, run, ignore=shutil.ignore_patterns("eval"))
+  lexicon.main(["--workdir", str(run), "--top", "5"])
+  config = checkpoints.load_config(run)
+  assert seq2seq.load(run, config).score(["a big house ."], ["une maison ."])[
+    0
+  ].normalised_over == ("vocabulary")
+  dec = config.decode
+  dec.shortlist, dec.shortlist_frequent, dec.shortlist_per_word = str(run / lexicon.FILE), 3, 2
+  dec.shortlist_scope = "sentence"
+  t = seq2seq.load(run, config)
+  sources = [s for s in SOURCES if s.strip()]
+  found = t.translate(sources, nbest=NBEST)
+  pairs = [(s, h) for s, hyps in zip(sources, found, strict=True) for h in hyps if h.finished]
+  assert len(pairs) >= 3
+  scored = t.score([s for s, _ in pairs], [h.text for _, h in pairs])
+  for (_, h), r in zip(pairs, scored, strict=True):
+    assert h.normalised_over == r.normalised_over == "shortlist (sentence)"
+    np.testing.assert_allclose(r.score, h.score, rtol=1e-4, atol=1e-4)
+  assert translate.score_record(0, scored[0])["normalised_over"] == "shortlist (sentence)"
+
+
 def test_scoring_a_batch_equals_one_pair_at_a_time(trained):
   config = checkpoints.load_config(trained)
   config.data.bucket_step = 4  # Each pair alone is padded to shapes of its own.
