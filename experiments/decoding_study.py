@@ -15,7 +15,10 @@ length normalisation, UNK replacement), on `valid` and `test`:
 * the first run decoded over lexical shortlists (`decode.shortlist`: the table learned by
   `python -m seq2seq.lexicon` from its training split, with the default 1,000 frequent words and
   10 translations per source word), as an ensemble of that one run (equal to the run itself,
-  `tests/test_ensemble.py`), in OUT/shortlist;
+  `tests/test_ensemble.py`): one shortlist per batch in OUT/shortlist, each sentence's own
+  (`decode.shortlist_scope=sentence`) in OUT/shortlist_sentence, and, to time them against, the
+  full vocabulary in OUT/full. The three evaluations run one after another and each row gives
+  its command's wall minutes (both splits, No-UNK pass included);
 * with `--average K`, each run's last checkpoint alone (`python -m seq2seq.average --last 1`, the
   identity) and the mean of its last K checkpoints (`--last K`), in OUT/average/last1_seed_I and
   OUT/average/lastK_seed_I. A run's own row is its best checkpoint by validation BLEU, often an
@@ -67,6 +70,13 @@ def references(run: Path) -> dict[str, list[str]]:
   return {split: [ex.tgt for ex in corpus.read(split)] for split in SPLITS}
 
 
+def timed_evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -> dict[str, Any]:
+  """`evaluate` of `workdir`, its command and wall minutes, and its results."""
+  started = time.perf_counter()
+  command = evaluate(config_file, workdir, overrides)
+  return {"command": command, "eval_minutes": (time.perf_counter() - started) / 60}
+
+
 def evaluate(
   config_file: str, workdir: Path, overrides: dict[str, str], *, reuse: bool = False
 ) -> str:
@@ -110,12 +120,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   table = out / "lexicon.npz"
   lexicon = ["python", "-m", "seq2seq.lexicon", f"--workdir={runs[0]}", f"--out={table}"]
   lexicon = " ".join(lexicon) if table.exists() else run_command(lexicon)
-  overrides = {**shared, "decode.ensemble": str(runs[0]), "decode.shortlist": str(table)}
-  command = evaluate(args.config, out / "shortlist", overrides)
-  rows["seed 0, shortlist"] = {
-    "command": f"{lexicon} && {command}",
-    **results(out / "shortlist", refs, tgt_tok),
-  }
+  alone = {**shared, "decode.ensemble": str(runs[0])}
+  listed = {**alone, "decode.shortlist": str(table)}
+  for name, folder, overrides in (
+    ("seed 0, full vocabulary", "full", alone),
+    ("seed 0, shortlist", "shortlist", listed),
+    (
+      "seed 0, shortlist per sentence",
+      "shortlist_sentence",
+      {**listed, "decode.shortlist_scope": "sentence"},
+    ),
+  ):
+    row = timed_evaluate(args.config, out / folder, overrides)
+    if "shortlist" in name:
+      row["command"] = f"{lexicon} && {row['command']}"
+    rows[name] = {**row, **results(out / folder, refs, tgt_tok)}
 
   if args.average:
     for k in (1, args.average):
@@ -138,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   steps = [rows[f"seed {i}"]["test"]["step"] for i in range(len(runs))]
   for split in SPLITS:
     rows["ensemble"][split]["step"] = "/".join(map(str, steps))
-    rows["seed 0, shortlist"][split]["step"] = steps[0]
+    for name in ("seed 0, full vocabulary", "seed 0, shortlist", "seed 0, shortlist per sentence"):
+      rows[name][split]["step"] = steps[0]
   record = {
     "runs": [str(r) for r in runs],
     "rows": rows,
@@ -163,18 +183,21 @@ def markdown(record: dict[str, Any]) -> str:
     f"{record['load_average']['start']} at the start and {record['load_average']['end']} at "
     "the end. BLEU and chrF: sacrebleu 13a on detokenised output; No-UNK: the paper's subset "
     "decoded with <unk> forbidden; OOV produced: the share of the test references' words "
-    "outside the target vocabulary that the output holds.",
+    "outside the target vocabulary that the output holds. Eval minutes: the wall time of the "
+    "row's `main.py --mode=eval` (valid and test, No-UNK pass included), the three seed-0 "
+    "rows run one after another.",
     "",
     "| system | checkpoint step | valid BLEU | valid chrF | test BLEU | test chrF | "
-    "test BLEU No-UNK | test OOV produced |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|",
+    "test BLEU No-UNK | test OOV produced | eval minutes |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
   ]
   for name, row in record["rows"].items():
     v, t = row["valid"], row["test"]
+    minutes = fmt(row["eval_minutes"]) if "eval_minutes" in row else "-"
     lines.append(
       f"| {name} | {t['step'] if t['step'] is not None else '-'} | {fmt(v['bleu'])} | "
       f"{fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
-      f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} |"
+      f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} | {minutes} |"
     )
   lines += _means(record["rows"])
   lines += ["", "Commands:", ""]
