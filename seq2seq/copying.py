@@ -34,6 +34,7 @@ import numpy as np
 from seq2seq import tokenizer as tok
 
 COPY_EPS = 1e-20  # Floor of the copy mass inside the log: exact 0 would give -inf on both sides.
+COPY_EOS = ("target", "null")  # `model.copy_eos`: see `mix`.
 
 
 def vocab_map(src_tok: tok.Tokenizer, tgt_tok: tok.Tokenizer) -> np.ndarray:
@@ -71,18 +72,38 @@ def extended_ids(src_BS: jax.Array, map_V: jax.Array, vocab: int) -> jax.Array:
   return jnp.where(mapped >= 0, mapped, vocab + own).astype(jnp.int32)
 
 
-def mix(logits: jax.Array, alpha: jax.Array, gate_logit: jax.Array, ext_BS: jax.Array) -> jax.Array:
+def mix(
+  logits: jax.Array,
+  alpha: jax.Array,
+  gate_logit: jax.Array,
+  ext_BS: jax.Array,
+  *,
+  null_eos: bool = False,
+) -> jax.Array:
   """log p(w) over the extended vocabulary [..., V + S] (float32) from the vocabulary logits
   [..., V], the attention [..., S] and the gate's logit [...] (p_gen = sigmoid of it); leading
-  axes B (and T in training)."""
+  axes B (and T in training).
+
+  The source EOS maps to the target EOS, so its attention is copied as EOS (`model.copy_eos=
+  "target"`). RNNsearch models also use the source EOS as a null position to rest attention on,
+  and See et al.'s sources have no EOS at all; with `null_eos` its mass a_eos is copied as
+  nothing and generates instead: p(w) = (p_gen + (1 - p_gen) a_eos) p_vocab(w) + (1 - p_gen)
+  sum over the other positions (`model.copy_eos="null"`)."""
   lead, vocab, src_len = logits.shape[:-1], logits.shape[-1], alpha.shape[-1]
   ext = ext_BS.reshape(ext_BS.shape[:1] + (1,) * (alpha.ndim - 2) + ext_BS.shape[1:])
   ext = jnp.broadcast_to(ext, alpha.shape).reshape(-1, src_len)
   rows = alpha.astype(jnp.float32).reshape(-1, src_len)
+  gate = gate_logit.astype(jnp.float32)[..., None]
+  log_generate = jax.nn.log_sigmoid(gate)
+  if null_eos:
+    at_eos = ext == tok.EOS_ID
+    null_mass = jnp.sum(jnp.where(at_eos, rows, 0.0), axis=-1).reshape(*lead, 1)
+    rows = jnp.where(at_eos, 0.0, rows)
+    log_null = jax.nn.log_sigmoid(-gate) + jnp.log(null_mass + COPY_EPS)
+    log_generate = jnp.logaddexp(log_generate, log_null)
   width = vocab + src_len
   mass = jax.vmap(lambda i, a: jnp.zeros(width, jnp.float32).at[i].add(a))(ext, rows)
-  gate = gate_logit.astype(jnp.float32)[..., None]
-  from_vocab = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1) + jax.nn.log_sigmoid(gate)
+  from_vocab = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1) + log_generate
   from_vocab = jnp.concatenate([from_vocab, jnp.full((*lead, src_len), -jnp.inf)], axis=-1)
   from_copy = jnp.log(mass.reshape(*lead, width) + COPY_EPS) + jax.nn.log_sigmoid(-gate)
   return jnp.logaddexp(from_vocab, from_copy)

@@ -289,6 +289,7 @@ class Seq2Seq(nnx.Module):
     # Copying (seq2seq/copying.py): the gate p_gen and the source -> target vocabulary map, kept
     # with the parameters and never trained (-1 everywhere until training fills it).
     self.copy = bool(cfg.copy) and self.uses_attention
+    self.copy_eos = cfg.copy_eos
     if self.copy:
       self.copy_gate = layers.dense(
         annot + cfg.dec_hidden + cfg.emb_dim, 1, cfg, rngs=rngs, use_bias=True
@@ -415,7 +416,7 @@ class Seq2Seq(nnx.Module):
     if self.copy and output_ids is None:
       parts = [ctx.astype(jnp.float32), readout_s.astype(jnp.float32), emb.astype(jnp.float32)]
       gate = self.copy_gate(jnp.concatenate(parts, axis=-1))[..., 0]
-      logits = copying.mix(logits, alpha, gate, enc.copy_ids)
+      logits = copying.mix(logits, alpha, gate, enc.copy_ids, null_eos=self.copy_eos == "null")
     return logits
 
   def _lexicon_log_bias(self, lexicon, alpha, output_ids=None) -> jax.Array:
@@ -699,6 +700,7 @@ class ModelSettings:
   layer_norm: bool = False
   decoder: str = "paper"
   copy: bool = False
+  copy_eos: str = "target"
   multi_source: str = "concat"
   sources: int = 1  # Source languages of the corpus (not a config.model field: from data.local).
 
@@ -790,6 +792,8 @@ class ModelSettings:
         raise ValueError(f"model.multi_source needs a content score, not {str(self.score)!r}")
       if self.copy or self.lexicon_bias or self.intra_attention:
         raise ValueError("model.multi_source does not combine with copy, lexicon_bias or intra")
+    if self.copy_eos not in copying.COPY_EOS:
+      raise ValueError(f"model.copy_eos={self.copy_eos!r} is not one of {copying.COPY_EOS}")
     if self.copy and self.name != "rnnsearch":
       raise ValueError(
         f"model.copy copies through attention: model.name=rnnsearch, not {self.name}"

@@ -150,6 +150,7 @@ ADDED_FIELDS = {
   "model.intra_attention": "",
   "model.lexicon_bias": "",
   "model.copy": False,
+  "model.copy_eos": "target",
   "data.train_pairs": 0,
   "model.multi_source": "concat",
   "train.loss_normalization": "tokens",

@@ -23,9 +23,9 @@ def copy_map():
   return table
 
 
-def copy_model(gate_bias=None, seed=0):
+def copy_model(gate_bias=None, seed=0, copy_eos="target"):
   cfg = tiny.get_config()
-  cfg.model.copy = True
+  cfg.model.copy, cfg.model.copy_eos = True, copy_eos
   model = models.build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(seed), copy_map=copy_map())
   model = randomise(model, seed=seed + 1)  # Leaves the map as built.
   if gate_bias is not None:  # p_gen = sigmoid(gate_bias): -1e4 makes the output a pure copy.
@@ -51,8 +51,9 @@ def test_source_positions_map_to_their_target_twin_or_an_extended_id():
   assert got.tolist() == [[VOCAB, VOCAB + 1, VOCAB + 1, 16, VOCAB + 4, tok.EOS_ID, 0]]
 
 
-def test_probabilities_sum_to_one_over_the_extended_vocabulary_and_train():
-  model = copy_model()
+@pytest.mark.parametrize("copy_eos", ["target", "null"])
+def test_probabilities_sum_to_one_over_the_extended_vocabulary_and_train(copy_eos):
+  model = copy_model(copy_eos=copy_eos)
   src, mask, tgt_in = args()
   logits = model(src, mask, tgt_in)
   assert logits.shape == (3, 5, VOCAB + src.shape[1])
@@ -64,8 +65,11 @@ def test_probabilities_sum_to_one_over_the_extended_vocabulary_and_train():
   assert float(jnp.abs(grads["copy_gate"]["kernel"][...]).sum()) > 0  # The gate learns.
 
 
-def test_the_mixture_against_a_loop():
-  model = copy_model(seed=3)
+@pytest.mark.parametrize("copy_eos", ["target", "null"])
+def test_the_mixture_against_a_loop(copy_eos):
+  """p(w) = p_gen p_vocab(w) + (1 - p_gen) sum_{j -> w} alpha_j; with copy_eos="null" the
+  source EOS's alpha joins p_gen's side instead of raising the target EOS."""
+  model = copy_model(seed=3, copy_eos=copy_eos)
   src, mask, tgt_in = args(seed=3)
   logits, alpha = model(src, mask, tgt_in, return_alpha=True)
   cfg = tiny.get_config()
@@ -87,10 +91,15 @@ def test_the_mixture_against_a_loop():
   z = feats @ np.asarray(model.copy_gate.kernel[...]) + np.asarray(model.copy_gate.bias[...])
   gate = 1 / (1 + np.exp(-z[..., 0]))
   want = np.zeros(logits.shape)
-  want[..., :VOCAB] = gate[..., None] * p_vocab
+  eos = np.asarray(src) == tok.EOS_ID
+  null = np.einsum("bts,bs->bt", np.asarray(alpha), eos) if copy_eos == "null" else 0.0
+  want[..., :VOCAB] = (gate + (1 - gate) * null)[..., None] * p_vocab
   for b, t, j in np.ndindex(*alpha.shape):
-    want[b, t, ext[b, j]] += (1 - gate[b, t]) * float(alpha[b, t, j])
+    if not (copy_eos == "null" and eos[b, j]):
+      want[b, t, ext[b, j]] += (1 - gate[b, t]) * float(alpha[b, t, j])
   np.testing.assert_allclose(np.exp(np.asarray(logits)), want, atol=1e-5)
+  if copy_eos == "null":
+    assert np.asarray(null).max() > 0.05  # The source EOS held attention to move.
 
 
 def test_with_the_gate_shut_decoding_copies_where_attention_looks():
