@@ -29,7 +29,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from seq2seq import checkpoints, settings, steps
+from seq2seq import checkpoints, files, settings, steps
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -108,7 +108,7 @@ def average_checkpoints(
   target.save(averaged, data_state)
   target.close()
   record = {"source": str(workdir), "steps": chosen, "step": chosen[-1], "raw": raw}
-  (out / "average.json").write_text(json.dumps(record, indent=2) + "\n")
+  files.write_atomic(out / "average.json", json.dumps(record, indent=2) + "\n")
   return record
 
 

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from seq2seq import settings
+from seq2seq import files, settings
 
 # Fields that may change between runs on the same workdir.
 RESUMABLE_FIELDS = (
@@ -81,7 +81,7 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
     )
   if jax.process_index() == 0:
     new = json.loads(config.to_json_best_effort())
-    (workdir / "config.json").write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+    files.write_atomic(workdir / "config.json", json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
 # Train-state fields a checkpoint holds only when the state has them (hard attention's reward

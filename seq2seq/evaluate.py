@@ -40,7 +40,7 @@ import numpy as np
 import sacrebleu
 from flax import nnx
 
-from seq2seq import console, copying, decode, input_pipeline, models, plots, report
+from seq2seq import console, copying, decode, files, input_pipeline, models, plots, report
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders, synthetic
 from seq2seq.decode import replace_unknowns
@@ -814,8 +814,8 @@ def evaluate_split(
   if not write:
     return results
   out_dir.mkdir(parents=True, exist_ok=True)
-  (out_dir / "hypotheses.txt").write_text("".join(h + "\n" for h in hyps))
-  (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  files.write_atomic(out_dir / "hypotheses.txt", "".join(h + "\n" for h in hyps))
+  files.write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
   records = sentence_records(
     data, split_name, translations, hyps, plain, attends=attends, heads=heads, forced=forced
   )

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from seq2seq import files, summary
+
 SENTENCES = "sentences.jsonl"
 REPORT = "report.html"
 LEVELS = 254  # An attention weight w is stored as the byte round(w * 254) ...
@@ -109,9 +111,7 @@ def decode_map(encoded: dict[str, Any]) -> np.ndarray:
 def write_sentences(out_dir: str | Path, records: Sequence[dict[str, Any]]) -> Path:
   """OUT_DIR/sentences.jsonl: one record a line (`evaluate.sentence_records`)."""
   path = Path(out_dir) / SENTENCES
-  with path.open("w", encoding="utf-8") as f:
-    for record in records:
-      f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  files.write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
   return path
 
 
@@ -130,10 +130,7 @@ def _read_json(path: Path) -> Any:
 def curves(workdir: str | Path) -> dict[str, list[dict[str, float]]]:
   """The run's metrics.jsonl as curves: "train" rows (step, minutes, loss) and "valid" rows
   (step, minutes, loss, bleu where computed); minutes are wall-clock minutes of training."""
-  path = Path(workdir) / "metrics.jsonl"
-  rows = []
-  if path.exists():
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  rows = summary.read_metrics(workdir)
   out: dict[str, list[dict[str, float]]] = {"train": [], "valid": []}
   for r in rows:
     if r.get("split") not in out:
@@ -253,7 +250,7 @@ def write_report(workdir: str | Path, prefix: str, split: str) -> Path:
   out = Path(workdir) / prefix / split
   data = page_data([run_summary(workdir, prefix, split)], [read_sentences(out)], split)
   path = out / REPORT
-  path.write_text(render(data), encoding="utf-8")
+  files.write_atomic(path, render(data))
   return path
 
 
@@ -296,6 +293,6 @@ def write_reports(workdir: str | Path, compare: str | Path | None = None) -> lis
     runs = [run_summary(w, prefix, split) for w in (workdir, other)]
     sentences = [read_sentences(w / prefix / split) for w in (workdir, other)]
     path = workdir / prefix / split / compare_name(other)
-    path.write_text(render(page_data(runs, sentences, split)), encoding="utf-8")
+    files.write_atomic(path, render(page_data(runs, sentences, split)))
     written.append(path)
   return written

@@ -1,4 +1,9 @@
-"""Where metrics go: `metrics.jsonl` (one JSON object a line) and TensorBoard event files."""
+"""Where metrics go: `metrics.jsonl` (one JSON object a line) and TensorBoard event files.
+
+metrics.jsonl is appended a line at a time (`files.append_line`); a line a kill cut short is
+dropped before the next append and skipped, with a warning naming it, when read. A resumed run
+drops the lines past its checkpoint in one atomic rewrite, so a kill during that rewrite leaves
+the whole history."""
 
 from __future__ import annotations
 
@@ -7,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from absl import logging
 from tensorboardX import SummaryWriter
+
+from seq2seq import files
 
 
 class MetricWriter:
@@ -17,6 +25,8 @@ class MetricWriter:
     self.enabled = enabled
     self.path = Path(workdir) / "metrics.jsonl"
     self._tb = SummaryWriter(str(Path(workdir) / "tensorboard")) if enabled else None
+    if enabled:
+      files.repair_tail(self.path)
 
   def write(
     self, step: int, split: str, scalars: dict[str, Any], *, jsonl: bool = True
@@ -26,8 +36,7 @@ class MetricWriter:
     record.update({k: _plain(v) for k, v in scalars.items()})
     if self.enabled:
       if jsonl:
-        with self.path.open("a") as f:
-          f.write(json.dumps(record) + "\n")
+        files.append_line(self.path, json.dumps(record))
       for key, value in record.items():
         if key not in ("step", "split") and isinstance(value, int | float):
           self._tb.add_scalar(f"{split}/{key}", value, step)
@@ -38,7 +47,8 @@ class MetricWriter:
     """Drops the lines of steps after `step` (written by a run killed after its checkpoint)."""
     if self.enabled and self.path.exists():
       kept = [r for r in read_metrics(self.path.parent) if r["step"] <= step]
-      self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+      text = "".join(json.dumps(r) + "\n" for r in kept)
+      files.write_atomic(self.path, text, kill_name="metrics-rewrite")
 
   def write_image(self, step: int, tag: str, image_HWC: np.ndarray) -> None:
     """An RGB(A) uint8 image [H, W, C] to TensorBoard."""
@@ -58,8 +68,13 @@ def _plain(value: Any) -> Any:
 
 
 def read_metrics(workdir: str | Path) -> list[dict[str, Any]]:
-  """The records of WORKDIR/metrics.jsonl, in order."""
+  """The records of WORKDIR/metrics.jsonl, in order; a damaged line (or one without a step
+  and split) is skipped with a warning naming it (`files.read_jsonl`)."""
   path = Path(workdir) / "metrics.jsonl"
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  records = []
+  for r in files.read_jsonl(path):
+    if isinstance(r.get("step"), int) and isinstance(r.get("split"), str):
+      records.append(r)
+    else:
+      logging.warning("%s: a record without a step and split skipped: %s", path, r)
+  return records

@@ -37,6 +37,7 @@ from seq2seq import (
   console,
   copying,
   eval_run,
+  files,
   input_pipeline,
   models,
   objective,
@@ -59,7 +60,7 @@ def handle_nonfinite(workdir: Path, step: int, batch, config, last_checkpoint) -
   out.mkdir(exist_ok=True)
   ids = [int(i) for i in batch["index"] if i >= 0]
   path = out / f"step_{step}_process_{jax.process_index()}.json"
-  path.write_text(json.dumps({"step": step, "train_example_indices": ids}) + "\n")
+  files.write_atomic(path, json.dumps({"step": step, "train_example_indices": ids}) + "\n")
   if config.train.nonfinite == "stop":
     raise NonFiniteError(
       f"non-finite loss or gradient at step {step}; the update was not applied, the last good "

@@ -39,7 +39,17 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import copying, decode, ensemble, eval_run, evaluate, input_pipeline, scores, settings
+from seq2seq import (
+  copying,
+  decode,
+  ensemble,
+  eval_run,
+  evaluate,
+  files,
+  input_pipeline,
+  scores,
+  settings,
+)
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders
@@ -263,10 +273,16 @@ def read_sources(paths: str, count: int) -> tuple[list[str], int]:
 
 
 def _read_lines(path: str) -> tuple[list[str], int]:
-  """Lines of `path` ("-" for standard input) and how many held invalid UTF-8."""
+  """Lines of `path` ("-" for standard input) and how many held invalid UTF-8. Lines are split
+  as training reads a corpus (`builders.read_parallel`) and `wc -l` counts them: on "\n" only,
+  a trailing "\r" dropped, a UTF-8 byte-order mark at the start dropped."""
   raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+  raw = raw.removeprefix(b"\xef\xbb\xbf")
+  pieces = raw.split(b"\n")
+  if pieces[-1] == b"":  # The newline that ends the last line.
+    pieces.pop()
   lines, invalid = [], 0
-  for line in raw.splitlines():
+  for line in (p.removesuffix(b"\r") for p in pieces):
     try:
       lines.append(line.decode("utf-8"))
     except UnicodeDecodeError:
@@ -279,7 +295,7 @@ def _write(path: str, text: str) -> None:
   if path == "-":
     sys.stdout.write(text)
   else:
-    Path(path).write_text(text, encoding="utf-8")
+    files.write_atomic(path, text)
 
 
 def _write_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:

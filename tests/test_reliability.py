@@ -18,7 +18,7 @@ from helpers import ROOT, final_params, main_command, metrics, run_main, subproc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq import models, objective, steps, train
+from seq2seq import files, models, objective, steps, summary, train
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
@@ -252,3 +252,50 @@ def test_same_seed_same_result(tiny_config):
     out.append((float(m["loss"]), np.asarray(jax.tree.leaves(state.params)[0])))
   assert out[0][0] == out[1][0]
   np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+def killed_at(point, workdir, *overrides):
+  """main.py on `workdir`, SIGKILLed by itself at the write point `point` (`files.kill_point`);
+  asserts it died there."""
+  env = {**subprocess_env(), files.KILL_AT: point}
+  cmd = main_command(workdir, *overrides)
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+
+def test_a_kill_during_the_metrics_rewrite_of_a_resume_keeps_the_history(trained, tmp_path):
+  """A resumed run rewrites metrics.jsonl without the lines past its checkpoint; killed in the
+  middle of that rewrite, the file still holds the whole history, and the rerun's file is the
+  uninterrupted run's."""
+  import shutil
+
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns("eval"))
+  before = (workdir / "metrics.jsonl").read_text()
+  killed_at("metrics-rewrite", workdir, "--config.train.num_steps=20")
+  assert (workdir / "metrics.jsonl").read_text() == before
+  run_main(workdir, "--config.train.num_steps=20")
+  assert not list(workdir.glob(".metrics.jsonl.*"))  # The killed write's temporary file went.
+  rows = [{k: r[k] for k in ("step", "split")} for r in metrics(workdir)]
+  assert rows == [{k: r[k] for k in ("step", "split")} for r in metrics(trained)]
+
+
+def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, tmp_path, caplog):
+  """A last line cut short (a kill mid-append) and a damaged line in the middle: reading skips
+  both with a warning naming the file and line; the next append starts on a line of its own."""
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  lines = (trained / "metrics.jsonl").read_text().splitlines()
+  damaged = [*lines[:2], '{"step": 7, "spl', *lines[2:], lines[-1][:25]]
+  (workdir / "metrics.jsonl").write_text("\n".join(damaged))  # No final newline: cut short.
+  with caplog.at_level("WARNING"):
+    rows = summary.read_metrics(workdir)
+  assert [json.dumps(r) for r in rows] == lines
+  warned = [r.getMessage() for r in caplog.records]
+  assert any("metrics.jsonl:3: damaged line skipped" in m for m in warned), warned
+  assert any(f"metrics.jsonl:{len(damaged)}: damaged line skipped" in m for m in warned), warned
+  writer = summary.MetricWriter(workdir)  # Drops the cut-short tail before appending.
+  writer.write(99, "train", {"loss": 1.0})
+  writer.close()
+  assert summary.read_metrics(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
+  assert len(summary.read_metrics(workdir)) == len(lines) + 1
