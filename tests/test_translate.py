@@ -218,3 +218,12 @@ def test_nbest_beyond_the_beam_and_mismatched_files_are_one_error_line(trained, 
     assert proc.returncode == 1
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error:") and message in line, line
+
+
+def test_input_lines_split_as_training_and_wc_count_them(tmp_path):
+  """On "\\n" only: a lone "\\r" inside a line does not split it, a CRLF ending and a leading
+  byte-order mark are dropped; a last line without a newline counts."""
+  path = tmp_path / "in.txt"
+  path.write_bytes(b"\xef\xbb\xbfthe cat\r\nsleeps \r here .\na house")
+  lines, invalid = translate._read_lines(str(path))
+  assert lines == ["the cat", "sleeps \r here .", "a house"] and invalid == 0
