@@ -3,6 +3,10 @@
 `run` routes the logs to WORKDIR/log.txt (`console.logged_to`), runs the mode, turns a user's
 mistake into one `error: ...` line and exit status 1, and ends train and eval with the results
 table and where to look (or, with `as_json`, the results as JSON on standard output).
+
+Exit statuses: 0 done; 1 a mistake or a failure, reported in one `error:` line; `PREEMPTED` (75,
+sysexits' EX_TEMPFAIL) training stopped by SIGTERM or SIGINT after saving its checkpoint, so a
+script or scheduler does not read it as finished: rerun the same command to resume.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from absl import logging
 from seq2seq import console, report
 
 MODES = ("train", "eval", "translate", "score", "report")
+PREEMPTED = 75  # Exit status of a training stopped by a signal after saving (see above).
 
 # Errors that describe a user's mistake: reported as one line, exit status 1.
 # OSError covers an unwritable or full workdir (checkpoints are written to a temporary
@@ -69,21 +74,21 @@ def run(
       if not verbose:
         console.hide_library_progress()
       console.say(f"{mode}: {workdir}  (log: {log_path})")
-      job()
+      return job()
 
   return _guarded(logged_job)
 
 
 def _guarded(job) -> int:
   try:
-    job()
+    status = job()
   except USER_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
-  return 0
+  return status or 0
 
 
-def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> None:
+def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> int:
   from seq2seq import eval_run, train  # JAX and the data stack: not needed by report mode.
 
   if mode == "train":
@@ -94,6 +99,7 @@ def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> None:
     print(json.dumps({"workdir": str(workdir), "results": results}, indent=2, sort_keys=True))
   else:
     print(closing_summary(results, workdir, prefix=eval_run.eval_prefix(config)))
+  return PREEMPTED if "preempted_at_step" in results else 0
 
 
 def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval") -> str:

@@ -19,6 +19,7 @@ from seq2seq import (
   console,
   ensemble,
   evaluate,
+  files,
   input_pipeline,
   models,
   report,
@@ -143,9 +144,15 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   Per split: loss and perplexity, then decoding with the `decode` settings and every metric of
   `evaluate.evaluate_split`, written to WORKDIR/eval/SPLIT/. An agreement run is evaluated with
   its `model.direction` model: the forward one as any RNNsearch, the reverse one on the corpus
-  read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}.
+  read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}. Holds the
+  workdir's lock (`files.workdir_lock`) while it runs.
   """
   settings.validate(config)
+  with files.workdir_lock([workdir], enabled=jax.process_index() == 0):
+    return _evaluate_splits(config, workdir, data, runtime, eval_fn, writer)
+
+
+def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
   ensemble.prepare_workdir(config, workdir)
   workdir = Path(workdir)
   runtime = runtime or rt.Runtime()

@@ -10,14 +10,20 @@ never part of either, and read so that a damaged line is reported, not fatal.
   `read_jsonl` skips a damaged line with a warning naming the file and line.
 * `kill_point(name)`: where the tests kill a process at an exact point of a write (the
   environment variable SEQ2SEQ_KILL_AT names the point; unset, it does nothing).
+* `workdir_lock(workdirs)`: one process a run; training and evaluation hold it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
+import socket
 import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +117,52 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
       continue
     records.append(record)
   return records
+
+
+# --------------------------------------------------------------------------- one process a run
+LOCK_FILE = ".lock"
+_held: dict[Path, Any] = {}  # Workdirs this process holds, with their open lock files.
+
+
+class WorkdirBusyError(OSError):
+  """Another live process holds the workdir."""
+
+
+@contextlib.contextmanager
+def workdir_lock(workdirs: Sequence[str | Path], *, enabled: bool = True) -> Iterator[None]:
+  """Holds WORKDIR/.lock of every workdir for the duration: a second process asking for one
+  fails at once with `WorkdirBusyError`, naming the holder (pid, host, start time). The lock is
+  the kernel's (`fcntl.flock`), so a process that dies, however it dies, releases it and the
+  next run takes it over. Taking a workdir this process holds already is a no-op, so nested
+  users (training, then its final evaluation) share one lock. `enabled` false (processes other
+  than the first of a multi-host run, which share the folder): nothing is taken."""
+  taken = []
+  try:
+    for workdir in workdirs if enabled else ():
+      folder = Path(workdir).absolute()
+      if folder in _held:
+        continue
+      folder.mkdir(parents=True, exist_ok=True)
+      f = open(folder / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held open while locked)
+      try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise WorkdirBusyError(
+          f"{folder} is in use by {holder}; wait for it to end or use another --workdir"
+        ) from None
+      f.seek(0)
+      f.truncate()
+      started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+      f.write(f"process {os.getpid()} on {socket.gethostname()} since {started}\n")
+      f.flush()
+      _held[folder] = f
+      taken.append(folder)
+    yield
+  finally:
+    for folder in taken:
+      f = _held.pop(folder)
+      fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+      f.close()

@@ -184,15 +184,19 @@ def train_members(
   stream in the first config's data order), model and optimiser settings; each keeps its own
   seed (initialisation and dropout keys) and its own checkpoints, best checkpoint, metrics and
   eval/. Writes WORKDIR/config.json, vocab/, checkpoints/, best/, metrics.jsonl, TensorBoard
-  events and, with `train.final_eval`, eval/. Returns each member's final evaluation results
+  events and, with `train.final_eval`, eval/, holding each workdir's lock throughout
+  (`files.workdir_lock`: a second process on it fails at once). Returns each member's final
+  evaluation results
   ({} without it), or [{"preempted_at_step": N}] * G when SIGTERM/SIGINT stopped training
   (checkpoints saved; rerun the same command to resume).
   """
-  loop = Loop(Members(configs, workdirs, together), train_step)
-  preempted_at = loop.train()
-  if preempted_at is not None:
-    return [{"preempted_at_step": preempted_at}] * len(loop.members)
-  return loop.finish()
+  members = Members(configs, workdirs, together)  # Validates every config before any write.
+  with files.workdir_lock(members.workdirs, enabled=jax.process_index() == 0):
+    loop = Loop(members, train_step)
+    preempted_at = loop.train()
+    if preempted_at is not None:
+      return [{"preempted_at_step": preempted_at}] * len(loop.members)
+    return loop.finish()
 
 
 class Loop:

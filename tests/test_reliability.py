@@ -18,7 +18,7 @@ from helpers import ROOT, final_params, main_command, metrics, run_main, subproc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq import files, models, objective, steps, summary, train
+from seq2seq import cli, files, models, objective, steps, summary, train
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
@@ -123,7 +123,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   wait_for(lambda: completed_checkpoints(workdir), proc)
   proc.send_signal(signal.SIGTERM)
   _, err = proc.communicate(timeout=120)
-  assert proc.returncode == 0, err[-2000:]
+  assert proc.returncode == cli.PREEMPTED == 75, err[-2000:]  # Not 0: it has not finished.
   assert "checkpoint saved; rerun the same command to resume" in err
   saved = max(int(p.name) for p in completed_checkpoints(workdir))
   assert f"SIGTERM at step {saved}:" in err
@@ -299,3 +299,23 @@ def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, t
   writer.close()
   assert summary.read_metrics(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
   assert len(summary.read_metrics(workdir)) == len(lines) + 1
+
+
+def test_a_second_process_on_a_workdir_fails_at_once_naming_the_holder(tmp_path):
+  """While a training holds its workdir, a second training (or evaluation) of it ends at once
+  with one error line naming the holder's pid; once the holder is killed, the next run takes
+  the workdir over and finishes."""
+  workdir = tmp_path / "busy"
+  holder = start_main(workdir, "--config.train.num_steps=100000", *FAST)
+  try:
+    wait_for(lambda: completed_checkpoints(workdir), holder)
+    for mode in ("train", "eval"):
+      proc = run_main(workdir, f"--mode={mode}", check=False, own_process=True)
+      assert proc.returncode == 1, proc.stderr[-2000:]
+      line = proc.stderr.strip().splitlines()[-1]
+      assert line.startswith("error:") and f"in use by process {holder.pid} on" in line, line
+      assert "Traceback" not in proc.stderr
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  run_main(workdir, "--config.train.num_steps=10", *FAST)  # The dead holder's lock is taken.
