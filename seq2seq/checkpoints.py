@@ -5,19 +5,35 @@ that differs only in fields that do not change the model, the data or the optimi
 `RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields. Specs are compared
 canonically, and a config saved before components owned their settings is upgraded first
 (`settings.upgrade`).
+
+Every checkpoint step folder gets `checksums.json`, the SHA-256 of each of its files, written
+once the checkpoint is complete. Opening a checkpointer verifies every step that has one: a
+damaged step (a file changed, cut short or gone) is moved to WORKDIR/damaged/, with a warning
+naming it, so restoring takes the newest intact step; a step that cannot be read at all
+(`CheckpointError`, naming its folder) is left for the caller to fall back from
+(`eval_run.restore_run`). A step without checksums.json (a kill between the checkpoint and its
+checksums, or a checkpoint written before they existed) is trusted as Orbax wrote it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
+from absl import logging
 
 from seq2seq import files, settings
+
+CHECKSUMS = "checksums.json"
+DAMAGED = "damaged"  # WORKDIR/damaged/: checkpoint steps that failed their checksums.
 
 # Fields that may change between runs on the same workdir.
 RESUMABLE_FIELDS = (
@@ -110,8 +126,96 @@ def _tree(state: Any) -> dict[str, Any]:
   return tree
 
 
+class CheckpointError(OSError):
+  """A checkpoint step that cannot be restored; the message names its folder."""
+
+
+def _quiet_closed_loop_reports() -> None:
+  """After a failed restore, TensorStore's callbacks still post to Orbax's closed event loop and
+  report each RuntimeError("Event loop is closed") as unraisable (dozens of tracebacks after the
+  one line that matters). From then on those go to the log file only."""
+  previous = sys.unraisablehook
+  if getattr(previous, "quiets_closed_loops", False):
+    return
+
+  def hook(report):
+    if (
+      isinstance(report.exc_value, RuntimeError) and str(report.exc_value) == "Event loop is closed"
+    ):
+      logging.info("after a failed checkpoint restore: %s", report.exc_value)
+      return
+    previous(report)
+
+  hook.quiets_closed_loops = True
+  sys.unraisablehook = hook
+
+
+def _digests(step_dir: Path) -> dict[str, str]:
+  """{path relative to step_dir: SHA-256} of every file of a checkpoint step but CHECKSUMS."""
+  out = {}
+  for path in sorted(p for p in step_dir.rglob("*") if p.is_file()):
+    rel = path.relative_to(step_dir).as_posix()
+    if rel != CHECKSUMS:
+      h = hashlib.sha256()
+      with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+          h.update(chunk)
+      out[rel] = h.hexdigest()
+  return out
+
+
+def write_checksums(step_dir: Path) -> None:
+  files.write_atomic(step_dir / CHECKSUMS, json.dumps(_digests(step_dir), indent=1) + "\n")
+
+
+def damage(step_dir: Path) -> str | None:
+  """What is wrong with a checkpoint step by its checksums ("" checks nothing without them), or
+  None when every file is as written."""
+  path = step_dir / CHECKSUMS
+  if not path.exists():
+    return None
+  try:
+    want = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return f"{path} is unreadable"
+  got = _digests(step_dir)
+  for rel, digest in want.items():
+    if rel not in got:
+      return f"{step_dir / rel} is missing"
+    if got[rel] != digest:
+      return f"{step_dir / rel} does not match its checksum"
+  return None
+
+
+def set_aside(step_dir: Path, problem: str) -> None:
+  """Moves a damaged checkpoint step folder to WORKDIR/damaged/, with a warning naming it."""
+  stamp = time.strftime("%Y%m%d%H%M%S")
+  target = step_dir.parent.parent / DAMAGED / f"{step_dir.parent.name}-{step_dir.name}-{stamp}"
+  target.parent.mkdir(parents=True, exist_ok=True)
+  shutil.move(str(step_dir), str(target))
+  logging.warning("damaged checkpoint set aside: %s (moved to %s)", problem, target)
+
+
+def set_aside_damaged(root: Path) -> list[int]:
+  """Moves every step folder of `root` (WORKDIR/checkpoints or WORKDIR/best) that fails its
+  checksums to WORKDIR/damaged/ (`set_aside`); the steps moved."""
+  moved = []
+  if not root.is_dir():
+    return moved
+  for step_dir in sorted(
+    (p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+  ):
+    problem = damage(step_dir)
+    if problem is None:
+      continue
+    set_aside(step_dir, problem)
+    moved.append(int(step_dir.name))
+  return moved
+
+
 class Checkpointer:
-  """`ocp.CheckpointManager` over WORKDIR/checkpoints: the train state and the data iterator."""
+  """`ocp.CheckpointManager` over WORKDIR/checkpoints: the train state and the data iterator;
+  damaged steps set aside when it opens (module docstring)."""
 
   def __init__(
     self,
@@ -121,13 +225,16 @@ class Checkpointer:
     subdir: str = "checkpoints",
     max_to_keep: int | None = None,
   ):
+    root = (Path(workdir) / subdir).absolute()
+    if jax.process_index() == 0:
+      set_aside_damaged(root)
     options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep or config.train.keep_checkpoints,
       create=True,
       enable_async_checkpointing=False,
       cleanup_tmp_directories=True,  # A write cut short by a kill is never loaded, and goes.
     )
-    self.manager = ocp.CheckpointManager((Path(workdir) / subdir).absolute(), options=options)
+    self.manager = ocp.CheckpointManager(root, options=options)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -139,6 +246,9 @@ class Checkpointer:
       args["data"] = ocp.args.JsonSave(data_state)
     self.manager.save(step, args=ocp.args.Composite(**args), force=True)
     self.manager.wait_until_finished()
+    if jax.process_index() == 0:
+      files.kill_point("checkpoint-checksums")
+      write_checksums(Path(self.manager.directory) / str(step))
 
   def restore(
     self, state: Any, step: int | None = None, *, with_data: bool = True
@@ -149,9 +259,15 @@ class Checkpointer:
     step = self.latest_step() if step is None else step
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _tree(state))
     args = {"state": ocp.args.StandardRestore(abstract)}
-    if with_data and (Path(self.manager.directory) / str(step) / "data").is_dir():
+    folder = Path(self.manager.directory) / str(step)
+    if with_data and (folder / "data").is_dir():
       args["data"] = ocp.args.JsonRestore()
-    restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+    try:
+      restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+    except Exception as e:  # Orbax's and TensorStore's many errors of a file cut short.
+      _quiet_closed_loop_reports()
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise CheckpointError(f"checkpoint {folder} cannot be restored ({first[:300]})") from e
     got = restored["state"]
     new_state = state.replace(step=got["step"], params=got["params"], opt_state=got["opt_state"])
     optional = {name: got[name] for name in OPTIONAL_FIELDS if name in got}

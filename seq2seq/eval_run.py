@@ -25,6 +25,7 @@ from seq2seq import (
   report,
   settings,
   steps,
+  summary,
 )
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
@@ -77,18 +78,34 @@ VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each e
 
 
 def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:
-  """The run's best checkpoint by validation BLEU if one was kept, else the latest, with the
-  parameters evaluation uses (`TrainState.for_eval`: the moving average when there is one)."""
+  """The run's best checkpoint by validation BLEU if one was kept and is intact, else, of the
+  intact regular checkpoints, the one with the best validation BLEU in metrics.jsonl (the latest
+  among equals, and when none was validated), with the parameters evaluation uses
+  (`TrainState.for_eval`: the moving average when there is one). A damaged checkpoint is
+  reported by its folder and skipped (`checkpoints.Checkpointer` sets aside those that fail
+  their checksums); never restored as garbage."""
+  workdir = Path(workdir)
   fresh = rt.abstract_state(config, src_vocab, tgt_vocab, runtime)
+  bleu = {
+    r["step"]: r["bleu"]
+    for r in summary.read_metrics(workdir)
+    if r["split"] == "valid" and "bleu" in r
+  }
   for subdir in ("best", "checkpoints"):
     ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
-    if ckpt.latest_step() is not None:
-      state, _ = ckpt.restore(fresh, with_data=False)
+    held = sorted(ckpt.manager.all_steps(), key=lambda s: (bleu.get(s, -1.0), s), reverse=True)
+    try:
+      for step in held:
+        try:
+          state, _ = ckpt.restore(fresh, step, with_data=False)
+        except checkpoints.CheckpointError as e:
+          logging.warning("%s; trying the next one", e)
+          continue
+        console.say(f"evaluating the {subdir} checkpoint (step {int(state.step)})")
+        return state.for_eval()
+    finally:
       ckpt.close()
-      console.say(f"evaluating the {subdir} checkpoint (step {int(state.step)})")
-      return state.for_eval()
-    ckpt.close()
-  raise FileNotFoundError(f"no checkpoint in {Path(workdir) / 'checkpoints'}; train first")
+  raise FileNotFoundError(f"no intact checkpoint in {workdir / 'checkpoints'}; train first")
 
 
 def restore_member(workdir: Path, runtime) -> steps.TrainState:
@@ -176,6 +193,11 @@ def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
       data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
     )
     result = evaluate_loss(eval_fn, state, batches, runtime)
+    if not np.isfinite(result["loss"]):
+      raise ValueError(
+        f"the checkpoint of step {step} gives a non-finite {split} loss ({result['loss']}): its "
+        f"parameters are unusable, and {workdir / prefix} is left as it was"
+      )
     result["step"] = step
     out = workdir / prefix / split
     result = evaluate.evaluate_split(

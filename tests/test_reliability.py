@@ -319,3 +319,89 @@ def test_a_second_process_on_a_workdir_fails_at_once_naming_the_holder(tmp_path)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
   run_main(workdir, "--config.train.num_steps=10", *FAST)  # The dead holder's lock is taken.
+
+
+def copy_run(trained, to):
+  import shutil
+
+  shutil.copytree(trained, to, ignore=shutil.ignore_patterns("eval", ".lock"))
+  return to
+
+
+def rot(step_dir):
+  """8 zero bytes in the middle of every file of a checkpoint's arrays (bit rot)."""
+  hit = 0
+  for path in (step_dir / "state").rglob("*"):
+    if path.is_file() and path.stat().st_size > 64 and "d/" in path.as_posix():
+      data = bytearray(path.read_bytes())
+      middle = len(data) // 2
+      data[middle : middle + 8] = bytes(8)
+      path.write_bytes(bytes(data))
+      hit += 1
+  assert hit, "no array file to damage"
+
+
+def test_a_damaged_best_checkpoint_is_set_aside_and_evaluation_falls_back(trained, tmp_path):
+  """Bit rot in best/ is caught by its checksums: the folder is named in a warning and moved to
+  damaged/, and evaluation uses the intact regular checkpoint with the best validation BLEU."""
+  workdir = copy_run(trained, tmp_path / "rotten")
+  (best,) = [p for p in (workdir / "best").iterdir() if p.name.isdigit()]
+  rot(best)
+  proc = run_main(workdir, "--mode=eval", own_process=True)
+  assert f"damaged checkpoint set aside: {best}/state" in proc.stderr, proc.stderr[-3000:]
+  assert not best.exists() and len(list((workdir / "damaged").iterdir())) == 1
+  assert "evaluating the checkpoints checkpoint (step" in proc.stderr
+  result = json.loads((workdir / "eval" / "test" / "results.json").read_text())
+  assert np.isfinite(result["loss"]) and result["step"] in (10, 20)
+
+
+def test_a_checkpoint_that_cannot_be_read_is_named_and_skipped(trained, tmp_path):
+  """A step without checksums (written before them, or killed before them) whose array file is
+  cut short: evaluation names its folder in one warning, without the library's tracebacks,
+  and takes the next checkpoint."""
+  import shutil
+
+  from seq2seq import checkpoints
+
+  workdir = copy_run(trained, tmp_path / "cut")
+  shutil.rmtree(workdir / "best")
+  step20 = workdir / "checkpoints" / "20"
+  (step20 / checkpoints.CHECKSUMS).unlink()
+  for path in (step20 / "state").rglob("*"):
+    if path.is_file() and path.stat().st_size > 64 and "d/" in path.as_posix():
+      path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+  proc = run_main(workdir, "--mode=eval", own_process=True)
+  assert f"checkpoint {step20} cannot be restored" in proc.stderr, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr
+  result = json.loads((workdir / "eval" / "test" / "results.json").read_text())
+  assert result["step"] == 10
+
+
+def test_evaluation_refuses_unusable_parameters_and_keeps_earlier_results(trained, tmp_path):
+  """A best checkpoint of NaN parameters (intact as files): evaluation stops with one error
+  line and leaves eval/ as the earlier evaluation wrote it."""
+  import shutil
+
+  from seq2seq import checkpoints
+  from seq2seq import runtime as rt
+  from seq2seq import tokenizer as tok
+
+  workdir = tmp_path / "nan"
+  shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns(".lock"))
+  before = (workdir / "eval" / "test" / "results.json").read_text()
+  config = checkpoints.load_config(workdir)
+  sizes = [tok.load(workdir / "vocab" / side).size for side in ("src", "tgt")]
+  fresh = rt.abstract_state(config, *sizes, rt.Runtime())
+  best = checkpoints.Checkpointer(workdir, config, subdir="best", max_to_keep=1)
+  state, _ = best.restore(fresh, with_data=False)
+  state = state.replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
+  shutil.rmtree(workdir / "best" / str(int(state.step)))
+  best.close()
+  best = checkpoints.Checkpointer(workdir, config, subdir="best", max_to_keep=1)
+  best.save(state, None)
+  best.close()
+  proc = run_main(workdir, "--mode=eval", own_process=True, check=False)
+  assert proc.returncode == 1
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith("error:") and "parameters are unusable" in line, line
+  assert (workdir / "eval" / "test" / "results.json").read_text() == before
