@@ -68,6 +68,14 @@ def run(
   else:
     job = lambda: _train_or_eval(mode, config, workdir, as_json)
 
+  def validate():  # Before the workdir (or its log) is touched.
+    from seq2seq import settings
+
+    settings.validate(config)
+
+  if _guarded(validate):
+    return 1
+
   def logged_job():  # An unusable workdir (a file, no permission) fails here: one error line.
     with console.logged_to(workdir, verbose) as log_path:
       logging.info("config:\n%s", config)

@@ -44,11 +44,35 @@ from seq2seq import (
 
 NONFINITE = ("stop", "skip")
 DIRECTIONS = ("forward", "reverse")
+# Numeric settings and the least value each may take (`validate` refuses less, in one line,
+# before anything is written).
+AT_LEAST = {
+  "data.batch_size": 1,
+  "decode.batch_size": 1,
+  "decode.beam_size": 1,
+  "decode.max_len_ratio": 0.0,
+  "train.num_steps": 0,
+  "train.max_minutes": 0.0,
+  "train.log_every": 1,
+  "train.eval_every": 1,
+  "train.checkpoint_every": 1,
+  "train.keep_checkpoints": 1,
+  "train.warmup_steps": 0,
+  "train.clip_norm": 0.0,
+  "train.label_smoothing": 0.0,
+}
 
 
 def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   """Checks every setting of a run and returns its typed model settings; raises ValueError
   with one line naming the setting and its valid values."""
+  for dotted, least in AT_LEAST.items():
+    section, name = dotted.split(".")
+    value = config[section][name]
+    if value < least:
+      raise ValueError(f"{dotted} must be at least {least}, got {value}")
+  if not config.train.learning_rate > 0:
+    raise ValueError(f"train.learning_rate must be positive, got {config.train.learning_rate}")
   model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(config.data))
   objective.Objective.from_config(config)
   steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
@@ -94,8 +118,6 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     )
   if model.copy and dec.shortlist:
     raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
-  if config.decode.beam_size < 1:
-    raise ValueError(f"decode.beam_size must be at least 1, got {config.decode.beam_size}")
   # Beam search stops once no open beam can beat the best finished output; that bound assumes a
   # ranking score that never rises as an output grows, which a negative alpha or beta breaks.
   for name in ("length_norm_alpha", "coverage_penalty"):

@@ -82,6 +82,10 @@ def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, me
     ({"data.batching": "words"}, "data.batching='words' is not one of"),
     ({"decode.beam_size": 0}, "decode.beam_size must be at least 1"),
     ({"decode.length_norm_alpha": -1.0}, "decode.length_norm_alpha must be >= 0"),
+    ({"train.num_steps": -5}, "train.num_steps must be at least 0, got -5"),
+    ({"train.learning_rate": -1.0}, "train.learning_rate must be positive, got -1.0"),
+    ({"data.batch_size": -4}, "data.batch_size must be at least 1, got -4"),
+    ({"decode.batch_size": 0}, "decode.batch_size must be at least 1, got 0"),
     ({"decode.coverage_penalty": -0.2}, "decode.coverage_penalty must be >= 0"),
   ],
 )
@@ -206,3 +210,16 @@ def test_a_component_settings_class_must_be_a_dataclass():
   reg = registry.Registry("thing", field="x.thing")
   with pytest.raises(TypeError, match="Settings must be a dataclass"):
     reg.register("bad")(type("Bad", (), {"Settings": dict}))
+
+
+def test_a_refused_setting_writes_nothing_and_the_corrected_command_runs(tmp_path):
+  """data.batch_size=-4 ends in one error line before the workdir (config.json, the log) is
+  written, so the corrected command is not refused as "a different config"."""
+  from helpers import run_main
+
+  workdir = tmp_path / "run"
+  proc = run_main(workdir, "--config.data.batch_size=-4", check=False)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == "error: data.batch_size must be at least 1, got -4"
+  assert not workdir.exists()
+  run_main(workdir, "--config.train.num_steps=2", "--config.train.final_eval=false")
