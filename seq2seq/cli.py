@@ -12,6 +12,7 @@ script or scheduler does not read it as finished: rerun the same command to resu
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,31 @@ def run(
       return job()
 
   return _guarded(logged_job)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing for main.py, with a mistake in a flag (a misspelt config field, a
+  value of the wrong type) ending in one `error:` line and exit status 1 rather than the
+  config library's chained traceback."""
+  from absl import flags
+
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    message = str(e).splitlines()[0]
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    text = str(e).replace("\\'", "'")
+    names = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")]
+    parts = lambda name: name.removeprefix("--config.").split(".")
+    named = [n for n in names if any(f"'{part}'" in text for part in parts(n))]
+    guess = re.search(r'Did you mean "([^"]+)"', text)
+    if named:
+      message = f"{named[0]}: no such config field"
+      message += f' (did you mean "{guess.group(1)}"?)' if guess else ""
+    else:
+      message = " ".join(text.replace("\\n", " ").split())
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(1)
 
 
 def _guarded(job) -> int:

@@ -165,10 +165,22 @@ def test_bad_settings_end_with_one_error_line(tmp_path, overrides, message):
   assert "Traceback" not in proc.stderr
 
 
-def test_unknown_config_field_fails(tmp_path):
-  proc = run_main(tmp_path / "bad", "--config.model.no_such_field=3", check=False, own_process=True)
-  assert proc.returncode != 0
-  assert "no_such_field" in proc.stderr
+@pytest.mark.parametrize(
+  "flag, message",
+  [
+    ("--config.model.no_such_field=3", "error: --config.model.no_such_field: no such config field"),
+    (
+      "--config.train.num_step=3",
+      'error: --config.train.num_step: no such config field (did you mean "num_steps"?)',
+    ),
+    ("--config.train.num_steps=abc", "error: flag --config.train.num_steps=abc: invalid literal"),
+  ],
+)
+def test_a_mistaken_config_flag_is_one_error_line(tmp_path, flag, message):
+  proc = run_main(tmp_path / "bad", flag, check=False, own_process=True)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # One line, no traceback.
+  assert proc.stderr.startswith(message), proc.stderr[-2000:]
 
 
 @pytest.mark.slow
