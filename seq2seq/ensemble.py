@@ -181,8 +181,9 @@ def prepare_workdir(config: ml_collections.ConfigDict, workdir: str | Path) -> N
   vocab = Path(workdir) / "vocab"
   if not vocab.exists():
     shutil.copytree(members[0] / "vocab", vocab)
-  elif _vocab_text(Path(workdir), "tgt") != _vocab_text(members[0], "tgt"):
-    raise ValueError(f"{vocab} differs from the ensemble members' vocabularies")
+  for side in ("src", "tgt"):
+    if _vocab_text(Path(workdir), side) != _vocab_text(members[0], side):
+      raise ValueError(f"{vocab / side} differs from the ensemble members' vocabularies")
 
 
 def load(

@@ -97,13 +97,19 @@ def test_an_ensemble_of_a_run_with_itself_evaluates_as_the_run(trained, tmp_path
   assert hyps == (trained / "eval" / "test" / "hypotheses.txt").read_text()
 
 
-def test_members_with_other_vocabularies_are_refused_in_one_line(trained, tmp_path):
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_members_with_other_vocabularies_are_refused_in_one_line(trained, tmp_path, side):
+  """On either side, between members and between the members and the ensemble's workdir."""
   other = tmp_path / "other"
   shutil.copytree(trained / "vocab", other / "vocab")
-  vocab_file = next(p for p in sorted((other / "vocab" / "tgt").glob("*")) if p.is_file())
+  vocab_file = next(p for p in sorted((other / "vocab" / side).glob("*")) if p.is_file())
   vocab_file.write_text(vocab_file.read_text() + "extra\n")
-  with pytest.raises(ValueError, match=r"must share vocabularies: .*other/vocab/tgt differs"):
+  with pytest.raises(ValueError, match=rf"must share vocabularies: .*other/vocab/{side} differs"):
     ensemble.prepare_workdir(_config([trained, other]), tmp_path / "ens")
+  ens = tmp_path / "ens2"  # A workdir holding the other run's vocabularies.
+  shutil.copytree(other / "vocab", ens / "vocab")
+  with pytest.raises(ValueError, match=rf"ens2/vocab/{side} differs from the ensemble members'"):
+    ensemble.prepare_workdir(_config([trained]), ens)
 
 
 @pytest.mark.parametrize(
