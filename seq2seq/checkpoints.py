@@ -55,8 +55,43 @@ RESUMABLE_FIELDS = (
 )
 
 
+# What a run's parameters and vocabularies are made of: evaluating or translating it with a
+# config that differs here would build another model (or read the text with other ids). The
+# model's decoding-time switches may differ.
+MODEL_FIELDS = ("model.", "data.src_vocab_size", "data.tgt_vocab_size", "data.tokenizer")
+MODEL_FIELDS += ("data.pretokenizer", "data.sp_model_type", "data.local.src_lang")
+DECODING_SWITCHES = ("model.direction", "model.scan_unroll", "model.copy_eos")
+
+
 class IncompatibleRunError(ValueError):
   """The workdir holds a run whose config differs in fields that matter."""
+
+
+def check_model_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
+  """Raises `IncompatibleRunError` naming the fields where `config` would build another model
+  than the run in `workdir` trained (`MODEL_FIELDS`); a workdir without config.json (an
+  ensemble's) is not checked."""
+  path = Path(workdir) / "config.json"
+  if not path.exists():
+    return
+  a = flatten(settings.upgrade(json.loads(path.read_text())))
+  b = flatten(settings.canonical(json.loads(config.to_json_best_effort())))
+  differing = [
+    n
+    for n in sorted(set(a) | set(b))
+    if n.startswith(MODEL_FIELDS)
+    and not n.startswith(DECODING_SWITCHES)
+    and a.get(n, "<missing>") != b.get(n, "<missing>")
+  ]
+  if differing:
+    shown = ", ".join(
+      f"{n} ({a.get(n, '-')!r} in the run, {b.get(n, '-')!r} given)" for n in differing[:4]
+    )
+    more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+    raise IncompatibleRunError(
+      f"--config differs from {path} in {shown}{more}: evaluate and translate a run with the "
+      "config it was trained with (decode.* settings may differ)"
+    )
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -133,7 +168,7 @@ class CheckpointError(OSError):
 def _quiet_closed_loop_reports() -> None:
   """After a failed restore, TensorStore's callbacks still post to Orbax's closed event loop and
   report each RuntimeError("Event loop is closed") as unraisable (dozens of tracebacks after the
-  one line that matters). From then on those go to the log file only."""
+  one line that matters, some as the process exits). From then on those are dropped."""
   previous = sys.unraisablehook
   if getattr(previous, "quiets_closed_loops", False):
     return
@@ -142,7 +177,6 @@ def _quiet_closed_loop_reports() -> None:
     if (
       isinstance(report.exc_value, RuntimeError) and str(report.exc_value) == "Event loop is closed"
     ):
-      logging.info("after a failed checkpoint restore: %s", report.exc_value)
       return
     previous(report)
 

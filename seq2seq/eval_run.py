@@ -165,6 +165,8 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   workdir's lock (`files.workdir_lock`) while it runs.
   """
   settings.validate(config)
+  if not ensemble.workdirs(config):  # (An ensemble's members load their own configs.)
+    checkpoints.check_model_config(Path(workdir), config)
   with files.workdir_lock([workdir], enabled=jax.process_index() == 0):
     return _evaluate_splits(config, workdir, data, runtime, eval_fn, writer)
 

@@ -40,6 +40,7 @@ import numpy as np
 from absl import logging
 
 from seq2seq import (
+  checkpoints,
   copying,
   decode,
   ensemble,
@@ -98,6 +99,8 @@ class Translator:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path):
     settings.validate(config)  # Before loading anything.
+    if not ensemble.workdirs(config):  # (An ensemble's members load their own configs.)
+      checkpoints.check_model_config(Path(workdir), config)
     ensemble.prepare_workdir(config, workdir)  # An ensemble's vocabularies, checked.
     workdir = Path(workdir)
     vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}

@@ -227,3 +227,16 @@ def test_input_lines_split_as_training_and_wc_count_them(tmp_path):
   path.write_bytes(b"\xef\xbb\xbfthe cat\r\nsleeps \r here .\na house")
   lines, invalid = translate._read_lines(str(path))
   assert lines == ["the cat", "sleeps \r here .", "a house"] and invalid == 0
+
+
+@pytest.mark.parametrize("mode", ["translate", "eval"])
+def test_a_config_of_another_model_is_refused_naming_the_fields(trained, tmp_path, mode):
+  """Translate and eval with a --config that would build another model than the run trained
+  end in one error line naming the differing fields, not a shape error; decode.* may differ."""
+  (tmp_path / "in.txt").write_text("the cat sleeps .\n")
+  args = [f"--mode={mode}", f"--input={tmp_path}/in.txt", f"--output={tmp_path}/out.txt"]
+  proc = run_main(trained, *args, "--config.model.dec_hidden=24", check=False, own_process=True)
+  assert proc.returncode == 1
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith("error: --config differs from") and "model.dec_hidden (" in line, line
+  assert "Traceback" not in proc.stderr
