@@ -166,3 +166,20 @@ def workdir_lock(workdirs: Sequence[str | Path], *, enabled: bool = True) -> Ite
       f = _held.pop(folder)
       fcntl.flock(f.fileno(), fcntl.LOCK_UN)
       f.close()
+
+
+def check_writable(path: str | Path) -> None:
+  """Raises OSError (one line naming `path`) unless a file can be written there: a run checks
+  its output paths before the work that fills them."""
+  path = Path(path)
+  if path.is_dir():
+    raise IsADirectoryError(f"cannot write {path}: it is a directory")
+  folder = path.parent
+  if not folder.is_dir():
+    raise FileNotFoundError(f"cannot write {path}: no folder {folder}")
+  try:
+    fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+  except OSError as e:
+    raise PermissionError(f"cannot write {path}: {e.strerror}") from None
+  os.close(fd)
+  os.unlink(probe)

@@ -337,6 +337,9 @@ def translate_file(
   settings.validate(config)  # Before loading anything.
   if nbest:
     decode.check_nbest(nbest, int(config.decode.beam_size))
+  for path in (output_path, alignments_path):
+    if path and path != "-":
+      files.check_writable(path)
   lines, invalid = read_sources(input_path, input_pipeline.num_sources(config.data))
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
@@ -400,6 +403,9 @@ def score_file(
   Returns counts: pairs, scored, unscored, invalid_utf8.
   """
   settings.validate(config)  # Before loading anything.
+  for path in (output_path, alignments_path):
+    if path and path != "-":
+      files.check_writable(path)
   sources, invalid_src = read_sources(input_path, input_pipeline.num_sources(config.data))
   targets, invalid_tgt = _read_lines(reference_path)
   if len(sources) != len(targets):

@@ -240,3 +240,15 @@ def test_a_config_of_another_model_is_refused_naming_the_fields(trained, tmp_pat
   line = proc.stderr.strip().splitlines()[-1]
   assert line.startswith("error: --config differs from") and "model.dec_hidden (" in line, line
   assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["translate", "score"])
+def test_an_unwritable_output_is_refused_before_decoding(trained, tmp_path, mode):
+  (tmp_path / "in.txt").write_text("the cat sleeps .\n")
+  out = tmp_path / "no_such_folder" / "out.txt"
+  args = [f"--mode={mode}", f"--input={tmp_path}/in.txt", f"--reference={tmp_path}/in.txt"]
+  proc = run_main(trained, *args, f"--output={out}", check=False, own_process=True)
+  assert proc.returncode == 1
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line == f"error: cannot write {out}: no folder {out.parent}", line
+  assert "decoding" not in proc.stderr and "translating" not in proc.stderr
