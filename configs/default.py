@@ -156,6 +156,9 @@ def get_config() -> ml_collections.ConfigDict:
   dec.length_norm_alpha = 1.0  # Divide scores by length**alpha (1: GroundHog; 0: off).
   dec.coverage_penalty = 0.0  # GNMT coverage penalty beta (0: off).
   dec.batch_size = 64  # Sentences decoded together.
+  # Translation leaves a line of more tokens than this untranslated, with a warning (search's
+  # memory grows with the square of a sentence's length); 0: no limit.
+  dec.max_input_tokens = 250
   # Evaluate and translate with the ensemble of these runs (comma-separated workdirs sharing the
   # vocabularies) instead of the workdir's own checkpoint (seq2seq/ensemble.py); "" is none.
   dec.ensemble = ""

@@ -159,7 +159,8 @@ def _translate(config, workdir: Path, input_path, output_path, alignments_path, 
   logging.info("translated: %s", counts)
   console.say(
     f"translated {counts['lines']} lines ({counts['empty']} empty, "
-    f"{counts['invalid_utf8']} with invalid UTF-8, {counts['truncated']} truncated)"
+    f"{counts['invalid_utf8']} with invalid UTF-8, {counts['truncated']} truncated, "
+    f"{counts['too_long']} too long to translate)"
   )
 
 

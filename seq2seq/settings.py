@@ -51,6 +51,7 @@ AT_LEAST = {
   "decode.batch_size": 1,
   "decode.beam_size": 1,
   "decode.max_len_ratio": 0.0,
+  "decode.max_input_tokens": 0,
   "train.num_steps": 0,
   "train.max_minutes": 0.0,
   "train.log_every": 1,
@@ -187,6 +188,7 @@ ADDED_FIELDS = {
   "decode.shortlist_frequent": 1000,
   "decode.shortlist_per_word": 10,
   "decode.shortlist_scope": "batch",
+  "decode.max_input_tokens": 250,
 }
 
 

@@ -12,7 +12,9 @@ decoded with replacement characters (counted and logged), never a crash.
 translate (`--mode=translate`): one output line per input line; an empty (or blank) input line,
 or one with a blank source of a multi-source run, gives an empty output line. Lines longer than
 the model can address (only the `location` score has a limit, `location(max_len=N)`) are
-truncated with a warning; every other line is translated in full. With `--nbest=N`
+truncated with a warning. A line longer than `decode.max_input_tokens` tokens is left
+untranslated (an empty output line, a warning naming it); every other line is translated in
+full. With `--nbest=N`
 (N <= decode.beam_size) the output is an n-best list (`NBEST_FORMAT`).
 
 score (`--mode=score`): one JSON object per pair of source and target lines (`score_record`).
@@ -164,24 +166,32 @@ def _encode_sources(t: Translator, line: str) -> list[list[int]]:
 
 def translate_lines(
   t: Translator, lines: Sequence[str], *, beam_size: int | None = None, nbest: int = 1
-) -> tuple[list[list[Hypothesis]], int]:
-  """([the `nbest` best `Hypothesis` of each line, best first], lines truncated).
+) -> tuple[list[list[Hypothesis]], dict[str, int]]:
+  """([the `nbest` best `Hypothesis` of each line, best first], counts of lines "truncated"
+  and left "too_long").
 
   `beam_size` defaults to the run's `decode.beam_size`; 1 <= nbest <= beam_size (ValueError
   otherwise). A blank line gets no hypothesis ([]); a list is shorter than `nbest` only where
   fewer hypotheses finished within the length limit (`decode.nbest_of_pool`). Lines longer than
-  the model can address are truncated, with a warning.
+  the model can address are truncated, with a warning. A line of more than
+  `decode.max_input_tokens` tokens (in any source) is not decoded: it gets no hypothesis, and a
+  warning names it (search memory grows with the square of the length a sentence, and its
+  batch's padding with it, so one such line would sink the whole file).
   """
   config = t.config
   if beam_size is not None and beam_size != config.decode.beam_size:
     config = config.copy_and_resolve_references()
     config.decode.beam_size = beam_size
   decode.check_nbest(nbest, int(config.decode.beam_size))
-  ids, keep, truncated = [], [], 0
+  ids, keep, truncated, too_long = [], [], 0, []
+  longest = int(config.decode.max_input_tokens)
   for i, line in enumerate(lines):
     if _blank(t, line):
       continue
     encoded = _encode_sources(t, line)
+    if longest and max(len(e) for e in encoded) > longest:
+      too_long.append(i)
+      continue
     limit = t.max_source_tokens
     if limit is not None and any(len(e) > limit for e in encoded):
       truncated += 1
@@ -191,6 +201,15 @@ def translate_lines(
   if truncated:
     logging.warning(
       "%d lines truncated to the %s score's %d tokens", truncated, t.score_spec, t.max_source_tokens
+    )
+  if too_long:
+    shown = ", ".join(str(i + 1) for i in too_long[:10]) + (" ..." if len(too_long) > 10 else "")
+    logging.warning(
+      "%d lines of more than decode.max_input_tokens=%d tokens left untranslated (empty output "
+      "lines): line %s",
+      len(too_long),
+      longest,
+      shown,
     )
   found = evaluate.nbest_split(
     t.state, _split(ids, [[] for _ in ids]), config, nbest, progress="translating"
@@ -203,7 +222,7 @@ def translate_lines(
       tokens = evaluate.output_tokens(tr.ids, lines[i], t.src_tok, t.tgt_tok)
       hyp = Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished, over)
       out[i].append(hyp)
-  return out, truncated
+  return out, {"truncated": truncated, "too_long": len(too_long)}
 
 
 def _unscorable(t: Translator, source: str, target: str) -> str | None:
@@ -332,7 +351,7 @@ def translate_file(
   and `attention` (a list per output word, EOS included, of weights over the source words and
   EOS). With `nbest=N` writes the n-best list (`nbest_lines`) and one such JSON object per
   n-best line, with its `index` and `rank` (0: the best) added. Returns counts: lines, empty,
-  invalid_utf8, truncated.
+  invalid_utf8, truncated, too_long (untranslated: `translate_lines`).
   """
   settings.validate(config)  # Before loading anything.
   if nbest:
@@ -343,7 +362,7 @@ def translate_file(
   lines, invalid = read_sources(input_path, input_pipeline.num_sources(config.data))
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
-  found, truncated = translate_lines(Translator(config, workdir), lines, nbest=max(nbest, 1))
+  found, skipped = translate_lines(Translator(config, workdir), lines, nbest=max(nbest, 1))
 
   def record(source: str, h: Hypothesis | None) -> dict[str, Any]:
     attention = [] if h is None else np.round(h.attention, 4).tolist()
@@ -369,7 +388,7 @@ def translate_file(
   if alignments_path:
     _write_jsonl(alignments_path, records)
   empty = sum(not hyps for hyps in found)
-  return {"lines": len(lines), "empty": empty, "invalid_utf8": invalid, "truncated": truncated}
+  return {"lines": len(lines), "empty": empty, "invalid_utf8": invalid, **skipped}
 
 
 def score_record(index: int, scored: Scored) -> dict[str, Any]:

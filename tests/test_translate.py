@@ -252,3 +252,18 @@ def test_an_unwritable_output_is_refused_before_decoding(trained, tmp_path, mode
   line = proc.stderr.strip().splitlines()[-1]
   assert line == f"error: cannot write {out}: no folder {out.parent}", line
   assert "decoding" not in proc.stderr and "translating" not in proc.stderr
+
+
+def test_a_line_too_long_to_decode_is_left_empty_and_named_the_others_translated(trained, tmp_path):
+  """A 5,000-word line among short ones: its output line is empty, a warning names it, and
+  every other line is translated as it is alone."""
+  short = ["the cat sleeps .", "a big house ."]
+  (tmp_path / "in.txt").write_text("\n".join([short[0], "the dog " * 2500, short[1]]) + "\n")
+  out = tmp_path / "out.txt"
+  args = ["--mode=translate", f"--input={tmp_path}/in.txt", f"--output={out}"]
+  proc = run_main(trained, *args, own_process=True)
+  assert "1 lines of more than decode.max_input_tokens=250 tokens left untranslated" in proc.stderr
+  assert "line 2" in proc.stderr and "1 too long to translate" in proc.stderr
+  lines = out.read_text().split("\n")[:-1]
+  alone = [h[0].text for h in seq2seq.load(trained).translate(short)]
+  assert lines == [alone[0], "", alone[1]]
