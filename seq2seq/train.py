@@ -261,10 +261,23 @@ class Loop:
     """Whether `train.max_minutes` is spent (every process agrees)."""
     return self.budget_s > 0 and rt.all_agree(self.elapsed() >= self.budget_s)
 
+  def unfinished_validation(self) -> bool:
+    """Whether the step the run resumes at was due a validation that left no row: a kill after
+    that step's checkpoint and before its validation was written (during the best checkpoint's
+    save, say). The run redoes it before training on, so the rerun is the uninterrupted run."""
+    due = self.start % self.tcfg.eval_every == 0 or self.start == self.tcfg.num_steps
+    if not self.start or not due:
+      return False
+    rows = [summary.read_metrics(wd) for wd in self.members.workdirs]
+    return not all(any(r["step"] == self.start and r["split"] == "valid" for r in m) for m in rows)
+
   def train(self) -> int | None:
     """Steps until `train.num_steps` or the wall-clock budget; the step at which SIGTERM or
     SIGINT stopped training (after its checkpoint), else None."""
     tcfg, members, preemption = self.tcfg, self.members, PreemptionHandler()
+    if self.unfinished_validation():
+      console.say(f"step {self.start}: redoing the validation a stopped run did not finish")
+      self.validate(self.start)
     step_keys = members.step_keys()
     # A rerun of a run stopped by its wall-clock budget trains no further (else one step a rerun).
     out_of_time = self.budget_s > 0 and rt.all_agree(self.elapsed_before >= self.budget_s)
@@ -383,7 +396,10 @@ class Loop:
         if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
           self.best_bleu[k] = scalars["bleu"]
           self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
-          self.bests[k].save(member_state, None)
+          files.kill_point("best-checkpoint")
+          if self.bests[k].latest_step() != done:  # (A redone validation may hold it already.)
+            self.bests[k].save(member_state, None)
+          files.kill_point("after-best-checkpoint")
       w.write(done, "valid", scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
       who = f"seed {cfg.seed}: " * members.together

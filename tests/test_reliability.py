@@ -405,3 +405,27 @@ def test_evaluation_refuses_unusable_parameters_and_keeps_earlier_results(traine
   line = proc.stderr.strip().splitlines()[-1]
   assert line.startswith("error:") and "parameters are unusable" in line, line
   assert (workdir / "eval" / "test" / "results.json").read_text() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["best-checkpoint", "after-best-checkpoint"])
+def test_a_kill_around_the_best_checkpoint_save_then_rerun_matches(
+  trained, reference, tmp_path, point
+):
+  """Killed at step 10's validation, after its regular checkpoint and before (or just after)
+  its best checkpoint, with its validation row unwritten: the rerun redoes that validation, so
+  its metrics, best checkpoint, parameters and results are the uninterrupted run's."""
+  workdir = tmp_path / point
+  killed_at(point, workdir, "--config.train.num_steps=20")
+  assert not any(r["split"] == "valid" for r in metrics(workdir))
+  run_main(workdir, "--config.train.num_steps=20")
+  assert_same_params(workdir, reference)
+  keys = ("step", "split", "loss", "bleu")
+  rows = lambda w: [{k: r.get(k) for k in keys} for r in metrics(w)]
+  assert rows(workdir) == rows(trained)
+  best = lambda w: sorted(p.name for p in (w / "best").iterdir() if p.name.isdigit())
+  assert best(workdir) == best(trained)
+  for split in ("valid", "test"):
+    got = json.loads((workdir / "eval" / split / "results.json").read_text())
+    want = json.loads((trained / "eval" / split / "results.json").read_text())
+    assert (got["step"], got["bleu"], got["loss"]) == (want["step"], want["bleu"], want["loss"])
