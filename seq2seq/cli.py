@@ -4,7 +4,8 @@
 mistake into one `error: ...` line and exit status 1, and ends train and eval with the results
 table and where to look (or, with `as_json`, the results as JSON on standard output).
 
-Exit statuses: 0 done; 1 a mistake or a failure, reported in one `error:` line; `PREEMPTED` (75,
+Exit statuses: 0 done; 1 a mistake or a failure, reported in one `error:` line (its traceback in
+WORKDIR/log.txt, and on the terminal with --verbosity); `PREEMPTED` (75,
 sysexits' EX_TEMPFAIL) training stopped by SIGTERM or SIGINT after saving its checkpoint, so a
 script or scheduler does not read it as finished: rerun the same command to resume.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +85,13 @@ def run(
       if not verbose:
         console.hide_library_progress()
       console.say(f"{mode}: {workdir}  (log: {log_path})")
-      return job()
+      try:
+        return job()
+      except Exception:
+        logging.exception("%s failed", mode)  # The traceback, in the log file.
+        raise
 
-  return _guarded(logged_job)
+  return _guarded(logged_job, verbose)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -113,13 +119,26 @@ def parse_flags(argv: list[str]) -> list[str]:
   sys.exit(1)
 
 
-def _guarded(job) -> int:
+def _guarded(job, verbose: bool = False) -> int:
+  """Runs `job`; any exception ends in one `error:` line (a user's mistake as its message,
+  anything else with its type too) and exit status 1, its traceback on the terminal only with
+  `verbose` (--verbosity), and in WORKDIR/log.txt always."""
   try:
     status = job()
   except USER_ERRORS as e:
-    print(f"error: {e}", file=sys.stderr)
+    _say_error(f"error: {e}", verbose)
+    return 1
+  except Exception as e:  # A failure that is no user's mistake: still one line.
+    text = str(e).strip().splitlines()
+    _say_error(f"error: {type(e).__name__}: {text[0] if text else 'no message'}", verbose)
     return 1
   return status or 0
+
+
+def _say_error(line: str, verbose: bool) -> None:
+  if verbose:
+    traceback.print_exc()
+  print(line, file=sys.stderr, flush=True)
 
 
 def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> int:

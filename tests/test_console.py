@@ -3,6 +3,8 @@ ETA, decoding progress, library logs in WORKDIR/log.txt rather than on the termi
 table instead of JSON (JSON on request), and no false sacrebleu warning on the embedded corpus.
 In-process, reading what was printed; exit codes through main.py."""
 
+import contextlib
+import io
 import json
 import logging
 import pathlib
@@ -188,3 +190,26 @@ def test_a_mode_without_what_it_needs_says_so_in_one_line(tmp_path, args, messag
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1].startswith(message) and "Traceback" not in proc.stderr
   assert not pathlib.Path("/no/such/run").exists()  # Nothing is created for a mistyped run.
+
+
+def test_any_failure_is_one_error_line_with_its_traceback_in_the_log(trained, monkeypatch):
+  """A failure that is no user's mistake (here a RuntimeError deep in evaluation) still ends in
+  one error line naming it, exit status 1; the traceback goes to the log, and to the terminal
+  only with --verbosity."""
+  from seq2seq import eval_run
+
+  def boom(*args, **kwargs):
+    raise RuntimeError("out of cheese\nsecond line")
+
+  monkeypatch.setattr(eval_run, "evaluate_splits", boom)
+  config = tiny.get_config()
+  before = (trained / "log.txt").read_text()
+  for verbose in (False, True):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+      status = cli.run("eval", config, trained, verbose=verbose)
+    lines = err.getvalue().strip().splitlines()
+    assert status == 1 and lines[-1] == "error: RuntimeError: out of cheese"
+    assert ("Traceback" in err.getvalue()) == verbose
+  log = (trained / "log.txt").read_text()[len(before) :]
+  assert "Traceback" in log and "out of cheese" in log
