@@ -429,3 +429,16 @@ def test_a_kill_around_the_best_checkpoint_save_then_rerun_matches(
     got = json.loads((workdir / "eval" / split / "results.json").read_text())
     want = json.loads((trained / "eval" / split / "results.json").read_text())
     assert (got["step"], got["bleu"], got["loss"]) == (want["step"], want["bleu"], want["loss"])
+
+
+@pytest.mark.slow
+def test_a_run_resumes_from_the_newest_intact_checkpoint(reference, tmp_path):
+  """The newest checkpoint rots before a rerun: it is set aside with a warning naming it, and
+  the run resumes from the one before, ending as the uninterrupted run."""
+  workdir = tmp_path / "rotten"
+  run_main(workdir, "--config.train.num_steps=15", "--config.train.checkpoint_every=5", *FAST)
+  rot(workdir / "checkpoints" / "15")
+  proc = run_main(workdir, "--config.train.num_steps=20", *FAST, own_process=True)
+  assert f"damaged checkpoint set aside: {workdir}/checkpoints/15/state" in proc.stderr
+  assert "resumed from step 10" in proc.stderr
+  assert_same_params(workdir, reference)
