@@ -88,7 +88,7 @@ def run(
       try:
         return job()
       except Exception:
-        logging.exception("%s failed", mode)  # The traceback, in the log file.
+        console.log_only(f"{mode} failed", exc_info=True)  # The traceback, in the log file.
         raise
 
   return _guarded(logged_job, verbose)

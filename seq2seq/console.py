@@ -81,6 +81,12 @@ def logged_to(workdir: str | Path, verbose: bool = False) -> Iterator[Path]:
     terminal.setLevel(saved[1])
 
 
+def log_only(message: str, *, exc_info: bool = False) -> None:
+  """A record for the log file alone (not the terminal): e.g. the traceback behind an error the
+  terminal shows in one line."""
+  _LOGGER.error(message, exc_info=exc_info)
+
+
 def hide_library_progress() -> None:
   """Turns off tfds's progress bars (building a corpus says so in one console line instead)."""
   import tensorflow_datasets as tfds
