@@ -103,11 +103,20 @@ def unstack(state: steps.TrainState, index: int) -> steps.TrainState:
   return jax.tree.map(lambda x: x[index], state)
 
 
+BEST_BLEU = "validation.json"  # In WORKDIR/best/STEP/: the BLEU that made it the best.
+
+
 def held_bleu(workdir: Path, best_step: int | None) -> float:
   """The validation BLEU of the best checkpoint a workdir holds (-1 without one): what a resumed
-  run's later evaluations must beat. Not the best BLEU in metrics.jsonl: that step's weights may
-  be gone (a best checkpoint replaces the previous one, and one saved past the resumed step is
+  run's later evaluations must beat. Read from beside the checkpoint (`BEST_BLEU`), else from its
+  step's validation row. Not the best BLEU in metrics.jsonl: that step's weights may be gone (a
+  best checkpoint replaces the previous one, and one saved past the resumed step is
   discarded)."""
+  if best_step is not None:
+    beside = Path(workdir) / "best" / str(best_step) / BEST_BLEU
+    record = files.read_jsonl(beside) if beside.exists() else []
+    if record and isinstance(record[0].get("bleu"), int | float):
+      return float(record[0]["bleu"])
   rows = summary.read_metrics(workdir)
   held = [
     r["bleu"] for r in rows if r["split"] == "valid" and r["step"] == best_step and "bleu" in r
@@ -399,6 +408,9 @@ class Loop:
           files.kill_point("best-checkpoint")
           if self.bests[k].latest_step() != done:  # (A redone validation may hold it already.)
             self.bests[k].save(member_state, None)
+          if self.primary:  # Its BLEU beside it, whatever becomes of metrics.jsonl.
+            beside = members.workdirs[k] / "best" / str(done) / BEST_BLEU
+            files.write_atomic(beside, json.dumps({"step": done, "bleu": scalars["bleu"]}) + "\n")
           files.kill_point("after-best-checkpoint")
       w.write(done, "valid", scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))

@@ -442,3 +442,17 @@ def test_a_run_resumes_from_the_newest_intact_checkpoint(reference, tmp_path):
   assert f"damaged checkpoint set aside: {workdir}/checkpoints/15/state" in proc.stderr
   assert "resumed from step 10" in proc.stderr
   assert_same_params(workdir, reference)
+
+
+def test_the_best_checkpoints_bleu_is_kept_beside_it(trained, tmp_path):
+  """What a resumed run must beat is read from beside best/ (validation.json), so a
+  metrics.jsonl that lost its validation rows cannot let a worse checkpoint replace the best."""
+  workdir = copy_run(trained, tmp_path / "run")
+  (best,) = [p for p in (workdir / "best").iterdir() if p.name.isdigit()]
+  held = json.loads((best / train.BEST_BLEU).read_text())
+  assert held["step"] == int(best.name) and "bleu" in held
+  (best / train.BEST_BLEU).write_text(json.dumps({"step": held["step"], "bleu": 99.0}) + "\n")
+  rows = [r for r in metrics(workdir) if r["split"] == "train"]  # Validation rows lost.
+  (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  run_main(workdir, "--config.train.num_steps=30", *FAST[:1])
+  assert [p.name for p in (workdir / "best").iterdir() if p.name.isdigit()] == [best.name]
