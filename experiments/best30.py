@@ -23,8 +23,8 @@ lowercased), the command's whole wall clock, the load average and the CPU in the
 then evaluates the final run's best checkpoint once more with its training parameters instead of
 their moving average (`python -m seq2seq.average --best --last 1 --raw`, then `main.py
 --mode=eval`), outside the 30 minutes, and adds those figures to the record under
-"without_moving_average": what the average was worth on the same checkpoint (issue: the
-decoding-time toolkit). The average was chosen on validation before; this changes nothing.
+"without_moving_average": what the average was worth on the same checkpoint. The average was
+chosen on validation before; this changes nothing.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ TRIES: dict[str, dict[str, Any]] = {
   "anneal-linear": {**CHOSEN, "train.anneal": "linear"},
   "bpe-8k": {**CHOSEN, "data.tokenizer": "sentencepiece", "data.sp_model_type": "bpe"},
   # Jean et al.: the whole target vocabulary with the sampled softmax in training, against the
-  # same vocabulary with the full softmax and against the 8k shortlist of the chosen levers
-  # (issue: the output layer). Size 0 keeps every word: Multi30k's French training side has
+  # same vocabulary with the full softmax and against the 8k shortlist of the chosen levers.
+  # Size 0 keeps every word: Multi30k's French training side has
   # 11,567 distinct words after Moses splitting, 11,571 ids with the 4 specials (the first
   # all-words try named that size itself). A larger id space would keep ids no word uses, which
   # the sampled softmax would draw as negatives and decoding would score.

@@ -7,8 +7,8 @@ which parses the score, structure and feature specs and checks the rules across 
 the objective (`objective.Objective`, whose terms check what they need) and checks the
 remaining choices, so a mistake fails at once in one line.
 
-Configs saved before the redesign (a workdir's `config.json`) had 14 flat model fields that
-belonged to one component (`model.local_window`, `model.coverage`, ...) and one train field per
+A workdir's `config.json` may hold the older flat layout: 14 model fields that belong to one
+component (`model.local_window`, `model.coverage`, ...) and one train field per
 loss term (`train.fertility_weight`, ...). `upgrade(saved)` rewrites such a dict into specs; a
 workdir resumes through it (`checkpoints.config_differences`), and
 

@@ -102,7 +102,7 @@ def test_reproduce_paper_smoke(tmp_path: Path, compilation_cache: Path) -> None:
   assert star["results"]["test"]["step"] == star["config"]["train"]["num_steps"]
 
   # A second invocation reuses the finished runs instead of training again, and keeps the
-  # report of the invocation that trained them (it used to rewrite it with a total of 0 s).
+  # report of the invocation that trained them (not a rewrite with a total of 0 s).
   before = (out / "summary.json").read_bytes()
   again = run_module("experiments.reproduce_paper", *args, *_cache(compilation_cache))
   assert "reports on them all: kept" in again.stdout
@@ -458,7 +458,7 @@ def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, compi
   with pytest.raises(SystemExit, match=r"--decode sets decoding only \(decode\.\*\), not model"):
     grid_sweep.main([*args, "--decode", "model.score=dot"])
   # The finished run is not this study's once a setting it was trained with changes: the sweep
-  # stops instead of reporting the old run under the new settings (it used to reuse it).
+  # stops instead of reporting the old run under the new settings.
   with pytest.raises(SystemExit, match=r"trained with other settings \(train\.learning_rate\)"):
     grid_sweep.main([*args, "--set=train.learning_rate=0.5"])
   # Where the corpus is cached is not a setting the run was trained with.

@@ -1,4 +1,5 @@
-"""Kills, preemption, non-finite steps and extreme inputs (issue: Reliability)."""
+"""Kills at exact points, damaged files, preemption, non-finite steps, one process a workdir
+and extreme inputs: what a run can rely on (README, "What a run can rely on")."""
 
 import functools
 import json

@@ -1,5 +1,5 @@
 """Settings owned by components: specs parsed into typed settings, one validate(config), and
-configs saved before the redesign upgraded."""
+configs saved in the older flat layout upgraded."""
 
 import json
 
