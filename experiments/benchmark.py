@@ -19,7 +19,7 @@ sentences, all-ones masks, so every position is a training target token):
   against the `dot_general`s of the traced forward pass and train step), and the training MFU:
   achieved training FLOP/s (3x forward) over the measured float32 matmul FLOP/s.
 
-Presets: `bench` is the Performance issue's benchmark config (the peer's `benchmark` size),
+Presets: `bench` is the speed benchmark's config (the peer's `benchmark` size),
 `paper` the sizes of Bahdanau et al. (a few Adadelta steps), `tiny` the sizes of
 `configs/tiny.py` (smoke test). With `--peer`, the PyTorch peer `torch_rnnsearch.py` runs in
 the same session and its figures and the ratios ours / peer go under `peer` in the JSON. By

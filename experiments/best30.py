@@ -45,7 +45,7 @@ from seq2seq import average, summary
 
 CONFIG = "configs/multi30k.py"
 FINAL_CONFIG = "configs/multi30k_best.py"
-# The system to pass (the issue): LIUM-CVC's constrained text-only recurrent system at WMT17
+# The system to pass: LIUM-CVC's constrained text-only recurrent system at WMT17
 # (conditional GRU, joint BPE, layer normalisation, hours on a GPU), tokenised lowercased BLEU.
 PUBLISHED = {"system": "LIUM-CVC, WMT17 Multi30k en-fr, text-only", "test_2016_bleu": 59.0}
 FIGURES = ("bleu", "chrf", "bleu_lowercase", "chrf_lowercase", "bleu_no_unk", "step")

@@ -36,7 +36,7 @@ from flax import nnx  # noqa: E402
 from configs import tiny  # noqa: E402
 
 # On a GPU, JAX multiplies float32 matrices in TF32 by default (about 1e-3 relative error: the
-# float64-reference tests of the score functions failed so on an H100 on 2026-11-27). The tests
+# float64-reference tests of the score functions fail so on an H100). The tests
 # check the maths, not the backend's default, so they ask for full float32 products there. On
 # the CPU float32 products are always full, and this does not run.
 if jax.default_backend() != "cpu":

@@ -143,7 +143,7 @@ def test_intra_attention_settings_are_checked():
 
 
 def test_the_memory_keeps_every_past_state_of_a_long_output():
-  """Past 128 steps (the old fixed memory) the teacher-forced pass still attends over every
+  """Past 128 steps (no fixed memory size) the teacher-forced pass still attends over every
   earlier state: its logits equal those of a decoder step from the state that pass reached,
   with a memory holding all of that pass's states."""
   model = intra_model("dot")

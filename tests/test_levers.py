@@ -125,7 +125,7 @@ def test_a_bfloat16_train_step_compiles_runs_and_learns(overrides):
   """bfloat16 products accumulated in float32 (`layers.matmul`) through a whole train step of
   each output layer and decoder: XLA's CPU runtime has no bfloat16 x bfloat16 = float32 product
   outside its fast path, so a form it cannot execute fails here (the sampled softmax's gathered
-  kernel did, before the gradients were kept apart by a barrier)."""
+  kernel would, without the barrier that keeps its gradients apart)."""
   _trains_in_bfloat16(_bfloat16_config(overrides), random_batch(seed=3, vocab=VOCAB))
 
 
