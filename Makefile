@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench browser clean
+.PHONY: demo test lint bench browser docs graphviz clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,29 @@ browser:
 	      { $$sudo apt-get update -q >/dev/null 2>&1 && \
 	        $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } || \
 	    echo "could not install chromium chromium-driver: the explorer's browser test will skip"; \
+	  fi; }
+
+# The documentation site (docs/): its pinned Sphinx into the same .venv, then a build in which
+# every warning and every unresolved internal reference is an error.
+$(VENV)/.docs-installed: $(VENV)/.installed docs/requirements.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r docs/requirements.txt
+	touch $@
+
+docs: $(VENV)/.docs-installed graphviz
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
+# Graphviz's dot draws the design page's figure, from apt as the browser target does.
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "no apt-get: install Graphviz (dot) to build the docs"; \
+	  else \
+	    if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+	    { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q graphviz >/dev/null 2>&1 || \
+	      { $$sudo apt-get update -q >/dev/null 2>&1 && \
+	        $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q graphviz >/dev/null 2>&1; }; } || \
+	    echo "could not install graphviz: the docs build will fail on the design figure"; \
 	  fi; }
 
 lint: .venv
