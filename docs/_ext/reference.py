@@ -39,29 +39,35 @@ OUT = DOCS / "reference" / "_generated"
 
 # The command-line modules whose --help the CLI reference shows, in the order shown.
 CLI_MODULES = (
-  ("Experiments", [
-    "experiments.sweep",
-    "experiments.sweep_scores",
-    "experiments.alignment_study",
-    "experiments.structural_study",
-    "experiments.reproduce_paper",
-    "experiments.realtext",
-    "experiments.best30",
-    "experiments.benchmark",
-    "experiments.decoding_study",
-    "experiments.seed_timing",
-    "experiments.tabulate",
-    "experiments.plateau",
-    "experiments.attention_offsets",
-    "experiments.attention_sharpness",
-    "experiments.explorer_timing",
-  ]),
-  ("Library tools", [
-    "seq2seq.average",
-    "seq2seq.lexicon",
-    "seq2seq.settings",
-    "seq2seq.data.synthetic",
-  ]),
+  (
+    "Experiments",
+    [
+      "experiments.sweep",
+      "experiments.sweep_scores",
+      "experiments.alignment_study",
+      "experiments.structural_study",
+      "experiments.reproduce_paper",
+      "experiments.realtext",
+      "experiments.best30",
+      "experiments.benchmark",
+      "experiments.decoding_study",
+      "experiments.seed_timing",
+      "experiments.tabulate",
+      "experiments.plateau",
+      "experiments.attention_offsets",
+      "experiments.attention_sharpness",
+      "experiments.explorer_timing",
+    ],
+  ),
+  (
+    "Library tools",
+    [
+      "seq2seq.average",
+      "seq2seq.lexicon",
+      "seq2seq.settings",
+      "seq2seq.data.synthetic",
+    ],
+  ),
 )
 
 
@@ -165,7 +171,9 @@ def config_fields(source: str) -> list[Field]:
     before = [
       comments[n][0]
       for n in range(previous_end + 1, stmt.lineno)
-      if n in comments and comments[n][1] and not set(comments[n][0]) <= set("- ")
+      if n in comments
+      and comments[n][1]
+      and not set(comments[n][0]) <= set("- ")
       and not re.match(r"-{4,}", comments[n][0])
     ]
     while before and previous is not None and previous.comment and _continues(before[0]):
@@ -329,9 +337,12 @@ def components_page() -> str:
       f"## `{field}`: {reg.kind}s",
       "",
       f"Registered in `{module}` ({{py:mod}}`{module}`); the field takes "
-      + ("a spec" if field not in ("model.features", "train.loss_terms") else
-         'a "+"-joined list of specs ("" is none)')
-      + f", e.g. `--config.{field}=\"{reg.names()[0]}\"`.",
+      + (
+        "a spec"
+        if field not in ("model.features", "train.loss_terms")
+        else 'a "+"-joined list of specs ("" is none)'
+      )
+      + f', e.g. `--config.{field}="{reg.names()[0]}"`.',
       "",
     ]
     lines = dict(zip(reg.names(), reg.settings_help().splitlines(), strict=True))
@@ -340,8 +351,11 @@ def components_page() -> str:
       settings_cls = getattr(cls, "Settings", registry.NoSettings)
       fields = dataclasses.fields(settings_cls)
       out += [f"### `{name}`", "", f"Spec with its defaults: `{lines[name]}`", ""]
-      doc = cls.__doc__ if cls.__doc__ and cls.__doc__ != getattr(cls.__base__, "__doc__", None) \
+      doc = (
+        cls.__doc__
+        if cls.__doc__ and cls.__doc__ != getattr(cls.__base__, "__doc__", None)
         else None
+      )
       if doc:
         out += [paragraphs(doc), ""]
       if fields:
