@@ -66,7 +66,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.lib import cli, plots, reports, stats, sweeps, timing
+from experiments.lib import cli, plots, records, reports, stats, sweeps, timing
 from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
@@ -190,6 +190,9 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   WORKDIR/MEASURE_FILE for its last evaluation)."""
   path = run.workdir / MEASURE_FILE
   results = run.workdir / "eval" / "test" / "results.json"
+  record = records.read_record(run.workdir)
+  if not results.exists() and record and MEASURE_FILE in record["extra"]:
+    return record["extra"][MEASURE_FILE]  # A converted run: measured before it was.
   if path.exists() and path.stat().st_mtime >= results.stat().st_mtime:
     cached = json.loads(path.read_text())
     if cached.get("long_split") == list(long_split) and "step_ms_long" in cached:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import configs, launch, plots, reports, stats, sweeps
+from experiments.lib import configs, launch, plots, records, reports, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.presets import STUDIES
 from experiments.lib.reports import fmt
@@ -421,8 +421,10 @@ def run_table(runs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def write(out: Path, name: str, result: dict[str, Any], markdown: str) -> None:
-  """OUT/NAME.json and OUT/NAME.md (the study's tables, then `footer`), the table printed, and
-  OUT/learning_curves.png from the record's validation curves (`plots.learning_curves`)."""
+  """OUT/NAME.json and OUT/NAME.md (the study's tables, then `footer`), the table printed,
+  OUT/learning_curves.png from the record's validation curves (`plots.learning_curves`), and the
+  study in its committed form (`records.convert_study`: OUT/definition.json, every run's
+  record.json and hypotheses/)."""
   if result.get("curves"):
     seeds = ", ".join(map(str, result["seeds"]))
     title = f"{setting(result)}, seeds {seeds}"
@@ -430,6 +432,8 @@ def write(out: Path, name: str, result: dict[str, Any], markdown: str) -> None:
   markdown = markdown + "\n".join(footer(result)) + "\n"
   reports.write_json(out / f"{name}.json", result)
   (out / f"{name}.md").write_text(markdown)
+  # The committed form: each run's record and test outputs, and the study's definition.
+  records.convert_study(out)
   print(markdown)
   print(f"wrote {out / f'{name}.json'} ({result['total_wall_s']:.0f} s)")
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import jax
 
+from experiments.lib import records
+
 PACKAGES = (
   "jax",
   "jaxlib",
@@ -48,8 +50,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def write_json(path: Path, value: Any) -> None:
-  """`value` as indented JSON (what json cannot encode written as its string)."""
-  path.write_text(json.dumps(value, indent=2, default=str) + "\n")
+  """`value` as indented JSON (what json cannot encode written as its string), paths inside the
+  repository written relative to its root (`records.relative`: results name no machine's path)."""
+  path.write_text(json.dumps(records.relative(value), indent=2, default=str) + "\n")
 
 
 def versions() -> dict[str, str]:

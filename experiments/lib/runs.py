@@ -8,7 +8,10 @@ unfinished run from its last checkpoint and leaves a finished one alone.
 
 What a workdir holds that this module reads: `checkpoints/STEP`, `eval/SPLIT/results.json` and
 `hypotheses.txt` (written by the final evaluation), `metrics.jsonl` (train and valid lines) and
-`wall_time.json` (kept here: the seconds spent training it, summed over invocations).
+`wall_time.json` (kept here: the seconds spent training it, summed over invocations). A run
+committed with a study keeps instead its compact record, `record.json`, and its test outputs,
+`hypotheses/SPLIT.txt.gz` (`experiments/lib/records.py`): every reader here takes the
+workdir's own files where they are present and the record where they are not.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from experiments.lib import configs, reports
+from experiments.lib import configs, records, reports
 from seq2seq import input_pipeline, seed_group, summary, train
 from seq2seq.data import builders
 
@@ -60,13 +63,26 @@ def checkpoint_steps(workdir: Path) -> list[int]:
   return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit())
 
 
+def metrics(workdir: Path) -> list[dict[str, Any]]:
+  """The run's metrics.jsonl rows, or its record's curves as those rows (`records`)."""
+  workdir = Path(workdir)
+  if (workdir / "metrics.jsonl").exists():
+    return summary.read_metrics(workdir)
+  record = records.read_record(workdir)
+  return records.metric_rows(record) if record else []
+
+
 def read_results(workdir: Path) -> dict[str, Any] | None:
   """{split: results} from every WORKDIR/eval/SPLIT/results.json (valid, test and any other
-  split evaluated, such as the long test split), or None while valid or test is missing."""
+  split evaluated, such as the long test split), else from the run's record; None while valid
+  or test is missing."""
   found = {p.parent.name: p for p in sorted((workdir / "eval").glob("*/results.json"))}
-  if not {"valid", "test"} <= set(found):
-    return None
-  return {split: json.loads(path.read_text()) for split, path in found.items()}
+  if {"valid", "test"} <= set(found):
+    return {split: json.loads(path.read_text()) for split, path in found.items()}
+  record = records.read_record(workdir)
+  if record and {"valid", "test"} <= set(record["results"]):
+    return record["results"]
+  return None
 
 
 def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bool:
@@ -83,15 +99,24 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
   config = config or run.config()
   steps = checkpoint_steps(run.workdir)
   results = run.workdir / "eval" / "test" / "results.json"
-  if not results.exists():
-    return False
   long = input_pipeline.LONG_TEST
+  if not results.exists():
+    record = records.read_record(run.workdir)
+    if record is None or "test" not in record["results"]:
+      return False
+    # A converted run (`records`): its record says what it trained and evaluated.
+    if input_pipeline.has_long_test(config.data) and long not in record["results"]:
+      raise SystemExit(
+        f"error: {run.workdir} was evaluated without {long} and keeps no "
+        "checkpoint to evaluate again: delete it to train the run again"
+      )
+    return record["updates"] >= config.train.num_steps
   missing = (
     input_pipeline.has_long_test(config.data)
     and not (run.workdir / "eval" / long / "results.json").exists()
   )
   if not steps:
-    trained = max((r["step"] for r in summary.read_metrics(run.workdir)), default=0)
+    trained = max((r["step"] for r in metrics(run.workdir)), default=0)
     done = trained >= config.train.num_steps
     if done and missing:
       raise SystemExit(
@@ -107,7 +132,15 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
 
 def _wall_record(workdir: Path) -> dict[str, Any]:
   path = workdir / WALL_TIME_FILE
-  return json.loads(path.read_text()) if path.exists() else {"seconds": 0.0}
+  if path.exists():
+    return json.loads(path.read_text())
+  record = records.read_record(workdir)
+  if record is None:
+    return {"seconds": 0.0}
+  out = {"seconds": record["wall_s"], "machines": record["machines"]}
+  if record["load_1min_mean"] is not None:
+    out["load_1min_mean"] = record["load_1min_mean"]
+  return out
 
 
 def wall_time(workdir: Path) -> float:
@@ -119,7 +152,7 @@ def train_time(workdir: Path) -> float | None:
   """The training clock at the run's last logged step (`elapsed_s` in metrics.jsonl, which a
   resumed run carries on from its checkpoint, so a cut-off invocation's time is kept); None
   where nothing was logged."""
-  rows = summary.read_metrics(workdir)
+  rows = metrics(workdir)
   return rows[-1].get("elapsed_s") if rows else None
 
 
@@ -184,9 +217,21 @@ def timed(workdirs: Sequence[Path], every_s: float = 30.0) -> Iterator[None]:
     save()
 
 
+def workdir_hypotheses(workdir: Path, split: str = "test") -> list[str]:
+  """The translations of `split` in a workdir (eval/SPLIT/hypotheses.txt, else its record's
+  hypotheses/SPLIT.txt.gz), one line per sentence."""
+  text = Path(workdir) / "eval" / split / "hypotheses.txt"
+  if text.exists():
+    return text.read_text().splitlines()
+  record = records.read_record(workdir)
+  if record is None or split not in record["hypotheses"]:
+    raise FileNotFoundError(f"{workdir}: no {split} hypotheses")
+  return records.read_gz_lines(Path(workdir) / record["hypotheses"][split])
+
+
 def hypotheses(run: Run, split: str = "test") -> list[str]:
   """The run's translations of `split`, one line per sentence."""
-  return (run.workdir / "eval" / split / "hypotheses.txt").read_text().splitlines()
+  return workdir_hypotheses(run.workdir, split)
 
 
 def test_examples(run: Run) -> list[builders.Example]:
@@ -198,13 +243,13 @@ def test_examples(run: Run) -> list[builders.Example]:
 
 def train_tokens_per_s(workdir: Path) -> list[float]:
   """tokens_per_s of a run's train lines, without the first (it includes compiling)."""
-  values = [r["tokens_per_s"] for r in summary.read_metrics(workdir) if r["split"] == "train"]
+  values = [r["tokens_per_s"] for r in metrics(workdir) if r["split"] == "train"]
   return values[1:] if len(values) > 1 else values
 
 
 def valid_curve(workdir: Path, key: str) -> dict[int, float]:
   """{step: value} of `key` ("bleu" or "loss") on the run's validation lines."""
-  rows = summary.read_metrics(workdir)
+  rows = metrics(workdir)
   return {r["step"]: r[key] for r in rows if r["split"] == "valid" and key in r}
 
 
@@ -214,7 +259,7 @@ def valid_rows(workdir: Path) -> list[dict[str, float]]:
   return [
     {"step": r["step"], "minutes": r["elapsed_s"] / 60}
     | {key: r[key] for key in ("bleu", "loss", "unk_rate") if key in r}
-    for r in summary.read_metrics(workdir)
+    for r in metrics(workdir)
     if r["split"] == "valid" and "bleu" in r
   ]
 
@@ -275,7 +320,8 @@ def seed_from(run: Run, source: Run) -> bool:
   steps = checkpoint_steps(source.workdir)
   if run.workdir.exists() or not steps or steps[-1] > run.config().train.num_steps:
     return False
-  shutil.copytree(source.workdir, run.workdir, ignore=shutil.ignore_patterns("eval"))
+  ignore = shutil.ignore_patterns("eval", records.RECORD, records.HYPOTHESES)
+  shutil.copytree(source.workdir, run.workdir, ignore=ignore)
   (run.workdir / WALL_TIME_FILE).unlink(missing_ok=True)
   return True
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 
 import jax
 
+from experiments.lib import records as records_lib
 from experiments.lib import runs as runs_lib
 from experiments.lib import stats
 from experiments.lib.runs import Run
@@ -122,12 +124,25 @@ class Sweep:
           f"{point.name} decodes {point.decode_from!r}: not a trained point before it"
         )
       for run in self.runs(point):
-        differing = checkpoints.saved_config_differences(run.workdir, run.config())
+        differing = saved_config_differences(run)
         if differing:
           raise ValueError(
             f"{run.workdir} holds a run trained with other settings ({', '.join(differing)}); "
             "delete it to train this point again, or sweep with the settings it was trained with"
           )
+
+
+def saved_config_differences(run: Run) -> list[str]:
+  """The fields a resume may not change where the run's workdir holds other values: in its
+  config.json, or in its record's config for a converted run (`records`; paths compared
+  relative to the repository, as records keep them)."""
+  if (run.workdir / "config.json").exists():
+    return checkpoints.saved_config_differences(run.workdir, run.config())
+  record = records_lib.read_record(run.workdir)
+  if record is None:
+    return []
+  new = records_lib.relative(json.loads(run.config().to_json_best_effort()))
+  return checkpoints.config_differences(record["config"], new)
 
 
 def _value_name(text: str) -> str:
