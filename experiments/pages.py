@@ -1,0 +1,776 @@
+"""The documentation's results pages, generated from the committed study data.
+
+    python -m experiments.pages [--out docs/results] [--check]
+
+Writes OUT/index.md (every study, and the headline table) and one MyST page per study folder
+under the results root (`experiments/lib/records.py`: its definition.json, report and records):
+what was run, the exact command, the machine, the tables, the figures (referenced where the
+study keeps them), the learning curves, the significance tests and the conclusion, whose every
+number is filled in from the data by the templates below, never typed. `--check` writes
+nothing and fails, naming the pages, where a committed page differs from what the data gives.
+`headline_table()` is the README's table of results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.lib import cli, records, reports
+from experiments.lib.reports import fmt, mean_sd
+
+ROOT = records.REPO_ROOT
+RESULTS = records.RESULTS_ROOT
+OUT = ROOT / "docs" / "results"
+P_LEVEL = 0.05  # A difference the bootstrap gives p above this is called level.
+
+# Titles and what each study asks: prose without figures (every figure comes from the data).
+ABOUT: dict[str, tuple[str, str]] = {
+  "multi30k_scores": (
+    "Score functions on Multi30k English→French",
+    "The six alignment score functions (additive, dot, general, scaled, cosine, location) on "
+    "real text, three seeds each, trained to where the additive baseline has flattened.",
+  ),
+  "multi30k_scores_en_de": (
+    "Score functions on Multi30k English→German",
+    "The same six score functions on the second language pair, to see whether the ranking "
+    "found into French transfers.",
+  ),
+  "multi30k_features": (
+    "Alignment features on Multi30k",
+    "Coverage (a running sum of past attention in the keys), previous attention and both, on "
+    "the additive score; the additive runs are linked in as the baseline.",
+  ),
+  "multi30k_structures": (
+    "Where attention may look, on Multi30k",
+    "Local-p (a predicted window with a Gaussian prior) and multi-head additive attention "
+    "against soft attention over the whole source.",
+  ),
+  "multi30k_copy": (
+    "Copying and unknown-word replacement on Multi30k",
+    "A copy mechanism and `<unk>` replacement, each on and off: what they do to the words "
+    "outside the target vocabulary.",
+  ),
+  "multi30k_lexicon": (
+    "Lexicon bias on Multi30k (all training pairs)",
+    "A lexical translation table added to the output's logits, against none.",
+  ),
+  "multi30k_lexicon_5k": (
+    "Lexicon bias on Multi30k (5,000 training pairs)",
+    "The lexicon bias where the training data is small.",
+  ),
+  "multi30k_multi_source": (
+    "Two sources on Multi30k",
+    "German→French, and English and German together into French, against English→French.",
+  ),
+  "multi30k_intra": (
+    "Intra-attention on Multi30k",
+    "The decoder attending over its own earlier states, against the plain model.",
+  ),
+  "multi30k_decoding": (
+    "Decoding choices on Multi30k",
+    "Beam, length normalisation, checkpoint averaging, ensembles and shortlists, decoded from "
+    "the score study's additive runs.",
+  ),
+  "multi30k_best_tries": (
+    "The 30-minute Multi30k system: the levers tried",
+    "Each lever of `configs/multi30k_best.py`, tried on validation.",
+  ),
+  "multi30k_plateau": (
+    "Where the Multi30k baseline flattens",
+    "One long additive run's validation curve, read to choose the studies' budget.",
+  ),
+  "paper_cpu_seeds": (
+    "The paper's Table 1 and Fig. 2 on the embedded corpus",
+    "The paper's four models (RNNencdec and RNNsearch, trained on sentences up to 30 and 50 "
+    "words) at the demo config's sizes with Adam, the same number of steps each, three seeds.",
+  ),
+  "paper_cpu": (
+    "The paper's Table 1 and Fig. 2 on the embedded corpus (one seed)",
+    "The first reproduction, one seed per model.",
+  ),
+  "embedded_scores": (
+    "Score functions on the embedded corpus at the plateau",
+    "Additive against cosine on the embedded synthetic corpus, trained to its plateau.",
+  ),
+  "embedded_plateau": (
+    "Where the embedded corpus flattens",
+    "The additive model's validation curve, read for the embedded studies' budget.",
+  ),
+  "embedded_alignment": (
+    "Attention trained to align, on the embedded corpus",
+    "Alignment features and decoding-time coverage against the additive model, with the "
+    "corpus's gold alignments.",
+  ),
+  "embedded_structures": (
+    "Where attention may look, on the embedded corpus",
+    "Attention structures against soft attention, on the test split and its long sentences.",
+  ),
+  "alignment": (
+    "Attention trained to align (early study)",
+    "The first alignment study, on the embedded corpus, early in training.",
+  ),
+  "structures": (
+    "Attention structures (early study)",
+    "The first structures study, on the embedded corpus, early in training.",
+  ),
+  "sweep": (
+    "Score functions on the embedded corpus, early in training",
+    "The six score functions after a short budget: how fast models start, not where they end.",
+  ),
+  "benchmark": (
+    "Training and decoding speed",
+    "Throughput at the benchmark config beside an idiomatic PyTorch RNNsearch, on the "
+    "development CPU, and once on a GPU.",
+  ),
+  "demo": ("`make demo`", "RNNsearch on the embedded corpus with `configs/demo.py`."),
+  "intra_timing": ("Intra-attention timing", "The cost of intra-attention per update."),
+}
+
+
+# ---------------------------------------------------------------------- small helpers
+def _p(p: float | None) -> str:
+  return "-" if p is None else f"{p:.3f}"
+
+
+def _verdict(diff: float, p: float | None) -> str:
+  if p is None:
+    return ""
+  if p > P_LEVEL:
+    return "level"
+  return "ahead" if diff > 0 else "behind"
+
+
+def _rel(target: Path, page: Path) -> str:
+  return os.path.relpath(target, page.parent).replace(os.sep, "/")
+
+
+def demote(markdown: str, page: Path, source: Path) -> str:
+  """A committed Markdown table file made part of a page: its headings one level down, its
+  relative links to files written as text (the page links no file outside the docs), its images
+  pointed at from the page."""
+  out, fenced = [], False
+  for line in markdown.splitlines():
+    if line.startswith("```"):
+      fenced = not fenced
+    if not fenced and line.startswith("#"):
+      line = "#" + line
+    if not fenced:
+      line = re.sub(
+        r"!\[([^\]]*)\]\(([^)#:]+)\)",
+        lambda m: f"![{m.group(1)}]({_rel(source.parent / m.group(2), page)})",
+        line,
+      )
+      line = re.sub(r"(?<!!)\[([^\]]+)\]\((?![a-z]+:)[^)]*\)", r"\1", line)
+    out.append(line)
+  return "\n".join(out).strip() + "\n"
+
+
+def _test_significance(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+  sig = report.get("significance") or {}
+  return sig.get("per_split", {}).get("test") or sig.get("per_configuration") or {}
+
+
+def _bleu_key(row: Mapping[str, Any]) -> str:
+  return "bleu" if "bleu_mean" in row else "test_bleu"
+
+
+def _runs(study: Path, definition: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+  """{point: its runs' records}, linked points included."""
+  out = {}
+  for point in definition["points"]:
+    out[point["name"]] = [json.loads((study / r["record"]).read_text()) for r in point["runs"]]
+  return out
+
+
+def _seed_tests(recs: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
+  return {r["seed"]: r["results"]["test"][key] for r in recs if key in r["results"]["test"]}
+
+
+# ---------------------------------------------------------------------- sections
+def how_run(definition: Mapping[str, Any]) -> list[str]:
+  lines = ["## How it was run", ""]
+  if definition["command"]:
+    lines += ["```bash", definition["command"], "```", ""]
+  facts = []
+  if definition["config_file"]:
+    preset = f" (the `{definition['preset']}` preset)" if definition["preset"] else ""
+    facts.append(f"Config: `{definition['config_file']}`{preset}.")
+  if definition["seeds"]:
+    facts.append(f"Seeds: {', '.join(map(str, definition['seeds']))}.")
+  steps = definition["budget"].get("num_steps")
+  if steps:
+    facts.append(f"Budget: {steps:,} updates a run.")
+  if definition["training"]:
+    facts.append(f"Training: `{definition['training']}`.")
+  if definition["baseline"]:
+    facts.append(f"Baseline: `{definition['baseline']}`.")
+  lines += [" ".join(facts)] if facts else []
+  points = [p for p in definition["points"] if p["runs"]]
+  if points:
+    lines += ["", "| point | runs | decodes | linked from |", "|---|---:|---|---|"]
+    for p in points:
+      linked = f"`{p['linked']}`" if p["linked"] else "-"
+      lines.append(f"| {p['name']} | {len(p['runs'])} | {p['decode_from'] or '-'} | {linked} |")
+  return lines + [""]
+
+
+def machine(definition: Mapping[str, Any]) -> list[str]:
+  facts = []
+  env = definition["environment"]
+  counts = definition["machines"]
+  if counts:
+    runs = "; ".join(f"{m} ({n} run{'s' * (n != 1)})" for m, n in counts.items())
+    facts.append(f"Runs trained on: {runs}.")
+  if env.get("cpu_model"):
+    facts.append(f"Reported on: {env['cpu_model']}, {env.get('cpu_count')} cores.")
+  if definition["load_1min_mean"] is not None:
+    load = definition["load_1min_mean"]
+    facts.append(f"Mean 1-minute load average while the runs trained: {load:.2f}.")
+  versions = env.get("versions") or {}
+  if versions:
+    shown = ", ".join(f"{k} {versions[k]}" for k in ("python", "jax", "flax") if k in versions)
+    facts.append(f"Software: {shown}; backend {env.get('backend', '-')}.")
+  if definition["date"]:
+    facts.append(f"Reported {definition['date']}.")
+  return ["## Machine", "", " ".join(facts) or "Not recorded by this study's files.", ""]
+
+
+def per_run(recs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+  """Every run's own figures, from its record."""
+  header = ["run", "test BLEU", "test chrF", "valid BLEU", "checkpoint", "updates"]
+  header += ["training minutes", "wall minutes", "load", "machine"]
+  cells = []
+  for point_recs in recs.values():
+    for r in point_recs:
+      test, valid = r["results"]["test"], r["results"]["valid"]
+      train = None if r["train_s"] is None else r["train_s"] / 60
+      cells.append(
+        [r["name"], fmt(test.get("bleu")), fmt(test.get("chrf")), fmt(valid.get("bleu"))]
+        + [f"{test['step']:,}" if "step" in test else "-", f"{r['updates']:,}"]
+        + [fmt(train, 1), fmt(r["wall_s"] / 60, 1), fmt(r["load_1min_mean"])]
+        + ["; ".join(r["machines"]) or "not recorded"]
+      )
+  if not cells:
+    return []
+  return ["## Per run", "", *reports.table(header, cells), ""]
+
+
+def results_table(report: Mapping[str, Any]) -> list[str]:
+  """Per point, mean ± sd over seeds of the test figures its rows hold."""
+  rows = report.get("configurations") or []
+  if not rows:
+    return []
+  key = _bleu_key(rows[0])
+  prefix = "" if key == "bleu" else "test_"
+  columns = [(f"{prefix}bleu", "test BLEU", 2), ("chrf", "test chrF", 2)]
+  columns += [("valid_bleu", "valid BLEU", 2), (f"{prefix}aer", "AER", 3)]
+  columns += [("identical_word_peaks", "twin peaks", 3), ("oov_recall", "OOV recall", 3)]
+  columns += [(f"{prefix}over_translation", "over-translated", 0)]
+  columns += [(f"{prefix}under_translation", "unattended", 0)]
+  columns += [("long_bleu", "long test BLEU", 2), ("test_long_bleu", "long test BLEU", 2)]
+  shown = [c for c in columns if all(r.get(f"{c[0]}_mean") is not None for r in rows)]
+  header = ["point", "seeds", *[c[1] for c in shown], f"p vs {report['baseline']}"]
+  cells = []
+  for r in rows:
+    p = r.get("p_value_vs_baseline")
+    cells.append(
+      [r["name"], str(len(r["seeds"]))] + [mean_sd(r, c[0], c[2]) for c in shown] + [_p(p)]
+    )
+  return ["## Results", "", *reports.table(header, cells), "", _caption(shown), ""]
+
+
+def _caption(shown: Sequence[tuple[str, str, int]]) -> str:
+  words = {
+    "test BLEU": "sacrebleu 13a on the detokenised test split",
+    "valid BLEU": "the final evaluation's (of the checkpoint chosen on greedy validation BLEU)",
+    "AER": "argmax attention against the gold alignments",
+    "twin peaks": "of the output words spelled like a source word that occurs once on each side,"
+    " the share whose attention peaks on it",
+    "OOV recall": "the share of reference words outside the target vocabulary the output holds",
+    "over-translated": "output words repeated beyond the reference, summed over the split",
+    "unattended": "source content words no output word's attention peaks on, summed",
+  }
+  parts = [f"{name}: {words[name]}" for _, name, _ in shown if name in words]
+  return (
+    "Mean ± sample standard deviation over the seeds. "
+    + "; ".join(parts)
+    + "; p: the paired bootstrap of test BLEU against the baseline, seeds pooled per resample."
+  )
+
+
+def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
+  tests = _test_significance(report)
+  base = report.get("baseline")
+  rows = [r for r in report.get("configurations", []) if r["name"] != base]
+  if not tests or not rows:
+    return []
+  header = ["point", f"difference vs {base}", "95% interval", "p", "by seed"]
+  cells = []
+  for row in rows:
+    t = tests.get(row["name"], {})
+    if t.get("difference") is None:
+      continue
+    lo, hi = t["difference_ci95"]
+    cells.append(
+      [row["name"], f"{t['difference']:+.2f}", f"{lo:+.2f} to {hi:+.2f}", _p(t["p_value"])]
+      + [" / ".join(f"{d:+.2f}" for d in _seed_differences(recs, row["name"], base)) or "-"]
+    )
+  if not cells:
+    return []
+  n = (report.get("significance") or {}).get("n_samples")
+  return [
+    "## Significance",
+    "",
+    *reports.table(header, cells),
+    "",
+    f"Paired bootstrap of test BLEU ({n} resamples of the test sentences; each seed's outputs "
+    "paired with the baseline's of the same seed and pooled on every resample); by seed: each "
+    "seed's test BLEU minus the baseline's of the same seed, from the run records.",
+    "",
+  ]
+
+
+def _seed_differences(recs: Mapping[str, Sequence[dict]], point: str, base: str) -> list[float]:
+  mine, theirs = _seed_tests(recs.get(point, []), "bleu"), _seed_tests(recs.get(base, []), "bleu")
+  return [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
+
+
+def learning(report: Mapping[str, Any], study: Path, page: Path) -> list[str]:
+  curves = report.get("curves") or {}
+  if not curves:
+    return []
+  lines = ["## Learning curves", ""]
+  header = ["point", "metric", "final (mean over seeds)", "gain over the last quarter", "steps"]
+  cells = []
+  for name, c in curves.items():
+    metric = "greedy validation BLEU" if c["metric"] == "bleu" else "validation loss"
+    last = f"{c['step'][-1]:,}" if c["step"] else "-"
+    cells.append([name, metric, fmt(c["final"]), fmt(c["gain_last_quarter"]), last])
+  lines += [*reports.table(header, cells), ""]
+  base = report.get("baseline")
+  if base in curves and curves[base]["final"] is not None:
+    lines += [cli.how_trained(base, curves[base]), ""]
+  if (study / "learning_curves.png").exists():
+    lines += [f"![Learning curves]({_rel(study / 'learning_curves.png', page)})", ""]
+  return lines
+
+
+def figures(definition: Mapping[str, Any], study: Path, page: Path) -> list[str]:
+  shown = [f for f in definition["figures"] if f != "learning_curves.png"]
+  if not shown:
+    return []
+  lines = ["## Figures", ""]
+  for name in shown:
+    lines += [f"![{name}]({_rel(study / name, page)})", ""]
+  return lines
+
+
+def tables(definition: Mapping[str, Any], study: Path, page: Path) -> list[str]:
+  """The study script's own tables (generated by it from the same data), headings demoted."""
+  lines = []
+  for name in definition["tables"]:
+    lines += [f"## {name}", "", demote((study / name).read_text(), page, study / name), ""]
+  return lines
+
+
+def files(definition: Mapping[str, Any], study: Path) -> list[str]:
+  rel = study.relative_to(ROOT)
+  lines = ["## Data", "", f"Everything on this page is read from `{rel}/`:", ""]
+  listed = [records.DEFINITION, definition["report"], *definition["files"]]
+  lines += [f"- `{rel}/{name}`" for name in listed if name]
+  n = sum(len(p["runs"]) for p in definition["points"] if not p["linked"])
+  if n:
+    lines.append(f"- `{rel}/runs/POINT/seed_S/record.json` and `hypotheses/`: {n} runs")
+  return lines + [""]
+
+
+# ---------------------------------------------------------------------- conclusions
+def ranking(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float]]:
+  key = f"{_bleu_key(rows[0])}_mean"
+  return sorted(((r["name"], r[key]) for r in rows), key=lambda x: -x[1])
+
+
+def sweep_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
+  """What a study's rows and bootstrap say, one sentence per point against the baseline."""
+  rows = report.get("configurations") or []
+  base = report.get("baseline")
+  if not rows or base is None:
+    return []
+  tests = _test_significance(report)
+  out = []
+  if len(rows) > 2:
+    order = ", ".join(f"{n} ({v:.2f})" for n, v in ranking(rows))
+    out.append(f"By mean test BLEU: {order}.")
+  for row in rows:
+    t = tests.get(row["name"], {})
+    if row["name"] == base or t.get("difference") is None:
+      continue
+    lo, hi = t["difference_ci95"]
+    verdict = _verdict(t["difference"], t["p_value"])
+    seeds = _seed_differences(recs, row["name"], base)
+    sign = ""
+    if len(seeds) > 1:
+      every = "both seeds" if len(seeds) == 2 else f"all {len(seeds)} seeds"
+      if all(d > 0 for d in seeds) or all(d < 0 for d in seeds):
+        sign = f"; the same sign on {every}"
+      else:
+        sign = "; the seeds differ in sign"
+    out.append(
+      f"`{row['name']}` against `{base}`: {t['difference']:+.2f} test BLEU (95% interval "
+      f"{lo:+.2f} to {hi:+.2f}), p {_p(t['p_value'])}: {verdict}{sign}."
+    )
+  ps = [(tests.get(r["name"]) or {}).get("p_value") for r in rows if r["name"] != base]
+  level = [p for p in ps if p is not None and p > P_LEVEL]
+  if level and len(level) == len(rows) - 1:
+    out.append(f"No point moves test BLEU away from `{base}` (every p above {P_LEVEL}).")
+  return out
+
+
+def attention_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list:
+  """Twin peaks, unattended words and out-of-vocabulary words against the baseline."""
+  rows = {r["name"]: r for r in report.get("configurations") or []}
+  base = report.get("baseline")
+  if base not in rows:
+    return []
+  out = []
+  b = rows[base]
+  if all(r.get("identical_word_peaks_mean") is not None for r in rows.values()):
+    low = min(rows.values(), key=lambda r: r["identical_word_peaks_mean"])
+    if low["name"] != base:
+      out.append(
+        f"Where attention points: `{low['name']}` finds the twin (the source word spelled like "
+        f"the output word) least often, {low['identical_word_peaks_mean']:.3f} against "
+        f"`{base}`'s {b['identical_word_peaks_mean']:.3f}."
+      )
+  key = "under_translation"
+  base_seeds = _seed_tests(recs.get(base, []), key)
+  if (
+    base_seeds
+    and "model.features" in str(report.get("grid")) + str(report.get("command"))
+    or (base_seeds and "model.attention" in str(report.get("grid")))
+  ):
+    for name, row in rows.items():
+      mine = _seed_tests(recs.get(name, []), key)
+      if name == base or not mine or row.get(f"{key}_mean") is None:
+        continue
+      if max(mine.values()) < min(base_seeds.values()):
+        how = "fewer than every seed of the baseline"
+      elif min(mine.values()) > max(base_seeds.values()):
+        how = "more than every seed of the baseline"
+      else:
+        how = "overlapping the baseline's seeds"
+      counts = ", ".join(str(mine[s]) for s in sorted(mine))
+      base_counts = ", ".join(str(base_seeds[s]) for s in sorted(base_seeds))
+      out.append(
+        f"Unattended source content words, `{name}`: {counts} by seed, {how} ({base_counts})."
+      )
+  if "model.copy" in str(report.get("grid")) and b.get("oov_recall_mean") is not None:
+    best = max(rows.values(), key=lambda r: r["oov_recall_mean"])
+    out.append(
+      f"Words outside the target vocabulary: `{best['name']}` produces "
+      f"{100 * best['oov_recall_mean']:.1f}% of those in the references, `{base}` "
+      f"{100 * b['oov_recall_mean']:.1f}%."
+    )
+  return out
+
+
+def sharpness_conclusion(study: Path) -> list[str]:
+  path = study / "attention_sharpness.json"
+  if not path.exists():
+    return []
+  points = json.loads(path.read_text())["points"]
+  trained = {n: p["trained_relative_entropy"][0] for n, p in points.items()}
+  order = sorted(trained, key=trained.get)
+  text = ", ".join(f"`{n}` {trained[n]:.3f}" for n in order)
+  out = [
+    "Attention after training, relative entropy of its rows (1: uniform, 0: one word; "
+    f"`attention_sharpness.json`), sharpest first: {text}."
+  ]
+  for name, p in points.items():
+    if "trained_score_sharpness" in p:
+      m, s = p["trained_score_sharpness"]
+      out.append(f"`{name}`'s learned scale ends at {m:.2f} ± {s:.2f}.")
+  return out
+
+
+def transfer_conclusion(study: Path, report: Mapping[str, Any]) -> list[str]:
+  """Whether the ranking of a study's points matches that of the same points in another study
+  on the other language pair (the en→de score study against the en→fr one)."""
+  other = RESULTS / "multi30k_scores"
+  if study.name != "multi30k_scores_en_de" or not (other / "sweep.json").exists():
+    return []
+  there = json.loads((other / "sweep.json").read_text())
+  here_order = [n for n, _ in ranking(report["configurations"])]
+  there_order = [n for n, _ in ranking(there["configurations"])]
+  swapped = [
+    (a, b)
+    for i, a in enumerate(here_order)
+    for b in here_order[i + 1 :]
+    if b in there_order and a in there_order and there_order.index(a) > there_order.index(b)
+  ]
+  same = (
+    "the same order"
+    if not swapped
+    else "the same order but for " + ", ".join(f"`{a}` and `{b}`" for a, b in swapped)
+  )
+  return [
+    f"Ranked by mean test BLEU the points stand in {same} as into French "
+    f"({', '.join(there_order)} there; {', '.join(here_order)} here)."
+  ]
+
+
+def paper_conclusion(study: Path) -> list[str]:
+  path = study / "table1.json"
+  if not path.exists():
+    return []
+  table = json.loads(path.read_text())
+  rows = {r["model"]: r for r in table["rows"]}
+
+  def cell(name: str) -> str:
+    r = rows[name]
+    sd = r.get("bleu_all_std")
+    return f"{r['bleu_all']:.2f}" + ("" if sd is None else f" ± {sd:.2f}")
+
+  out = []
+  for n in (30, 50):
+    search, encdec = f"RNNsearch-{n}", f"RNNencdec-{n}"
+    if search in rows and encdec in rows:
+      out.append(
+        f"Trained on sentences up to {n} words, RNNsearch reaches {cell(search)} test BLEU "
+        f"against RNNencdec's {cell(encdec)}."
+      )
+  fig2 = table.get("fig2") or {}
+  if "RNNsearch-50" in fig2 and "RNNencdec-50" in fig2:
+    s, e = fig2["RNNsearch-50"], fig2["RNNencdec-50"]
+    bins = [b for b in s if b.get("bleu") is not None]
+    if bins:
+      last = bins[-1]
+      other = next((b for b in e if b.get("max_len") == last.get("max_len")), None)
+      if other and other.get("bleu") is not None:
+        out.append(
+          f"By source length (Fig. 2), on the longest sentences ({last.get('min_len')} to "
+          f"{last.get('max_len')} words) RNNsearch-50 scores {last['bleu']:.2f} and "
+          f"RNNencdec-50 {other['bleu']:.2f}."
+        )
+  return out
+
+
+def conclusion(study: Path, report: Mapping[str, Any] | None, recs: Mapping) -> list[str]:
+  sentences: list[str] = []
+  if report:
+    sentences += sweep_conclusion(report, recs)
+    sentences += attention_conclusion(report, recs)
+    sentences += transfer_conclusion(study, report)
+  sentences += sharpness_conclusion(study)
+  sentences += paper_conclusion(study)
+  if not sentences:
+    return []
+  return ["## Conclusion", "", *[f"- {s}" for s in sentences], ""]
+
+
+# ---------------------------------------------------------------------- pages
+def title(study: Path) -> str:
+  return ABOUT.get(study.name, (study.name, ""))[0]
+
+
+def study_page(study: Path, out: Path = OUT) -> str:
+  """The page of one study folder, from its definition, report and run records."""
+  study = Path(study)
+  page = out / f"{study.name}.md"
+  definition = records.load_definition(study)
+  report = records.load_report(study)
+  recs = _runs(study, definition)
+  about = ABOUT.get(study.name, (study.name, ""))[1]
+  lines = [f"# {title(study)}", ""]
+  lines += [about, ""] if about else []
+  missing = [p["name"] for p in definition["points"] if not p["runs"]]
+  if missing and len(missing) < len(definition["points"]):
+    names = ", ".join(f"`{n}`" for n in missing)
+    lines += [
+      f"Not committed as run records: {names}; what this page says of them comes from the "
+      "study's report alone.",
+      "",
+    ]
+  lines += conclusion(study, report, recs)
+  lines += how_run(definition)
+  lines += machine(definition)
+  sweep_like = report is not None and bool(report.get("configurations"))
+  if sweep_like:
+    lines += results_table(report)
+    lines += significance(report, recs)
+    lines += learning(report, study, page)
+    lines += per_run(recs)
+  else:
+    lines += tables(definition, study, page)
+  lines += figures(definition, study, page)
+  lines += files(definition, study)
+  return "\n".join(lines).rstrip() + "\n"
+
+
+def index_page(studies: Sequence[Path]) -> str:
+  lines = ["# Results", ""]
+  lines += [
+    "Every study committed under `experiments/results/`, one page each, generated by "
+    "`python -m experiments.pages` from the study's data (its `definition.json`, report and "
+    "run records; the schema: [Results as data](schema.md)). No number on these pages is "
+    "typed by hand.",
+    "",
+    "## Headline",
+    "",
+    headline_table(),
+    "",
+    "## Studies",
+    "",
+    "| study | runs | reported |",
+    "|---|---:|---|",
+  ]
+  for study in studies:
+    definition = records.load_definition(study)
+    n = sum(len(p["runs"]) for p in definition["points"])
+    date = (definition["date"] or "-")[:10]
+    lines.append(f"| [{title(study)}]({study.name}.md) | {n} | {date} |")
+  lines += ["", "```{toctree}", ":hidden:", "", "schema"]
+  lines += [study.name for study in studies]
+  lines += ["```", ""]
+  return "\n".join(lines)
+
+
+def schema_page() -> str:
+  blocks = (records.__doc__ or "").strip().split("\n\n")
+  prose = lambda text: " ".join(text.split())  # noqa: E731
+  lines = ["# Results as data", "", prose(blocks[0]), "", prose(blocks[1]), "", "```text"]
+  lines += [textwrap.dedent(blocks[2]), "```", ""]
+  lines += [prose(b) + "\n" for b in blocks[3:]]
+  lines += [
+    f"Schema version {records.SCHEMA_VERSION}; every record and definition carries "
+    "`schema_version`.",
+    "",
+  ]
+  for cls, where in (
+    (records.StudyDefinition, "definition.json"),
+    (records.RunRecord, "record.json"),
+  ):
+    lines += [f"## {where}", "", (cls.__doc__ or "").strip(), ""]
+    lines += ["| field | type | meaning |", "|---|---|---|"]
+    for name, kind, doc in records.schema_fields(cls):
+      lines.append(f"| `{name}` | `{kind}` | {doc.replace('|', '/')} |")
+    lines.append("")
+  lines += ["## A point of a definition", "", "| field | type | meaning |", "|---|---|---|"]
+  for name, kind, doc in records.schema_fields(records.Point):
+    lines.append(f"| `{name}` | `{kind}` | {doc.replace('|', '/')} |")
+  lines += [
+    "",
+    "## Converting",
+    "",
+    "```bash",
+    "python -m experiments.convert_results --prune experiments/results/STUDY",
+    "python -m experiments.convert_results --prune experiments/results/STUDY/runs/POINT/seed_S",
+    "```",
+    "",
+    "The first converts every finished run of a study, the second one run that finished later; "
+    "both are idempotent. A sweep writes its study in this form itself when it reports.",
+    "",
+  ]
+  return "\n".join(lines)
+
+
+def pages(out: Path = OUT) -> dict[Path, str]:
+  """{path: text} of every results page."""
+  studies = records.studies(RESULTS)
+  result = {out / "index.md": index_page(studies), out / "schema.md": schema_page()}
+  for study in studies:
+    result[out / f"{study.name}.md"] = study_page(study, out)
+  return result
+
+
+# ---------------------------------------------------------------------- the README's table
+def _read(path: str) -> dict[str, Any]:
+  return json.loads((ROOT / path).read_text())
+
+
+HEADLINE_INPUTS = {
+  "paper": "experiments/results/paper_cpu_seeds/table1.json",
+  "multi30k": "experiments/results/multi30k_best.json",
+  "speed_bf16": "experiments/results/benchmark/2026-11-25_bf16_like_for_like.json",
+  "speed_f32": "experiments/results/benchmark/2026-11-25_f32_like_for_like.json",
+}
+
+
+def headline_table(inputs: Mapping[str, str] = HEADLINE_INPUTS) -> str:
+  """The README's table of results, a Markdown table whose every cell is read from these files:
+
+  * `paper`, experiments/results/paper_cpu_seeds/table1.json: the paper's Table 1 on the
+    embedded corpus (`rows`: per model `bleu_all` and `bleu_all_std` over `seeds`), RNNsearch-50
+    against RNNencdec-50;
+  * `multi30k`, experiments/results/multi30k_best.json: the 30-minute Multi30k system
+    (`test_bleu`, `minutes`, `updates`, `published`: the best published recurrent system);
+  * `speed_bf16` and `speed_f32`, experiments/results/benchmark/2026-11-25_*_like_for_like.json:
+    our training tokens/s and greedy sentences/s over the PyTorch peer's (`peer.ratios`), at the
+    benchmark config on the development CPU (`cpu_model`, `date`).
+  """
+  paper = _read(inputs["paper"])
+  rows = {r["model"]: r for r in paper["rows"]}
+  search, encdec = rows["RNNsearch-50"], rows["RNNencdec-50"]
+  seeds = len(search["seeds"])
+  best = _read(inputs["multi30k"])
+  lines = ["| result | ours | against | data |", "|---|---:|---:|---|"]
+  lines.append(
+    f"| Table 1 on the embedded corpus: RNNsearch-50, test BLEU ({seeds} seeds) | "
+    f"{search['bleu_all']:.2f} ± {search['bleu_all_std']:.2f} | RNNencdec-50: "
+    f"{encdec['bleu_all']:.2f} ± {encdec['bleu_all_std']:.2f} | `{inputs['paper']}` |"
+  )
+  published = best.get("published") or {}
+  lines.append(
+    f"| Multi30k en→fr test 2016 BLEU, {best['minutes']:.0f} CPU minutes "
+    f"({best['updates']:,} updates) | {best['test_bleu']:.2f} | "
+    f"{published.get('system', '-')}: {published.get('test_2016_bleu', '-')} | "
+    f"`{inputs['multi30k']}` |"
+  )
+  for key, dtype in (("speed_bf16", "bfloat16"), ("speed_f32", "float32")):
+    bench = _read(inputs[key])
+    ratios = bench["peer"]["ratios"]
+    lines.append(
+      f"| Training tokens/s against PyTorch ({dtype}, benchmark config, CPU, "
+      f"{bench['date'][:10]}) | {ratios['train_tokens_per_s']['median']:.2f}x | "
+      f"greedy decoding: {ratios['greedy_sentences_per_s']:.2f}x | `{inputs[key]}` |"
+    )
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- command line
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--out", type=Path, default=OUT, help="where the pages go")
+  p.add_argument("--check", action="store_true", help="compare with the committed pages only")
+  args = p.parse_args(argv)
+  out = args.out.resolve()
+  generated = pages(out)
+  if args.check:
+    stale = [path for path, text in generated.items() if _differs(path, text)]
+    if stale:
+      raise SystemExit("error: stale results pages: " + ", ".join(map(str, stale)))
+    print(f"{len(generated)} results pages match the data")
+    return []
+  out.mkdir(parents=True, exist_ok=True)
+  written = []
+  for path, text in generated.items():
+    if _differs(path, text):
+      path.write_text(text)
+      written.append(path)
+  print(f"{len(generated)} results pages, {len(written)} written, in {out}")
+  return written
+
+
+def _differs(path: Path, text: str) -> bool:
+  return not path.exists() or path.read_text() != text
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,213 @@
+"""The committed results as data (`experiments/lib/records.py`): every study folder against the
+schema, the pages against the data they are generated from, and a run's conversion (the
+committed form reads back as the workdir it came from; a sweep finds it finished)."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+from experiments import convert_results, pages
+from experiments.lib import records, sweeps
+from experiments.lib import runs as runs_lib
+from experiments.lib.sweeps import Point, Sweep
+
+RESULTS = ROOT / "experiments" / "results"
+STUDIES = records.studies(RESULTS)
+# Files a run folder keeps in its committed form (the rest is ignored by git, then pruned).
+KEPT = {records.RECORD, records.HYPOTHESES}
+
+
+def _committed_files(study: Path) -> list[Path]:
+  """The study's files in their committed form: outside run folders, every file but caches;
+  inside them, the record and the hypotheses."""
+  out = []
+  for path in sorted(study.rglob("*")):
+    parts = path.relative_to(study).parts
+    if not path.is_file() or {"data", "jax_cache", "checkpoints", "best"} & set(parts):
+      continue
+    if parts[0] == "runs" and len(parts) > 3 and parts[3] not in KEPT:
+      continue  # A run's own files beside its record (a run still training).
+    out.append(path)
+  return out
+
+
+def test_there_are_studies_and_every_folder_has_a_definition():
+  folders = [d for d in RESULTS.iterdir() if d.is_dir() and d.name != records.VOCAB]
+  assert len(STUDIES) >= 20
+  assert sorted(folders) == STUDIES
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+def test_every_study_folder_validates_against_the_schema(study: Path):
+  definition = records.load_definition(study)
+  assert records.validate_definition(definition, study.name) == []
+  assert definition["name"] == study.name
+  for name in [definition["report"], *definition["tables"], *definition["figures"]]:
+    assert name is None or (study / name).is_file(), name
+  for point in definition["points"]:
+    for run in point["runs"]:
+      path = study / run["record"]
+      record = json.loads(path.read_text())
+      assert records.validate_run(record, str(path)) == []
+      assert record["seed"] == run["seed"]
+      for split, hyp in record["hypotheses"].items():  # One line per test sentence.
+        lines = records.read_gz_lines(path.parent / hyp)
+        assert len(lines) == record["results"][split]["num_sentences"]
+      for stored in record["vocab"].values():
+        assert (study / stored).is_file()
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+def test_no_committed_file_names_a_machine_path_or_is_a_raw_run_file(study: Path):
+  for record in study.glob(f"**/{records.RECORD}"):  # Converted runs keep nothing else.
+    assert {p.name for p in record.parent.iterdir()} <= KEPT, record.parent
+  for path in _committed_files(study):
+    if path.suffix in {".json", ".md", ".txt"}:
+      assert str(ROOT) not in path.read_text(errors="replace"), path
+
+
+def test_no_file_of_the_results_is_stored_twice():
+  digests = collections.defaultdict(list)
+  for study in STUDIES:
+    for path in _committed_files(study):
+      digests[hashlib.sha256(path.read_bytes()).hexdigest()].append(path)
+  for path in (RESULTS / records.VOCAB).glob("*"):
+    digests[hashlib.sha256(path.read_bytes()).hexdigest()].append(path)
+  twice = [paths for paths in digests.values() if len(paths) > 1]
+  assert twice == []
+
+
+def test_a_results_page_regenerated_from_the_data_is_the_committed_page():
+  page = pages.OUT / "multi30k_scores.md"
+  assert pages.study_page(RESULTS / "multi30k_scores") == page.read_text()
+  assert pages.schema_page() == (pages.OUT / "schema.md").read_text()
+
+
+def test_every_results_page_has_one_title_and_its_images_and_links_resolve():
+  for page in sorted(pages.OUT.glob("*.md")):
+    body = "".join(re.split(r"```.*?```", page.read_text(), flags=re.S))  # Code left out.
+    assert sum(line.startswith("# ") for line in body.splitlines()) == 1, page
+    for target in re.findall(r"\]\(([^)#:]+)\)", body):
+      assert (page.parent / target).exists(), (page, target)
+
+
+def test_the_headline_table_reads_every_cell_from_the_data():
+  table = pages.headline_table()
+  paper = json.loads((ROOT / pages.HEADLINE_INPUTS["paper"]).read_text())
+  search = next(r for r in paper["rows"] if r["model"] == "RNNsearch-50")
+  assert f"{search['bleu_all']:.2f} ± {search['bleu_all_std']:.2f}" in table
+  best = json.loads((ROOT / pages.HEADLINE_INPUTS["multi30k"]).read_text())
+  assert f"| {best['test_bleu']:.2f} |" in table
+  bench = json.loads((ROOT / pages.HEADLINE_INPUTS["speed_bf16"]).read_text())
+  assert f"{bench['peer']['ratios']['train_tokens_per_s']['median']:.2f}x" in table
+  assert len(table.splitlines()) == 2 + 4
+
+
+# ---------------------------------------------------------------------- conversion
+def _fake_run(tmp_path: Path) -> tuple[Sweep, runs_lib.Run]:
+  """A finished run of a one-point sweep on configs/tiny.py, its workdir written by hand as
+  training and the final evaluation write it (nothing trained)."""
+  sweep = Sweep(
+    "configs/tiny.py",
+    [Point("score=dot", {"model.score": "dot"})],
+    [0],
+    tmp_path / "study",
+    {"data.cache_dir": str(tmp_path / "study" / "data")},
+    {"train.num_steps": 4},
+  )
+  [run] = sweep.runs("score=dot")
+  work = run.workdir
+  (work / "eval" / "test").mkdir(parents=True)
+  (work / "eval" / "valid").mkdir(parents=True)
+  (work / "config.json").write_text(run.config().to_json_best_effort())
+  for split, bleu in (("valid", 20.0), ("test", 21.5)):
+    results = {"step": 4, "bleu": bleu, "chrf": 40.0, "num_sentences": 3}
+    (work / "eval" / split / "results.json").write_text(json.dumps(results))
+    (work / "eval" / split / "hypotheses.txt").write_text("a b\nc\n\n")
+  (work / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+  wall = {"seconds": 3.0, "load_1min_mean": 1.5, "load_samples": 1, "machines": ["cpu, 2 cores"]}
+  (work / "wall_time.json").write_text(json.dumps(wall))
+  for side in ("src", "tgt"):
+    (work / "vocab" / side).mkdir(parents=True)
+    (work / "vocab" / side / "vocab.txt").write_text("<pad>\n<unk>\na\nb\nc\n")
+  (work / "valid_hypotheses").mkdir()
+  (work / "valid_hypotheses" / "4.txt.gz").write_bytes(b"")
+  return sweep, run
+
+
+def test_a_converted_run_reads_back_as_its_workdir_and_a_sweep_finds_it_finished(tmp_path):
+  sweep, run = _fake_run(tmp_path)
+  work = run.workdir
+
+  def read() -> tuple:
+    return (
+      runs_lib.read_results(work),
+      runs_lib.hypotheses(run),
+      runs_lib.valid_curve(work, "bleu"),
+      runs_lib.train_tokens_per_s(work),
+      runs_lib.train_time(work),
+      runs_lib.wall_time(work),
+      runs_lib.load_average(work),
+      runs_lib.machines(work),
+    )
+
+  before = read()
+  assert runs_lib.is_finished(run) and sweeps.saved_config_differences(run) == []
+
+  convert_results.main([str(sweep.out)])
+  record_bytes = (work / records.RECORD).read_bytes()
+  convert_results.main([str(sweep.out), "--prune"])  # Idempotent: the record is unchanged.
+  assert (work / records.RECORD).read_bytes() == record_bytes
+  assert sorted(p.name for p in work.iterdir()) == [records.HYPOTHESES, records.RECORD]
+  assert sorted((tmp_path / records.VOCAB).glob("*.gz"))  # One file for both sides' vocab.
+  assert len(list((tmp_path / records.VOCAB).glob("*.gz"))) == 1
+
+  assert read() == before  # The committed form gives what the workdir gave.
+  assert runs_lib.is_finished(run) and sweeps.unfinished(sweep) == []
+  assert sweeps.saved_config_differences(run) == []
+  record = records.read_record(work)
+  assert records.validate_run(record) == [] and record["updates"] == 4
+  assert records.metric_rows(record) == _rows()
+  definition = records.load_definition(sweep.out)
+  assert records.validate_definition(definition) == []
+  assert definition["points"][0]["runs"] == [
+    {"seed": 0, "record": "runs/score=dot/seed_0/record.json"}
+  ]
+
+  # Resuming with other model settings is refused from the record as from config.json.
+  other = Sweep(
+    sweep.config_file,
+    [Point("score=dot", {"model.score": "general"})],
+    [0],
+    sweep.out,
+    sweep.shared,
+    sweep.sets,
+  )
+  with pytest.raises(ValueError, match="model.score"):
+    other.check()
+  # A run needing more updates than the record holds is unfinished.
+  longer = runs_lib.Run(run.name, run.config_file, {**run.overrides, "train.num_steps": 8}, work)
+  assert not runs_lib.is_finished(longer)
+
+
+def _rows() -> list[dict]:
+  return [
+    {"step": 2, "split": "train", "loss": 3.0, "tokens_per_s": 100.0, "elapsed_s": 1.0},
+    {"step": 4, "split": "train", "loss": 2.0, "tokens_per_s": 120.0, "elapsed_s": 2.0},
+    {"step": 4, "split": "valid", "loss": 2.5, "bleu": 20.0, "elapsed_s": 2.5},
+  ]
+
+
+def test_an_unfinished_run_is_left_as_it_is(tmp_path):
+  work = tmp_path / "study" / "runs" / "p" / "seed_0"
+  work.mkdir(parents=True)
+  (work / "metrics.jsonl").write_text('{"step": 2, "split": "train", "loss": 1.0}\n')
+  [line] = convert_results.main([str(work), "--prune"])
+  assert "unfinished" in line and sorted(p.name for p in work.iterdir()) == ["metrics.jsonl"]
