@@ -25,7 +25,7 @@ from helpers import ROOT, run_module, subprocess_env
 
 from experiments import attention_offsets, attention_sharpness, plateau, sweep_scores, tabulate
 from experiments import sweep as grid_sweep
-from experiments.lib import cli, launch, plots, stats, sweeps
+from experiments.lib import cli, launch, plots, records, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
@@ -274,6 +274,11 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, compilation_c
   assert run_row in md and f"| 4 | {train_min:.1f} | {rec['wall_s'] / 60:.1f} |" in md
   assert "vector_isa" in result or not Path("/proc/cpuinfo").exists()  # With every timing.
   assert (out / "learning_curves.png").stat().st_size > 0
+  # The report leaves the study in its committed form (experiments/lib/records.py).
+  definition = records.load_definition(out)
+  assert records.validate_definition(definition) == [] and len(definition["points"]) == 2
+  run_record = records.read_record(out / "runs" / "score=dot" / "seed_1")
+  assert records.validate_run(run_record) == [] and run_record["results"] == rec["results"]
   # The score study's table reads the same rows.
   table = sweep_scores.markdown(result)
   assert "| score=dot | 2 |" in table and "# Score functions (configs/tiny.py, test split)" in table
