@@ -134,6 +134,15 @@ ABOUT: dict[str, tuple[str, str]] = {
 }
 
 
+# The state of a study's data where it is not the final one (delete the note once it is).
+NOTES = {
+  "multi30k_intra": "The committed report's `intra_attention=dot` runs attended over a memory "
+  "that held the query itself; the point is being trained again with that slot masked, and this "
+  "page is regenerated from its runs once they are converted "
+  "(`python -m experiments.convert_results --prune experiments/results/multi30k_intra`).",
+}
+
+
 # ---------------------------------------------------------------------- small helpers
 def _p(p: float | None) -> str:
   return "-" if p is None else f"{p:.3f}"
@@ -443,7 +452,10 @@ def attention_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[
   b = rows[base]
   if all(r.get("identical_word_peaks_mean") is not None for r in rows.values()):
     low = min(rows.values(), key=lambda r: r["identical_word_peaks_mean"])
-    if low["name"] != base:
+    if (
+      low["name"] != base
+      and low["identical_word_peaks_mean"] < b["identical_word_peaks_mean"] - 0.02
+    ):
       out.append(
         f"Where attention points: `{low['name']}` finds the twin (the source word spelled like "
         f"the output word) least often, {low['identical_word_peaks_mean']:.3f} against "
@@ -472,12 +484,145 @@ def attention_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[
         f"Unattended source content words, `{name}`: {counts} by seed, {how} ({base_counts})."
       )
   if "model.copy" in str(report.get("grid")) and b.get("oov_recall_mean") is not None:
-    best = max(rows.values(), key=lambda r: r["oov_recall_mean"])
+    shares = ", ".join(f"`{n}` {mean_sd(r, 'oov_recall', 3)}" for n, r in rows.items())
+    out.append(f"Share of the references' words outside the target vocabulary produced: {shares}.")
+  return out
+
+
+def chrf_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
+  """chrF where a point moves it on every seed while its BLEU is level."""
+  rows = {r["name"]: r for r in report.get("configurations") or []}
+  base = report.get("baseline")
+  tests = _test_significance(report)
+  out = []
+  for name, row in rows.items():
+    p = (tests.get(name) or {}).get("p_value")
+    if name == base or p is None or p <= P_LEVEL or row.get("chrf_mean") is None:
+      continue
+    mine, theirs = _seed_tests(recs.get(name, []), "chrf"), _seed_tests(recs.get(base, []), "chrf")
+    diffs = [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
+    if len(diffs) > 1 and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)):
+      by_seed = ", ".join(f"{d:+.2f}" for d in diffs)
+      out.append(
+        f"BLEU level, chrF not: `{name}` {mean_sd(row, 'chrf')} against `{base}`'s "
+        f"{mean_sd(rows[base], 'chrf')}, the same sign on every seed ({by_seed}; no test on chrF)."
+      )
+  return out
+
+
+def curve_conclusion(report: Mapping[str, Any]) -> list[str]:
+  """Where a point starts faster or slower than the baseline and whether that lasts."""
+  curves, base = report.get("curves") or {}, report.get("baseline")
+  if base not in curves or curves[base]["metric"] != "bleu" or not curves[base]["step"]:
+    return []
+  b = dict(zip(curves[base]["step"], curves[base]["mean"], strict=True))
+  out, seen = [], [curves[base]["mean"]]
+  for name, c in curves.items():
+    shared = [s for s in c["step"] if s in b]
+    if name == base or not shared or c["metric"] != "bleu" or c["mean"] in seen:
+      continue  # A point decoding another's runs has its curve.
+    seen.append(c["mean"])
+    mine = dict(zip(c["step"], c["mean"], strict=True))
+    first, last = shared[0], shared[-1]
+    if abs(mine[first] - b[first]) >= 1.0:
+      out.append(
+        f"Early on `{name}` is {'ahead' if mine[first] > b[first] else 'behind'}: mean greedy "
+        f"validation BLEU {mine[first]:.1f} against `{base}`'s {b[first]:.1f} at step "
+        f"{first:,}, and {mine[last]:.1f} against {b[last]:.1f} at step {last:,}."
+      )
+  return out
+
+
+def long_conclusion(report: Mapping[str, Any]) -> list[str]:
+  """The long test sentences, where a study evaluates them."""
+  rows = {r["name"]: r for r in report.get("configurations") or []}
+  base = report.get("baseline")
+  sig = report.get("significance") or {}
+  long = sig.get("per_split", {}).get("test_long") or sig.get("per_configuration_long") or {}
+  key = next(
+    (k for k in ("test_long_bleu", "long_bleu") if f"{k}_mean" in rows.get(base, {})), None
+  )
+  if base not in rows or key is None:
+    return []
+  words = report.get("long_split_words") or report.get("long_split")
+  n = rows[base].get("test_long_sentences") or rows[base].get("long_sentences")
+  where = f"the {n} test sentences of {words[0]}-{words[1]} source words" if words else "long"
+  out = []
+  for name, row in rows.items():
+    t = long.get(name) or {}
+    if name == base or t.get("difference") is None:
+      continue
     out.append(
-      f"Words outside the target vocabulary: `{best['name']}` produces "
-      f"{100 * best['oov_recall_mean']:.1f}% of those in the references, `{base}` "
-      f"{100 * b['oov_recall_mean']:.1f}%."
+      f"On {where}: `{name}` {mean_sd(row, key)} test BLEU against `{base}`'s "
+      f"{mean_sd(rows[base], key)}, {t['difference']:+.2f} (p {_p(t['p_value'])}): "
+      f"{_verdict(t['difference'], t['p_value'])}."
     )
+  return out
+
+
+# Studies run early in training that a later study repeats at the plateau.
+EARLY = {
+  "embedded_scores": "sweep",
+  "embedded_structures": "structures",
+  "embedded_alignment": "alignment",
+}
+
+
+def early_conclusion(study: Path, report: Mapping[str, Any]) -> list[str]:
+  """The early study's difference against the baseline beside this study's, point by point."""
+  early_dir = RESULTS / EARLY.get(study.name, "-")
+  early = records.load_report(early_dir) if early_dir.is_dir() else None
+  if not early or early.get("baseline") != report.get("baseline"):
+    return []
+  base = report["baseline"]
+  key = lambda r: r.get("bleu_mean", r.get("test_bleu_mean"))  # noqa: E731
+  then = {r["name"]: key(r) for r in early["configurations"]}
+  now = {r["name"]: key(r) for r in report["configurations"]}
+  steps = (early.get("runs") or {}).values()
+  n_then = next((r["config"]["train"]["num_steps"] for r in steps if "config" in r), None)
+  out = []
+  for name in now:
+    if name == base or name not in then or base not in then:
+      continue
+    d_then, d_now = then[name] - then[base], now[name] - now[base]
+    p = (_test_significance(report).get(name) or {}).get("p_value")
+    if p is not None and p > P_LEVEL:
+      held = f"level here (p {_p(p)}), so the early verdict does not hold"
+    elif (d_then > 0) == (d_now > 0):
+      held = "the early verdict holds"
+    else:
+      held = "the early verdict turns"
+    after = f"after {n_then:,} updates" if n_then else "early in training"
+    out.append(
+      f"`{name}` against `{base}` {after} ({early_dir.name}): {d_then:+.2f} test BLEU; "
+      f"here {d_now:+.2f}: {held}."
+    )
+  return out
+
+
+def budget_conclusion(study: Path) -> list[str]:
+  path = study / "budget.json"
+  if not path.exists():
+    return []
+  b = json.loads(path.read_text())
+  return [
+    f"Budget: the trailing mean of {b['window']} validation evaluations first comes within "
+    f"{b['tolerance']:g} BLEU of its best ({b['best_trailing_mean']:.2f}) at {b['budget']:,} "
+    f"updates (`python -m experiments.plateau`, `budget.json`)."
+  ]
+
+
+def best_conclusion(study: Path) -> list[str]:
+  if study.name != "multi30k_best_tries" or not (RESULTS / "multi30k_best.json").exists():
+    return []
+  best = json.loads((RESULTS / "multi30k_best.json").read_text())
+  published = best.get("published") or {}
+  out = [
+    f"The final system (`multi30k_best.json`): test BLEU {best['test_bleu']:.2f}, chrF "
+    f"{best['test_chrf']:.2f}, in {best['minutes']:.1f} minutes ({best['updates']:,} updates)."
+  ]
+  if published.get("test_2016_bleu") is not None:
+    out.append(f"Published ({published['system']}): {published['test_2016_bleu']}.")
   return out
 
 
@@ -566,10 +711,16 @@ def conclusion(study: Path, report: Mapping[str, Any] | None, recs: Mapping) -> 
   sentences: list[str] = []
   if report:
     sentences += sweep_conclusion(report, recs)
+    sentences += chrf_conclusion(report, recs)
+    sentences += long_conclusion(report)
+    sentences += early_conclusion(study, report)
+    sentences += curve_conclusion(report)
     sentences += attention_conclusion(report, recs)
     sentences += transfer_conclusion(study, report)
   sentences += sharpness_conclusion(study)
   sentences += paper_conclusion(study)
+  sentences += budget_conclusion(study)
+  sentences += best_conclusion(study)
   if not sentences:
     return []
   return ["## Conclusion", "", *[f"- {s}" for s in sentences], ""]
@@ -590,6 +741,7 @@ def study_page(study: Path, out: Path = OUT) -> str:
   about = ABOUT.get(study.name, (study.name, ""))[1]
   lines = [f"# {title(study)}", ""]
   lines += [about, ""] if about else []
+  lines += [f"```{{note}}\n{NOTES[study.name]}\n```", ""] if study.name in NOTES else []
   missing = [p["name"] for p in definition["points"] if not p["runs"]]
   if missing and len(missing) < len(definition["points"]):
     names = ", ".join(f"`{n}`" for n in missing)
@@ -609,6 +761,9 @@ def study_page(study: Path, out: Path = OUT) -> str:
     lines += per_run(recs)
   else:
     lines += tables(definition, study, page)
+  beside = RESULTS / f"{study.name}.md"  # A study's table kept beside its folder.
+  if beside.exists() and study.parent == RESULTS:
+    lines += [f"## {beside.name}", "", demote(beside.read_text(), page, beside), ""]
   lines += figures(definition, study, page)
   lines += files(definition, study)
   return "\n".join(lines).rstrip() + "\n"
@@ -636,7 +791,8 @@ def index_page(studies: Sequence[Path]) -> str:
     n = sum(len(p["runs"]) for p in definition["points"])
     date = (definition["date"] or "-")[:10]
     lines.append(f"| [{title(study)}]({study.name}.md) | {n} | {date} |")
-  lines += ["", "```{toctree}", ":hidden:", "", "schema"]
+  lines += ["", "Tables over several studies: [Across studies](across_studies.md)."]
+  lines += ["", "```{toctree}", ":hidden:", "", "schema", "across_studies"]
   lines += [study.name for study in studies]
   lines += ["```", ""]
   return "\n".join(lines)
@@ -681,10 +837,37 @@ def schema_page() -> str:
   return "\n".join(lines)
 
 
+# Tables over several studies (`experiments.tabulate`), drawn again from their JSON.
+ACROSS = ("multi30k_studies_table", "attend_to")
+
+
+def across_page(out: Path = OUT) -> str:
+  """Each point against its own study's baseline, over several studies, from the JSON
+  `experiments.tabulate` wrote (its table drawn again by `tabulate.markdown`)."""
+  from experiments import tabulate  # noqa: PLC0415 (only this page needs it)
+
+  page = out / "across_studies.md"
+  lines = ["# Across studies", ""]
+  lines += [
+    "Every point against its own study's baseline, seed by seed, in one table per group of "
+    "studies (`python -m experiments.tabulate`, whose command is under each table).",
+    "",
+  ]
+  for name in ACROSS:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+      continue
+    old_title = (RESULTS / f"{name}.md").read_text().splitlines()[0].lstrip("# ")
+    table = tabulate.markdown(json.loads(path.read_text()), old_title)
+    lines += [demote(table, page, path), ""]
+  return "\n".join(lines).rstrip() + "\n"
+
+
 def pages(out: Path = OUT) -> dict[Path, str]:
   """{path: text} of every results page."""
   studies = records.studies(RESULTS)
   result = {out / "index.md": index_page(studies), out / "schema.md": schema_page()}
+  result[out / "across_studies.md"] = across_page(out)
   for study in studies:
     result[out / f"{study.name}.md"] = study_page(study, out)
   return result
