@@ -34,9 +34,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Time steps per loop iteration of the encoder's and the teacher-forced decoder's lax.scan
   # (the same results; fewer, larger loop bodies for XLA to schedule). Decoding is unaffected.
   m.scan_unroll = 1
-  # Intra-attention (Cheng et al. 2016): at step i the decoder also attends over its own past
-  # states s_1 .. s_{i-1} with this score function (a spec of seq2seq/scores.py, e.g. "dot" or
-  # "additive"); that context feeds the GRU and the deep output. "" is off.
+  # Intra-attention (Cheng et al. 2016; Paulus et al. 2017): at step i the decoder's query
+  # s_{i-1} also attends over its earlier states s_1 .. s_{i-2} (zeros while there are none) with
+  # this score function (a spec of seq2seq/scores.py, e.g. "dot" or "additive"); that context
+  # feeds the GRU and the deep output. "" is off.
   m.intra_attention = ""
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits: its
