@@ -105,9 +105,23 @@ def test_the_headline_table_reads_every_cell_from_the_data():
   assert f"{search['bleu_all']:.2f} ± {search['bleu_all_std']:.2f}" in table
   best = json.loads((ROOT / pages.HEADLINE_INPUTS["multi30k"]).read_text())
   assert f"| {best['test_bleu']:.2f} |" in table
-  bench = json.loads((ROOT / pages.HEADLINE_INPUTS["speed_bf16"]).read_text())
+  bench = json.loads((ROOT / pages.HEADLINE_INPUTS["speed"]).read_text())
   assert f"{bench['peer']['ratios']['train_tokens_per_s']['median']:.2f}x" in table
-  assert len(table.splitlines()) == 2 + 4
+  assert f"both {bench['dtype']}" in table
+  assert len(table.splitlines()) == 2 + 3
+
+
+def test_the_headline_refuses_a_speed_measured_against_a_peer_in_another_dtype():
+  """Our bfloat16 against the peer's float32 flatters us: such a benchmark is no headline."""
+  inputs = dict(pages.HEADLINE_INPUTS)
+  inputs["speed"] = "experiments/results/benchmark/2026-11-25_bf16_like_for_like.json"
+  with pytest.raises(ValueError, match="dtypes differ"):
+    pages.headline_table(inputs)
+
+
+def test_the_readmes_headline_block_is_the_generated_table():
+  text = (ROOT / "README.md").read_text()
+  assert pages.readme_with_headline(text) == text, "run python -m experiments.pages"
 
 
 # ---------------------------------------------------------------------- conversion
