@@ -166,9 +166,9 @@ class CheckpointError(OSError):
 
 
 def _quiet_closed_loop_reports() -> None:
-  """After a failed restore, TensorStore's callbacks still post to Orbax's closed event loop and
-  report each RuntimeError("Event loop is closed") as unraisable (dozens of tracebacks after the
-  one line that matters, some as the process exits). From then on those are dropped."""
+  """During and after a failed restore, TensorStore's callbacks post to Orbax's closed event loop
+  and report each RuntimeError("Event loop is closed") as unraisable (dozens of tracebacks around
+  the one line that matters, some as the process exits). From then on those are dropped."""
   previous = sys.unraisablehook
   if getattr(previous, "quiets_closed_loops", False):
     return
@@ -296,10 +296,11 @@ class Checkpointer:
     folder = Path(self.manager.directory) / str(step)
     if with_data and (folder / "data").is_dir():
       args["data"] = ocp.args.JsonRestore()
+    # Quieted before the restore: a failing one reports from TensorStore's threads while it runs.
+    _quiet_closed_loop_reports()
     try:
       restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     except Exception as e:  # Orbax's and TensorStore's many errors of a file cut short.
-      _quiet_closed_loop_reports()
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise CheckpointError(f"checkpoint {folder} cannot be restored ({first[:300]})") from e
     got = restored["state"]
