@@ -919,3 +919,18 @@ def test_attention_offsets_count_each_head_when_asked(tmp_path):
   # Seven steps (six words and </s>): head 1's row for "Carl" peaks on the source's </s>, so among
   # the words its (even) row peaks on the first, -4; the untouched rows peak on the first word.
   assert second["end_peaks"][0] == pytest.approx(1 / 7) and mean["end_peaks"][0] == 0
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_a_preempted_study_exits_as_a_scheduler_reruns(together, tmp_path, monkeypatch):
+  """A run stopped by a signal after saving ends its sweep with cli.PREEMPTED (75), as main.py
+  does, not with 1 (a failure): a scheduler requeues it and the rerun resumes."""
+  from seq2seq import cli as seq2seq_cli
+  from seq2seq import seed_group, train
+
+  run = Run("p-seed0", "configs/tiny.py", {"train.num_steps": 40}, tmp_path / "w")
+  monkeypatch.setattr(train, "train_and_evaluate", lambda *a, **k: {"preempted_at_step": 20})
+  monkeypatch.setattr(seed_group, "train_together", lambda *a, **k: [{"preempted_at_step": 20}])
+  with pytest.raises(SystemExit) as stopped:
+    runs_lib.train_together([run]) if together else runs_lib.train_alone(run)
+  assert stopped.value.code == seq2seq_cli.PREEMPTED == 75

@@ -373,7 +373,9 @@ def test_a_checkpoint_that_cannot_be_read_is_named_and_skipped(trained, tmp_path
       path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
   proc = run_main(workdir, "--mode=eval", own_process=True)
   assert f"checkpoint {step20} cannot be restored" in proc.stderr, proc.stderr[-3000:]
-  assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr, proc.stderr[-4000:]
+  assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr, proc.stderr[
+    -4000:
+  ]
   result = json.loads((workdir / "eval" / "test" / "results.json").read_text())
   assert result["step"] == 10
 

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ import jax
 import ml_collections
 
 from experiments.lib import configs, records, reports
+from seq2seq import cli as seq2seq_cli
 from seq2seq import input_pipeline, seed_group, summary, train
 from seq2seq.data import builders
 
@@ -274,7 +276,7 @@ def train_alone(run: Run) -> bool:
   with timed([run.workdir]):
     outcome = train.train_and_evaluate(config, run.workdir)
   if "preempted_at_step" in outcome:
-    raise SystemExit(f"{run.name} preempted at step {outcome['preempted_at_step']}; rerun")
+    _preempted(f"{run.name} preempted at step {outcome['preempted_at_step']}")
   return True
 
 
@@ -310,8 +312,15 @@ def train_together(runs: Sequence[Run]) -> bool:
   with timed([run.workdir for run in runs]):
     outcome = seed_group.train_together(configs_[0], seeds, [run.workdir for run in runs])
   if "preempted_at_step" in outcome[0]:
-    raise SystemExit(f"preempted at step {outcome[0]['preempted_at_step']}; rerun")
+    _preempted(f"{runs[0].name} ... preempted at step {outcome[0]['preempted_at_step']}")
   return True
+
+
+def _preempted(what: str) -> None:
+  """Ends the study as main.py ends a training stopped by a signal after saving: with
+  `cli.PREEMPTED`, which a scheduler reads as "requeue", not as a failure; the rerun resumes."""
+  print(f"{what}; checkpoint saved, rerun the same command to resume", file=sys.stderr, flush=True)
+  raise SystemExit(seq2seq_cli.PREEMPTED)
 
 
 def seed_from(run: Run, source: Run) -> bool:
