@@ -131,6 +131,37 @@ ABOUT: dict[str, tuple[str, str]] = {
   ),
   "demo": ("`make demo`", "RNNsearch on the embedded corpus with `configs/demo.py`."),
   "intra_timing": ("Intra-attention timing", "The cost of intra-attention per update."),
+  "multi30k_realtext": (
+    "Multi30k in 30 minutes: the first system",
+    "Settings explored on validation for ten minutes each, then `configs/multi30k.py` trained "
+    "for its 30 minutes, its decoding chosen on validation and the test split decoded once.",
+  ),
+  "multi30k_best": (
+    "The 30-minute Multi30k system",
+    "`configs/multi30k_best.py`, the levers the tries chose, trained and tested by one "
+    "`main.py` command within 30 minutes of wall clock on the development CPU.",
+  ),
+  "multi30k_attention_offsets": (
+    "Where attention peaks, from the output word's source twin",
+    "For output words spelled like a source word that occurs once on each side, where the "
+    "attention peaks, counted in words from that twin, per point of the score, feature and "
+    "structure studies (the mean over seeds).",
+  ),
+  "seed_timing": (
+    "Seeds together or one after another",
+    "The same configuration trained for the same updates per seed, the seeds vmapped in one "
+    "process, one after another in one process, or in one process each.",
+  ),
+  "explorer_timing": (
+    "Explorer load time",
+    "How large an explorer report of a test split is and how fast it opens and sorts in "
+    "headless Chromium.",
+  ),
+  "across_studies": (
+    "Across studies",
+    "Every point against its own study's baseline, seed by seed, in one table per group of "
+    "studies (`python -m experiments.tabulate`, whose command is under each table).",
+  ),
 }
 
 
@@ -202,6 +233,27 @@ def _seed_tests(recs: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]
   return {r["seed"]: r["results"]["test"][key] for r in recs if key in r["results"]["test"]}
 
 
+def _data_files(study: Path, definition: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+  """{name: content} of the study's report and other JSON files (a study without runs)."""
+  names = [definition["report"], *definition["files"]]
+  return {n: json.loads((study / n).read_text()) for n in names if n and n.endswith(".json")}
+
+
+def _isa(isa: Sequence[str]) -> str:
+  return "AVX-512" if "avx512f" in isa else "AVX2" if "avx2" in isa else "no AVX2"
+
+
+def _cpu(data: Mapping[str, Any]) -> str:
+  """ "AMD EPYC (AVX-512)" from a file's `cpu`, `device` or top-level `cpu_model` ("" if none)."""
+  cpu = data.get("cpu") or data.get("device") or data
+  model = cpu.get("cpu_model")
+  return f"{model} ({_isa(cpu.get('vector_isa', []))})" if model else ""
+
+
+def _date(data: Mapping[str, Any]) -> str:
+  return data.get("date") or (data.get("environment") or {}).get("date") or "undated"
+
+
 # ---------------------------------------------------------------------- sections
 def how_run(definition: Mapping[str, Any]) -> list[str]:
   lines = ["## How it was run", ""]
@@ -220,17 +272,23 @@ def how_run(definition: Mapping[str, Any]) -> list[str]:
     facts.append(f"Training: `{definition['training']}`.")
   if definition["baseline"]:
     facts.append(f"Baseline: `{definition['baseline']}`.")
-  lines += [" ".join(facts)] if facts else []
+  if not definition["command"] and definition["script"]:
+    facts.append(
+      f"Written by `python -m {definition['script']}`; each of its files records the command "
+      "that wrote it."
+    )
+  lines += [" ".join(facts), ""] if facts else []
   points = [p for p in definition["points"] if p["runs"]]
   if points:
-    lines += ["", "| point | runs | decodes | linked from |", "|---|---:|---|---|"]
+    lines += ["| point | runs | decodes | linked from |", "|---|---:|---|---|"]
     for p in points:
       linked = f"`{p['linked']}`" if p["linked"] else "-"
       lines.append(f"| {p['name']} | {len(p['runs'])} | {p['decode_from'] or '-'} | {linked} |")
-  return lines + [""]
+    lines.append("")
+  return lines
 
 
-def machine(definition: Mapping[str, Any]) -> list[str]:
+def machine(definition: Mapping[str, Any], study: Path) -> list[str]:
   facts = []
   env = definition["environment"]
   counts = definition["machines"]
@@ -248,6 +306,12 @@ def machine(definition: Mapping[str, Any]) -> list[str]:
     facts.append(f"Software: {shown}; backend {env.get('backend', '-')}.")
   if definition["date"]:
     facts.append(f"Reported {definition['date']}.")
+  if not counts and not env.get("cpu_model"):  # No runs: the machines its files were measured on.
+    by_cpu: dict[str, list[str]] = {}
+    for name, data in _data_files(study, definition).items():
+      if _cpu(data):
+        by_cpu.setdefault(_cpu(data), []).append(f"`{name}`")
+    facts += [f"{cpu}: {', '.join(names)}." for cpu, names in by_cpu.items()]
   return ["## Machine", "", " ".join(facts) or "Not recorded by this study's files.", ""]
 
 
@@ -371,8 +435,16 @@ def learning(report: Mapping[str, Any], study: Path, page: Path) -> list[str]:
   return lines
 
 
-def figures(definition: Mapping[str, Any], study: Path, page: Path) -> list[str]:
-  shown = [f for f in definition["figures"] if f != "learning_curves.png"]
+def figures(
+  definition: Mapping[str, Any], study: Path, page: Path, above: Sequence[str] = ()
+) -> list[str]:
+  """The study's figures not already shown `above` (the page's lines so far)."""
+  text = "\n".join(above)
+  shown = [
+    f
+    for f in definition["figures"]
+    if f != "learning_curves.png" and f"({_rel(study / f, page)})" not in text
+  ]
   if not shown:
     return []
   lines = ["## Figures", ""]
@@ -398,6 +470,106 @@ def files(definition: Mapping[str, Any], study: Path) -> list[str]:
   if n:
     lines.append(f"- `{rel}/runs/POINT/seed_S/record.json` and `hypotheses/`: {n} runs")
   return lines + [""]
+
+
+# ---------------------------------------------------------------------- studies without runs
+def final_table(study: Path) -> list[str]:
+  """The final system's figures (`final.json` of `experiments.best30 --final`), with and without
+  its parameters' moving average on the same checkpoint."""
+  best = json.loads((study / "final.json").read_text())
+  header = ["parameters", "test BLEU", "test chrF", "test BLEU lowercased"]
+  header += ["test BLEU, <unk> dropped", "valid BLEU", "valid chrF", "checkpoint"]
+  rows = [("moving average (the system)", best)]
+  if best.get("without_moving_average"):
+    rows.append(("training parameters", best["without_moving_average"]))
+  cells = [
+    [name, fmt(r["test_bleu"]), fmt(r["test_chrf"]), fmt(r["test_bleu_lowercase"])]
+    + [fmt(r["test_bleu_no_unk"]), fmt(r["valid_bleu"]), fmt(r["valid_chrf"])]
+    + [f"{r['test_step']:,}"]
+    for name, r in rows
+  ]
+  lines = ["## Results", "", *reports.table(header, cells), ""]
+  lines += [
+    f"sacrebleu `{best['sacrebleu_signature']}` on test_2016_flickr and val, the checkpoint "
+    "chosen on validation BLEU.",
+    "",
+  ]
+  if best.get("without_moving_average"):
+    lines += ["Without the moving average:", "", "```bash"]
+    lines += [best["without_moving_average"]["command"], "```", ""]
+  return lines
+
+
+def seed_timing_tables(study: Path) -> list[str]:
+  """Each `experiments.seed_timing` measurement: its command and every way's figures."""
+  lines = ["## Measurements", ""]
+  header = ["way", "training wall s", "model updates/s", "steady tokens/s, all seeds"]
+  header += ["1-minute load before, after"]
+  for name, t in _data_files(study, records.load_definition(study)).items():
+    lines += [f"### {name}", ""]
+    lines += [
+      f"{len(t['seeds'])} seeds of {t['steps_per_seed']:,} updates each, `{t['config']}`, on "
+      f"{_cpu(t)}, {_date(t)}:",
+      "",
+      "```bash",
+      t["command"],
+      "```",
+      "",
+    ]
+    cells = [
+      [w["way"], fmt(w["training_wall_s"], 0), fmt(w["model_updates_per_s"], 3)]
+      + [fmt(w["steady_tokens_per_s_all_seeds"], 0)]
+      + [f"{w['load_average_before'][0]:.2f}, {w['load_average_after'][0]:.2f}"]
+      for w in t["ways"]
+    ]
+    lines += [*reports.table(header, cells), ""]
+  return lines
+
+
+def explorer_table(study: Path) -> list[str]:
+  lines = ["## Measurements", ""]
+  header = ["report", "sentences", "kB", "load ms (median)", "loads", "sort by BLEU ms"]
+  header += ["Chromium"]
+  cells = []
+  for name, t in _data_files(study, records.load_definition(study)).items():
+    cells.append(
+      [f"`{name}`", f"{t['sentences']:,}", fmt(t["bytes"] / 1000, 0), fmt(t["load_ms_median"], 0)]
+      + [str(len(t["load_ms"])), fmt(t["sort_by_bleu_ms"], 0), t["browser"]]
+    )
+    command = " ".join(["python -m experiments.explorer_timing", *t["argv"][1:]])
+  lines += [*reports.table(header, cells), "", "```bash", command, "```", ""]
+  return lines
+
+
+def offsets_table(study: Path) -> list[str]:
+  """Share of twin pairs by offset of the attention's peak from the twin, per point."""
+  data = json.loads((study / "offsets.json").read_text())
+  bins = data["bins"]
+  header = ["point", "seeds", *[f"`{b}`" for b in bins], "peaks on `</s>`"]
+  cells = []
+  for name, p in data["points"].items():
+    shares = [f"{p[b][0]:.3f}" for b in bins]
+    end = p.get("end_peaks")
+    cells.append([name, str(p["seeds"]), *shares, "-" if end is None else f"{end[0]:.3f}"])
+  return [
+    "## Results",
+    "",
+    *reports.table(header, cells),
+    "",
+    f"Mean over seeds ({data['split']} split) of the share of twin pairs whose attention peaks "
+    "that many source words from the twin (`+0`: on it); peaks on `</s>`: the share of output "
+    "steps whose attention peaks on the source's end of sentence.",
+    "",
+  ]
+
+
+# The tables of a study without runs whose script keeps its figures in JSON only.
+MEASUREMENTS = {
+  "multi30k_best": final_table,
+  "seed_timing": seed_timing_tables,
+  "explorer_timing": explorer_table,
+  "multi30k_attention_offsets": offsets_table,
+}
 
 
 # ---------------------------------------------------------------------- conclusions
@@ -612,18 +784,96 @@ def budget_conclusion(study: Path) -> list[str]:
   ]
 
 
+FINAL = RESULTS / "multi30k_best" / "final.json"  # experiments.best30 --final
+
+
 def best_conclusion(study: Path) -> list[str]:
-  if study.name != "multi30k_best_tries" or not (RESULTS / "multi30k_best.json").exists():
+  """The final system, on its own page and on the page of the tries that chose its levers."""
+  if study.name not in ("multi30k_best", "multi30k_best_tries") or not FINAL.exists():
     return []
-  best = json.loads((RESULTS / "multi30k_best.json").read_text())
+  best = json.loads(FINAL.read_text())
   published = best.get("published") or {}
+  where = "" if study.name == "multi30k_best" else " ([its page](multi30k_best.md))"
   out = [
-    f"The final system (`multi30k_best.json`): test BLEU {best['test_bleu']:.2f}, chrF "
+    f"The final system{where}: test BLEU {best['test_bleu']:.2f}, chrF "
     f"{best['test_chrf']:.2f}, in {best['minutes']:.1f} minutes ({best['updates']:,} updates)."
   ]
   if published.get("test_2016_bleu") is not None:
     out.append(f"Published ({published['system']}): {published['test_2016_bleu']}.")
+  raw = best.get("without_moving_average")
+  if raw and study.name == "multi30k_best":
+    out.append(
+      f"The same checkpoint with its training parameters instead of their moving average: "
+      f"{raw['test_bleu']:.2f} test BLEU ({raw['test_bleu'] - best['test_bleu']:+.2f})."
+    )
   return out
+
+
+def realtext_conclusion(study: Path) -> list[str]:
+  path = study / "multi30k.json"
+  if not path.exists():
+    return []
+  r = json.loads(path.read_text())
+  d, ref = r["chosen_decode"], r["reference"]
+  unk = "on" if d["replace_unk"] else "off"
+  best = max(r["exploration"].items(), key=lambda kv: kv[1]["best_valid_bleu"])
+  return [
+    f"Of the settings explored for {r['explore_minutes']:g} minutes each, `{best[0]}` reached "
+    f"the best validation BLEU ({best[1]['best_valid_bleu']:.2f}).",
+    f"`configs/multi30k.py` trained for {r['train_minutes']:.1f} minutes ({r['steps']:,} "
+    f"updates, {r['epochs']:.1f} epochs) reaches test BLEU {r['test_bleu']:.2f}, chrF "
+    f"{r['test_chrf']:.2f}, decoded with beam {d['beam_size']}, length normalisation "
+    f"{d['length_norm_alpha']:g} and UNK replacement {unk} (chosen on validation).",
+    f"The run to beat, {ref['system']}: {ref['test_bleu']} test BLEU, {ref['test_chrf']} chrF.",
+  ]
+
+
+def seed_timing_conclusion(study: Path) -> list[str]:
+  if study.name != "seed_timing":
+    return []
+  out = []
+  for name, t in _data_files(study, records.load_definition(study)).items():
+    ways = [w["way"] for w in t["ways"]]
+    for way in ways:
+      wall = t.get(f"{way}_speedup_wall")
+      if wall is None:
+        continue
+      other = next(w for w in ways if w != way)
+      steady = t.get(f"{way}_speedup_steady")
+      steady = "" if steady is None else f", {steady:.2f}x in steady-state tokens/s"
+      out.append(
+        f"`{way}` against `{other}`, {len(t['seeds'])} seeds on {_cpu(t)}: {wall:.2f}x the "
+        f"speed over the training wall clock{steady} (`{name}`)."
+      )
+  return out
+
+
+def explorer_conclusion(study: Path) -> list[str]:
+  if study.name != "explorer_timing":
+    return []
+  out = []
+  for name, t in _data_files(study, records.load_definition(study)).items():
+    out.append(
+      f"A report of {t['sentences']:,} sentences ({t['bytes'] / 1e6:.2f} MB) opens in "
+      f"{t['load_ms_median']:.0f} ms (median of {len(t['load_ms'])} loads) and sorts by "
+      f"sentence BLEU in {t['sort_by_bleu_ms']:.0f} ms, on {_cpu(t)} (`{name}`)."
+    )
+  return out
+
+
+def offsets_conclusion(study: Path) -> list[str]:
+  path = study / "offsets.json"
+  if not path.exists():
+    return []
+  points = json.loads(path.read_text())["points"]
+  on = {n: p["+0"][0] for n, p in points.items() if "head rank" not in n}
+  order = sorted(on, key=on.get, reverse=True)
+  hi, lo = order[0], order[-1]
+  return [
+    f"The share of twin pairs whose attention peaks on the twin itself runs from "
+    f"{on[hi]:.3f} (`{hi}`) to {on[lo]:.3f} (`{lo}`), over {len(on)} points (heads of a "
+    "multi-head model apart)."
+  ]
 
 
 def sharpness_conclusion(study: Path) -> list[str]:
@@ -721,6 +971,10 @@ def conclusion(study: Path, report: Mapping[str, Any] | None, recs: Mapping) -> 
   sentences += paper_conclusion(study)
   sentences += budget_conclusion(study)
   sentences += best_conclusion(study)
+  sentences += realtext_conclusion(study)
+  sentences += seed_timing_conclusion(study)
+  sentences += explorer_conclusion(study)
+  sentences += offsets_conclusion(study)
   if not sentences:
     return []
   return ["## Conclusion", "", *[f"- {s}" for s in sentences], ""]
@@ -734,6 +988,8 @@ def title(study: Path) -> str:
 def study_page(study: Path, out: Path = OUT) -> str:
   """The page of one study folder, from its definition, report and run records."""
   study = Path(study)
+  if study.name == ACROSS:
+    return across_page(study, out)
   page = out / f"{study.name}.md"
   definition = records.load_definition(study)
   report = records.load_report(study)
@@ -752,7 +1008,7 @@ def study_page(study: Path, out: Path = OUT) -> str:
     ]
   lines += conclusion(study, report, recs)
   lines += how_run(definition)
-  lines += machine(definition)
+  lines += machine(definition, study)
   sweep_like = report is not None and bool(report.get("configurations"))
   if sweep_like:
     lines += results_table(report)
@@ -760,11 +1016,9 @@ def study_page(study: Path, out: Path = OUT) -> str:
     lines += learning(report, study, page)
     lines += per_run(recs)
   else:
+    lines += MEASUREMENTS[study.name](study) if study.name in MEASUREMENTS else []
     lines += tables(definition, study, page)
-  beside = RESULTS / f"{study.name}.md"  # A study's table kept beside its folder.
-  if beside.exists() and study.parent == RESULTS:
-    lines += [f"## {beside.name}", "", demote(beside.read_text(), page, beside), ""]
-  lines += figures(definition, study, page)
+  lines += figures(definition, study, page, lines)
   lines += files(definition, study)
   return "\n".join(lines).rstrip() + "\n"
 
@@ -791,8 +1045,7 @@ def index_page(studies: Sequence[Path]) -> str:
     n = sum(len(p["runs"]) for p in definition["points"])
     date = (definition["date"] or "-")[:10]
     lines.append(f"| [{title(study)}]({study.name}.md) | {n} | {date} |")
-  lines += ["", "Tables over several studies: [Across studies](across_studies.md)."]
-  lines += ["", "```{toctree}", ":hidden:", "", "schema", "across_studies"]
+  lines += ["", "```{toctree}", ":hidden:", "", "schema"]
   lines += [study.name for study in studies]
   lines += ["```", ""]
   return "\n".join(lines)
@@ -837,29 +1090,25 @@ def schema_page() -> str:
   return "\n".join(lines)
 
 
-# Tables over several studies (`experiments.tabulate`), drawn again from their JSON.
-ACROSS = ("multi30k_studies_table", "attend_to")
+# The study of tables over several studies (`experiments.tabulate`), drawn again from its JSON.
+ACROSS = "across_studies"
 
 
-def across_page(out: Path = OUT) -> str:
+def across_page(study: Path, out: Path = OUT) -> str:
   """Each point against its own study's baseline, over several studies, from the JSON
-  `experiments.tabulate` wrote (its table drawn again by `tabulate.markdown`)."""
+  `experiments.tabulate` wrote (its table drawn again by `tabulate.markdown`, titled as the
+  committed table is)."""
   from experiments import tabulate  # noqa: PLC0415 (only this page needs it)
 
-  page = out / "across_studies.md"
-  lines = ["# Across studies", ""]
-  lines += [
-    "Every point against its own study's baseline, seed by seed, in one table per group of "
-    "studies (`python -m experiments.tabulate`, whose command is under each table).",
-    "",
-  ]
-  for name in ACROSS:
-    path = RESULTS / f"{name}.json"
-    if not path.exists():
-      continue
-    old_title = (RESULTS / f"{name}.md").read_text().splitlines()[0].lstrip("# ")
-    table = tabulate.markdown(json.loads(path.read_text()), old_title)
+  page = out / f"{study.name}.md"
+  definition = records.load_definition(study)
+  lines = [f"# {title(study)}", "", ABOUT[study.name][1], ""]
+  for name in definition["tables"]:
+    path = (study / name).with_suffix(".json")
+    heading = (study / name).read_text().splitlines()[0].lstrip("# ")
+    table = tabulate.markdown(json.loads(path.read_text()), heading)
     lines += [demote(table, page, path), ""]
+  lines += files(definition, study)
   return "\n".join(lines).rstrip() + "\n"
 
 
@@ -867,7 +1116,6 @@ def pages(out: Path = OUT) -> dict[Path, str]:
   """{path: text} of every results page."""
   studies = records.studies(RESULTS)
   result = {out / "index.md": index_page(studies), out / "schema.md": schema_page()}
-  result[out / "across_studies.md"] = across_page(out)
   for study in studies:
     result[out / f"{study.name}.md"] = study_page(study, out)
   return result
@@ -880,7 +1128,7 @@ def _read(path: str) -> dict[str, Any]:
 
 HEADLINE_INPUTS = {
   "paper": "experiments/results/paper_cpu_seeds/table1.json",
-  "multi30k": "experiments/results/multi30k_best.json",
+  "multi30k": "experiments/results/multi30k_best/final.json",
   "speed": "experiments/results/benchmark/2026-11-25_f32_like_for_like.json",
 }
 README = ROOT / "README.md"
@@ -895,7 +1143,7 @@ def headline_table(inputs: Mapping[str, str] = HEADLINE_INPUTS) -> str:
   * `paper`, experiments/results/paper_cpu_seeds/table1.json: the paper's Table 1 on the
     embedded corpus (`rows`: per model `bleu_all` and `bleu_all_std` over `seeds`), RNNsearch-50
     against RNNencdec-50;
-  * `multi30k`, experiments/results/multi30k_best.json: the 30-minute Multi30k system
+  * `multi30k`, experiments/results/multi30k_best/final.json: the 30-minute Multi30k system
     (`test_bleu`, `minutes`, `updates`, `published`: the best published recurrent system);
   * `speed`, a benchmark JSON of `python -m experiments.benchmark --peer`: our training tokens/s
     and greedy sentences/s over the PyTorch peer's (`peer.ratios`), measured side by side at the
@@ -926,7 +1174,7 @@ def headline_table(inputs: Mapping[str, str] = HEADLINE_INPUTS) -> str:
   if peer.get("note") or peer.get("dtype", bench["dtype"]) != bench["dtype"]:
     raise ValueError(f"{inputs['speed']}: ours and the peer's dtypes differ ({peer.get('note')})")
   device = bench["device"]
-  isa = "AVX-512" if "avx512f" in device.get("vector_isa", []) else "AVX2"
+  isa = _isa(device.get("vector_isa", []))
   lines.append(
     f"| Training tokens/s against the PyTorch peer, both {bench['dtype']} ("
     f"{device['cpu_model']} {isa}, {device['host_cpus']} cores, {bench['date'][:10]}) | "

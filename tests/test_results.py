@@ -44,6 +44,11 @@ def test_there_are_studies_and_every_folder_has_a_definition():
   assert sorted(folders) == STUDIES
 
 
+def test_no_result_lies_loose_beside_the_study_folders():
+  loose = [p.name for p in RESULTS.iterdir() if not p.is_dir() and p.name != ".gitignore"]
+  assert loose == []
+
+
 @pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
 def test_every_study_folder_validates_against_the_schema(study: Path):
   definition = records.load_definition(study)
@@ -88,6 +93,29 @@ def test_a_results_page_regenerated_from_the_data_is_the_committed_page():
   page = pages.OUT / "multi30k_scores.md"
   assert pages.study_page(RESULTS / "multi30k_scores") == page.read_text()
   assert pages.schema_page() == (pages.OUT / "schema.md").read_text()
+
+
+# Studies without runs, each drawn by its own section of the pages from its script's JSON.
+WITHOUT_RUNS = [
+  "across_studies",
+  "explorer_timing",
+  "multi30k_attention_offsets",
+  "multi30k_best",
+  "multi30k_realtext",
+  "seed_timing",
+]
+
+
+@pytest.mark.parametrize("name", WITHOUT_RUNS)
+def test_a_study_without_runs_has_its_page_generated_from_its_files(name: str):
+  study = RESULTS / name
+  definition = records.load_definition(study)
+  assert definition["script"] and not definition["points"]
+  page = pages.study_page(study)
+  assert page == (pages.OUT / f"{name}.md").read_text()
+  for listed in [definition["report"], *definition["files"]]:
+    assert listed is None or f"`experiments/results/{name}/{listed}`" in page
+  assert "## Conclusion" in page or name == "across_studies"
 
 
 def test_every_results_page_has_one_title_and_its_images_and_links_resolve():

@@ -20,6 +20,13 @@ to a sweep, and `--collect` reports on it. `RunRecord` and `StudyDefinition` bel
 schema: every field with its meaning (docs/results/schema.md is generated from them), checked by
 `validate_run` and `validate_definition`. Nothing stored names a machine's path: paths inside the
 repository are written relative to its root (`relative`).
+
+A study without runs of its own keeps what its script measured or drew from other studies: a
+timing (`seed_timing/`, `explorer_timing/`, `benchmark/`), the final system of a script that
+trains one (`multi30k_best/final.json`), or tables over several studies (`across_studies/`,
+written by `experiments.tabulate`). Its definition names the script, the report where there is
+one, and lists every other file under `files`; the command that wrote a file is in the file
+where its script records one. No result lies loose beside the study folders.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ REPORTS = (
   "summary.json",
   "decoding.json",
   "tries.json",
+  "multi30k.json",  # experiments.realtext
+  "final.json",  # experiments.best30 --final
+  "offsets.json",  # experiments.attention_offsets
 )
 
 
