@@ -118,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("studies", type=Path, nargs="+", help="studies' --out folders (runs/POINT/seed_S)")
   p.add_argument("--split", default="test")
   p.add_argument("--heads", action="store_true", help="also each head of multi-head runs")
-  p.add_argument("--json", type=Path, default=Path("experiments/results/attention_offsets.json"))
+  p.add_argument(
+    "--json", type=Path, default=Path("experiments/results/multi30k_attention_offsets/offsets.json")
+  )
   p.add_argument("--png", type=Path, default=None, help="default: the JSON's path, .png")
   args = p.parse_args(argv)
   start = time.time()

@@ -11,7 +11,8 @@ sessions; each row keeps the try's setting, its best validation BLEU and the min
 came at, its updates, median training tokens/s, the load average around it and the CPU. The test
 set is decoded once, by the final configuration, never by a try.
 
-    nice python -m experiments.best30 --final [--record experiments/results/multi30k_best.json]
+    nice python -m experiments.best30 --final \
+        [--record experiments/results/multi30k_best/final.json]
 
 trains `configs/multi30k_best.py` (the levers the tries chose) with one `main.py` command that
 trains for the config's minutes and then evaluates its best checkpoint on val and
@@ -62,11 +63,12 @@ CHOSEN: dict[str, Any] = {
 }
 
 # name -> overrides of configs/multi30k.py; "base" is the config as it is (the 30-minute run
-# that reached 56.2 test BLEU, experiments/results/multi30k.md).
+# that reached 56.2 test BLEU, experiments/results/multi30k_realtext/multi30k.md).
 TRIES: dict[str, dict[str, Any]] = {
   "base": {},
   # Mixed precision: bfloat16 matmuls accumulated in float32 (`seq2seq.layers.matmul`), about
-  # 1.5x the updates per minute on a CPU with AVX512-BF16 (experiments/results/benchmark.md).
+  # 1.5x the updates per minute on a CPU with AVX512-BF16
+  # (experiments/results/benchmark/benchmark.md).
   "bfloat16": {"model.dtype": "bfloat16"},
   "cgru": {**CHOSEN, "model.decoder": "cgru"},
   "layer-norm": {**CHOSEN, "model.layer_norm": True},
@@ -222,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--workdir", type=Path, default=Path("runs/best30"))
   p.add_argument("--set", action="append", default=[], help="KEY=VALUE for every try (tests)")
   p.add_argument("--final", action="store_true", help=f"train and test {FINAL_CONFIG} instead")
-  p.add_argument("--record", type=Path, default=Path("experiments/results/multi30k_best.json"))
+  p.add_argument(
+    "--record", type=Path, default=Path("experiments/results/multi30k_best/final.json")
+  )
   p.add_argument(
     "--without-average",
     action="store_true",

@@ -9,8 +9,8 @@ written) or one run folder, `STUDY/runs/POINT/seed_S`, that finished after its s
 converted (its record written, then the study's definition again). `--prune` removes what each
 record replaces (metrics.jsonl, eval/, vocab/, config.json, wall_time.json, per-checkpoint
 validation outputs; checkpoints stay, they are not committed). `--all`: every folder under the
-results root and the loose files beside them. Converting twice changes nothing; an unfinished
-run (no final evaluation) is left as it is and named.
+results root. Converting twice changes nothing; an unfinished run (no final evaluation) is left
+as it is and named.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from experiments.lib import records
 TEXT_SUFFIXES = (".md", ".txt")
 
 
-def relativise_files(folder: Path, recursive: bool = True) -> list[Path]:
+def relativise_files(folder: Path) -> list[Path]:
   """Rewrites the JSON, Markdown and text files of `folder` (not its runs, caches or vocab)
   with paths inside the repository relative to its root; the files changed."""
   changed = []
-  paths = folder.rglob("*") if recursive else folder.glob("*")
   skip = {"runs", "data", "jax_cache", "logs", records.VOCAB, "checkpoints", "best"}
-  for path in sorted(paths):
+  for path in sorted(folder.rglob("*")):
     parts = path.relative_to(folder).parts
     if not path.is_file() or path.is_symlink() or skip & set(parts[:-1]):
       continue
@@ -107,7 +106,6 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     paths += [
       d for d in sorted(records.RESULTS_ROOT.iterdir()) if d.is_dir() and d.name != records.VOCAB
     ]
-    relativise_files(records.RESULTS_ROOT, recursive=False)
   if not paths:
     p.error("name a study or run folder, or --all")
   lines = []

@@ -1,7 +1,8 @@
 """Size and load time of an explorer report (seq2seq/report.py) in headless Chromium.
 
   python -m experiments.explorer_timing runs/demo/eval/test/report.html --loads 5 \
-      --screenshot docs/explorer.png --select 12 [--json OUT.json]
+      --screenshot docs/explorer.png --select 12 \
+      [--json experiments/results/explorer_timing/timing.json]
 
 Opens the file from disk `--loads` times (a fresh page each time) and prints its size and the
 median milliseconds from navigation start until the page's script has built the table and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One pass of the checks a lent GPU is for: that the library jits and runs there, in float32 and
-# bfloat16, and how fast (results and what they showed: experiments/results/benchmark.md, "On a
+# bfloat16, and how fast (results and what they showed: experiments/results/benchmark/benchmark.md, "On a
 # lent GPU"). Prepared to run as a single short command on the device machine, whose image
 # brings Python 3.12, JAX with its CUDA plugin, Flax, Optax and Orbax, but not the rest of our
 # stack; that travels as wheels in .whl/ (ignored by git), fetched here first:

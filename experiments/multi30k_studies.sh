@@ -10,7 +10,7 @@
 # 50 quiet minutes, so start the script early in a session and keep other work light.
 #
 # Every study trains for 3,000 updates, with seeds 0, 1 and 2 one after another (faster than
-# vmapped on 2 cores: experiments/results/seed_timing.json), except the second language pair,
+# vmapped on 2 cores: experiments/results/seed_timing/together.json), except the second language pair,
 # which the studies issue allows two seeds (it asks whether the ranking transfers). One run had
 # flattened by 2,500 (experiments/results/multi30k_plateau), but the score study's three
 # additive seeds, trained to 2,500 first, still gained more than 1 BLEU of mean validation BLEU
@@ -74,8 +74,8 @@ sweep --config=configs/multi30k.py:en-de "${COMMON[@]}" --seeds 0,1 \
 
 attend_to() {
 # Two runs at a time, each process pinned to its own core (`--launcher=cores`): 1.28x the
-# throughput of one run after another on this 2-core machine (experiments/results/
-# seed_timing_processes.json; 1.09x on the AVX2-only AMD EPYC: seed_timing_processes_amd.json).
+# throughput of one run after another on this 2-core machine (experiments/results/seed_timing/
+# processes.json; 1.09x on the AVX2-only AMD EPYC: processes_amd.json).
 # A run's own wall time is longer, the study's shorter. LAUNCHER=local runs one at a time on both
 # cores instead: each run then ends sooner, so one fits in a session on a fast machine (on the
 # AVX-512 AMD EPYC of 2026-11-29 an intra-attention run took 43 minutes, a 5k-pair lexicon run 30).
@@ -109,7 +109,7 @@ baseline $RESULTS/multi30k_intra "intra_attention=none"
 sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_intra --grid "model.intra_attention=none,dot"
 
 # One table over the four: each point against its own study's baseline.
-"$PY" -m experiments.tabulate --out $RESULTS/attend_to.md \
+"$PY" -m experiments.tabulate --out $RESULTS/across_studies/attend_to.md \
   --title "What attention can attend to: Multi30k English -> French" \
   $RESULTS/multi30k_copy $RESULTS/multi30k_multi_source $RESULTS/multi30k_lexicon_5k \
   $RESULTS/multi30k_lexicon $RESULTS/multi30k_intra

@@ -1,8 +1,8 @@
 """Multi30k under a wall-clock budget: explore on validation, train the chosen config, test once.
 
-    python -m experiments.realtext --workdir runs/realtext --out experiments/results
-        [--stage explore|final|report|all] [--explore-minutes 10] [--only NAME ...]
-        [--pair en-fr] [--minutes 30] [--preset full|smoke]
+    python -m experiments.realtext --workdir runs/realtext
+        [--out experiments/results/multi30k_realtext] [--stage explore|final|report|all]
+        [--explore-minutes 10] [--only NAME ...] [--pair en-fr] [--minutes 30] [--preset full|smoke]
 
 Stages (each reuses what earlier invocations finished, so the script can be run piecewise):
 
@@ -326,7 +326,12 @@ def markdown(r: dict[str, Any]) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--workdir", type=Path, required=True, help="where the runs train")
-  p.add_argument("--out", type=Path, required=True, help="where the report files go")
+  p.add_argument(
+    "--out",
+    type=Path,
+    default=Path("experiments/results/multi30k_realtext"),
+    help="where the report files go (default: the study's folder)",
+  )
   p.add_argument("--stage", default="all", choices=STAGES)
   p.add_argument("--preset", default="full", choices=PRESETS)
   p.add_argument("--pair", default="en-fr", help="SRC-TGT of the Multi30k folder")

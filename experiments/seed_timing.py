@@ -1,7 +1,7 @@
 """Seeds trained together (vmapped) against one after another: wall time and tokens/s.
 
     nice python -m experiments.seed_timing --config=configs/multi30k.py --seeds 0,1,2 \
-        --steps 150 --out experiments/results/seed_timing.json
+        --steps 150 --out experiments/results/seed_timing/together.json
 
 Every way (`--ways`, default the first two) trains the same configuration for the same number
 of updates per seed, each way in fresh Python processes (so none reuses another's compiled

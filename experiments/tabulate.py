@@ -1,6 +1,7 @@
 """One table over several sweeps: every point against its own sweep's baseline.
 
-    python -m experiments.tabulate --out experiments/results/attend_to.md STUDY [STUDY ...]
+    python -m experiments.tabulate --out experiments/results/across_studies/attend_to.md \
+        STUDY [STUDY ...]
 
 Each STUDY is a sweep's `--out` folder (`experiments.sweep`, read from its sweep.json) or the
 report JSON of a study built on the sweep engine (alignment_study.json, study.json); it gives

@@ -111,6 +111,15 @@ def test_multi30k_config_builds_and_trains_one_step(tmp_path):
   assert (vocab["pretokenizer"], vocab["lang"]) == ("moses", "fr")
 
 
+def test_realtext_reports_into_its_study_folder_by_default():
+  from experiments import realtext
+  from experiments.lib import records
+
+  out = realtext.parse_args(["--workdir", "runs/realtext"]).out
+  assert out == Path("experiments/results/multi30k_realtext")
+  assert records.load_definition(records.REPO_ROOT / out)["report"] == "multi30k.json"
+
+
 def test_best30_rows_read_a_tries_curve_and_speed(tmp_path):
   from experiments import best30
 
