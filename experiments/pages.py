@@ -478,7 +478,7 @@ def final_table(study: Path) -> list[str]:
   its parameters' moving average on the same checkpoint."""
   best = json.loads((study / "final.json").read_text())
   header = ["parameters", "test BLEU", "test chrF", "test BLEU lowercased"]
-  header += ["test BLEU, <unk> dropped", "valid BLEU", "valid chrF", "checkpoint"]
+  header += ["test BLEU, `<unk>` dropped", "valid BLEU", "valid chrF", "checkpoint"]
   rows = [("moving average (the system)", best)]
   if best.get("without_moving_average"):
     rows.append(("training parameters", best["without_moving_average"]))
