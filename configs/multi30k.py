@@ -7,7 +7,7 @@ points elsewhere). The variant argument picks the language pair, English->French
 The settings below were chosen on the validation split with `experiments/realtext.py`: after
 10 minutes, batch 128 with Adam 2e-3 reached 31.9 greedy validation BLEU against 27.8 for batch
 64 with Adam 1e-3, ahead of dropout 0.5, a smaller model and SentencePiece (the exploration and
-the 30-minute result are in experiments/results/multi30k.md).
+the 30-minute result are in experiments/results/multi30k_realtext/multi30k.md).
 """
 
 import ml_collections

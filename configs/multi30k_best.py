@@ -3,7 +3,7 @@ their tries on the validation split (`experiments/results/multi30k_best_tries/tr
 
 One command trains it and evaluates it on val and test_2016_flickr within 30 minutes of wall
 clock on the 2-core development machine (`python -m experiments.best30 --final` runs it and
-writes experiments/results/multi30k_best.json):
+writes experiments/results/multi30k_best/final.json):
 
     python main.py --config=configs/multi30k_best.py --workdir=runs/best
 

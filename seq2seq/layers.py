@@ -104,7 +104,7 @@ def _as_they_are(args, **_):
 
 # ---------------------------------------------------------------------- mixed precision
 # XLA's CPU backend multiplies bfloat16 matrices with float32 accumulation at about twice its
-# float32 rate on CPUs with AVX512-BF16 (experiments/results/benchmark.md), but only for a
+# float32 rate on CPUs with AVX512-BF16 (experiments/results/benchmark/benchmark.md), but only for a
 # matmul whose output is float32 and whose operands it sees in the plain [M, K] x [K, N] or
 # [M, N] x [K, N]^T form. Plain autodiff of such a matmul upcasts the backward pass to
 # float32, and the weight gradient x^T g, a contraction over the rows, is upcast even in
