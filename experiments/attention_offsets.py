@@ -4,7 +4,7 @@ far away.
     python -m experiments.attention_offsets STUDY_DIR [STUDY_DIR ...] [--split test]
         [--heads] [--json OUT.json] [--png OUT.png]
 
-Twin peaks (`evaluate.identical_word_offsets`) asks whether an output word spelled like a word
+Twin peaks (`metrics.identical_word_offsets`) asks whether an output word spelled like a word
 of its source (a name, a number, a cognate) was produced with the attention peaking on that
 word. This script asks where it peaks instead, counting from the twin: for every finished run
 under each STUDY_DIR/runs/POINT/seed_S it reads the decoded attention that evaluation stored in
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.lib import plots, stats
-from seq2seq import evaluate, report
+from seq2seq import metrics, report
 from seq2seq import tokenizer as tok
 
 BINS = ("<=-3", "-2", "-1", "+0", "+1", "+2", ">=+3")  # Offsets of the peak from the twin.
@@ -48,7 +48,7 @@ def sentence_offsets(record: dict, heads: bool = False) -> dict[str, dict] | Non
   """Where one sentences.jsonl record's attention peaks, by map name: "attention" (the decoded
   attention; multi-head: the mean of the heads) and, with `heads`, each stored head's ("head
   1", ...). Each gives `offsets` (of its twin pairs, words grouped from pieces first:
-  `evaluate.pieces_to_words`), `steps` (output steps, the end of sentence included) and `end`
+  `metrics.pieces_to_words`), `steps` (output steps, the end of sentence included) and `end`
   (those whose peak is the source's </s>). None when the record has no attention or two
   sources."""
   attention = record.get("attention")
@@ -60,13 +60,13 @@ def sentence_offsets(record: dict, heads: bool = False) -> dict[str, dict] | Non
   end = src.index(tok.EOS)
   src, out = src[:end], out[: out.index(tok.EOS) if tok.EOS in out else len(out)]
   src_spans, out_spans = spans(src), spans(out)
-  src_words, out_words = evaluate.span_words(src, src_spans), evaluate.span_words(out, out_spans)
+  src_words, out_words = metrics.span_words(src, src_spans), metrics.span_words(out, out_spans)
   found = {}
   for stored in attention["maps"] if heads else attention["maps"][:1]:
     alpha = report.decode_map(stored)
-    words = evaluate.pieces_to_words(alpha, out_spans, src_spans)
+    words = metrics.pieces_to_words(alpha, out_spans, src_spans)
     found[stored.get("name", "attention")] = {
-      "offsets": evaluate.identical_word_offsets(words, out_words, src_words),
+      "offsets": metrics.identical_word_offsets(words, out_words, src_words),
       "steps": len(alpha),
       "end": int((alpha.argmax(axis=1) == end).sum()),
     }
@@ -75,8 +75,8 @@ def sentence_offsets(record: dict, heads: bool = False) -> dict[str, dict] | Non
 
 def spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
   """Word ranges: SentencePiece pieces grouped at "▁", otherwise one token a word."""
-  if any(t.startswith(evaluate.WORD_START) for t in tokens):
-    return evaluate.word_spans(tokens)
+  if any(t.startswith(metrics.WORD_START) for t in tokens):
+    return metrics.word_spans(tokens)
   return [(i, i + 1) for i in range(len(tokens))]
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from experiments.lib import stats
-from seq2seq import checkpoints, copying, eval_run, evaluate, input_pipeline
+from seq2seq import checkpoints, copying, evaluation, inference, input_pipeline
 from seq2seq import lexicon as lexicon_lib
 from seq2seq import runtime as rt
 
@@ -55,11 +55,11 @@ def measure(workdir: Path, config, split_name: str, limit: int) -> dict[str, dic
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   states = {
     "init": rt.initial_state(config, *sizes, runtime, **_tables(data, config, workdir)),
-    "trained": eval_run.restore_run(config, workdir, *sizes, runtime),
+    "trained": evaluation.restore_run(config, workdir, *sizes, runtime),
   }
   out = {}
   for name, state in states.items():
-    out[name] = sharpness(evaluate.teacher_forced_attention(state, split, config))
+    out[name] = sharpness(inference.teacher_forced_attention(state, split, config))
     out[name]["step"] = int(state.step)
     out[name]["score_scalars"] = score_scalars(state.params)
   return out
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   runs: dict[str, dict[str, dict]] = {}
   for run in sorted(args.study.glob("runs/*/seed_*")):
     config = checkpoints.load_config(run)
-    finished = run / eval_run.eval_prefix(config) / "test" / "results.json"
+    finished = run / evaluation.eval_prefix(config) / "test" / "results.json"
     if not finished.is_file() or not any((run / s).is_dir() for s in ("best", "checkpoints")):
       continue  # Still training, or its checkpoints are not in this working tree.
     if input_pipeline.num_sources(config.data) > 1:

@@ -48,17 +48,17 @@ KEYS = ("bleu", "chrf", "bleu_no_unk", "step")  # "step": the checkpoint decoded
 def results(workdir: Path, references: dict[str, list[str]], tgt_tok) -> dict[str, dict]:
   """{split: the figures of KEYS} from WORKDIR/eval/SPLIT/results.json (or the run's record),
   and the share of the references' out-of-vocabulary words the hypotheses produce
-  (`evaluate.oov_recall`, computed here from the hypotheses so runs evaluated before it existed
+  (`metrics.oov_recall`, computed here from the hypotheses so runs evaluated before it existed
   get it too)."""
   from experiments.lib import runs as runs_lib
-  from seq2seq import evaluate
+  from seq2seq import metrics
 
   out = {}
   found = runs_lib.read_results(workdir) or {}
   for split in SPLITS:
     r = found[split]
     hyps = runs_lib.workdir_hypotheses(workdir, split)
-    recall, _ = evaluate.oov_recall(hyps, references[split], tgt_tok)
+    recall, _ = metrics.oov_recall(hyps, references[split], tgt_tok)
     out[split] = {**{k: r.get(k) for k in KEYS}, "oov_recall": recall}
   return out
 

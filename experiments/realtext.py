@@ -38,7 +38,7 @@ import numpy as np
 from experiments.lib import reports
 from experiments.lib.configs import load_config
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import eval_run, evaluate, plots, summary
+from seq2seq import evaluation, inference, metrics, plots, summary
 from seq2seq import runtime as rt
 
 CONFIG = "configs/multi30k.py"
@@ -141,7 +141,7 @@ def explore(args) -> None:
 def decode_on(state, data, config, split: str, beam: int, alpha: float) -> list:
   cfg = config.copy_and_resolve_references()
   cfg.decode.beam_size, cfg.decode.length_norm_alpha = beam, alpha
-  return evaluate.translate_split(state, data.splits[split], cfg)
+  return inference.translate_split(state, data.splits[split], cfg)
 
 
 def final(args) -> None:
@@ -155,7 +155,7 @@ def final(args) -> None:
   runtime = rt.Runtime()
   data = rt.load_data(config, workdir)
   save_data_stats(data, workdir)
-  state = eval_run.restore_for_eval(
+  state = evaluation.restore_for_eval(
     config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   state = rt.host_local(state)
@@ -168,7 +168,7 @@ def final(args) -> None:
     seconds = time.perf_counter() - start
     for replace_unk in (False, True):
       hyps = [
-        evaluate.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer, replace_unk)
+        inference.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer, replace_unk)
         for t, r in zip(translations, raw, strict=True)
       ]
       grid.append(
@@ -176,8 +176,8 @@ def final(args) -> None:
           "beam_size": beam,
           "length_norm_alpha": alpha,
           "replace_unk": replace_unk,
-          "valid_bleu": evaluate.bleu(hyps, refs)[0],
-          "valid_chrf": evaluate.chrf(hyps, refs),
+          "valid_bleu": metrics.bleu(hyps, refs)[0],
+          "valid_chrf": metrics.chrf(hyps, refs),
           "decode_s": seconds,
         }
       )
@@ -188,7 +188,7 @@ def final(args) -> None:
   chosen.decode.length_norm_alpha = best["length_norm_alpha"]
   chosen.decode.replace_unk = best["replace_unk"]
   start = time.perf_counter()
-  test = evaluate.evaluate_split(state, data, "test", chosen, workdir / "eval" / "test")
+  test = evaluation.evaluate_split(state, data, "test", chosen, workdir / "eval" / "test")
   test["decode_s"] = time.perf_counter() - start
   test["step"] = int(state.step)
   out = {"decode_grid": grid, "chosen_decode": best, "test": test}

@@ -25,8 +25,8 @@ WORKDIR/structural_study.json):
   selected here, after evaluation, by source length: BLEU of the run's test hypotheses
   restricted to those pairs against their references, and AER and attention entropy of the
   teacher-forced attention on them (argmax links against the gold alignments, as in
-  `seq2seq.evaluate`);
-* decoding speed: sentences per second of `seq2seq.evaluate.translate_split` with the run's
+  `seq2seq.metrics`);
+* decoding speed: sentences per second of `seq2seq.inference.translate_split` with the run's
   decode settings over the first `--decode-sentences` long test sources and as many short ones
   (shorter than the long split). A first pass compiles; the second is timed.
 
@@ -71,7 +71,7 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import eval_run, evaluate, input_pipeline, structures
+from seq2seq import evaluation, inference, input_pipeline, metrics, structures
 from seq2seq import runtime as rt
 from seq2seq.data import synthetic
 
@@ -159,12 +159,12 @@ def long_split(sweep: Sweep, args: argparse.Namespace) -> tuple[int, int]:
 
 
 def decode_speed(state, split: input_pipeline.Split, config) -> float | None:
-  """Sentences per second of `evaluate.translate_split` (second pass; the first compiles)."""
+  """Sentences per second of `inference.translate_split` (second pass; the first compiles)."""
   if len(split) == 0:
     return None
-  evaluate.translate_split(state, split, config)
+  inference.translate_split(state, split, config)
   start = time.perf_counter()
-  evaluate.translate_split(state, split, config)
+  inference.translate_split(state, split, config)
   return len(split) / (time.perf_counter() - start)
 
 
@@ -200,7 +200,7 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   config = run.config()
   runtime = rt.Runtime()
   data = rt.load_data(config, run.workdir)
-  state = eval_run.restore_for_eval(
+  state = evaluation.restore_for_eval(
     config, run.workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   raw = data.raw("test")
@@ -208,14 +208,12 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   ids = input_pipeline.long_test_indices([src for src, _, _ in raw], *long_split).tolist()
   hyps = runs_lib.hypotheses(run)
   out: dict[str, Any] = {"long_split": list(long_split), "long_sentences": len(ids)}
-  out["long_bleu"] = evaluate.bleu([hyps[i] for i in ids], [raw[i][1] for i in ids])[0]
+  out["long_bleu"] = metrics.bleu([hyps[i] for i in ids], [raw[i][1] for i in ids])[0]
   if ids and all(raw[i][2] is not None for i in ids):
-    forced = evaluate.teacher_forced_attention(state, input_pipeline.subset(test, ids), config)
+    forced = inference.teacher_forced_attention(state, input_pipeline.subset(test, ids), config)
     gold = [set(synthetic.parse_alignment(raw[i][2])) for i in ids]
-    out["long_aer"] = evaluate.alignment_error_rate(
-      [evaluate.argmax_links(a) for a in forced], gold
-    )
-    out["long_attention_entropy"] = evaluate.attention_entropy(forced)
+    out["long_aer"] = metrics.alignment_error_rate([metrics.argmax_links(a) for a in forced], gold)
+    out["long_attention_entropy"] = metrics.attention_entropy(forced)
   short = [i for i, (src, _, _) in enumerate(raw) if len(src.split()) < long_split[0]]
   for name, chosen in (("short", short), ("long", ids)):
     chosen = chosen[:decode_sentences]

@@ -52,7 +52,7 @@ from typing import Any
 from experiments.lib import cli, configs, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import evaluate
+from seq2seq import metrics
 
 
 class GridSweep(cli.Study):
@@ -153,14 +153,14 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
       "Twin peaks: of the output words spelled like a source word that occurs once on each side"
       " (names, numbers, cognates: links known without gold alignments), the share whose"
-      " attention peaks on that source word (`evaluate.identical_word_offsets`)."
+      " attention peaks on that source word (`metrics.identical_word_offsets`)."
     )
   if with_coverage:
     lines.append(
       "Over-translated: output words repeated beyond the reference (sum over words of"
       " max(0, n_hyp - max(1, n_ref)), `<unk>` left out); unattended: source content words (outside"
-      f" the {evaluate.CONTENT_RANK} most frequent) that no output word's attention peaks on; both"
-      " summed over the test split (`seq2seq.evaluate`)."
+      f" the {metrics.CONTENT_RANK} most frequent) that no output word's attention peaks on; both"
+      " summed over the test split (`seq2seq.metrics`)."
     )
   n = result["significance"]["n_samples"]
   lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))

@@ -23,7 +23,7 @@ __all__ = ["Hypothesis", "Scored", "Translator", "load"]
 def load(workdir: str | Path, config: ml_collections.ConfigDict | None = None) -> Translator:
   """The run in `workdir`, ready to translate and score: its saved config (WORKDIR/config.json,
   or `config` when given, e.g. with other `decode` settings) and its best checkpoint by
-  validation BLEU, else its latest (`eval_run.restore_for_eval`)."""
+  validation BLEU, else its latest (`evaluation.restore_for_eval`)."""
   if config is None:
     config = checkpoints.load_config(workdir)
   return translate.Translator(config, workdir)

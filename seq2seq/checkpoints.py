@@ -11,7 +11,7 @@ once the checkpoint is complete. Opening a checkpointer verifies every step that
 damaged step (a file changed, cut short or gone) is moved to WORKDIR/damaged/, with a warning
 naming it, so restoring takes the newest intact step; a step that cannot be read at all
 (`CheckpointError`, naming its folder) is left for the caller to fall back from
-(`eval_run.restore_run`). A step without checksums.json (a kill between the checkpoint and its
+(`evaluation.restore_run`). A step without checksums.json (a kill between the checkpoint and its
 checksums, or a checkpoint written before they existed) is trusted as Orbax wrote it.
 """
 

@@ -142,16 +142,16 @@ def _say_error(line: str, verbose: bool) -> None:
 
 
 def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> int:
-  from seq2seq import eval_run, train  # JAX and the data stack: not needed by report mode.
+  from seq2seq import evaluation, train  # JAX and the data stack: not needed by report mode.
 
   if mode == "train":
     results = train.train_and_evaluate(config, workdir)
   else:
-    results = eval_run.evaluate_splits(config, workdir)
+    results = evaluation.evaluate_splits(config, workdir)
   if as_json:
     print(json.dumps({"workdir": str(workdir), "results": results}, indent=2, sort_keys=True))
   else:
-    print(closing_summary(results, workdir, prefix=eval_run.eval_prefix(config)))
+    print(closing_summary(results, workdir, prefix=evaluation.eval_prefix(config)))
   return PREEMPTED if "preempted_at_step" in results else 0
 
 

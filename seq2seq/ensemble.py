@@ -16,7 +16,7 @@ Either is a normalised distribution, so log-softmax leaves `mean_prob` as it is.
 returned is one member's (`attention=i`) or the mean over the members that have attention.
 Teacher-forced passes (`__call__`: validation loss, AER) combine the same way.
 
-`decode.ensemble="runs/a,runs/b"` makes evaluation and translation (`eval_run.restore_for_eval`)
+`decode.ensemble="runs/a,runs/b"` makes evaluation and translation (`evaluation.restore_for_eval`)
 decode the ensemble of those runs instead of the workdir's own checkpoint: `load` restores each
 run's best (else latest) checkpoint with the config it was trained with (its `config.json`);
 `prepare_workdir` refuses, in one line, runs whose vocabularies differ.
@@ -191,7 +191,7 @@ def load(
   restore_member: Callable[[Path], steps.TrainState],
 ) -> steps.TrainState:
   """The runs `config.decode.ensemble` names as one decoding state, each restored by
-  `restore_member(workdir)` (`eval_run` restores its best, else latest, checkpoint with the
+  `restore_member(workdir)` (`evaluation` restores its best, else latest, checkpoint with the
   config it was trained with), combined as `decode.ensemble_combination` with the attention of
   `decode.ensemble_attention`. `prepare_workdir` checks the vocabularies first."""
   models = [restore_member(workdir).model() for workdir in workdirs(config)]

@@ -43,7 +43,7 @@ parameter tree becomes {"forward": ..., "reverse": ...}, saved whole in the ordi
 while every other name keeps its tree untouched. For everything downstream (validation, beam
 search, evaluation, translation) an `Agreement` is its forward model: `encode`, `decoder_step`
 and `__call__` delegate to `forward`, so a workdir evaluates exactly as a plain RNNsearch would;
-`eval_run.direction_state` extracts either direction as a plain RNNsearch state.
+`evaluation.direction_state` extracts either direction as a plain RNNsearch state.
 
 Training (`__call__`) hoists everything that does not depend on the recurrence out of the
 `lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep

@@ -17,7 +17,7 @@ What the seeds share and what they do not:
 Every seed gets an ordinary workdir: its `config.json` (with its own `seed`), `vocab/` (a copy of
 the first seed's), Orbax `checkpoints/` (one per seed, the shared iterator state inside),
 `best/` (its best greedy validation BLEU), `metrics.jsonl` and TensorBoard events, and
-`eval/{valid,test}/` from `eval_run.evaluate_splits` at the end, so each can be inspected,
+`eval/{valid,test}/` from `evaluation.evaluate_splits` at the end, so each can be inspected,
 evaluated (`main.py --mode=eval`) or continued alone like any other run. Rerunning
 `train_together` with the same arguments resumes the group from the latest step checkpointed
 in every workdir. Train lines carry `seeds_together` (G); their `tokens_per_s` counts one
@@ -50,7 +50,7 @@ def train_together(
 ) -> list[dict[str, Any]]:
   """Trains `config` for every seed in `seeds` together, then evaluates each seed's workdir.
 
-  Returns each seed's `eval_run.evaluate_splits` results ({} without `train.final_eval`), or
+  Returns each seed's `evaluation.evaluate_splits` results ({} without `train.final_eval`), or
   [{"preempted_at_step": N}] * G when SIGTERM/SIGINT stopped it (checkpoints saved; rerun).
   """
   if len(seeds) != len(workdirs) or len(set(seeds)) != len(seeds) or not seeds:

@@ -29,8 +29,8 @@ import ml_collections
 
 from seq2seq import (
   ensemble,
-  evaluate,
   features,
+  inference,
   input_pipeline,
   lexicon,
   models,
@@ -124,7 +124,7 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   for name in ("length_norm_alpha", "coverage_penalty"):
     if dec[name] < 0:
       raise ValueError(f"decode.{name} must be >= 0, got {dec[name]}")
-  evaluate.check_replace_unk(config)
+  inference.check_replace_unk(config)
   return model
 
 

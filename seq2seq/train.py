@@ -9,7 +9,7 @@ and the wall time spent so far inside each checkpoint, the wall-clock budget
 (`train.max_minutes`), SIGTERM/SIGINT preemption, non-finite steps (`train.nonfinite`), train
 lines every `train.log_every` steps, validation loss, perplexity and greedy BLEU every
 `train.eval_every` (keeping each member's best checkpoint in WORKDIR/best), checkpoints every
-`train.checkpoint_every`, and the final evaluation of every member (`eval_run.evaluate_splits`).
+`train.checkpoint_every`, and the final evaluation of every member (`evaluation.evaluate_splits`).
 
 The step is passed in (`train_step`, default `steps.train_step` with the config): tests hand
 the loop a step that misbehaves on purpose rather than the library carrying test hooks.
@@ -36,7 +36,7 @@ from seq2seq import (
   checkpoints,
   console,
   copying,
-  eval_run,
+  evaluation,
   files,
   input_pipeline,
   models,
@@ -393,15 +393,15 @@ class Loop:
       process_index=jax.process_index(),
       process_count=jax.process_count(),
     )
-    result = eval_run.evaluate_loss(self.eval_fn, self.state.for_eval(), batches, self.runtime)
+    result = evaluation.evaluate_loss(self.eval_fn, self.state.for_eval(), batches, self.runtime)
     for k, (w, cfg) in enumerate(zip(self.writers, members.configs, strict=True)):
       scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
       scalars["elapsed_s"] = self.elapsed()
       if self.tcfg.valid_bleu:
         member_state = members.state(self.state, k)
-        out = members.workdirs[k] / eval_run.VALID_HYPOTHESES.format(step=done)
+        out = members.workdirs[k] / evaluation.VALID_HYPOTHESES.format(step=done)
         out = out if self.primary else None
-        scalars.update(eval_run.valid_scores(member_state.for_eval(), self.data, cfg, out))
+        scalars.update(evaluation.valid_scores(member_state.for_eval(), self.data, cfg, out))
         if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
           self.best_bleu[k] = scalars["bleu"]
           self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
@@ -443,7 +443,7 @@ class Loop:
     for k, (cfg, wd) in enumerate(zip(self.members.configs, self.members.workdirs, strict=True)):
       final = {}
       if self.tcfg.final_eval:
-        final = eval_run.evaluate_splits(
+        final = evaluation.evaluate_splits(
           cfg,
           wd,
           data=self.data,

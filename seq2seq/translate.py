@@ -46,9 +46,9 @@ from seq2seq import (
   copying,
   decode,
   ensemble,
-  eval_run,
-  evaluate,
+  evaluation,
   files,
+  inference,
   input_pipeline,
   scores,
   settings,
@@ -106,11 +106,11 @@ class Translator:
     ensemble.prepare_workdir(config, workdir)  # An ensemble's vocabularies, checked.
     workdir = Path(workdir)
     vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
-    state = eval_run.restore_for_eval(
+    state = evaluation.restore_for_eval(
       config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
     )
     self.config = config
-    self.state = rt.host_local(eval_run.direction_state(state, config.model.direction))
+    self.state = rt.host_local(evaluation.direction_state(state, config.model.direction))
     self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
     if config.model.direction == "reverse":  # Target-language text in, source language out.
       self.src_tok, self.tgt_tok = self.tgt_tok, self.src_tok
@@ -211,15 +211,15 @@ def translate_lines(
       longest,
       shown,
     )
-  found = evaluate.nbest_split(
+  found = inference.nbest_split(
     t.state, _split(ids, [[] for _ in ids]), config, nbest, progress="translating"
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
   over = decode.normalised_over(config)
   for i, translations in zip(keep, found, strict=True):
     for tr in translations:
-      text = evaluate.output_text(tr, lines[i], t.src_tok, t.tgt_tok, config.decode.replace_unk)
-      tokens = evaluate.output_tokens(tr.ids, lines[i], t.src_tok, t.tgt_tok)
+      text = inference.output_text(tr, lines[i], t.src_tok, t.tgt_tok, config.decode.replace_unk)
+      tokens = inference.output_tokens(tr.ids, lines[i], t.src_tok, t.tgt_tok)
       hyp = Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished, over)
       out[i].append(hyp)
   return out, {"truncated": truncated, "too_long": len(too_long)}
@@ -242,7 +242,7 @@ def _unscorable(t: Translator, source: str, target: str) -> str | None:
 
 def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
   """One `Scored` per (source, target) pair, in order: the target's log-probabilities given the
-  source under the model (`evaluate.score_split`: batched, jitted, bucketed), or the reason it
+  source under the model (`inference.score_split`: batched, jitted, bucketed), or the reason it
   was not scored (an empty side; a source longer than the model can address)."""
   if len(sources) != len(targets):
     raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one per source")
@@ -261,9 +261,9 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
       ids = copying.copy_targets(ids, *tokens)
     tgt_ids.append(ids)
     keep.append(i)
-  forced = evaluate.score_split(t.state, _split(src_ids, tgt_ids), t.config)
+  forced = inference.score_split(t.state, _split(src_ids, tgt_ids), t.config)
   for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
-    tokens = [*evaluate.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
+    tokens = [*inference.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
     out[i] = Scored(tokens, f.token_scores.tolist(), f.score, f.norm_score, f.alpha, None, over)
   return out
 

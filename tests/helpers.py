@@ -115,7 +115,7 @@ def _in_this_process(entry, argv: list[str]) -> subprocess.CompletedProcess:
   return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
-def metrics(workdir):
+def metric_rows(workdir):
   return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -12,7 +12,7 @@ from flax import nnx
 from helpers import run_main
 
 from configs import tiny
-from seq2seq import eval_run, models, objective, steps
+from seq2seq import evaluation, models, objective, steps
 from seq2seq import tokenizer as tok
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -143,11 +143,11 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
 def test_direction_state_needs_an_agreement_run():
   cfg = tiny.get_config()
   plain = state_of(models.build_model(cfg.model, 20, 20, rngs=nnx.Rngs(0)), cfg)
-  assert eval_run.direction_state(plain, "forward") is plain
+  assert evaluation.direction_state(plain, "forward") is plain
   with pytest.raises(ValueError, match="model.name=agreement"):
-    eval_run.direction_state(plain, "reverse")
+    evaluation.direction_state(plain, "reverse")
   with pytest.raises(ValueError, match="'sideways' is not one of"):
-    eval_run.direction_state(plain, "sideways")
+    evaluation.direction_state(plain, "sideways")
 
 
 @pytest.mark.slow
@@ -199,7 +199,7 @@ def test_main_trains_saves_and_decodes_both_directions(tmp_path):
 
   # The reverse model on its own: evaluated on the corpus read target -> source ...
   cfg.model.direction = "reverse"
-  reverse = eval_run.evaluate_splits(cfg, workdir)
+  reverse = evaluation.evaluate_splits(cfg, workdir)
   assert (workdir / "eval_reverse" / "test" / "results.json").exists()
   assert reverse["test"]["num_sentences"] == 64 and 0.0 <= reverse["test"]["aer"] <= 1.0
   assert reverse["test"]["loss"] != results["test"]["loss"]

@@ -11,7 +11,7 @@ import pytest
 from helpers import final_params
 
 from configs import tiny
-from seq2seq import average, checkpoints, eval_run, input_pipeline, steps, train
+from seq2seq import average, checkpoints, evaluation, input_pipeline, steps, train
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -58,7 +58,7 @@ def test_an_averaged_run_evaluates_with_the_averaged_parameters(trained, tmp_pat
   average.average_checkpoints(trained, out, last=2)
   config = tiny.get_config()
   config.decode.beam_size, config.decode.num_heatmaps = 1, 0
-  results = eval_run.evaluate_splits(config, out)
+  results = evaluation.evaluate_splits(config, out)
   assert results["test"]["step"] == 20
   assert (out / "eval" / "test" / "hypotheses.txt").exists()
 
@@ -73,7 +73,7 @@ def test_an_averaged_run_evaluates_with_the_averaged_parameters(trained, tmp_pat
 
   def test_loss(state):
     batches = input_pipeline.eval_batches(data, "test", config)
-    return eval_run.evaluate_loss(eval_fn, state, batches, runtime)["loss"]
+    return evaluation.evaluate_loss(eval_fn, state, batches, runtime)["loss"]
 
   want, last = test_loss(mean), test_loss(at20)
   assert abs(want - last) > 1e-4  # The two can be told apart.
@@ -138,7 +138,7 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   ema_kernel = np.asarray(jax.tree.leaves(trees["full"]["ema"]["score"]["u_a"]["kernel"])[0])
   assert step == 20 and not np.allclose(ema_kernel, params["/score/u_a/kernel/value"])
   sizes = [tok.load(tmp_path / "full" / "vocab" / side).size for side in ("src", "tgt")]
-  state = eval_run.restore_for_eval(config(20), tmp_path / "full", *sizes, rt.Runtime())
+  state = evaluation.restore_for_eval(config(20), tmp_path / "full", *sizes, rt.Runtime())
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
   np.testing.assert_array_equal(np.asarray(got), ema_kernel)
 
@@ -146,7 +146,7 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   record = average.average_checkpoints(tmp_path / "full", tmp_path / "raw", last=1, raw=True)
   raw_config = checkpoints.load_config(tmp_path / "raw")
   assert record["raw"] and record["steps"] == [20] and raw_config.train.ema_decay == 0
-  state = eval_run.restore_for_eval(raw_config, tmp_path / "raw", *sizes, rt.Runtime())
+  state = evaluation.restore_for_eval(raw_config, tmp_path / "raw", *sizes, rt.Runtime())
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
   np.testing.assert_array_equal(np.asarray(got), params["/score/u_a/kernel/value"])
   with pytest.raises(ValueError, match="keeps no moving average"):

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 from absl import logging as absl_logging
-from helpers import metrics, run_main_py
+from helpers import metric_rows, run_main_py
 
 from configs import tiny
-from seq2seq import cli, console, evaluate, train
+from seq2seq import cli, console, evaluation, metrics, train
 
 
 def test_the_results_table_and_where_to_look(tmp_path):
@@ -134,7 +134,7 @@ def test_training_prints_one_line_per_log_interval_with_the_eta_down_the_budget(
   )
   steps = [pattern.fullmatch(line) for line in err if re.match(r"step \d+/", line)]
   assert steps and all(steps), err
-  rows = [r for r in metrics(tmp_path) if r["split"] == "train"]
+  rows = [r for r in metric_rows(tmp_path) if r["split"] == "train"]
   assert [int(m.group(1)) for m in steps] == [r["step"] for r in rows]  # One per log interval.
   left = [60 * int(m.group(2) or 0) + int(m.group(3)) for m in steps[1:] if m.group(3)]
   assert left and all(s <= 15 for s in left)  # Counting down the 15 s budget, not the steps.
@@ -147,16 +147,16 @@ def test_sacrebleu_stays_quiet_on_the_pretokenised_corpus_with_the_same_score(ca
   refs = [f"le chat {i} dort ." for i in range(120)]
   hyps = [f"le chat {i} mange ." for i in range(120)]
   with caplog.at_level(logging.WARNING, logger="sacrebleu"):
-    plain = evaluate.bleu(hyps, refs)
+    plain = metrics.bleu(hyps, refs)
   assert "tokenized period" in caplog.text  # The warning the embedded corpus would raise.
   caplog.clear()
   with caplog.at_level(logging.WARNING, logger="sacrebleu"):
-    quiet = evaluate.bleu(hyps, refs, pretokenized=True)
+    quiet = metrics.bleu(hyps, refs, pretokenized=True)
   assert caplog.text == "" and quiet == plain  # Same score and signature.
   config = tiny.get_config()
-  assert evaluate.pretokenized(config)
+  assert metrics.pretokenized(config)
   config.data.corpus = "local"
-  assert not evaluate.pretokenized(config)
+  assert not metrics.pretokenized(config)
 
 
 def test_eval_ends_with_the_table_or_with_json(trained, tmp_path, capsys, caplog):
@@ -196,12 +196,11 @@ def test_any_failure_is_one_error_line_with_its_traceback_in_the_log(trained, mo
   """A failure that is no user's mistake (here a RuntimeError deep in evaluation) still ends in
   one error line naming it, exit status 1; the traceback goes to the log, and to the terminal
   only with --verbosity."""
-  from seq2seq import eval_run
 
   def boom(*args, **kwargs):
     raise RuntimeError("out of cheese\nsecond line")
 
-  monkeypatch.setattr(eval_run, "evaluate_splits", boom)
+  monkeypatch.setattr(evaluation, "evaluate_splits", boom)
   config = tiny.get_config()
   before = (trained / "log.txt").read_text()
   for verbose in (False, True):

@@ -9,7 +9,7 @@ from conftest import random_batch, randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import copying, decode, evaluate, input_pipeline, models, settings
+from seq2seq import copying, decode, inference, input_pipeline, metrics, models, settings
 from seq2seq import tokenizer as tok
 
 SRC_VOCAB, VOCAB = 30, 40
@@ -159,8 +159,8 @@ def test_an_unknown_source_word_is_produced_as_itself(vocabs):
   src_tok, tgt_tok = vocabs
   source = "Zorblax sat on the mat"
   ids = [tgt_tok.encode("le")[0], tgt_tok.size + 0, tok.EOS_ID, 0]
-  tr = evaluate.Translation(ids, np.zeros((3, 6), np.float32))
-  assert evaluate.output_text(tr, source, src_tok, tgt_tok) == "le Zorblax"
+  tr = inference.Translation(ids, np.zeros((3, 6), np.float32))
+  assert inference.output_text(tr, source, src_tok, tgt_tok) == "le Zorblax"
 
 
 def test_the_input_pipeline_builds_copy_targets_into_tgt_out(tmp_path):
@@ -233,5 +233,5 @@ def test_oov_recall_counts_produced_reference_words_the_vocabulary_lacks(vocabs)
   refs = ["le Zorblax sur le Qux", "le chat", "Qux Qux Zorblax"]
   hyps = ["le Zorblax Zorblax", "le chat", "Qux"]
   # Out of the vocabulary: Zorblax, Qux (first); none (second); Qux x2, Zorblax (third).
-  assert evaluate.oov_recall(hyps, refs, tgt_tok) == (2 / 5, 5)  # Zorblax once, Qux once.
-  assert evaluate.oov_recall(["le chat"], ["le chat"], tgt_tok) == (None, 0)
+  assert metrics.oov_recall(hyps, refs, tgt_tok) == (2 / 5, 5)  # Zorblax once, Qux once.
+  assert metrics.oov_recall(["le chat"], ["le chat"], tgt_tok) == (None, 0)

@@ -14,7 +14,7 @@ from flax import nnx
 from helpers import decode_random_batch
 
 from configs import tiny
-from seq2seq import ensemble, eval_run, models, settings
+from seq2seq import ensemble, evaluation, models, settings
 from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
@@ -90,7 +90,7 @@ def _config(members, **decode):
 def test_an_ensemble_of_a_run_with_itself_evaluates_as_the_run(trained, tmp_path):
   single = json.loads((trained / "eval" / "test" / "results.json").read_text())
   config = _config([trained, trained])
-  results = eval_run.evaluate_splits(config, tmp_path / "ens")
+  results = evaluation.evaluate_splits(config, tmp_path / "ens")
   assert results["test"]["bleu"] == pytest.approx(single["bleu"], abs=1e-9)
   assert results["test"]["loss"] == pytest.approx(single["loss"], rel=1e-4)
   hyps = (tmp_path / "ens" / "eval" / "test" / "hypotheses.txt").read_text()

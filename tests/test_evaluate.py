@@ -9,7 +9,16 @@ import pytest
 from flax import nnx
 
 from configs import tiny
-from seq2seq import checkpoints, eval_run, evaluate, input_pipeline, plots, steps, translate
+from seq2seq import (
+  checkpoints,
+  evaluation,
+  inference,
+  input_pipeline,
+  metrics,
+  plots,
+  steps,
+  translate,
+)
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tk
 from seq2seq.data import synthetic
@@ -22,21 +31,21 @@ REFS = [
 
 
 def test_bleu_of_reference_against_itself_is_100():
-  score, signature = evaluate.bleu(REFS, REFS)
+  score, signature = metrics.bleu(REFS, REFS)
   assert score == pytest.approx(100.0, abs=1e-6)
   assert "tok:13a" in signature
-  assert evaluate.tokenized_bleu(REFS, REFS) == pytest.approx(100.0, abs=1e-6)
-  assert evaluate.chrf(REFS, REFS) == pytest.approx(100.0, abs=1e-6)
-  assert evaluate.bleu(["x y z w"] * 3, REFS)[0] < 1.0
+  assert metrics.tokenized_bleu(REFS, REFS) == pytest.approx(100.0, abs=1e-6)
+  assert metrics.chrf(REFS, REFS) == pytest.approx(100.0, abs=1e-6)
+  assert metrics.bleu(["x y z w"] * 3, REFS)[0] < 1.0
 
 
 def test_lowercased_bleu_and_chrf_ignore_case_only():
   upper = [r.upper() for r in REFS]
-  assert evaluate.bleu(upper, REFS)[0] < 5.0
-  score, signature = evaluate.bleu(upper, REFS, lowercase=True)
+  assert metrics.bleu(upper, REFS)[0] < 5.0
+  score, signature = metrics.bleu(upper, REFS, lowercase=True)
   assert score == pytest.approx(100.0, abs=1e-6) and "case:lc" in signature
-  assert evaluate.chrf(upper, REFS) < 50.0
-  assert evaluate.chrf(upper, REFS, lowercase=True) == pytest.approx(100.0, abs=1e-6)
+  assert metrics.chrf(upper, REFS) < 50.0
+  assert metrics.chrf(upper, REFS, lowercase=True) == pytest.approx(100.0, abs=1e-6)
 
 
 def test_an_unknown_word_scores_as_one_wrong_word():
@@ -46,51 +55,51 @@ def test_an_unknown_word_scores_as_one_wrong_word():
   refs = ["the black cat sleeps on the mat .", "a dog runs in the park ."]
   unk = ["the black cat sleeps on the <unk> .", "a <unk> runs in the park ."]
   wrong = ["the black cat sleeps on the zzz .", "a zzz runs in the park ."]
-  assert evaluate.bleu(unk, refs)[0] == pytest.approx(evaluate.bleu(wrong, refs)[0])
-  assert evaluate.bleu(unk, refs, lowercase=True)[0] == pytest.approx(evaluate.bleu(wrong, refs)[0])
+  assert metrics.bleu(unk, refs)[0] == pytest.approx(metrics.bleu(wrong, refs)[0])
+  assert metrics.bleu(unk, refs, lowercase=True)[0] == pytest.approx(metrics.bleu(wrong, refs)[0])
   sp = tk.SentencePieceTokenizer.train(refs * 20, size=40)
-  assert evaluate.tokenized_bleu(unk, refs, sp, "en") == pytest.approx(
-    evaluate.tokenized_bleu(wrong, refs, sp, "en")
+  assert metrics.tokenized_bleu(unk, refs, sp, "en") == pytest.approx(
+    metrics.tokenized_bleu(wrong, refs, sp, "en")
   )
-  assert evaluate.chrf(unk, refs) < evaluate.chrf(refs, refs)
+  assert metrics.chrf(unk, refs) < metrics.chrf(refs, refs)
 
 
 def test_no_unk_subset():
-  assert evaluate.no_unk_subset([False, True, False, False], [False, False, True, False]) == [0, 3]
+  assert metrics.no_unk_subset([False, True, False, False], [False, False, True, False]) == [0, 3]
 
 
 def test_bleu_by_length_bins_and_counts():
   hyps = [REFS[0], "completely wrong words here", REFS[2]]
-  rows = evaluate.bleu_by_length(hyps, REFS, src_lengths=[7, 25, 28])
+  rows = metrics.bleu_by_length(hyps, REFS, src_lengths=[7, 25, 28])
   assert [(r["min_len"], r["max_len"], r["count"]) for r in rows] == [(1, 10, 1), (21, 30, 2)]
   assert rows[0]["bleu"] == pytest.approx(100.0)
-  want, _ = evaluate.bleu(hyps[1:], REFS[1:])
+  want, _ = metrics.bleu(hyps[1:], REFS[1:])
   assert rows[1]["bleu"] == pytest.approx(want)
 
 
 def test_links_from_attention():
   alpha = np.array([[0.7, 0.2, 0.1], [0.1, 0.45, 0.45], [0.0, 0.1, 0.9]])
-  assert evaluate.argmax_links(alpha) == {(0, 0), (1, 1), (2, 2)}
-  assert evaluate.threshold_links(alpha, 0.4) == {(0, 0), (1, 1), (2, 1), (2, 2)}
+  assert metrics.argmax_links(alpha) == {(0, 0), (1, 1), (2, 2)}
+  assert metrics.threshold_links(alpha, 0.4) == {(0, 0), (1, 1), (2, 1), (2, 2)}
 
 
 def test_alignment_error_rate_hand_computed():
   gold = [{(0, 0), (1, 1), (2, 2)}]
-  assert evaluate.alignment_error_rate(gold, gold) == 0.0
-  assert evaluate.alignment_error_rate([{(0, 1), (1, 0)}], gold) == 1.0
+  assert metrics.alignment_error_rate(gold, gold) == 0.0
+  assert metrics.alignment_error_rate([{(0, 1), (1, 0)}], gold) == 1.0
   # Shifted by one target position: {(0,1),(1,2),(2,3)} shares (none) -> 1; a partial overlap:
   pred = [{(0, 0), (1, 1), (2, 1)}]  # |A|=3, |A&S|=2, |S|=3 -> 1 - 4/6.
-  assert evaluate.alignment_error_rate(pred, gold) == pytest.approx(1 - 4 / 6)
+  assert metrics.alignment_error_rate(pred, gold) == pytest.approx(1 - 4 / 6)
   # Possible links count for precision only: (2,1) possible -> 1 - (2 + 3) / 6.
-  assert evaluate.alignment_error_rate(pred, gold, [{(2, 1)}]) == pytest.approx(1 - 5 / 6)
+  assert metrics.alignment_error_rate(pred, gold, [{(2, 1)}]) == pytest.approx(1 - 5 / 6)
 
 
 def test_attention_entropy():
   uniform = np.full((2, 4), 0.25)
-  assert evaluate.attention_entropy([uniform]) == pytest.approx(np.log(4))
-  assert evaluate.attention_entropy([np.eye(3)]) == pytest.approx(0.0, abs=1e-9)
+  assert metrics.attention_entropy([uniform]) == pytest.approx(np.log(4))
+  assert metrics.attention_entropy([np.eye(3)]) == pytest.approx(0.0, abs=1e-9)
   # Local-p's rows sum to less than 1: the entropy is the renormalised row's.
-  assert evaluate.attention_entropy([0.4 * uniform]) == pytest.approx(np.log(4))
+  assert metrics.attention_entropy([0.4 * uniform]) == pytest.approx(np.log(4))
 
 
 def test_plots_write_pngs(tmp_path):
@@ -119,32 +128,32 @@ def test_bleu_is_on_detokenised_text(tmp_path):
   vocab = tk.WordVocab.build(refs, 100, tk.Pretokenizer("moses", "fr"))
   src_vocab = tk.WordVocab.build(["x"], 10)
   hyps = [
-    evaluate.output_text(
-      evaluate.Translation(vocab.encode(r), np.zeros((0, 0))), "x", src_vocab, vocab
+    inference.output_text(
+      inference.Translation(vocab.encode(r), np.zeros((0, 0))), "x", src_vocab, vocab
     )
     for r in refs
   ]
   path = tmp_path / "hypotheses.txt"
   path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-  score, _ = evaluate.bleu(path.read_text(encoding="utf-8").splitlines(), refs)
+  score, _ = metrics.bleu(path.read_text(encoding="utf-8").splitlines(), refs)
   assert score == pytest.approx(100.0, abs=1e-6)
   joined = [" ".join(vocab.tokenize(r)) for r in refs]  # What scoring token ids would see.
-  assert evaluate.bleu(joined, refs)[0] < 90.0
+  assert metrics.bleu(joined, refs)[0] < 90.0
 
 
 def test_shifted_links_and_their_aer():
   gold = [{(0, 0), (1, 1), (2, 2)}]
   late = {(0, 1), (1, 2), (2, 3)}  # Each source word is linked one target position too late.
-  assert evaluate.alignment_error_rate([late], gold) == 1.0
-  assert evaluate.shift_links(late, -1, num_target=4) == {(0, 0), (1, 1), (2, 2)}
-  assert evaluate.alignment_error_rate([evaluate.shift_links(late, -1, 4)], gold) == 0.0
-  assert evaluate.shift_links({(0, 0), (1, 3)}, 1, num_target=4) == {(0, 1)}  # t=4 drops.
-  assert evaluate.shift_links({(0, 0)}, -1, num_target=3) == set()  # t=-1 drops.
+  assert metrics.alignment_error_rate([late], gold) == 1.0
+  assert metrics.shift_links(late, -1, num_target=4) == {(0, 0), (1, 1), (2, 2)}
+  assert metrics.alignment_error_rate([metrics.shift_links(late, -1, 4)], gold) == 0.0
+  assert metrics.shift_links({(0, 0), (1, 3)}, 1, num_target=4) == {(0, 1)}  # t=4 drops.
+  assert metrics.shift_links({(0, 0)}, -1, num_target=3) == set()  # t=-1 drops.
   # Forward instead: {(0, 2), (1, 3)} (t=4 drops): |A|=2, |S|=3, no overlap -> 1.
-  assert evaluate.alignment_error_rate([evaluate.shift_links(late, 1, 4)], gold) == 1.0
+  assert metrics.alignment_error_rate([metrics.shift_links(late, 1, 4)], gold) == 1.0
   # A partial match: {(0, 0), (1, 2)} vs gold -> 1 - 2 * 1 / (2 + 3).
-  pred = evaluate.shift_links({(0, 1), (1, 3)}, -1, 4)
-  assert evaluate.alignment_error_rate([pred], gold) == pytest.approx(1 - 2 / 5)
+  pred = metrics.shift_links({(0, 1), (1, 3)}, -1, 4)
+  assert metrics.alignment_error_rate([pred], gold) == pytest.approx(1 - 2 / 5)
 
 
 def test_shifted_aer_is_zero_for_attention_exactly_one_word_off():
@@ -152,33 +161,33 @@ def test_shifted_aer_is_zero_for_attention_exactly_one_word_off():
   out with it: they would count as misses no alignment could avoid."""
   gold = {(0, 0), (1, 1), (2, 2), (3, 3)}  # The last target word has a gold link.
   late = {(0, 1), (1, 2), (2, 3)}  # Word t's attention on source t-1; step 0 attends to EOS.
-  assert evaluate.shifted_aer([late], [gold], -1, [4]) == 0.0
-  assert evaluate.shifted_aer([gold], [gold], 1, [4]) == 1.0
+  assert metrics.shifted_aer([late], [gold], -1, [4]) == 0.0
+  assert metrics.shifted_aer([gold], [gold], 1, [4]) == 1.0
   # Shifted forward, step 0's gold is out of reach: (0,1),(1,2),(2,3) vs gold of words 1-3.
   early = {(1, 0), (2, 1), (3, 2)}
-  assert evaluate.shifted_aer([early], [gold], 1, [4]) == 0.0
+  assert metrics.shifted_aer([early], [gold], 1, [4]) == 0.0
 
 
 def test_over_translation_counts_repeats_beyond_the_reference():
-  assert evaluate.over_translation("le chat chat chat dort".split(), "le chat dort".split()) == 2
-  assert evaluate.over_translation("le le chat".split(), "le chat voit le chien".split()) == 0
-  assert evaluate.over_translation("un un".split(), "le chat".split()) == 1
-  assert evaluate.over_translation([], "le chat".split()) == 0
+  assert metrics.over_translation("le chat chat chat dort".split(), "le chat dort".split()) == 2
+  assert metrics.over_translation("le le chat".split(), "le chat voit le chien".split()) == 0
+  assert metrics.over_translation("un un".split(), "le chat".split()) == 1
+  assert metrics.over_translation([], "le chat".split()) == 0
   # An output <unk> stands for a word the vocabulary lacks, each possibly another: never a repeat.
   out = "le <unk> chat <unk> dort".split()
-  assert evaluate.over_translation(out, "le zorblat chat mindelle dort".split()) == 0
-  assert evaluate.over_translation(["▁le<unk>", "▁le<unk>"], ["le", "le"]) == 0  # Pieces joined.
+  assert metrics.over_translation(out, "le zorblat chat mindelle dort".split()) == 0
+  assert metrics.over_translation(["▁le<unk>", "▁le<unk>"], ["le", "le"]) == 0  # Pieces joined.
 
 
 def test_under_translation_counts_unattended_content_words():
-  content = tk.NUM_SPECIALS + evaluate.CONTENT_RANK
+  content = tk.NUM_SPECIALS + metrics.CONTENT_RANK
   src = [content + 1, 5, content + 7, content + 2]  # Position 1 is a frequent word.
   alpha = np.zeros((3, 5))  # One extra column (EOS) is ignored.
   alpha[0, 0] = alpha[1, 1] = alpha[2, 4] = 1.0  # Positions 2 and 3 never get an argmax.
-  assert evaluate.under_translation(alpha, src) == 2
+  assert metrics.under_translation(alpha, src) == 2
   alpha[2, 4], alpha[2, 2] = 0.0, 1.0
-  assert evaluate.under_translation(alpha, src) == 1
-  assert evaluate.under_translation(np.zeros((0, 1)), []) == 0
+  assert metrics.under_translation(alpha, src) == 1
+  assert metrics.under_translation(np.zeros((0, 1)), []) == 0
 
 
 def test_tokenized_bleu_scores_the_target_tokenizers_words():
@@ -189,14 +198,14 @@ def test_tokenized_bleu_scores_the_target_tokenizers_words():
   hyps = ["le chat dort sur le tapis .", "Où est-il? demande l'enfant , inquiet ."]
   moses = tk.Pretokenizer("moses", "fr")
   vocab = tk.WordVocab.build(refs, 100, moses)
-  assert evaluate.tokenized_bleu(hyps, refs, vocab) == pytest.approx(100.0)
+  assert metrics.tokenized_bleu(hyps, refs, vocab) == pytest.approx(100.0)
   tokens = [" ".join(moses.split(h)) for h in hyps], [" ".join(moses.split(r)) for r in refs]
-  assert evaluate.tokenized_bleu(*tokens) == pytest.approx(100.0)
-  assert evaluate.tokenized_bleu(hyps, refs) < 60.0  # The old whitespace split of raw text.
+  assert metrics.tokenized_bleu(*tokens) == pytest.approx(100.0)
+  assert metrics.tokenized_bleu(hyps, refs) < 60.0  # The old whitespace split of raw text.
   # SentencePiece pieces are not words: its runs split with Moses for the target language.
   sp = tk.SentencePieceTokenizer.train(refs * 20, size=60)
-  assert evaluate.tokenized_bleu(hyps, refs, sp, "fr") == pytest.approx(100.0)
-  conventions = evaluate.bleu_conventions(vocab, "fr")
+  assert metrics.tokenized_bleu(hyps, refs, sp, "fr") == pytest.approx(100.0)
+  conventions = metrics.bleu_conventions(vocab, "fr")
   expected = {"bleu", "bleu_tokenized", "bleu_no_unk", "bleu_by_length", "chrf", "bleu_lowercase"}
   assert expected <= set(conventions)
   assert "moses" in conventions["bleu_tokenized"] and "13a" in conventions["bleu"]
@@ -218,17 +227,17 @@ def sp_run(tmp_path_factory):
 def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkeypatch):
   config, data, state = sp_run
   calls = []
-  real = evaluate.tokenized_bleu
+  real = metrics.tokenized_bleu
 
   def spy(*args, **kwargs):
     calls.append(args + tuple(kwargs.values()))
     return real(*args, **kwargs)
 
-  monkeypatch.setattr(evaluate, "tokenized_bleu", spy)
-  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  monkeypatch.setattr(metrics, "tokenized_bleu", spy)
+  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
   assert [c[2:] for c in calls] == [(data.tgt_tokenizer, "fr")]
   assert results["bleu_tokenized"] == real(*calls[0])
-  conventions = evaluate.bleu_conventions(data.tgt_tokenizer, "fr", pretokenized=True)
+  conventions = metrics.bleu_conventions(data.tgt_tokenizer, "fr", pretokenized=True)
   assert results["bleu_conventions"] == conventions  # The embedded corpus is written tokenised.
   assert "Moses" in conventions["bleu_tokenized"] and "force=True" in conventions["bleu"]
 
@@ -237,8 +246,8 @@ def test_an_empty_no_unk_subset_has_no_score(sp_run, monkeypatch):
   """Where every sentence has an unknown word the No-UNK columns are missing, not BLEU 0 (which
   a mean over seeds would take for a score)."""
   config, data, state = sp_run
-  monkeypatch.setattr(evaluate, "no_unk_subset", lambda src, ref: [])
-  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  monkeypatch.setattr(metrics, "no_unk_subset", lambda src, ref: [])
+  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
   assert results["num_no_unk"] == 0
   assert results["bleu_no_unk"] is None and results["bleu_no_unk_plain"] is None
 
@@ -250,12 +259,12 @@ def test_replace_unk_copies_real_source_words_never_eos():
   tgt_vocab = tk.WordVocab.build(["the cat"], 10)
   ids = [tk.UNK_ID, tgt_vocab.encode("cat")[0]]
   alpha = np.array([[0.1, 0.3, 0.05, 0.55], [0.2, 0.2, 0.2, 0.4], [0.0, 0.0, 0.0, 1.0]])
-  tr = evaluate.Translation(ids, alpha)  # [len(ids) + 1, 3 source words + EOS].
-  out = evaluate.output_text(tr, "le chat noir", src_vocab, tgt_vocab, replace_unk=True)
+  tr = inference.Translation(ids, alpha)  # [len(ids) + 1, 3 source words + EOS].
+  out = inference.output_text(tr, "le chat noir", src_vocab, tgt_vocab, replace_unk=True)
   assert out == "chat cat"
   # A source of no words leaves the <unk> as it is.
-  empty = evaluate.Translation(ids, np.array([[1.0], [1.0], [1.0]]))
-  assert evaluate.output_text(empty, "", src_vocab, tgt_vocab, replace_unk=True) == "<unk> cat"
+  empty = inference.Translation(ids, np.array([[1.0], [1.0], [1.0]]))
+  assert inference.output_text(empty, "", src_vocab, tgt_vocab, replace_unk=True) == "<unk> cat"
 
 
 def test_replace_unk_copies_only_the_words_a_truncated_source_kept():
@@ -264,8 +273,8 @@ def test_replace_unk_copies_only_the_words_a_truncated_source_kept():
   src_vocab = tk.WordVocab.build(["le chat noir dort"], 10)
   tgt_vocab = tk.WordVocab.build(["the cat"], 10)
   alpha = np.array([[0.1, 0.2, 0.7], [0.0, 0.0, 1.0]])  # [1 output + EOS, 2 kept words + EOS].
-  tr = evaluate.Translation([tk.UNK_ID], alpha)
-  out = evaluate.output_text(tr, "le chat noir dort", src_vocab, tgt_vocab, replace_unk=True)
+  tr = inference.Translation([tk.UNK_ID], alpha)
+  out = inference.output_text(tr, "le chat noir dort", src_vocab, tgt_vocab, replace_unk=True)
   assert out == "chat"
 
 
@@ -296,7 +305,9 @@ def _with_replace_unk(config):
 def test_evaluate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path):
   config, _, data, state = rnnencdec_run
   with pytest.raises(ValueError, match=NO_ATTENTION):
-    evaluate.evaluate_split(state, data, "valid", _with_replace_unk(config), tmp_path, write=False)
+    evaluation.evaluate_split(
+      state, data, "valid", _with_replace_unk(config), tmp_path, write=False
+    )
 
 
 def test_translate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path):
@@ -314,7 +325,7 @@ def test_sentencepiece_attention_maps_to_words_by_hand():
   a source word gets the sum of its pieces' columns, a target word the mean of its pieces'
   rows, and EOS rows and columns fall away."""
   src_pieces, tgt_pieces = ["▁le", "▁ch", "at"], ["▁the", "▁c", "at"]
-  src_spans, tgt_spans = evaluate.word_spans(src_pieces), evaluate.word_spans(tgt_pieces)
+  src_spans, tgt_spans = metrics.word_spans(src_pieces), metrics.word_spans(tgt_pieces)
   assert src_spans == tgt_spans == [(0, 1), (1, 3)]
   alpha = np.array(
     [
@@ -325,16 +336,16 @@ def test_sentencepiece_attention_maps_to_words_by_hand():
     ]
   )
   want = np.array([[0.6, 0.2], [(0.1 + 0.0) / 2, (0.8 + 0.8) / 2]])
-  np.testing.assert_allclose(evaluate.pieces_to_words(alpha, tgt_spans, src_spans), want)
+  np.testing.assert_allclose(metrics.pieces_to_words(alpha, tgt_spans, src_spans), want)
   # Pieces before the first word start (an unknown first character) make a word of their own.
-  assert evaluate.word_spans(["x", "▁a", "b", "▁c"]) == [(0, 1), (1, 3), (3, 4)]
-  assert evaluate.word_spans([]) == []
-  assert evaluate.pieces_to_words(np.zeros((1, 1)), [], []).shape == (0, 0)
+  assert metrics.word_spans(["x", "▁a", "b", "▁c"]) == [(0, 1), (1, 3), (3, 4)]
+  assert metrics.word_spans([]) == []
+  assert metrics.pieces_to_words(np.zeros((1, 1)), [], []).shape == (0, 0)
   # A word vocabulary's tokens are words already: the mapping is the identity.
   vocab = tk.WordVocab.build(["a b c"], 10)
-  assert evaluate.token_spans(vocab, ["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3)]
+  assert metrics.token_spans(vocab, ["a", "b", "c"]) == [(0, 1), (1, 2), (2, 3)]
   np.testing.assert_array_equal(
-    evaluate.pieces_to_words(alpha, [(0, 1), (1, 2)], [(0, 1), (1, 2), (2, 3)]), alpha[:2, :3]
+    metrics.pieces_to_words(alpha, [(0, 1), (1, 2)], [(0, 1), (1, 2), (2, 3)]), alpha[:2, :3]
   )
 
 
@@ -343,9 +354,9 @@ def test_under_translation_counts_subword_content_words():
   src = [10, 60, 61, 5]  # Words: (10,), (60, 61), (5,).
   spans = [(0, 1), (1, 3), (3, 4)]
   alpha = np.array([[0.7, 0.2, 0.1, 0.0], [0.6, 0.3, 0.1, 0.0]])  # Word-level, EOS column last.
-  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (5,)}) == 1
-  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (60, 61)}) == 1
-  assert evaluate.under_translation(alpha, src, spans, frequent={(10,), (5,), (60, 61)}) == 0
+  assert metrics.under_translation(alpha, src, spans, frequent={(10,), (5,)}) == 1
+  assert metrics.under_translation(alpha, src, spans, frequent={(10,), (60, 61)}) == 1
+  assert metrics.under_translation(alpha, src, spans, frequent={(10,), (5,), (60, 61)}) == 0
 
 
 def _word_of_each_piece(pieces):
@@ -358,9 +369,9 @@ def _word_of_each_piece(pieces):
 def test_teacher_forced_attention_of_a_sentencepiece_run_is_word_level(sp_run):
   config, data, state = sp_run
   raw = data.raw("valid")
-  forced = evaluate.word_attention(state, data, "valid", config)
+  forced = inference.word_attention(state, data, "valid", config)
   assert [a.shape for a in forced] == [(len(t.split()), len(s.split())) for s, t, _ in raw]
-  pieces = evaluate.teacher_forced_attention(state, data.splits["valid"], config)
+  pieces = inference.teacher_forced_attention(state, data.splits["valid"], config)
   assert sum(p.shape != a.shape for p, a in zip(pieces, forced, strict=True)) > len(raw) // 2
   for p, a, (s, t, _) in zip(pieces, forced, raw, strict=True):
     sw = _word_of_each_piece(data.src_tokenizer.tokenize(s))
@@ -389,8 +400,8 @@ def test_evaluate_split_aer_of_sentencepiece_runs_is_on_words(sp_run, monkeypatc
       out.append(alpha)
     return out
 
-  monkeypatch.setattr(evaluate, "teacher_forced_attention", oracle)
-  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  monkeypatch.setattr(inference, "teacher_forced_attention", oracle)
+  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
   assert results["aer_threshold"] == 0.0
   assert results["aer_subword_mapping"] == (
     "source: sum over a word's pieces; target: mean over a word's pieces"
@@ -400,15 +411,16 @@ def test_evaluate_split_aer_of_sentencepiece_runs_is_on_words(sp_run, monkeypatc
 def test_under_translation_of_a_sentencepiece_run_counts_words(sp_run):
   config, data, state = sp_run
   raw = data.raw("valid")
-  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
+  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
   assert results["source_words"] == sum(len(s.split()) for s, _, _ in raw)
   assert 0 <= results["under_translation"] <= results["source_words"]
   assert "50 most frequent" in results["under_translation_content"]
   # The frequent words are the corpus's most frequent whitespace words (up to ties at rank 50).
-  frequent = evaluate.frequent_words(data.splits["train"], data.src_tokenizer)
+  src = data.splits["train"].src
+  frequent = metrics.frequent_words((src.row(i) for i in range(len(src))), data.src_tokenizer)
   words = {data.src_tokenizer.detokenize(data.src_tokenizer.decode_tokens(w)) for w in frequent}
   counts = collections.Counter(w for s, _, _ in data.raw("train") for w in s.split())
-  cut = counts.most_common(evaluate.CONTENT_RANK)[-1][1]
+  cut = counts.most_common(metrics.CONTENT_RANK)[-1][1]
   assert (
     {w for w, n in counts.items() if n > cut} <= words <= {w for w, n in counts.items() if n >= cut}
   )
@@ -427,22 +439,24 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].add(5.0)
   state = state.replace(params=nnx.state(model, nnx.Param))
   split, raw = data.splits["valid"], data.raw("valid")
-  keep = evaluate.no_unk_subset(
+  keep = metrics.no_unk_subset(
     [bool(np.any(split.src.row(i) == tk.UNK_ID)) for i in range(len(split))],
     [bool(np.any(split.tgt.row(i) == tk.UNK_ID)) for i in range(len(split))],
   )
   assert 0 < len(keep) < len(split)
-  plain = evaluate.translate_split(state, split, config)
-  banned = evaluate.translate_split(state, input_pipeline.subset(split, keep), config, ban_unk=True)
+  plain = inference.translate_split(state, split, config)
+  banned = inference.translate_split(
+    state, input_pipeline.subset(split, keep), config, ban_unk=True
+  )
   assert all(tk.UNK_ID in plain[i].ids for i in keep)
   assert not any(tk.UNK_ID in tr.ids for tr in banned)
-  text = lambda tr, i: evaluate.output_text(tr, raw[i][0], data.src_tokenizer, data.tgt_tokenizer)
+  text = lambda tr, i: inference.output_text(tr, raw[i][0], data.src_tokenizer, data.tgt_tokenizer)
   refs = [raw[i][1] for i in keep]
-  results = evaluate.evaluate_split(state, data, "valid", config, None, write=False)
-  want = evaluate.bleu([text(tr, i) for tr, i in zip(banned, keep, strict=True)], refs)[0]
+  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
+  want = metrics.bleu([text(tr, i) for tr, i in zip(banned, keep, strict=True)], refs)[0]
   assert results["bleu_no_unk"] == pytest.approx(want)
   assert results["bleu_no_unk_plain"] == pytest.approx(
-    evaluate.bleu([text(plain[i], i) for i in keep], refs)[0]
+    metrics.bleu([text(plain[i], i) for i in keep], refs)[0]
   )
   assert results["num_no_unk"] == len(keep)
   assert "--ignore-unk" in results["bleu_conventions"]["bleu_no_unk"]
@@ -456,13 +470,13 @@ def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, 
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].set(unk_bias)
   out = tmp_path / "valid.txt.gz"
   state = state.replace(params=nnx.state(model, nnx.Param))
-  scores = eval_run.valid_scores(state, data, config, hypotheses_out=out)
+  scores = evaluation.valid_scores(state, data, config, hypotheses_out=out)
   assert scores["unk_rate"] == want
   with gzip.open(out, "rt", encoding="utf-8") as f:
     hyps = f.read().splitlines()
   refs = [pair[1] for pair in data.raw("valid")]
   assert len(hyps) == len(refs)
-  assert scores["bleu"] == pytest.approx(evaluate.bleu(hyps, refs)[0])
+  assert scores["bleu"] == pytest.approx(metrics.bleu(hyps, refs)[0])
 
 
 def test_identical_word_offsets_measure_from_each_twin():
@@ -472,19 +486,19 @@ def test_identical_word_offsets_measure_from_each_twin():
   alpha[np.arange(len(out)), 0] = 1.0
   # Twins: "Orange" (case ignored) only; "Boston" occurs twice in the source, "." holds no
   # letter, "<unk>" is no word, and "un"/"an" differ.
-  assert evaluate.identical_word_offsets(alpha, out, src) == [-4]
+  assert metrics.identical_word_offsets(alpha, out, src) == [-4]
   alpha[5, 0], alpha[5, 4] = 0.0, 1.0  # "Orange" now peaks on "orange".
-  assert evaluate.identical_word_offsets(alpha, out, src) == [0]
+  assert metrics.identical_word_offsets(alpha, out, src) == [0]
   alpha[5, 4], alpha[5, 5] = 0.0, 1.0  # One word ahead, on "hat".
-  assert evaluate.identical_word_offsets(alpha, out, src) == [1]
+  assert metrics.identical_word_offsets(alpha, out, src) == [1]
   pieces, words = ["▁Un", "▁chat", "▁42"], ["▁The", "▁cat", "▁42"]
-  assert evaluate.identical_word_offsets(np.eye(3), pieces, words) == [0]
-  assert evaluate.identical_word_offsets(np.eye(3)[::-1], pieces, words) == [-2]
-  assert evaluate.identical_word_offsets(np.zeros((0, 1)), [], []) == []
+  assert metrics.identical_word_offsets(np.eye(3), pieces, words) == [0]
+  assert metrics.identical_word_offsets(np.eye(3)[::-1], pieces, words) == [-2]
+  assert metrics.identical_word_offsets(np.zeros((0, 1)), [], []) == []
 
 
 def test_twin_figures_share_each_offset():
-  figures = evaluate.twin_figures([0, 0, 1, -1, 5, 0, 1, 0])
+  figures = metrics.twin_figures([0, 0, 1, -1, 5, 0, 1, 0])
   assert figures["identical_words"] == 8 and figures["identical_word_peaks"] == 0.5
   assert figures["identical_word_offsets"] == {
     "-2": 0.0,
@@ -493,7 +507,7 @@ def test_twin_figures_share_each_offset():
     "+1": 0.25,
     "+2": 0.0,
   }
-  assert evaluate.twin_figures([]) == {
+  assert metrics.twin_figures([]) == {
     "identical_words": 0,
     "identical_word_peaks": None,
     "identical_word_offsets": None,

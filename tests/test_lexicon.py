@@ -91,14 +91,14 @@ def test_evaluating_with_a_shortlist_of_every_word_changes_no_translation(traine
   import shutil
 
   from configs import tiny
-  from seq2seq import eval_run
+  from seq2seq import evaluation
 
   run = tmp_path / "run"
   shutil.copytree(trained, run, ignore=shutil.ignore_patterns("eval"))
   lexicon.main(["--workdir", str(run), "--top", "5"])
   config = tiny.get_config()
   config.decode.shortlist, config.decode.shortlist_frequent = str(run / lexicon.FILE), 10_000
-  eval_run.evaluate_splits(config, run)
+  evaluation.evaluate_splits(config, run)
   for split in ("valid", "test"):
     got = (run / "eval" / split / "hypotheses.txt").read_text()
     assert got == (trained / "eval" / split / "hypotheses.txt").read_text()

@@ -6,9 +6,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers import ROOT, final_params, main_command, metrics, run_main, subprocess_env
+from helpers import ROOT, final_params, main_command, metric_rows, run_main, subprocess_env
 
-from seq2seq import checkpoints, evaluate
+from seq2seq import checkpoints, metrics
 from seq2seq import runtime as rt
 
 
@@ -20,7 +20,7 @@ def test_run_writes_every_promised_file(trained):
     "10",
     "20",
   ]
-  records = metrics(trained)
+  records = metric_rows(trained)
   train_rows = [r for r in records if r["split"] == "train"]
   assert [r["step"] for r in train_rows] == [5, 10, 15, 20]
   for r in train_rows:
@@ -52,7 +52,7 @@ def test_run_writes_every_promised_file(trained):
     assert len(hyps) == 64
     # The reported BLEU is that of the hypotheses written, against the split's references.
     refs = [pair[1] for pair in data.raw(split)]
-    assert result["bleu"] == pytest.approx(evaluate.bleu(hyps, refs, pretokenized=True)[0])
+    assert result["bleu"] == pytest.approx(metrics.bleu(hyps, refs, pretokenized=True)[0])
     assert (out / "bleu_vs_length.png").stat().st_size > 0
     assert len(list((out / "alignments").glob("*.png"))) == 2  # decode.num_heatmaps
 
@@ -95,7 +95,7 @@ def test_resume_equals_uninterrupted_run(trained, tmp_path):
     timing = ("tokens_per_s", "elapsed_s")
     return [{k: v for k, v in r.items() if k not in timing} for r in rows]
 
-  assert strip(metrics(workdir)) == strip(metrics(trained))
+  assert strip(metric_rows(workdir)) == strip(metric_rows(trained))
 
 
 def test_changed_model_is_refused_with_the_field_names(trained, tmp_path):
@@ -118,7 +118,7 @@ def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
   args += ["--config.train.anneal=linear"]  # Annealed along the clock (not bit-reproducible).
   proc = run_main(workdir, *args, "--config.train.max_minutes=0.05")
   assert "max_minutes=0.05 reached" in proc.stderr
-  rows = metrics(workdir)
+  rows = metric_rows(workdir)
   last = max(r["step"] for r in rows)
   assert 0 < last < 100000 and rows[-1]["elapsed_s"] >= 3.0
   steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
@@ -129,7 +129,7 @@ def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
     workdir, *args, "--config.train.max_minutes=0.05", "--config.train.final_eval=false"
   )
   assert f"resumed from step {last}" in again.stderr
-  assert max(r["step"] for r in metrics(workdir)) == last
+  assert max(r["step"] for r in metric_rows(workdir)) == last
   # ... and a larger one continues the same run from there: 1.8 s more than the clock has spent
   # (the first run may overrun its 3 s by a slow step on a loaded machine).
   spent_s = rows[-1]["elapsed_s"]
@@ -140,7 +140,7 @@ def test_wall_clock_budget_stops_with_a_resumable_checkpoint(tmp_path):
   # Each update's learning rate is at most base * (1 - the share of the budget spent before it),
   # and the clock goes on across the restart: the resumed steps start past `spent_s`.
   base = json.loads((workdir / "config.json").read_text())["train"]["learning_rate"]
-  train_rows = [r for r in metrics(workdir) if r["split"] == "train"]
+  train_rows = [r for r in metric_rows(workdir) if r["split"] == "train"]
   for limit, part in ((3.0, [r for r in train_rows if r["step"] <= last]), (budget_s, train_rows)):
     for before, row in itertools.pairwise(part):
       spent = min(before["elapsed_s"] / limit, 1.0)
@@ -188,8 +188,8 @@ def test_eight_devices_match_one(trained, tmp_path):
   workdir = tmp_path / "eight"
   steps = ("--config.train.num_steps=20", "--config.train.final_eval=false")
   run_main(workdir, *steps, xla_flags="--xla_force_host_platform_device_count=8")
-  one = [r["loss"] for r in metrics(trained)]
-  eight = [r["loss"] for r in metrics(workdir)]
+  one = [r["loss"] for r in metric_rows(trained)]
+  eight = [r["loss"] for r in metric_rows(workdir)]
   np.testing.assert_allclose(eight, one, rtol=2e-4, atol=2e-4)
 
 
@@ -223,7 +223,7 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
   for p, (_, err) in zip(procs, outputs, strict=True):
     assert p.returncode == 0, err.decode()[-3000:]
   np.testing.assert_allclose(
-    [r["loss"] for r in metrics(workdir)], [r["loss"] for r in metrics(trained)], rtol=2e-4
+    [r["loss"] for r in metric_rows(workdir)], [r["loss"] for r in metric_rows(trained)], rtol=2e-4
   )
 
 

@@ -12,7 +12,16 @@ from conftest import randomise
 from flax import nnx
 
 from configs import tiny
-from seq2seq import decode, evaluate, input_pipeline, models, settings, steps, translate
+from seq2seq import (
+  decode,
+  evaluation,
+  inference,
+  input_pipeline,
+  models,
+  settings,
+  steps,
+  translate,
+)
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders
 
@@ -144,7 +153,7 @@ def test_a_single_source_holding_the_separator_stays_one_source(tmp_path):
   data = input_pipeline.load_data(cfg, tmp_path / "work")
   src = data.raw("train")[0][0]
   assert src == rows[0][0]
-  words = evaluate.source_tokens(src, data.src_tokenizer)
+  words = inference.source_tokens(src, data.src_tokenizer)
   assert words == [*rows[0][0].split(), tok.EOS]
   (tmp_path / "in.en").write_text("the\x1fdog\n")
   assert translate.read_sources(str(tmp_path / "in.en"), 1) == (["the dog"], 0)
@@ -207,14 +216,14 @@ def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch
     cfg, jax.random.key(0), data.src_tokenizer.size, data.tgt_tokenizer.size
   )
   decoded = []
-  real = evaluate.translate_split
+  real = inference.translate_split
 
   def spy(state, split, config, **kwargs):
     decoded.append(split)
     return real(state, split, config, **kwargs)
 
-  monkeypatch.setattr(evaluate, "translate_split", spy)
-  results = evaluate.evaluate_split(state, data, "test", cfg, tmp_path / "out", write=False)
+  monkeypatch.setattr(inference, "translate_split", spy)
+  results = evaluation.evaluate_split(state, data, "test", cfg, tmp_path / "out", write=False)
   assert results["num_no_unk"] == len(split) - 1
   subset = decoded[1]
   assert subset.src2 is not None

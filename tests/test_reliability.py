@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import randomise
 from flax import nnx
-from helpers import ROOT, final_params, main_command, metrics, run_main, subprocess_env
+from helpers import ROOT, final_params, main_command, metric_rows, run_main, subprocess_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,7 +75,7 @@ def test_sigkill_during_training_then_rerun_matches(reference, tmp_path):
   proc.wait()
   run_main(workdir, *args)
   assert_same_params(workdir, reference)
-  steps = [r["step"] for r in metrics(workdir) if r["split"] == "train"]
+  steps = [r["step"] for r in metric_rows(workdir) if r["split"] == "train"]
   assert steps == sorted(set(steps))  # No duplicated lines from the killed run.
 
 
@@ -115,7 +115,7 @@ def test_a_best_checkpoint_after_the_resumed_step_is_discarded(tmp_path):
   (workdir / "checkpoints" / "6").rmdir()
   run_main(workdir, "--config.train.num_steps=4", *args)
   assert not (workdir / "best" / "6").exists()
-  assert max(r["step"] for r in metrics(workdir)) == 4
+  assert max(r["step"] for r in metric_rows(workdir)) == 4
 
 
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
@@ -167,7 +167,7 @@ def test_nonfinite_step(tmp_path, tiny_config, mode, bad_step):
     assert [int(p.name) for p in completed_checkpoints(workdir)] == [5]
   else:
     train.train_and_evaluate(config, workdir, train_step=step)
-    train_lines = [r for r in metrics(workdir) if r["split"] == "train"]
+    train_lines = [r for r in metric_rows(workdir) if r["split"] == "train"]
     assert train_lines[-1]["skipped_updates"] == 1
     assert np.isfinite(train_lines[-1]["loss"]) == (bad_step != 10)  # Step 10's own loss is NaN.
   record = json.loads((workdir / "nonfinite" / f"step_{bad_step}_process_0.json").read_text())
@@ -277,8 +277,8 @@ def test_a_kill_during_the_metrics_rewrite_of_a_resume_keeps_the_history(trained
   assert (workdir / "metrics.jsonl").read_text() == before
   run_main(workdir, "--config.train.num_steps=20")
   assert not list(workdir.glob(".metrics.jsonl.*"))  # The killed write's temporary file went.
-  rows = [{k: r[k] for k in ("step", "split")} for r in metrics(workdir)]
-  assert rows == [{k: r[k] for k in ("step", "split")} for r in metrics(trained)]
+  rows = [{k: r[k] for k in ("step", "split")} for r in metric_rows(workdir)]
+  assert rows == [{k: r[k] for k in ("step", "split")} for r in metric_rows(trained)]
 
 
 def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, tmp_path, caplog):
@@ -290,7 +290,7 @@ def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, t
   damaged = [*lines[:2], '{"step": 7, "spl', *lines[2:], lines[-1][:25]]
   (workdir / "metrics.jsonl").write_text("\n".join(damaged))  # No final newline: cut short.
   with caplog.at_level("WARNING"):
-    rows = summary.read_metrics(workdir)
+    rows = summary.read_metric_rows(workdir)
   assert [json.dumps(r) for r in rows] == lines
   warned = [r.getMessage() for r in caplog.records]
   assert any("metrics.jsonl:3: damaged line skipped" in m for m in warned), warned
@@ -298,8 +298,8 @@ def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, t
   writer = summary.MetricWriter(workdir)  # Drops the cut-short tail before appending.
   writer.write(99, "train", {"loss": 1.0})
   writer.close()
-  assert summary.read_metrics(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
-  assert len(summary.read_metrics(workdir)) == len(lines) + 1
+  assert summary.read_metric_rows(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
+  assert len(summary.read_metric_rows(workdir)) == len(lines) + 1
 
 
 def test_a_second_process_on_a_workdir_fails_at_once_naming_the_holder(tmp_path):
@@ -420,11 +420,11 @@ def test_a_kill_around_the_best_checkpoint_save_then_rerun_matches(
   its metrics, best checkpoint, parameters and results are the uninterrupted run's."""
   workdir = tmp_path / point
   killed_at(point, workdir, "--config.train.num_steps=20")
-  assert not any(r["split"] == "valid" for r in metrics(workdir))
+  assert not any(r["split"] == "valid" for r in metric_rows(workdir))
   run_main(workdir, "--config.train.num_steps=20")
   assert_same_params(workdir, reference)
   keys = ("step", "split", "loss", "bleu")
-  rows = lambda w: [{k: r.get(k) for k in keys} for r in metrics(w)]
+  rows = lambda w: [{k: r.get(k) for k in keys} for r in metric_rows(w)]
   assert rows(workdir) == rows(trained)
   best = lambda w: sorted(p.name for p in (w / "best").iterdir() if p.name.isdigit())
   assert best(workdir) == best(trained)
@@ -455,7 +455,7 @@ def test_the_best_checkpoints_bleu_is_kept_beside_it(trained, tmp_path):
   held = json.loads((best / train.BEST_BLEU).read_text())
   assert held["step"] == int(best.name) and "bleu" in held
   (best / train.BEST_BLEU).write_text(json.dumps({"step": held["step"], "bleu": 99.0}) + "\n")
-  rows = [r for r in metrics(workdir) if r["split"] == "train"]  # Validation rows lost.
+  rows = [r for r in metric_rows(workdir) if r["split"] == "train"]  # Validation rows lost.
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   run_main(workdir, "--config.train.num_steps=30", *FAST[:1])
   assert [p.name for p in (workdir / "best").iterdir() if p.name.isdigit()] == [best.name]

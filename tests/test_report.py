@@ -17,7 +17,7 @@ import sacrebleu
 from helpers import explorer_records, explorer_run, run_main
 
 from configs import tiny
-from seq2seq import evaluate, input_pipeline, report, steps
+from seq2seq import evaluation, input_pipeline, report, steps
 
 HOSTILE = [
   "<img src=x onerror=alert(1)>",
@@ -169,7 +169,7 @@ def test_multihead_records_hold_one_map_per_head_whose_mean_is_the_attention(tmp
   data = input_pipeline.load_data(config, tmp_path / "run")
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
   state = steps.create_train_state(config, jax.random.key(0), *sizes)
-  evaluate.evaluate_split(state, data, "valid", config, tmp_path / "out")
+  evaluation.evaluate_split(state, data, "valid", config, tmp_path / "out")
   for r in report.read_sentences(tmp_path / "out"):
     maps = r["attention"]["maps"]
     assert [m["name"] for m in maps] == ["attention", "head 1", "head 2"]

@@ -18,7 +18,7 @@ from configs import tiny
 from seq2seq import (
   checkpoints,
   decode,
-  evaluate,
+  inference,
   input_pipeline,
   models,
   objective,
@@ -396,13 +396,13 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
   for b in range(4):
     n = int(res.lengths[b])
     ids = [int(t) for t in res.tokens[b, :n] if t != EOS_ID]
-    translations.append(evaluate.Translation(ids, np.asarray(res.alpha[b, :n, : n_src[b]])))
+    translations.append(inference.Translation(ids, np.asarray(res.alpha[b, :n, : n_src[b]])))
   rows = input_pipeline.Ragged.from_lists
   sources = rows([batch["src"][b, : n_src[b] - 1] for b in range(4)])
   split = input_pipeline.Split("decoded", sources, rows([[]] * 4), np.arange(4))
   cfg.decode.batch_size = 3  # Two batches, the last one padded.
   for b, (tr, heads) in enumerate(
-    zip(translations, evaluate.decoded_heads(state, split, translations, cfg), strict=True)
+    zip(translations, inference.decoded_heads(state, split, translations, cfg), strict=True)
   ):
     assert len(heads) == 2 and heads[0].shape == tr.alpha.shape
     np.testing.assert_allclose((heads[0] + heads[1]) / 2, tr.alpha, atol=1e-5)
@@ -410,7 +410,7 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
   soft = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
-  assert evaluate.decoded_heads(soft, split, translations, cfg) is None
+  assert inference.decoded_heads(soft, split, translations, cfg) is None
 
 
 # ----------------------------------------------------------------------------- hard attention

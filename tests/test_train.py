@@ -223,7 +223,7 @@ def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
   so a metric fixed later can redraw a learning curve without retraining."""
   import gzip
 
-  from seq2seq import checkpoints, eval_run, evaluate, summary
+  from seq2seq import checkpoints, evaluation, metrics, summary
   from seq2seq import runtime as rt
 
   config = checkpoints.load_config(trained)
@@ -231,8 +231,8 @@ def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
   rows = [r for r in summary.read_metrics(trained) if r["split"] == "valid"]
   assert rows
   for row in rows:
-    path = trained / eval_run.VALID_HYPOTHESES.format(step=row["step"])
+    path = trained / evaluation.VALID_HYPOTHESES.format(step=row["step"])
     with gzip.open(path, "rt", encoding="utf-8") as f:
       hyps = f.read().split("\n")[:-1]
-    score = evaluate.bleu(hyps, refs, pretokenized=evaluate.pretokenized(config))[0]
+    score = metrics.bleu(hyps, refs, pretokenized=metrics.pretokenized(config))[0]
     assert score == pytest.approx(row["bleu"])

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import sacrebleu
 
-from seq2seq import evaluate
+from seq2seq import metrics
 
 BOOTSTRAP_SEED = 12345
 
@@ -108,7 +108,7 @@ def paired_bootstrap(
   refs = [list(references)]
 
   def pooled_stats(seeds: Sequence[Sequence[str]]) -> np.ndarray:  # [N, statistics]
-    per_seed = [metric._extract_corpus_statistics(evaluate.scored_text(h), refs) for h in seeds]
+    per_seed = [metric._extract_corpus_statistics(metrics.scored_text(h), refs) for h in seeds]
     return np.sum([np.asarray(s, np.float64) for s in per_seed], axis=0)
 
   def bleu(stats_: np.ndarray) -> float:

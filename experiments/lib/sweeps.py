@@ -43,7 +43,7 @@ TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
 # oov_recall: the share of reference words outside the target vocabulary that the output holds;
 # over_translation and under_translation: counts over the split; identical_word_peaks: the share
-# of output words spelled like a source word whose attention peaks on it (`seq2seq.evaluate`).
+# of output words spelled like a source word whose attention peaks on it (`seq2seq.metrics`).
 TEST_METRICS = (
   "bleu",
   "chrf",

@@ -1,0 +1,483 @@
+"""Evaluating a run: its best (else latest) intact checkpoint restored, loss and perplexity,
+every split decoded (`seq2seq.inference`) and scored (`seq2seq.metrics`), results and the
+explorer's per-sentence records written under WORKDIR/eval (`evaluate_splits`, what
+`main.py --mode=eval` does), and the greedy validation BLEU the training loop selects on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import sacrebleu
+from absl import logging
+from flax import nnx
+
+from seq2seq import (
+  checkpoints,
+  console,
+  ensemble,
+  files,
+  inference,
+  input_pipeline,
+  metrics,
+  models,
+  plots,
+  report,
+  settings,
+  steps,
+  summary,
+)
+from seq2seq import runtime as rt
+from seq2seq import tokenizer as tok
+from seq2seq.data import builders, synthetic
+
+
+def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime) -> dict[str, Any]:
+  """Token-level loss and perplexity of `batches` (an iterable of host batches), summed in
+  float64. For a stacked state (`eval_fn` vmapped over members) each value is an array [G]."""
+  total, tokens = 0.0, 0.0
+  for batch in batches:
+    m = jax.device_get(eval_fn(state, runtime.put_batch(batch)))
+    total = total + np.asarray(m["loss_sum"], np.float64)
+    tokens = tokens + np.asarray(m["tokens"], np.float64)
+  loss = total / np.maximum(tokens, 1.0)
+  out = {"loss": loss, "perplexity": np.exp(np.minimum(loss, 50.0)), "tokens": tokens}
+  return {k: float(v) for k, v in out.items()} if np.ndim(loss) == 0 else out
+
+
+def valid_scores(
+  state: steps.TrainState, data, config: ml_collections.ConfigDict, hypotheses_out=None
+) -> dict[str, float]:
+  """Validation BLEU with greedy decoding (cheap enough to run at every evaluation), and
+  `unk_rate`: the share of the output's words that are <unk> (before any UNK replacement), what
+  a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
+  sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
+  retraining."""
+  greedy = config.copy_and_resolve_references()
+  greedy.decode.beam_size = 1
+  translations = inference.translate_split(
+    rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
+  )
+  raw = data.raw("valid")
+  hyps = [
+    inference.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
+    for t, r in zip(translations, raw, strict=True)
+  ]
+  if hypotheses_out is not None:
+    Path(hypotheses_out).parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(hypotheses_out, "wt", encoding="utf-8") as f:
+      f.writelines(h + "\n" for h in hyps)
+  words = sum(len(t.ids) for t in translations)
+  unks = sum(t.ids.count(tok.UNK_ID) for t in translations)
+  return {
+    "bleu": metrics.bleu(hyps, [r[1] for r in raw], pretokenized=metrics.pretokenized(config))[0],
+    "unk_rate": unks / max(words, 1),
+  }
+
+
+VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each evaluation's outputs.
+
+
+def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:
+  """The run's best checkpoint by validation BLEU if one was kept and is intact, else, of the
+  intact regular checkpoints, the one with the best validation BLEU in metrics.jsonl (the latest
+  among equals, and when none was validated), with the parameters evaluation uses
+  (`TrainState.for_eval`: the moving average when there is one). A damaged checkpoint is
+  reported by its folder and skipped (`checkpoints.Checkpointer` sets aside those that fail
+  their checksums); never restored as garbage."""
+  workdir = Path(workdir)
+  fresh = rt.abstract_state(config, src_vocab, tgt_vocab, runtime)
+  bleu = {
+    r["step"]: r["bleu"]
+    for r in summary.read_metrics(workdir)
+    if r["split"] == "valid" and "bleu" in r
+  }
+  for subdir in ("best", "checkpoints"):
+    ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
+    held = sorted(ckpt.manager.all_steps(), key=lambda s: (bleu.get(s, -1.0), s), reverse=True)
+    try:
+      for step in held:
+        try:
+          state, _ = ckpt.restore(fresh, step, with_data=False)
+        except checkpoints.CheckpointError as e:
+          logging.warning("%s; trying the next one", e)
+          continue
+        console.say(f"evaluating the {subdir} checkpoint (step {int(state.step)})")
+        return state.for_eval()
+    finally:
+      ckpt.close()
+  raise FileNotFoundError(f"no intact checkpoint in {workdir / 'checkpoints'}; train first")
+
+
+def restore_member(workdir: Path, runtime) -> steps.TrainState:
+  """An ensemble member: its run restored with the config it was trained with, as the
+  direction that config names."""
+  config = checkpoints.load_config(workdir)
+  sizes = [tok.load(Path(workdir) / "vocab" / side).size for side in ("src", "tgt")]
+  state = restore_run(config, Path(workdir), *sizes, runtime)
+  return direction_state(state, config.model.direction)
+
+
+def restore_for_eval(
+  config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+) -> steps.TrainState:
+  """What evaluation and translation decode: the ensemble `decode.ensemble` names (see
+  `seq2seq.ensemble`), else the run in `workdir` (`restore_run`)."""
+  if ensemble.workdirs(config):
+    return ensemble.load(config, lambda member: restore_member(member, runtime))
+  return restore_run(config, workdir, src_vocab, tgt_vocab, runtime)
+
+
+DIRECTIONS = settings.DIRECTIONS
+
+
+def eval_prefix(config) -> str:
+  """The folder of a run's evaluations: "eval", or "eval_reverse" for an agreement run's
+  reverse model."""
+  direction = config.model.direction
+  return "eval" if direction == "forward" else f"eval_{direction}"
+
+
+def direction_state(state: steps.TrainState, direction: str) -> steps.TrainState:
+  """One direction of an agreement run as the state of a plain RNNsearch, which decoding,
+  evaluation and translation take like any run's state (no optimiser state: it decodes only).
+
+  Any other run's state is returned as it is for "forward"; "reverse" needs an agreement run.
+  """
+  if direction not in DIRECTIONS:
+    raise ValueError(f"model.direction={direction!r} is not one of {DIRECTIONS}")
+  model = state.model()
+  if not isinstance(model, models.Agreement):
+    if direction == "reverse":
+      raise ValueError("model.direction=reverse needs an agreement run (model.name=agreement)")
+    return state
+  graphdef, params = nnx.split(getattr(model, direction), nnx.Param)
+  return steps.TrainState(state.step, params, None, graphdef, state.tx)
+
+
+def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, writer=None):
+  """Evaluates the best (else latest) checkpoint on the valid and test splits (and "test_long"
+  with `data.long_test_min_words`).
+
+  Per split: loss and perplexity, then decoding with the `decode` settings and every metric of
+  `evaluate_split`, written to WORKDIR/eval/SPLIT/. An agreement run is evaluated with
+  its `model.direction` model: the forward one as any RNNsearch, the reverse one on the corpus
+  read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}. Holds the
+  workdir's lock (`files.workdir_lock`) while it runs.
+  """
+  settings.validate(config)
+  if not ensemble.workdirs(config):  # (An ensemble's members load their own configs.)
+    checkpoints.check_model_config(Path(workdir), config)
+  with files.workdir_lock([workdir], enabled=jax.process_index() == 0):
+    return _evaluate_splits(config, workdir, data, runtime, eval_fn, writer)
+
+
+def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
+  ensemble.prepare_workdir(config, workdir)
+  workdir = Path(workdir)
+  runtime = runtime or rt.Runtime()
+  data = data or rt.load_data(config, workdir)
+  if eval_fn is None:
+    _, eval_fn = rt.compile_steps(config, runtime)
+  state = restore_for_eval(
+    config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
+  )
+  direction = config.model.direction
+  state = direction_state(state, direction)
+  prefix = eval_prefix(config)
+  if direction == "reverse":
+    data = input_pipeline.reversed_data(data)
+  step = int(jax.device_get(state.step))
+  results = {}
+  for split in ("valid", "test", input_pipeline.LONG_TEST):
+    if split not in data.splits:
+      continue
+    batches = input_pipeline.eval_batches(
+      data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
+    )
+    result = evaluate_loss(eval_fn, state, batches, runtime)
+    if not np.isfinite(result["loss"]):
+      raise ValueError(
+        f"the checkpoint of step {step} gives a non-finite {split} loss ({result['loss']}): its "
+        f"parameters are unusable, and {workdir / prefix} is left as it was"
+      )
+    result["step"] = step
+    out = workdir / prefix / split
+    result = evaluate_split(
+      rt.host_local(state),
+      data,
+      split,
+      config,
+      out,
+      extra=result,
+      writer=writer,
+      write=jax.process_index() == 0,
+    )
+    if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
+      scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
+      writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)
+    if jax.process_index() == 0:
+      report.write_report(workdir, prefix, split)
+    logging.info(
+      "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %s)",
+      split,
+      step,
+      result["loss"],
+      result["perplexity"],
+      result["bleu"],
+      "-" if result["bleu_no_unk"] is None else f"{result['bleu_no_unk']:.2f}",
+    )
+    results[split] = result
+  return results
+
+
+def gold_links(raw) -> list[set[metrics.Link]] | None:
+  """The gold links of every pair of a split's `raw` rows, or None unless all have them."""
+  if not raw or not all(r[2] is not None for r in raw):
+    return None
+  return [set(synthetic.parse_alignment(r[2])) for r in raw]
+
+
+def attention_figures(state, data, split_name: str, config, translations, raw, forced=None) -> dict:
+  """Over- and under-translation of the decoded `translations`, and, with gold links, AER and
+  entropy of the references' teacher-forced attention; all over words (`pieces_to_words`).
+  `forced`: that attention (`word_attention`) if the caller has it already."""
+  split = data.splits[split_name]
+  src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+  src_spans = [metrics.id_spans(src_tok, split.src.row(i)) for i in range(len(split))]
+  subword = isinstance(src_tok, tok.SentencePieceTokenizer)
+  train_src = data.splits["train"].src
+  sources = (train_src.row(i) for i in range(len(train_src)))
+  frequent = metrics.frequent_words(sources, src_tok) if subword else None
+  over = under = 0
+  offsets = []
+  for i, (tr, r) in enumerate(zip(translations, raw, strict=True)):
+    out, ref = inference.output_tokens(tr.ids, r[0], src_tok, tgt_tok), tgt_tok.tokenize(r[1])
+    out_spans = metrics.token_spans(tgt_tok, out)
+    out_words = metrics.span_words(out, out_spans)
+    over += metrics.over_translation(
+      out_words, metrics.span_words(ref, metrics.token_spans(tgt_tok, ref))
+    )
+    alpha = metrics.pieces_to_words(tr.alpha, out_spans, src_spans[i])
+    under += metrics.under_translation(alpha, split.src.row(i), src_spans[i], frequent)
+    src = src_tok.tokenize(builders.split_sources(r[0])[0])  # Its words, <unk> ones spelled.
+    src_words = metrics.span_words(src, metrics.token_spans(src_tok, src))
+    src_words = src_words[: len(src_spans[i])]  # As decoded.
+    offsets += metrics.identical_word_offsets(alpha, out_words, src_words)
+  rank = metrics.CONTENT_RANK
+  content = (
+    f"not among the {rank} most frequent source words (pieces grouped at '▁') of the "
+    f"first {metrics.CONTENT_SAMPLE} training sentences"
+    if subword
+    else f"word id >= {tok.NUM_SPECIALS + rank}: outside the {rank} most "
+    "frequent training words (<unk> counts as frequent)"
+  )
+  results = {
+    "over_translation": over,
+    "under_translation": under,
+    "under_translation_content": content,
+    "source_words": sum(len(spans) for spans in src_spans),
+    **metrics.twin_figures(offsets),
+    "aer_subword_mapping": metrics.subword_mapping(src_tok, tgt_tok),
+  }
+  gold = gold_links(raw)
+  if gold is None:
+    return results
+  if forced is None:
+    forced = inference.word_attention(state, data, split_name, config)
+  for i, (alpha, r) in enumerate(zip(forced, raw, strict=True)):
+    if alpha.shape != (len(r[1].split()), len(r[0].split())):
+      raise ValueError(
+        f"{split_name} sentence {i}: attention over {alpha.shape[1]} source and "
+        f"{alpha.shape[0]} target words, but the gold links index {len(r[0].split())} and "
+        f"{len(r[1].split())} whitespace words"
+      )
+  links = [metrics.argmax_links(a) for a in forced]
+  results["aer"] = metrics.alignment_error_rate(links, gold)
+  for name, shift in (("aer_shift_minus1", -1), ("aer_shift_plus1", 1)):
+    results[name] = metrics.shifted_aer(links, gold, shift, [len(a) for a in forced])
+  results["aer_threshold"] = metrics.alignment_error_rate(
+    [metrics.threshold_links(a) for a in forced], gold
+  )
+  results["attention_entropy"] = metrics.attention_entropy(forced)
+  return results
+
+
+def evaluate_split(
+  state, data, split_name: str, config, out_dir: Path, *, extra=None, writer=None, write=True
+) -> dict:
+  """Decodes a split and scores it: BLEU (all / No UNK / tokenised / by length), chrF, and
+  for models with attention over/under-translation and (gold links) AER and entropy.
+
+  Writes OUT_DIR/results.json, hypotheses.txt (one line per source line), sentences.jsonl (one
+  record per sentence: texts, sentence scores and attention, `sentence_records`, which the
+  explorer shows), bleu_vs_length.png and alignments/*.png (heatmaps of the first
+  `decode.num_heatmaps` sentences) when `write`; `extra` (loss, step, ...) is merged into the
+  results first.
+  """
+  inference.check_replace_unk(config, state.model())
+  split = data.splits[split_name]
+  raw = data.raw(split_name)
+  tgt_tok = data.tgt_tokenizer
+  tgt_lang = input_pipeline.languages(config.data)[0 if data.reverse else 1]
+  plain = metrics.pretokenized(config)
+  translations = inference.translate_split(state, split, config, progress=f"decoding {split_name}")
+  hyps = [
+    inference.output_text(tr, src, data.src_tokenizer, tgt_tok, config.decode.replace_unk)
+    for tr, (src, _, _) in zip(translations, raw, strict=True)
+  ]
+  refs = [r[1] for r in raw]
+  src_lengths = [len(builders.split_sources(r[0])[0].split()) for r in raw]  # First source's.
+  score, signature = metrics.bleu(hyps, refs, pretokenized=plain)
+  recall, oov_refs = metrics.oov_recall(hyps, refs, tgt_tok)
+  keep = metrics.no_unk_subset(  # Every source of a multi-source split counts.
+    [any(metrics.count_unk(src.row(i)) for src in split.sources) for i in range(len(split))],
+    [bool(metrics.count_unk(split.tgt.row(i))) for i in range(len(split))],
+  )
+  no_unk_hyps = []
+  if keep:  # The paper's protocol: the subset decoded again with UNK forbidden (--ignore-unk).
+    sub = input_pipeline.subset(split, keep)
+    label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
+    again = inference.translate_split(state, sub, config, ban_unk=True, progress=label)
+    no_unk_hyps = [
+      inference.output_text(tr, raw[i][0], data.src_tokenizer, tgt_tok)
+      for tr, i in zip(again, keep, strict=True)
+    ]
+  kept_bleu = lambda texts: metrics.bleu(texts, [refs[i] for i in keep], pretokenized=plain)[0]
+  results = dict(extra or {})
+  results.update(
+    {
+      "bleu": score,
+      "bleu_signature": signature,
+      "bleu_tokenized": metrics.tokenized_bleu(hyps, refs, tgt_tok, tgt_lang),
+      "bleu_no_unk": kept_bleu(no_unk_hyps) if keep else None,
+      "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else None,
+      "num_no_unk": len(keep),
+      "chrf": metrics.chrf(hyps, refs),
+      "bleu_lowercase": metrics.bleu(hyps, refs, pretokenized=plain, lowercase=True)[0],
+      "chrf_lowercase": metrics.chrf(hyps, refs, lowercase=True),
+      "oov_recall": recall,
+      "oov_reference_tokens": oov_refs,
+      "num_sentences": len(hyps),
+      "beam_size": int(config.decode.beam_size),
+      "bleu_by_length": metrics.bleu_by_length(hyps, refs, src_lengths, pretokenized=plain),
+      "bleu_conventions": metrics.bleu_conventions(tgt_tok, tgt_lang, pretokenized=plain),
+    }
+  )
+  attends = state.model().uses_attention
+  forced = heads = None
+  if attends:
+    if gold_links(raw) is not None:
+      forced = inference.word_attention(state, data, split_name, config)
+    results.update(attention_figures(state, data, split_name, config, translations, raw, forced))
+    heads = inference.decoded_heads(state, split, translations, config)
+  if not write:
+    return results
+  out_dir.mkdir(parents=True, exist_ok=True)
+  files.write_atomic(out_dir / "hypotheses.txt", "".join(h + "\n" for h in hyps))
+  files.write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
+  records = sentence_records(
+    data, split_name, translations, hyps, plain, attends=attends, heads=heads, forced=forced
+  )
+  report.write_sentences(out_dir, records)
+  plots.bleu_vs_length(
+    {config.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png"
+  )
+  step = int(jax.device_get(state.step))
+  for i in range(min(config.decode.num_heatmaps, len(hyps)) if attends else 0):
+    tr = translations[i]
+    src_words = inference.source_tokens(raw[i][0], data.src_tokenizer)
+    out_words = inference.output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
+    if not tr.alpha.size:
+      continue
+    maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads), each head's.
+    maps |= {
+      "_" + inference.head_name(n).replace(" ", ""): a
+      for n, a in enumerate(heads[i] if heads else [])
+    }
+    for suffix, alpha in maps.items():
+      image = plots.alignment_heatmap(
+        alpha, src_words, out_words[: len(alpha)], out_dir / "alignments" / f"{i:03d}{suffix}.png"
+      )
+      if writer is not None:
+        writer.write_image(step, f"{split_name}/alignment_{i}{suffix}", image)
+  return results
+
+
+# ---------------------------------------------------------------------- sentence by sentence
+
+
+def sentence_records(
+  data,
+  split_name: str,
+  translations: Sequence[inference.Translation],
+  hyps: Sequence[str],
+  pretokenized: bool = False,
+  *,
+  attends: bool = True,
+  heads: Sequence[Sequence[np.ndarray]] | None = None,
+  forced: Sequence[np.ndarray] | None = None,
+) -> list[dict]:
+  """One JSON-able record per sentence of an evaluated split, in corpus order: what the
+  explorer (`seq2seq.report`) shows and OUT_DIR/sentences.jsonl holds.
+
+  Each has `index`, `line` (in the corpus files), `source`, `reference`, `hypothesis`, sentence
+  `bleu` (sacrebleu, effective order: short sentences are not zero for a missing 4-gram) and
+  `chrf`, `source_words`, `unk` (<unk> tokens in the source (all its sources), the reference
+  and the output; the No-UNK subset is the sentences with none in the first two), and, for
+  models with attention:
+  `entropy` (mean over output steps of the decoded attention's entropy, nats) and `attention`
+  (the decoded attention's tokens and maps: the one used, then each head's when there are
+  several, `report.encode_map`); with gold links also `aer` (argmax links of the reference's
+  teacher-forced attention `forced`, as results.json's `aer` but for one sentence) and
+  `reference_attention` (that attention over the whitespace words of reference and source, with
+  the gold links).
+  """
+  split, raw = data.splits[split_name], data.raw(split_name)
+  src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+  gold = gold_links(raw) if forced is not None else None
+  sentence_bleu = sacrebleu.metrics.BLEU(effective_order=True, force=pretokenized)
+  sentence_chrf = sacrebleu.metrics.CHRF()
+  records = []
+  scored = metrics.scored_text(hyps)
+  for i, (tr, hyp, (src, ref, _)) in enumerate(zip(translations, hyps, raw, strict=True)):
+    record = {
+      "index": i,
+      "line": int(split.line[i]),
+      "source": src,
+      "reference": ref,
+      "hypothesis": hyp,
+      "bleu": float(sentence_bleu.sentence_score(scored[i], [ref]).score),
+      "chrf": float(sentence_chrf.sentence_score(scored[i], [ref]).score),
+      "source_words": len(builders.split_sources(src)[0].split()),
+      "unk": {
+        "source": sum(metrics.count_unk(src.row(i)) for src in split.sources),
+        "reference": metrics.count_unk(split.tgt.row(i)),
+        "output": metrics.count_unk(tr.ids),
+      },
+    }
+    if attends and tr.alpha.size:
+      maps = [("attention", tr.alpha)]
+      maps += [(inference.head_name(n), a) for n, a in enumerate(heads[i] if heads else [])]
+      record["entropy"] = metrics.attention_entropy([tr.alpha])
+      record["attention"] = {
+        "source": inference.source_tokens(src, src_tok),
+        "output": (inference.output_tokens(tr.ids, src, src_tok, tgt_tok) + [tok.EOS])[
+          : len(tr.alpha)
+        ],
+        "maps": [{"name": name, **report.encode_map(a)} for name, a in maps],
+      }
+    if gold is not None:
+      record["aer"] = metrics.alignment_error_rate([metrics.argmax_links(forced[i])], [gold[i]])
+      record["reference_attention"] = {  # Over the whitespace words of reference and source.
+        "map": report.encode_map(forced[i]),
+        "gold": sorted([s, t] for s, t in gold[i]),
+      }
+    records.append(record)
+  return records

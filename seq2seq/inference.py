@@ -1,0 +1,264 @@
+"""Inference over a split: every sentence of a split decoded in order (greedy or beam search,
+the n best), its given translation scored (forced decoding), and the teacher-forced attention of
+the references and of the model's own outputs (the heads of multi-head attention), as host-side
+per-sentence records (`Translation`, `Forced`) with their text (`output_text`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from seq2seq import console, copying, decode, input_pipeline, metrics, models
+from seq2seq import tokenizer as tok
+from seq2seq.data import builders
+from seq2seq.decode import replace_unknowns
+
+
+@dataclasses.dataclass
+class Translation:
+  """One decoded sentence: output ids (no EOS), their attention [len(ids) + 1, S_real] (one row
+  fewer when it never ended) and the search's scores (`decode.DecodeResult`: summed
+  log-probability and ranking score)."""
+
+  ids: list[int]
+  alpha: np.ndarray
+  score: float = float("nan")
+  norm_score: float = float("nan")
+  finished: bool = True  # Ended with EOS (False: cut at the length limit).
+
+
+def output_text(
+  tr: Translation,
+  src_text: str,
+  src_tok: tok.Tokenizer,
+  tgt_tok: tok.Tokenizer,
+  replace_unk: bool = False,
+) -> str:
+  """The plain text of one translation (detokenised; UNKs replaced by attention if asked).
+
+  With `replace_unk` each <unk> output becomes the real source word it attends to most: the
+  attention's last column (the source EOS) is never copied, nor a word cut from a line longer
+  than the score addresses (`translate`), and a source of no words leaves the <unk> as it is.
+  Models without attention are refused earlier (`check_replace_unk`). A copying model's extended
+  id V + j is source token j (`copying.output_tokens`).
+  """
+  tokens = output_tokens(tr.ids, src_text, src_tok, tgt_tok)
+  if replace_unk and tr.alpha.size:  # Copied from the first source's real words (no EOS).
+    src_tokens = src_tok.tokenize(builders.split_sources(src_text)[0])
+    src_tokens = src_tokens[: tr.alpha.shape[1] - 1]  # Those decoded: a long line is truncated.
+    tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
+  return tgt_tok.detokenize(tokens)
+
+
+def source_tokens(src_text: str, src_tok: tok.Tokenizer) -> list[str]:
+  """The tokens the attention's columns stand for: each source's tokens and EOS (a multi-source
+  example's two sources one after the other, as `Translation.alpha` keeps their columns)."""
+  texts = builders.split_sources(src_text)
+  return [t for text in texts for t in [*src_tok.tokenize(text), tok.EOS]]
+
+
+def output_tokens(
+  ids: Sequence[int] | np.ndarray, src_text: str, src_tok: tok.Tokenizer, tgt_tok: tok.Tokenizer
+) -> list[str]:
+  """The tokens of output `ids` (cut at EOS, PAD and BOS dropped); a copying model's extended
+  id V + j is token j of `src_text`."""
+  if max(ids, default=0) >= tgt_tok.size:
+    return copying.output_tokens(ids, src_tok.tokenize(src_text), tgt_tok)
+  return tgt_tok.decode_tokens(ids)
+
+
+def check_replace_unk(config, model: nnx.Module | None = None) -> None:
+  """Raises ValueError when `decode.replace_unk` is set for a model without attention.
+
+  UNK replacement copies the source word an output attends to most; RNNencdec (any model whose
+  `uses_attention` is False) has no attention, so it would copy an arbitrary word. `model` is
+  the model that will decode; without one, the model `config.model` describes is built
+  abstractly (shapes only, no parameters), so callers can check before loading anything.
+  """
+  if not config.decode.replace_unk:
+    return
+  if model is None:
+    size = tok.NUM_SPECIALS + 1
+    build = lambda: models.build_model(config.model, size, size, rngs=nnx.Rngs(0))
+    model = nnx.eval_shape(build)
+  if not model.uses_attention:
+    raise ValueError(
+      f"decode.replace_unk needs attention: model.name={config.model.name} has none "
+      "(set --config.decode.replace_unk=False)"
+    )
+
+
+def translate_split(
+  state,
+  split: input_pipeline.Split,
+  config,
+  *,
+  ban_unk: bool = False,
+  progress: str | None = None,
+) -> list[Translation]:
+  """Decodes every sentence of `split` in order with the `config.decode` settings (never
+  producing UNK with `ban_unk`), showing progress on the console under the label `progress`
+  if one is given."""
+  out: list[Translation | None] = [None] * len(split)
+  shown = console.Progress(progress, len(split)) if progress else None
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    result = jax.device_get(decode.decode_batch(state, batch, config, ban_unk=ban_unk))
+    for row, index in enumerate(batch["index"]):
+      if index >= 0:
+        out[index] = _translation(result, (row,), batch["src_mask"][row])
+    if shown:
+      shown.advance(int((batch["index"] >= 0).sum()))
+  if shown:
+    shown.close()
+  return out
+
+
+def _translation(
+  result: decode.DecodeResult, at: tuple[int, ...], src_mask_S: np.ndarray
+) -> Translation:
+  """The hypothesis at index `at` ((row,) or (row, rank)) of a host-side `DecodeResult`, whose
+  source row has mask src_mask_S [S]."""
+  hyp = decode.DecodeResult(*(x[at] for x in result))
+  n_out = int(hyp.lengths)
+  ids = [int(t) for t in hyp.tokens[:n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
+  alpha = np.asarray(hyp.alpha[:n_out][:, np.flatnonzero(src_mask_S)])  # Real columns only.
+  finished = bool(n_out) and int(hyp.tokens[n_out - 1]) == tok.EOS_ID
+  return Translation(ids, alpha, float(hyp.scores), float(hyp.norm_scores), finished)
+
+
+def nbest_split(
+  state, split: input_pipeline.Split, config, nbest: int, *, progress: str | None = None
+) -> list[list[Translation]]:
+  """The `nbest` best translations of every sentence of `split` in order, best first, with the
+  `config.decode` settings (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
+  is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
+  first is what `translate_split` returns. Progress shows under the label `progress`."""
+  decode.check_nbest(nbest, int(config.decode.beam_size))
+  out: list[list[Translation]] = [[] for _ in range(len(split))]
+  shown = console.Progress(progress, len(split)) if progress else None
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    result = jax.device_get(decode.decode_batch(state, batch, config, nbest=nbest))
+    for row, index in enumerate(batch["index"]):
+      for rank in range(nbest if index >= 0 else 0):
+        if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.
+          out[index].append(_translation(result, (row, rank), batch["src_mask"][row]))
+    if shown:
+      shown.advance(int((batch["index"] >= 0).sum()))
+  if shown:
+    shown.close()
+  return out
+
+
+@dataclasses.dataclass
+class Forced:
+  """One given translation scored by the model (forced decoding): the log-probability of each
+  target token, EOS included [T + 1], their sum, the ranking score search would give it
+  (`decode.ranking_score`) and the attention [T + 1, S_real]."""
+
+  token_scores: np.ndarray
+  score: float
+  norm_score: float
+  alpha: np.ndarray
+
+
+def score_split(state, split: input_pipeline.Split, config) -> list[Forced]:
+  """Scores the target of every pair of `split` given its source, in order (`decode.score_batch`
+  with the `config.decode` ranking settings), in batches of `decode.batch_size` padded to
+  multiples of `data.bucket_step`, so few shapes compile."""
+  out: list[Forced | None] = [None] * len(split)
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    result = jax.device_get(decode.score_batch(state, batch, config))
+    for row, index in enumerate(batch["index"]):
+      if index < 0:
+        continue
+      n_tgt, real = int(batch["tgt_mask"][row].sum()), np.flatnonzero(batch["src_mask"][row])
+      out[index] = Forced(
+        np.asarray(result.token_scores[row, :n_tgt]),
+        float(result.scores[row]),
+        float(result.norm_scores[row]),
+        np.asarray(result.alpha[row, :n_tgt][:, real]),
+      )
+  return out
+
+
+def _teacher_forced(state, split: input_pipeline.Split, config, output: str):
+  """(index, the model's teacher-forced aux `output` for that sentence [T_pad, ...]) for every
+  sentence of `split`, in batches of `decode.batch_size` padded to `data.bucket_step` (jitted:
+  one compilation per padded shape)."""
+  model_fn = jax.jit(
+    lambda params, b: state.replace(params=params).model()(
+      b["src"], b["src_mask"], b["tgt_in"], return_aux=True
+    )[1][output]
+  )
+  for batch in input_pipeline.iter_batches(
+    split, config.decode.batch_size, config.data.bucket_step
+  ):
+    keys = {k: batch[k] for k in ("src", "src_mask", "tgt_in")}
+    values = np.asarray(jax.device_get(model_fn(state.params, keys)))
+    for row, index in enumerate(batch["index"]):
+      if index >= 0:
+        yield int(index), values[row]
+
+
+def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list[np.ndarray]:
+  """alpha [T, S] of the reference translations over the split's tokens (words or pieces; the
+  target EOS step and the source EOS column dropped). `word_attention` maps them to words."""
+  out: list[np.ndarray | None] = [None] * len(split)
+  for index, alpha in _teacher_forced(state, split, config, "alpha"):
+    n_tgt, n_src = len(split.tgt.row(index)), len(split.src.row(index))
+    out[index] = alpha[:n_tgt, :n_src]
+  return out
+
+
+def word_attention(state, data, split_name: str, config) -> list[np.ndarray]:
+  """Teacher-forced attention of the references between words [T', S'], whatever the tokens:
+  `teacher_forced_attention` mapped by `pieces_to_words` (the identity for word tokens)."""
+  split = data.splits[split_name]
+  forced = teacher_forced_attention(state, split, config)
+  return [
+    metrics.pieces_to_words(
+      alpha,
+      metrics.id_spans(data.tgt_tokenizer, split.tgt.row(i)),
+      metrics.id_spans(data.src_tokenizer, split.src.row(i)),
+    )
+    for i, alpha in enumerate(forced)
+  ]
+
+
+def head_name(n: int) -> str:
+  """Head n's name (n from 0) in sentences.jsonl and the explorer, and, without its space, in
+  heatmap file names (000_head1.png): one place, so the two count heads alike."""
+  return f"head {n + 1}"
+
+
+def decoded_heads(
+  state, split: input_pipeline.Split, translations: Sequence[Translation], config
+) -> list[list[np.ndarray]] | None:
+  """Each head's attention over every decoded sentence: per sentence a list of N arrays
+  [len(tr.alpha), S_real], or None unless the attention structure has several heads
+  ("alpha_heads").
+
+  Attention at a step depends only on the output before it, so forcing the decoder through each
+  translation's own words (in batches, as `teacher_forced_attention` does with the references)
+  reproduces the heads that decoding (greedy or beam) used; their mean is `tr.alpha`.
+  """
+  if getattr(state.model().structure, "num_heads", 1) < 2:
+    return None
+  outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
+  forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
+  out: list[list[np.ndarray] | None] = [None] * len(split)
+  for index, heads_TNS in _teacher_forced(state, forced, config, "alpha_heads"):
+    n_out, n_src = translations[index].alpha.shape
+    heads_TNS = heads_TNS[:n_out, :, :n_src]
+    out[index] = [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]
+  return out
