@@ -290,7 +290,7 @@ def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, t
   damaged = [*lines[:2], '{"step": 7, "spl', *lines[2:], lines[-1][:25]]
   (workdir / "metrics.jsonl").write_text("\n".join(damaged))  # No final newline: cut short.
   with caplog.at_level("WARNING"):
-    rows = summary.read_metric_rows(workdir)
+    rows = summary.read_metrics(workdir)
   assert [json.dumps(r) for r in rows] == lines
   warned = [r.getMessage() for r in caplog.records]
   assert any("metrics.jsonl:3: damaged line skipped" in m for m in warned), warned
@@ -298,8 +298,8 @@ def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, t
   writer = summary.MetricWriter(workdir)  # Drops the cut-short tail before appending.
   writer.write(99, "train", {"loss": 1.0})
   writer.close()
-  assert summary.read_metric_rows(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
-  assert len(summary.read_metric_rows(workdir)) == len(lines) + 1
+  assert summary.read_metrics(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
+  assert len(summary.read_metrics(workdir)) == len(lines) + 1
 
 
 def test_a_second_process_on_a_workdir_fails_at_once_naming_the_holder(tmp_path):
