@@ -108,10 +108,7 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
       return False
     # A converted run (`records`): its record says what it trained and evaluated.
     if input_pipeline.has_long_test(config.data) and long not in record["results"]:
-      raise SystemExit(
-        f"error: {run.workdir} was evaluated without {long} and keeps no "
-        "checkpoint to evaluate again: delete it to train the run again"
-      )
+      _cannot_evaluate_again(run)
     return record["updates"] >= config.train.num_steps
   missing = (
     input_pipeline.has_long_test(config.data)
@@ -121,15 +118,20 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
     trained = max((r["step"] for r in metrics(run.workdir)), default=0)
     done = trained >= config.train.num_steps
     if done and missing:
-      raise SystemExit(
-        f"error: {run.workdir} was evaluated without {long} and keeps no "
-        "checkpoint to evaluate again: delete it to train the run again"
-      )
+      _cannot_evaluate_again(run)
     return done
   if steps[-1] != config.train.num_steps or missing:
     return False  # Resuming trains the rest, or only evaluates.
   last = run.workdir / "checkpoints" / str(steps[-1])
   return results.stat().st_mtime >= last.stat().st_mtime
+
+
+def _cannot_evaluate_again(run: Run) -> None:
+  """Stops the study: `run` lacks the long test split's results and keeps no checkpoint."""
+  raise SystemExit(
+    f"error: {run.workdir} was evaluated without {input_pipeline.LONG_TEST} and keeps no "
+    "checkpoint to evaluate again: delete it to train the run again"
+  )
 
 
 def _wall_record(workdir: Path) -> dict[str, Any]:
