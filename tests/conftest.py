@@ -1,4 +1,4 @@
-"""Shared fixtures: small configs and random padded batches.
+"""The tests' fixtures and pytest hooks (what they share besides: helpers.py).
 
 Most of the tests' time is JAX tracing, lowering and compiling small programs (and starting
 Python processes, which `helpers.run_main` avoids where it can). Before JAX starts, this file
@@ -29,9 +29,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from flax import nnx  # noqa: E402
 
 from configs import tiny  # noqa: E402
 
@@ -68,48 +66,3 @@ def trained(tmp_path_factory):
 @pytest.fixture
 def tiny_config():
   return tiny.get_config()
-
-
-def random_batch(seed=0, batch=4, src_len=7, tgt_len=6, vocab=50, pad_rows=True):
-  """A batch dict of int32 arrays with ragged padding on both sides."""
-  rng = np.random.default_rng(seed)
-  src_lens = rng.integers(1, src_len + 1, batch)
-  tgt_lens = rng.integers(1, tgt_len + 1, batch)
-  if not pad_rows:
-    src_lens[:], tgt_lens[:] = src_len, tgt_len
-  src_mask = (np.arange(src_len)[None] < src_lens[:, None]).astype(np.int32)
-  tgt_mask = (np.arange(tgt_len)[None] < tgt_lens[:, None]).astype(np.int32)
-  return {
-    "src": (rng.integers(4, vocab, (batch, src_len)) * src_mask).astype(np.int32),
-    "src_mask": src_mask,
-    "tgt_in": (rng.integers(4, vocab, (batch, tgt_len)) * tgt_mask).astype(np.int32),
-    "tgt_out": (rng.integers(4, vocab, (batch, tgt_len)) * tgt_mask).astype(np.int32),
-    "tgt_mask": tgt_mask,
-  }
-
-
-def randomise(module, seed=1, scale=0.3):
-  """Adds N(0, scale^2) noise to every parameter, so scores and attention are far from uniform
-  (the paper init starts with v_a = 0, which makes every score function look alike). The tables
-  a model stores but never trains (`models.LexiconTable`: lexicon bias, copy map) stay as built:
-  noise would turn their ids into other words and their probabilities negative."""
-  from seq2seq.models import LexiconTable
-
-  graphdef, tables, state = nnx.split(module, LexiconTable, ...)
-  leaves, treedef = jax.tree.flatten(state)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  pairs = zip(keys, leaves, strict=True)
-  noise = [scale * jax.random.normal(k, x.shape, x.dtype) for k, x in pairs]
-  leaves = [x + n for x, n in zip(leaves, noise, strict=True)]
-  return nnx.merge(graphdef, tables, jax.tree.unflatten(treedef, leaves))
-
-
-def random_lexicon(vocab, k=3, seed=0):
-  """A lexical table (`seq2seq.lexicon.Lexicon`) giving every source id `k` distinct target ids
-  from 4 up with Dirichlet-drawn probabilities; the frequency order is the ids'."""
-  from seq2seq import lexicon
-
-  rng = np.random.default_rng(seed)
-  ids = np.stack([rng.choice(np.arange(4, vocab), k, replace=False) for _ in range(vocab)])
-  probs = rng.dirichlet(np.ones(k), vocab).astype(np.float32)
-  return lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(vocab, dtype=np.int32))

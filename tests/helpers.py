@@ -1,5 +1,12 @@
-"""What several test modules share: running main.py and the experiment scripts as a user
-runs them, with cheap compilation, and reading a run's metrics and checkpoints.
+"""What several test modules share besides fixtures (those, and pytest's hooks, are in
+conftest.py): running main.py and the experiment scripts as a user runs them, with cheap
+compilation; reading a run's metrics and checkpoints; random padded batches, parameter noise and
+lexical tables; a stand-in model whose next-word logits come from a fixed table; made-up
+explorer records. Test modules import from here, never from one another.
+
+conftest.py imports this module before it points JAX at the session's compilation cache, which
+JAX reads when it is imported: so JAX, Flax and the package are imported inside the functions
+that use them, never at the top of this file.
 
 A run goes through the program's own entry point (main.py's flags and `main`, a script's
 `main(argv)`) in the test's process unless it asks for a process of its own: a fresh Python
@@ -217,9 +224,8 @@ def explorer_run(name: str = "run", steps: int = 100) -> dict:
 def decode_random_batch(
   model, beam_size: int, max_len: int, *, seed: int, src_len: int, vocab: int, **kw
 ):
-  """`decode.jit_decode` of `model` on a random padded batch of 4 sources (conftest's)."""
+  """`decode.jit_decode` of `model` on a random padded batch of 4 sources (`random_batch`)."""
   import jax.numpy as jnp
-  from conftest import random_batch
   from flax import nnx
 
   from seq2seq import decode
@@ -228,3 +234,86 @@ def decode_random_batch(
   graphdef, params = nnx.split(model, nnx.Param)
   src, mask = jnp.asarray(b["src"]), jnp.asarray(b["src_mask"])
   return decode.jit_decode(graphdef, params, src, mask, beam_size=beam_size, max_len=max_len, **kw)
+
+
+def random_batch(seed=0, batch=4, src_len=7, tgt_len=6, vocab=50, pad_rows=True):
+  """A batch dict of int32 arrays with ragged padding on both sides."""
+  rng = np.random.default_rng(seed)
+  src_lens = rng.integers(1, src_len + 1, batch)
+  tgt_lens = rng.integers(1, tgt_len + 1, batch)
+  if not pad_rows:
+    src_lens[:], tgt_lens[:] = src_len, tgt_len
+  src_mask = (np.arange(src_len)[None] < src_lens[:, None]).astype(np.int32)
+  tgt_mask = (np.arange(tgt_len)[None] < tgt_lens[:, None]).astype(np.int32)
+  return {
+    "src": (rng.integers(4, vocab, (batch, src_len)) * src_mask).astype(np.int32),
+    "src_mask": src_mask,
+    "tgt_in": (rng.integers(4, vocab, (batch, tgt_len)) * tgt_mask).astype(np.int32),
+    "tgt_out": (rng.integers(4, vocab, (batch, tgt_len)) * tgt_mask).astype(np.int32),
+    "tgt_mask": tgt_mask,
+  }
+
+
+def randomise(module, seed=1, scale=0.3):
+  """Adds N(0, scale^2) noise to every parameter, so scores and attention are far from uniform
+  (the paper init starts with v_a = 0, which makes every score function look alike). The tables
+  a model stores but never trains (`models.LexiconTable`: lexicon bias, copy map) stay as built:
+  noise would turn their ids into other words and their probabilities negative."""
+  import jax
+  from flax import nnx
+
+  from seq2seq.models import LexiconTable
+
+  graphdef, tables, state = nnx.split(module, LexiconTable, ...)
+  leaves, treedef = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  pairs = zip(keys, leaves, strict=True)
+  noise = [scale * jax.random.normal(k, x.shape, x.dtype) for k, x in pairs]
+  leaves = [x + n for x, n in zip(leaves, noise, strict=True)]
+  return nnx.merge(graphdef, tables, jax.tree.unflatten(treedef, leaves))
+
+
+def random_lexicon(vocab, k=3, seed=0):
+  """A lexical table (`seq2seq.lexicon.Lexicon`) giving every source id `k` distinct target ids
+  from 4 up with Dirichlet-drawn probabilities; the frequency order is the ids'."""
+  from seq2seq import lexicon
+
+  rng = np.random.default_rng(seed)
+  ids = np.stack([rng.choice(np.arange(4, vocab), k, replace=False) for _ in range(vocab)])
+  probs = rng.dirichlet(np.ones(k), vocab).astype(np.float32)
+  return lexicon.Lexicon(ids.astype(np.int32), probs, np.arange(vocab, dtype=np.int32))
+
+
+class TableModel:
+  """Next-word logits depend only on the previous word: logits = table[b, y_prev] ([B, V, V]).
+
+  The sentence index b rides in the decoder state, so beams of one sentence share its table. The
+  attention at each step is one-hot at position y_prev % S, which makes histories checkable.
+  """
+
+  def __init__(self, table_BVV, on_step=None):
+    import jax.numpy as jnp
+
+    self.table = jnp.asarray(table_BVV, jnp.float32)
+    self.on_step = on_step
+
+  def encode(self, src_BS, src_mask_BS, steps=None):  # `steps`: the decoder steps to follow.
+    import jax.numpy as jnp
+
+    from seq2seq.models import Encoded
+
+    batch, src_len = src_BS.shape
+    annotations = jnp.zeros((batch, src_len, 2), jnp.float32)
+    row = jnp.arange(batch, dtype=jnp.float32)[:, None]
+    ones = jnp.ones(src_mask_BS.shape)
+    return Encoded(annotations, annotations[..., :0], src_mask_BS, row, jnp.zeros((batch, 2)), ones)
+
+  def decoder_step(self, enc, state_BD, y_prev_B):
+    import jax
+    import jax.numpy as jnp
+
+    if self.on_step is not None:
+      jax.debug.callback(self.on_step)
+    logits = self.table[state_BD[:, 0].astype(jnp.int32), y_prev_B]
+    alpha = jax.nn.one_hot(y_prev_B % enc.mask.shape[1], enc.mask.shape[1])
+    return state_BD, logits, alpha

@@ -7,9 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, randomise
 from flax import nnx
-from test_decode import TableModel
+from helpers import TableModel, random_batch, randomise
 
 from configs import tiny
 from seq2seq import decode, models, objective, steps, train

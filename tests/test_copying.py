@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, randomise
 from flax import nnx
+from helpers import random_batch, randomise
 
 from configs import tiny
 from seq2seq import copying, decode, inference, input_pipeline, metrics, models, settings

@@ -9,12 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, random_lexicon, randomise
 from flax import nnx
+from helpers import TableModel, random_batch, random_lexicon, randomise
 
 from configs import tiny
 from seq2seq import decode, lexicon, models, steps
-from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 30
@@ -45,32 +44,6 @@ def model():
 @pytest.fixture(scope="module")
 def batch():
   return random_batch(seed=3, batch=6, src_len=7, vocab=VOCAB)
-
-
-class TableModel:
-  """Next-word logits depend only on the previous word: logits = table[b, y_prev] ([B, V, V]).
-
-  The sentence index b rides in the decoder state, so beams of one sentence share its table. The
-  attention at each step is one-hot at position y_prev % S, which makes histories checkable.
-  """
-
-  def __init__(self, table_BVV, on_step=None):
-    self.table = jnp.asarray(table_BVV, jnp.float32)
-    self.on_step = on_step
-
-  def encode(self, src_BS, src_mask_BS, steps=None):  # `steps`: the decoder steps to follow.
-    batch, src_len = src_BS.shape
-    annotations = jnp.zeros((batch, src_len, 2), jnp.float32)
-    row = jnp.arange(batch, dtype=jnp.float32)[:, None]
-    ones = jnp.ones(src_mask_BS.shape)
-    return Encoded(annotations, annotations[..., :0], src_mask_BS, row, jnp.zeros((batch, 2)), ones)
-
-  def decoder_step(self, enc, state_BD, y_prev_B):
-    if self.on_step is not None:
-      jax.debug.callback(self.on_step)
-    logits = self.table[state_BD[:, 0].astype(jnp.int32), y_prev_B]
-    alpha = jax.nn.one_hot(y_prev_B % enc.mask.shape[1], enc.mask.shape[1])
-    return state_BD, logits, alpha
 
 
 def exhaustive_ranking(table_VV, max_len, alpha):

@@ -9,9 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, randomise
 from flax import nnx
-from helpers import decode_random_batch
+from helpers import decode_random_batch, random_batch, randomise
 
 from configs import tiny
 from seq2seq import ensemble, evaluation, models, settings

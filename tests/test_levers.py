@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, random_lexicon, randomise
 from flax import nnx
+from helpers import random_batch, random_lexicon, randomise
 
 from configs import tiny
 from experiments.lib import configs

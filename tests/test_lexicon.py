@@ -67,9 +67,8 @@ def test_a_missing_or_empty_table_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_shortlist_of_every_word_decodes_as_the_full_vocabulary(beam_size):
   import jax.numpy as jnp
-  from conftest import randomise
   from flax import nnx
-  from helpers import decode_random_batch
+  from helpers import decode_random_batch, randomise
 
   from configs import tiny
   from seq2seq import models
@@ -112,8 +111,8 @@ def shortlisted_run(tmp_path, scope, beam_size=3):
   """A random tiny model's train state and a config decoding it over a small shortlist of a
   random lexical table (2 frequent words, 2 translations per source word)."""
   import jax
-  from conftest import random_lexicon, randomise
   from flax import nnx
+  from helpers import random_lexicon, randomise
 
   from configs import tiny
   from seq2seq import steps
@@ -130,7 +129,7 @@ def shortlisted_run(tmp_path, scope, beam_size=3):
 
 
 def shortlist_batch(seed=4, batch=5):
-  from conftest import random_batch
+  from helpers import random_batch
 
   b = random_batch(seed=seed, batch=batch, src_len=6, vocab=SHORT_VOCAB)
   return {k: b[k] for k in ("src", "src_mask")}

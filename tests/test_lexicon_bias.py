@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch, random_lexicon
 from flax import nnx
+from helpers import random_batch, random_lexicon
 
 from configs import tiny
 from seq2seq import lexicon, models, settings, steps

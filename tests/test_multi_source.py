@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import randomise
 from flax import nnx
+from helpers import randomise
 
 from configs import tiny
 from seq2seq import (

@@ -13,9 +13,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import randomise
 from flax import nnx
-from helpers import ROOT, final_params, main_command, metric_rows, run_main, subprocess_env
+from helpers import (
+  ROOT,
+  final_params,
+  main_command,
+  metric_rows,
+  randomise,
+  run_main,
+  subprocess_env,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -242,7 +249,7 @@ def test_loss_finite_for_extreme_lengths(tiny_config, dtype, src_len):
 
 
 def test_same_seed_same_result(tiny_config):
-  from conftest import random_batch
+  from helpers import random_batch
 
   batch = random_batch(seed=3, vocab=30)
   out = []

@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import randomise
 from flax import nnx
+from helpers import randomise
 
 from seq2seq import attention, scores
 

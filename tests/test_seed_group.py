@@ -70,7 +70,7 @@ def test_first_seed_matches_a_lone_run_workdirs_are_complete_and_groups_resume(t
 
 
 def test_vmapped_step_equals_each_seed_alone(tmp_path):
-  from conftest import random_batch
+  from helpers import random_batch
 
   config = _config(tmp_path)
   config.train.clip_norm = 0.01  # Below both seeds' gradient norms: each is clipped on its own.

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_batch
+from helpers import random_batch
 
 from seq2seq import objective, scores, steps
 
