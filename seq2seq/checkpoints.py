@@ -2,9 +2,10 @@
 
 A workdir belongs to one run: `config.json` holds its resolved config. Resuming with a config
 that differs only in fields that do not change the model, the data or the optimisation (see
-`RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields. Specs are compared
-canonically, and a config saved before components owned their settings is upgraded first
-(`settings.upgrade`).
+`RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields. The file carries
+its format version (`saved_format.FIELD`, not a setting, never compared); a config saved at an
+older version is migrated first (`settings.upgrade`), one saved by a newer seq2seq refused in
+one line naming the file, and specs are compared canonically.
 
 Every checkpoint step folder gets `checksums.json`, the SHA-256 of each of its files, written
 once the checkpoint is complete. Opening a checkpointer verifies every step that has one: a
@@ -74,7 +75,7 @@ def check_model_config(workdir: Path, config: ml_collections.ConfigDict) -> None
   path = Path(workdir) / "config.json"
   if not path.exists():
     return
-  a = flatten(settings.upgrade(json.loads(path.read_text())))
+  a = flatten(read_saved_config(path))
   b = flatten(settings.canonical(json.loads(config.to_json_best_effort())))
   differing = [
     n
@@ -105,9 +106,27 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   return out
 
 
+def read_saved_config(path: Path) -> dict[str, Any]:
+  """A saved config file as a dict in the current form (`settings.upgrade`, without the format
+  version); a file this code cannot read (saved by a newer seq2seq, say) raises ValueError in
+  one line naming it."""
+  saved = json.loads(Path(path).read_text())
+  try:
+    return settings.upgrade(saved)
+  except ValueError as e:
+    raise ValueError(f"{path}: {e}") from e
+
+
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-  """Dotted names of fields that differ between two config dicts and may not change on resume."""
-  a = flatten(settings.upgrade(old))
+  """Dotted names of fields that differ between two config dicts and may not change on resume:
+  `old` as saved (migrated from its format version), `new` at the current version (the format
+  version of either is not compared)."""
+  return _differences(settings.upgrade(old), new)
+
+
+def _differences(current: dict[str, Any], new: dict[str, Any]) -> list[str]:
+  """`config_differences` of a config already upgraded (`current`) and `new`."""
+  a = flatten(current)
   b = flatten(settings.canonical(new))
   names = sorted(set(a) | set(b))
   changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]
@@ -116,14 +135,15 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def saved_config_differences(workdir: Path, config: ml_collections.ConfigDict) -> list[str]:
   """`config_differences` between WORKDIR/config.json and `config`; empty without that file."""
-  path = workdir / "config.json"
+  path = Path(workdir) / "config.json"
   if not path.exists():
     return []
-  return config_differences(json.loads(path.read_text()), json.loads(config.to_json_best_effort()))
+  return _differences(read_saved_config(path), json.loads(config.to_json_best_effort()))
 
 
 def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
-  """Writes WORKDIR/config.json, or checks the existing one allows resuming with `config`."""
+  """Checks an existing WORKDIR/config.json allows resuming with `config`, then writes `config`
+  there at the current format version (`settings.HISTORY.stamped`)."""
   differing = saved_config_differences(workdir, config)
   if differing:
     raise IncompatibleRunError(
@@ -131,7 +151,7 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
       "use a new --workdir or the same settings"
     )
   if jax.process_index() == 0:
-    new = json.loads(config.to_json_best_effort())
+    new = settings.HISTORY.stamped(json.loads(config.to_json_best_effort()))
     files.write_atomic(workdir / "config.json", json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
@@ -141,13 +161,13 @@ OPTIONAL_FIELDS = ("baseline", "ema")
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
-  """WORKDIR/config.json as a locked ConfigDict, upgraded to the current form if saved long ago
-  (`settings.upgrade`: specs for the old flat fields, the fields added since at the values that
-  reproduce how the run behaved)."""
+  """WORKDIR/config.json as a locked ConfigDict in the current form (`read_saved_config`: the
+  version steps from the one it was saved at, the fields added since at the values that
+  reproduce how the run behaved; the format version is not a field)."""
   path = Path(workdir) / "config.json"
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist: {workdir} holds no run (train first)")
-  config = ml_collections.ConfigDict(settings.upgrade(json.loads(path.read_text())))
+  config = ml_collections.ConfigDict(read_saved_config(path))
   config.lock()
   return config
 

@@ -1,5 +1,4 @@
-"""One check of a run's settings, and the conversion of configs saved before components owned
-their settings.
+"""One check of a run's settings, and the migration of saved configs to the current form.
 
 `validate(config)` is called by every entry point (training, evaluation, translation, the seed
 group) before anything is built or loaded: it types the model section (`models.ModelSettings`,
@@ -7,14 +6,23 @@ which parses the score, structure and feature specs and checks the rules across 
 the objective (`objective.Objective`, whose terms check what they need) and checks the
 remaining choices, so a mistake fails at once in one line.
 
-A workdir's `config.json` may hold the older flat layout: 14 model fields that belong to one
-component (`model.local_window`, `model.coverage`, ...) and one train field per
-loss term (`train.fertility_weight`, ...). `upgrade(saved)` rewrites such a dict into specs; a
-workdir resumes through it (`checkpoints.config_differences`), and
+A saved config (a workdir's `config.json`, a committed study's run) carries its format version
+(`saved_format.FIELD`); `HISTORY` lists the versions, each with the step that migrates to it:
+
+0. the flat layout: 14 model fields that belong to one component (`model.local_window`,
+   `model.coverage`, ...) and one train field per loss term (`train.fertility_weight`, ...);
+1. components own their settings (`model.score`, `model.attention`, `model.features` and
+   `train.loss_terms` are specs), no version field;
+2. the file carries `format_version`.
+
+`upgrade(saved)` applies the steps from the saved version on (a version newer than this code's
+is refused), then the fields added and removed without a version bump (`ADDED_FIELDS`,
+`REMOVED_FIELDS`). A workdir resumes through it (`checkpoints.config_differences`), and
 
     python -m seq2seq.settings --upgrade WORKDIR/config.json
 
-rewrites the file. `python -m seq2seq.settings` lists every component with its settings.
+rewrites the file at the current version. `python -m seq2seq.settings` lists every component
+with its settings.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,7 @@ from seq2seq import (
   models,
   objective,
   registry,
+  saved_format,
   scores,
   softmax,
   steps,
@@ -160,12 +170,14 @@ _TERM_FIELDS = (
 )
 
 
-# Fields removed after runs were saved with them: intra-attention's memory size (128 slots; the
-# memory now has one slot per decoder step, which changes nothing for outputs up to 128 words).
+# Fields added or removed without a version bump: a field that changes the meaning of no other
+# field needs no version step. They apply to a config of any version, after the version steps.
+# Removed: intra-attention's memory size (128 slots; the memory now has one slot per decoder
+# step, which changes nothing for outputs up to 128 words).
 REMOVED_FIELDS = ("model.intra_attention_len",)
 
-# Fields added after runs were saved, with the value that reproduces how those runs behaved: a
-# saved config without the field reads as if it held this value.
+# Added, with the value that reproduces how the runs saved without the field behaved: a saved
+# config without the field reads as if it held this value.
 ADDED_FIELDS = {
   "model.decoder": "paper",
   "model.tie_embeddings": False,
@@ -198,76 +210,114 @@ def _spec(reg: registry.Registry, name: str, values: dict[str, Any]) -> str:
 
 
 def is_legacy(saved: dict[str, Any]) -> bool:
-  """Whether a saved config dict predates component-owned settings."""
+  """Whether a saved config dict predates component-owned settings (format version 0)."""
   return "features" not in saved.get("model", {}) or "loss_terms" not in saved.get("train", {})
 
 
+def components_own_their_settings(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 1: components own their settings; the flat fields become specs.
+
+  The model fields that belonged to one score or structure (`_MOVED`) become settings of the
+  `model.score` and `model.attention` specs (only where that component is the one chosen),
+  `_FEATURE_FIELDS` the `model.features` spec, and the train fields of the loss terms
+  (`_TERM_FIELDS`) the `train.loss_terms` spec (REINFORCE at its defaults and agreement at
+  weight 1 are implied by the model, so left out)."""
+  model, train = saved.setdefault("model", {}), saved.setdefault("train", {})
+  for kind, reg in (("score", scores), ("attention", structures)):
+    name = model.get(kind, "additive" if kind == "score" else "soft")
+    values = {}
+    for old, (where, owners, setting) in _MOVED.items():
+      if where != kind:
+        continue
+      value = model.pop(old, None)
+      owners = (owners,) if isinstance(owners, str) else owners
+      if name in owners and value is not None:
+        values[setting] = value
+    model[kind] = _spec(reg.REGISTRY, name, values)
+  old = {k: model.pop(k, None) for k in _FEATURE_FIELDS}
+  parts = []
+  if old["coverage"]:
+    values = {"fertility": bool(old["fertility"])}
+    if old["fertility_max"] is not None:
+      values["fertility_max"] = old["fertility_max"]
+    parts.append(_spec(features.REGISTRY, "coverage", values))
+  if (old["prev_attention_filters"] or 0) > 0:
+    values = {"filters": old["prev_attention_filters"]}
+    if old["prev_attention_width"] is not None:
+      values["width"] = old["prev_attention_width"]
+    parts.append(_spec(features.REGISTRY, "prev_attention", values))
+  model["features"] = "+".join(parts)
+  old = {k: train.pop(k, None) for k in _TERM_FIELDS}
+  terms = []
+  if (old["fertility_weight"] or 0) > 0:
+    terms.append(_spec(objective.REGISTRY, "fertility", {"weight": old["fertility_weight"]}))
+  if (old["attention_supervision"] or 0) > 0:
+    values = {"weight": old["attention_supervision"]}
+    values["loss"] = old["attention_supervision_loss"] or "ce"
+    terms.append(_spec(objective.REGISTRY, "supervision", values))
+  if structures.spec(model["attention"]).name == "hard" and model.get("name") != "agreement":
+    values = {
+      "weight": old["reinforce_weight"],
+      "entropy_weight": old["entropy_weight"],
+      "baseline_decay": old["baseline_decay"],
+    }
+    spec = _spec(
+      objective.REGISTRY, "reinforce", {k: v for k, v in values.items() if v is not None}
+    )
+    if spec != "reinforce":
+      terms.append(spec)
+  if model.get("name") == "agreement" and old["agreement_weight"] not in (None, 1.0):
+    terms.append(_spec(objective.REGISTRY, "agreement", {"weight": old["agreement_weight"]}))
+  train["loss_terms"] = "+".join(terms)
+  return saved
+
+
+def the_file_carries_its_version(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 2: the saved file carries `format_version`; no setting changed."""
+  return saved
+
+
+# The saved format's versions: step N takes a config saved at version N - 1 to version N. A
+# change that renames or moves fields, changes what a value means, or renames the model's
+# parameters (`Step.params`) is a new step at the end; a field only added or removed goes in
+# ADDED_FIELDS / REMOVED_FIELDS instead.
+HISTORY = saved_format.History(
+  [
+    saved_format.Step(1, components_own_their_settings),
+    saved_format.Step(2, the_file_carries_its_version),
+  ],
+  unversioned=lambda saved: 0 if is_legacy(saved) else 1,
+)
+FORMAT_VERSION = HISTORY.current
+
+
 def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
-  """A saved config dict in the current form (a new dict): the old flat component fields
-  rewritten as specs, the fields added since filled with `ADDED_FIELDS`, those removed since
-  (`REMOVED_FIELDS`) dropped, the specs canonical."""
-  out = copy.deepcopy(saved)
+  """A saved config dict in the current form (a new dict, without the format version): the
+  version steps from the one it was saved at (`HISTORY`), the fields added since filled with
+  `ADDED_FIELDS`, those removed since (`REMOVED_FIELDS`) dropped, the specs canonical. A
+  config saved by a newer seq2seq raises ValueError in one line."""
+  out = HISTORY.upgrade(saved)
   for dotted in REMOVED_FIELDS:
     section, key = dotted.split(".")
     out.get(section, {}).pop(key, None)
   for dotted, value in ADDED_FIELDS.items():
     section, key = dotted.split(".")
     out.setdefault(section, {}).setdefault(key, value)
-  model, train = out.get("model", {}), out.get("train", {})
-  if is_legacy(saved):
-    for kind, reg in (("score", scores), ("attention", structures)):
-      name = model.get(kind, "additive" if kind == "score" else "soft")
-      values = {}
-      for old, (where, owners, setting) in _MOVED.items():
-        if where != kind:
-          continue
-        value = model.pop(old, None)
-        owners = (owners,) if isinstance(owners, str) else owners
-        if name in owners and value is not None:
-          values[setting] = value
-      model[kind] = _spec(reg.REGISTRY, name, values)
-    old = {k: model.pop(k, None) for k in _FEATURE_FIELDS}
-    parts = []
-    if old["coverage"]:
-      values = {"fertility": bool(old["fertility"])}
-      if old["fertility_max"] is not None:
-        values["fertility_max"] = old["fertility_max"]
-      parts.append(_spec(features.REGISTRY, "coverage", values))
-    if (old["prev_attention_filters"] or 0) > 0:
-      values = {"filters": old["prev_attention_filters"]}
-      if old["prev_attention_width"] is not None:
-        values["width"] = old["prev_attention_width"]
-      parts.append(_spec(features.REGISTRY, "prev_attention", values))
-    model["features"] = "+".join(parts)
-    old = {k: train.pop(k, None) for k in _TERM_FIELDS}
-    terms = []
-    if (old["fertility_weight"] or 0) > 0:
-      terms.append(_spec(objective.REGISTRY, "fertility", {"weight": old["fertility_weight"]}))
-    if (old["attention_supervision"] or 0) > 0:
-      values = {"weight": old["attention_supervision"]}
-      values["loss"] = old["attention_supervision_loss"] or "ce"
-      terms.append(_spec(objective.REGISTRY, "supervision", values))
-    if structures.spec(model["attention"]).name == "hard" and model.get("name") != "agreement":
-      values = {
-        "weight": old["reinforce_weight"],
-        "entropy_weight": old["entropy_weight"],
-        "baseline_decay": old["baseline_decay"],
-      }
-      spec = _spec(
-        objective.REGISTRY, "reinforce", {k: v for k, v in values.items() if v is not None}
-      )
-      if spec != "reinforce":
-        terms.append(spec)
-    if model.get("name") == "agreement" and old["agreement_weight"] not in (None, 1.0):
-      terms.append(_spec(objective.REGISTRY, "agreement", {"weight": old["agreement_weight"]}))
-    train["loss_terms"] = "+".join(terms)
   return canonical(out)
 
 
+def params_migration(version: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+  """What renames the parameter tree (a nested dict) of a checkpoint saved at format `version`
+  to the current model's paths: the `params` functions of the later version steps, composed
+  (`saved_format.History.params`)."""
+  return HISTORY.params(version)
+
+
 def canonical(saved: dict[str, Any]) -> dict[str, Any]:
-  """A config dict with its specs written canonically (defaults left out), so that equal
-  settings compare equal as text."""
-  out = copy.deepcopy(saved)
+  """A config dict at the current version with its specs written canonically (defaults left
+  out) and without the format version (not a setting), so that equal settings compare equal as
+  text."""
+  out = {k: v for k, v in copy.deepcopy(saved).items() if k != saved_format.FIELD}
   model, train = out.get("model", {}), out.get("train", {})
   if "score" in model:
     model["score"] = str(scores.spec(model["score"]))
@@ -305,8 +355,12 @@ def main(argv: list[str] | None = None) -> None:
     return
   path = Path(args.upgrade)
   saved = json.loads(path.read_text())
-  path.write_text(json.dumps(upgrade(saved), indent=2, sort_keys=True) + "\n")
-  print(f"{path}: {'upgraded' if is_legacy(saved) else 'already current'}")
+  try:
+    version, current = HISTORY.version(saved), upgrade(saved)
+  except ValueError as e:
+    raise SystemExit(f"error: {path}: {e}") from e
+  path.write_text(json.dumps(HISTORY.stamped(current), indent=2, sort_keys=True) + "\n")
+  print(f"{path}: saved at format version {version}, written at {FORMAT_VERSION}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,220 @@
+"""Saved configs by format version (`seq2seq.saved_format`, `settings.HISTORY`): one saved at
+every version reads back in the current form, field by field; one saved by a newer seq2seq is
+refused in one line; a config saved and loaded comes back the same and carries the current
+version; the parameter migrations of later steps compose in order."""
+
+import json
+import re
+
+import pytest
+from helpers import ROOT
+
+from configs import tiny
+from seq2seq import checkpoints, saved_format, settings
+
+RESULTS = ROOT / "experiments" / "results"
+# Committed configs of each unversioned layout: a run saved before components owned their
+# settings, and one saved after, before the file carried its version.
+VERSION_0 = RESULTS / "multi30k_plateau" / "config.json"
+VERSION_1 = RESULTS / "demo" / "config.json"
+FIELD = saved_format.FIELD
+
+
+def current_form(config) -> dict:
+  return json.loads(config.to_json_best_effort())
+
+
+def test_the_history_numbers_its_steps_and_each_says_what_changed():
+  assert settings.FORMAT_VERSION == settings.HISTORY.current == 2
+  assert [(s.version, s.name) for s in settings.HISTORY.steps] == [
+    (1, "components_own_their_settings"),
+    (2, "the_file_carries_its_version"),
+  ]
+  assert all(s.change.startswith(f"Version {s.version}: ") for s in settings.HISTORY.steps)
+
+  def documented(saved):
+    """Version: documented."""
+    return saved
+
+  with pytest.raises(ValueError, match=r"numbered 1, 2, ... in order, got \[1, 3\]"):
+    saved_format.History(
+      [saved_format.Step(1, documented), saved_format.Step(3, documented)], lambda s: 0
+    )
+  with pytest.raises(ValueError, match="version step 1 \\(<lambda>\\) needs a docstring"):
+    saved_format.History([saved_format.Step(1, lambda s: s)], lambda s: 0)
+
+
+def test_version_0_the_flat_layout_reads_as_specs_field_by_field():
+  saved = json.loads(VERSION_0.read_text())
+  assert FIELD not in saved and settings.HISTORY.version(saved) == 0
+  expected = json.loads(VERSION_0.read_text())
+  for name in (*settings._MOVED, *settings._FEATURE_FIELDS):
+    del expected["model"][name]
+  for name in settings._TERM_FIELDS:
+    del expected["train"][name]
+  expected["model"].update(score="additive", attention="soft", features="")
+  expected["train"]["loss_terms"] = ""
+  # It predates every field added since but train.loss_normalization (saved at its default).
+  for dotted, value in settings.ADDED_FIELDS.items():
+    section, name = dotted.split(".")
+    assert (name in expected[section]) == (dotted == "train.loss_normalization")
+    expected[section].setdefault(name, value)
+  assert settings.upgrade(saved) == expected
+  assert sorted(checkpoints.flatten(expected)) == sorted(
+    checkpoints.flatten(current_form(tiny.get_config()))
+  )
+
+
+def test_version_0_settings_move_into_the_specs_of_the_components_chosen():
+  """The committed flat config with components chosen whose settings it holds."""
+  saved = json.loads(VERSION_0.read_text())
+  saved["model"].update(
+    attention="local_p", local_window=5, coverage=True, fertility=True, prev_attention_filters=3
+  )
+  saved["train"].update(fertility_weight=0.5, attention_supervision=0.2)
+  new = settings.upgrade(saved)
+  assert new["model"]["attention"] == "local_p(window=5)"
+  assert new["model"]["score"] == "additive"  # max_src_len (100) belonged to `location` only.
+  assert new["model"]["features"] == "coverage(fertility=true)+prev_attention(filters=3)"
+  assert new["train"]["loss_terms"] == "fertility(weight=0.5)+supervision(weight=0.2)"
+  assert settings.upgrade({**saved, FIELD: 0}) == new  # Version 0 named is version 0.
+
+
+def test_version_1_a_committed_config_reads_with_the_fields_added_since():
+  saved = json.loads(VERSION_1.read_text())
+  assert FIELD not in saved and settings.HISTORY.version(saved) == 1
+  expected = json.loads(VERSION_1.read_text())
+  expected["model"]["copy_eos"] = "target"
+  expected["decode"]["max_input_tokens"] = 250
+  expected["decode"]["shortlist_scope"] = "batch"
+  assert settings.upgrade(saved) == expected
+  assert settings.upgrade({**saved, FIELD: 1}) == expected
+
+
+def test_version_2_reads_as_it_was_saved_without_its_version():
+  config = tiny.get_config()
+  config.model.attention, config.train.loss_terms = "local_p(window=4)", "fertility(weight=0.3)"
+  saved = settings.HISTORY.stamped(current_form(config))
+  assert saved[FIELD] == 2 and settings.HISTORY.version(saved) == 2
+  assert settings.upgrade(saved) == current_form(config)
+  # A field added without a version bump is filled in at any version, this one too.
+  del saved["decode"]["max_input_tokens"]
+  assert settings.upgrade(saved)["decode"]["max_input_tokens"] == 250
+
+
+@pytest.mark.parametrize("version", [3, 10])
+def test_a_config_saved_by_a_newer_seq2seq_is_refused_in_one_line(tmp_path, version):
+  saved = settings.HISTORY.stamped(current_form(tiny.get_config())) | {FIELD: version}
+  message = f"saved by a newer seq2seq: format version {version} > 2"
+  with pytest.raises(ValueError, match=message):
+    settings.upgrade(saved)
+  path = tmp_path / "config.json"
+  path.write_text(json.dumps(saved))
+  for read in (
+    lambda: checkpoints.load_config(tmp_path),
+    lambda: checkpoints.check_and_save_config(tmp_path, tiny.get_config()),
+    lambda: checkpoints.check_model_config(tmp_path, tiny.get_config()),
+  ):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: {message}") as error:
+      read()
+    assert "\n" not in str(error.value)
+  assert json.loads(path.read_text())[FIELD] == version  # Left as it was.
+  with pytest.raises(SystemExit, match=f"error: {re.escape(str(path))}: {message}"):
+    settings.main(["--upgrade", str(path)])
+  with pytest.raises(ValueError, match="format_version='2' is not a format version"):
+    settings.upgrade(saved | {FIELD: "2"})
+
+
+def test_a_saved_config_loads_back_the_same_at_the_current_version(tmp_path):
+  config = tiny.get_config()
+  config.model.features = "coverage"
+  checkpoints.check_and_save_config(tmp_path, config)
+  saved = json.loads((tmp_path / "config.json").read_text())
+  assert saved[FIELD] == settings.FORMAT_VERSION
+  loaded = checkpoints.load_config(tmp_path)
+  assert FIELD not in loaded and current_form(loaded) == current_form(config)
+  assert checkpoints.saved_config_differences(tmp_path, loaded) == []
+  checkpoints.check_model_config(tmp_path, loaded)
+  checkpoints.check_and_save_config(tmp_path, loaded)  # Resumes; the file is unchanged.
+  assert json.loads((tmp_path / "config.json").read_text()) == saved
+
+
+def test_a_workdir_saved_at_version_1_resumes_and_is_then_at_the_current_version(tmp_path):
+  config = tiny.get_config()
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())  # No version field.
+  assert checkpoints.config_differences(current_form(config), current_form(config)) == []
+  assert checkpoints.saved_config_differences(tmp_path, config) == []
+  checkpoints.check_and_save_config(tmp_path, config)
+  assert json.loads((tmp_path / "config.json").read_text())[FIELD] == settings.FORMAT_VERSION
+  config.model.attn_dim += 1
+  with pytest.raises(checkpoints.IncompatibleRunError, match="model.attn_dim"):
+    checkpoints.check_and_save_config(tmp_path, config)
+
+
+def test_upgrading_a_file_writes_the_current_version(tmp_path, capsys):
+  path = tmp_path / "config.json"
+  path.write_text(VERSION_1.read_text())
+  settings.main(["--upgrade", str(path)])
+  written = json.loads(path.read_text())
+  assert written[FIELD] == 2 and written["model"]["copy_eos"] == "target"
+  assert capsys.readouterr().out.strip() == f"{path}: saved at format version 1, written at 2"
+  settings.main(["--upgrade", str(path)])
+  assert json.loads(path.read_text()) == written
+
+
+def rename(tree: dict, old: str, new: str) -> dict:
+  """`tree` with its top-level entry `old` moved to the path `new` ("a/b": tree["a"]["b"])."""
+  out = dict(tree)
+  value = out.pop(old)
+  *parents, leaf = new.split("/")
+  node = out
+  for part in parents:
+    node = node.setdefault(part, {})
+  node[leaf] = value
+  return out
+
+
+def test_parameter_migrations_of_later_steps_compose_in_order():
+  """A history whose steps 2 and 3 rename parameters, as a later version step would."""
+  calls = []
+
+  def step_1(saved):
+    """Version 1: a field renamed."""
+    calls.append(1)
+    saved["b"] = saved.pop("a")
+    return saved
+
+  def step_2(saved):
+    """Version 2: intra-attention's score gets its own module."""
+    calls.append(2)
+    return saved
+
+  def step_3(saved):
+    """Version 3: the intra-attention module is named for what it attends to."""
+    calls.append(3)
+    return saved
+
+  history = saved_format.History(
+    [
+      saved_format.Step(1, step_1),
+      saved_format.Step(2, step_2, params=lambda t: rename(t, "intra_score", "intra/score")),
+      saved_format.Step(3, step_3, params=lambda t: rename(t, "intra", "intra_memory")),
+    ],
+    unversioned=lambda saved: 0,
+  )
+  tree = {"intra_score": {"kernel": 1.0}, "embed": {"embedding": 2.0}}
+  renamed = {"intra_memory": {"score": {"kernel": 1.0}}, "embed": {"embedding": 2.0}}
+  assert history.params(0)(tree) == renamed
+  assert history.params(1)(tree) == renamed
+  assert history.params(2)({"intra": {"score": {"kernel": 1.0}}}) == {
+    "intra_memory": {"score": {"kernel": 1.0}}
+  }
+  assert history.params(3)(tree) == tree
+  with pytest.raises(ValueError, match="format version 4 > 3"):
+    history.params(4)
+  assert history.upgrade({"a": 1}) == {"b": 1} and calls == [1, 2, 3]
+  calls.clear()
+  assert history.upgrade({"b": 1, FIELD: 2}) == {"b": 1} and calls == [3]
+  # The real history renames no parameters yet: every version's checkpoints load as they are.
+  for version in range(settings.FORMAT_VERSION + 1):
+    assert settings.params_migration(version)(tree) == tree
