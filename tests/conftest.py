@@ -66,3 +66,11 @@ def trained(tmp_path_factory):
 @pytest.fixture
 def tiny_config():
   return tiny.get_config()
+
+
+@pytest.fixture(scope="session")
+def cache_flags() -> list[str]:
+  """An experiment script's flags for the session's compilation cache (set above), which it
+  shares with the main.py runs of other tests and the other test workers: programs they
+  compiled are loaded, not rebuilt."""
+  return ["--compilation-cache", os.environ["JAX_COMPILATION_CACHE_DIR"]]

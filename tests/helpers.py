@@ -14,7 +14,7 @@ spends some 4 s importing JAX, Flax, Orbax, tfds and matplotlib before it does a
 the tests run some thirty such programs. Runs that need their own process ask for it: those
 given XLA flags (XLA reads them once, when its backend starts), those that must die of a bad
 command line (absl ends the process there), and those a test signals or runs side by side.
-On a 2-core AMD EPYC beside two training runs, the 96 tests of test_experiments, test_main,
+On a 2-core AMD EPYC beside two training runs, the 96 tests of test_experiments_*, test_main,
 test_agreement, test_report, test_translate, test_reliability and test_console took 288 and
 306 s so (user+sys CPU 504 and 531 s) against 364 and 384 s (646 and 688 s) with a fresh
 process for every run (`pytest -n 2 --dist worksteal` on those files, the two trees in turn).
@@ -25,6 +25,7 @@ import importlib
 import io
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -42,6 +43,14 @@ FAST_COMPILE = (
   "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
   " --xla_cpu_use_fusion_emitters=false"
 )
+
+
+TEST_SENTENCES = 64  # configs/tiny.py: data.synthetic.test_pairs.
+
+
+def is_score(value: object) -> bool:
+  """Whether `value` is a finite BLEU or chrF score: a number from 0 to 100."""
+  return isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 100.0
 
 
 def subprocess_env(extra_xla_flags: str = "") -> dict[str, str]:

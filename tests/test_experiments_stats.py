@@ -1,0 +1,125 @@
+"""The statistics studies report (experiments/lib/stats and sweeps): the paired bootstrap over
+seeds, the plateau budget of a learning curve (and experiments.plateau), the last quarter's gain,
+and learning curves averaged over seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from helpers import run_module
+
+from experiments import plateau
+from experiments.lib import plots, stats, sweeps
+from experiments.lib.sweeps import Point, Sweep
+
+
+def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
+  points = [Point("additive", {}), Point("coverage", {}), Point("copy", {}, decode_from="additive")]
+  sweep = Sweep("configs/tiny.py", points, [0, 1], tmp_path, {}, {})
+  for point in points:
+    for run in sweep.runs(point):
+      seed = int(run.name[-1])
+      text = "a dog sleeps\n" if point.name == "coverage" and seed == 1 else f"the cat {seed}\n"
+      (run.workdir / "eval" / "test").mkdir(parents=True)
+      (run.workdir / "eval" / "test" / "hypotheses.txt").write_text(text)
+  result = sweeps.bootstrap(sweep, "additive", ["the cat 0"], n_samples=20)
+  assert result["copy"] == {"p_value": 1.0, "identical_to_baseline": True, "seeds": [0, 1]}
+  assert 0.0 < result["coverage"]["p_value"] <= 1.0 and "signature" in result["coverage"]
+  assert result["additive"] == {"p_value": None, "seeds": [0, 1]}
+
+
+def write_hypotheses(sweep, point, lines_of_seed):
+  for run, lines in zip(sweep.runs(point), lines_of_seed, strict=True):
+    (run.workdir / "eval" / "test").mkdir(parents=True)
+    (run.workdir / "eval" / "test" / "hypotheses.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_bootstrap_resamples_sentences_not_seed_copies(tmp_path):
+  """Seeds share each resample of the test sentences: three seeds with the same outputs are
+  one seed's evidence, not three times as many sentences (which shrank p: 0.106 -> 0.027)."""
+  refs = [f"w{i} a b c d e" for i in range(30)]
+  base = [f"w{i} a b c d e" if i % 3 else f"w{i} a x c d e" for i in range(30)]
+  system = [f"w{i} a b c d e" if i % 2 else f"w{i} a x c d e" for i in range(30)]
+  p = {}
+  for seeds in ([0], [0, 1, 2]):
+    points = [Point("base", {}), Point("system", {})]
+    sweep = Sweep("configs/tiny.py", points, seeds, tmp_path / str(len(seeds)), {}, {})
+    write_hypotheses(sweep, points[0], [base] * len(seeds))
+    write_hypotheses(sweep, points[1], [system] * len(seeds))
+    p[len(seeds)] = sweeps.bootstrap(sweep, "base", refs, n_samples=200)["system"]["p_value"]
+  assert 0.0 < p[1] < 1.0 and p[3] == pytest.approx(p[1])
+
+
+def test_bootstrap_p_is_one_for_equally_good_systems():
+  """Two-sided and centred: systems with the same corpus BLEU (their errors on different
+  sentences) differ by nothing, so p = 1; counting resamples whose absolute difference exceeds
+  its mean read about 0.5 here."""
+  refs = [f"w{i} a b c d e" for i in range(40)]
+  base = [f"w{i} a b c d e" if i % 2 else f"w{i} a x c d e" for i in range(40)]
+  system = [f"w{i} a x c d e" if i % 2 else f"w{i} a b c d e" for i in range(40)]
+  result = stats.paired_bootstrap([base], [system], refs, n_samples=200)
+  assert result["bleu"] == pytest.approx(result["baseline_bleu"]) and result["p_value"] == 1.0
+
+
+def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_best(tmp_path):
+  steps = [500, 1000, 1500, 2000, 2500, 3000]
+  bleu = [20.0, 30.5, 29.0, 30.2, 31.0, 30.4]  # 30.5 at 1000 is a lucky evaluation.
+  assert stats.plateau_budget(steps, bleu) == 2000
+  assert stats.plateau_budget(steps, bleu, tolerance=2.5) == 1000
+  rows = [{"step": s, "split": "valid", "bleu": b} for s, b in zip(steps, bleu, strict=True)]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  out = run_module("experiments.plateau", str(tmp_path), "--json", str(tmp_path / "p.json"))
+  assert (
+    out.stdout.strip() == "2000" and json.loads((tmp_path / "p.json").read_text())["best"] == 31.0
+  )
+  # A curve that swings by 6 BLEU from one evaluation to the next is flat only at its last
+  # evaluation read point by point; its trailing mean over 4 evaluations is flat from step 3,000.
+  steps = [500 * (i + 1) for i in range(10)]
+  swinging = [20.0, 60.0, 70.0, 77.0, 71.0, 77.0, 71.0, 77.0, 71.0, 77.0]
+  assert stats.plateau_budget(steps, swinging) == steps[-1]
+  assert stats.plateau_budget(steps, swinging, window=4) == 3000
+  rows = [{"step": s, "split": "valid", "bleu": b} for s, b in zip(steps, swinging, strict=True)]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  plateau.main([str(tmp_path), "--window", "4", "--json", str(tmp_path / "w.json")])
+  assert json.loads((tmp_path / "w.json").read_text())["budget"] == 3000
+  # A curve that peaks and falls (overfitting) never stays near its best to the end: its budget
+  # is the first step its trailing mean came within the tolerance of the best.
+  falling = [20.0, 60.0, 70.0, 74.0, 73.0, 76.0, 75.0, 74.0, 66.0, 64.0]
+  assert stats.plateau_budget(steps, falling) == 3000
+  assert stats.plateau_budget(steps, falling, window=2) == 3000  # Means 74.5, best 75.5 (3,500).
+  assert stats.plateau_budget(steps, falling, window=2, tolerance=0.5) == 3500
+  rising = [{"step": s, "split": "valid", "bleu": float(s) / 100} for s in steps]  # No plateau.
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rising))
+  with pytest.raises(SystemExit, match="no plateau seen; train the run longer"):
+    plateau.main([str(tmp_path)])
+
+
+def test_last_quarter_gain_reads_the_curve_at_three_quarters():
+  steps, bleu = [500, 1000, 1500, 2000], [20.0, 30.0, 34.0, 34.5]
+  assert stats.last_quarter_gain(steps, bleu) == 34.5 - 34.0  # The value at 1500 = 3/4 of 2000.
+  steps, bleu = [1000, 2000, 2500, 3000], [40.0, 50.0, 52.0, 52.5]  # 3/4 of 3000: 2250.
+  assert stats.last_quarter_gain(steps, bleu) == pytest.approx(52.5 - 51.0)  # Not from 2000.
+  assert stats.last_quarter_gain([100], [1.0]) is None
+  assert stats.last_quarter_gain([], []) is None
+
+
+def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
+  sweep = Sweep("configs/tiny.py", [Point("a", {})], [0, 1], tmp_path, {}, {})
+  for run, bleus in zip(sweep.runs("a"), ([1.0, 3.0, 5.0], [5.0, 7.0]), strict=True):
+    run.workdir.mkdir(parents=True)
+    steps = [5, 10, 15][-len(bleus) :]
+    lines = [
+      {"step": s, "split": "valid", "loss": b / 10, "bleu": b, "elapsed_s": 6.0 * s}
+      for s, b in zip(steps, bleus, strict=True)
+    ]
+    lines.append({"step": 10, "split": "train", "loss": 2.0})
+    (run.workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+  curve = sweeps.curves(sweep)["a"]
+  assert curve["metric"] == "bleu" and curve["step"] == [10, 15]
+  assert curve["mean"] == [4.0, 6.0] and curve["std"] == pytest.approx([math.sqrt(2.0)] * 2)
+  assert curve["final"] == 6.0 and curve["gain_last_quarter"] == 1.5  # 6 at 15, 4.5 at 11.25
+  assert curve["loss_mean"] == pytest.approx([0.4, 0.6]) and curve["minutes"] == [1.0, 1.5]
+  plots.learning_curves({"a": curve}, tmp_path / "curves.png", "test")
+  assert (tmp_path / "curves.png").stat().st_size > 0

@@ -1,0 +1,114 @@
+"""The structural and alignment studies end to end on configs/tiny.py (smoke presets): the
+study's JSON per point and run, its Markdown and figures, and the cross-study table reading the
+alignment study's report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import TEST_SENTENCES, is_score, run_module
+
+from experiments import tabulate
+
+
+@pytest.mark.slow
+def test_structural_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
+  out = tmp_path / "structures"
+  args = ["--out", str(out), "--preset", "smoke", "--variants", "soft,hard", "--seeds", "0"]
+  args += ["--decode-sentences", "4", "--bootstrap-samples", "100"]
+  run_module("experiments.structural_study", *args, *cache_flags)
+
+  study = json.loads((out / "study.json").read_text())
+  assert study["baseline"] == "soft" and study["long_split"] == [10, 18]
+  assert study["total_wall_s"] >= sum(r["wall_s"] for r in study["runs"].values())
+  rows = {r["name"]: r for r in study["configurations"]}
+  assert list(rows) == ["soft", "hard"]
+  for name, row in rows.items():
+    assert row["overrides"]["model.attention"] == name and row["runs"] == [f"{name}-seed0"]
+    assert is_score(row["bleu_mean"]) and is_score(row["long_bleu_mean"])
+    assert row["bleu_std"] == 0.0 and row["long_sentences"] > 0
+    for key in ("aer_mean", "long_aer_mean"):
+      assert 0.0 <= row[key] <= 1.0
+    assert row["attention_entropy_mean"] >= 0.0 and row["long_attention_entropy_mean"] >= 0.0
+    assert row["train_tokens_per_s_median"] > 0
+    assert row["decode_short_sent_per_s_mean"] > 0 and row["decode_long_sent_per_s_mean"] > 0
+    assert 0 < row["step_ms_short_mean"] and 0 < row["step_ms_long_mean"]
+  assert rows["soft"]["p_value_vs_baseline"] is None
+  assert 0.0 < rows["hard"]["p_value_vs_baseline"] <= 1.0
+  assert 0.0 < rows["hard"]["p_value_long_vs_baseline"] <= 1.0
+  assert study["significance"]["n_samples"] == 100
+  measured = study["measured"]["hard-seed0"]
+  assert measured["decode_long_sentences"] == 4 and measured["decode_short_sentences"] == 4
+  workdir = Path(study["runs"]["hard-seed0"]["workdir"])
+  assert json.loads((workdir / "structural_study.json").read_text()) == measured
+  assert "--config.model.attention=hard" in study["runs"]["hard-seed0"]["command"]
+  md = (out / "study.md").read_text()
+  assert "| soft |" in md and "| hard |" in md
+  assert "Command: `python -m experiments.structural_study " in md  # Every study's footer.
+  assert "How trained: soft's validation" in md and set(study["curves"]) == {"soft", "hard"}
+  assert (out / "learning_curves.png").stat().st_size > 0  # Every study draws its curves.
+  pngs = ("study_bleu.png", "study_bleu_long.png", "study_decode_long.png", "study_step_ms.png")
+  for name in pngs:
+    assert (out / name).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_alignment_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
+  out = tmp_path / "study"
+  variants = "additive,agreement,gnmt-beam"
+  args = ["--out", str(out), "--preset", "smoke", "--variants", variants, "--seeds", "0"]
+  args += ["--bootstrap-samples", "100"]
+  run_module("experiments.alignment_study", *args, *cache_flags)
+
+  study = json.loads((out / "alignment_study.json").read_text())
+  assert study["baseline"] == "additive" and study["long_split_words"] == [12, 18]
+  trained = [r for r in study["runs"].values() if not r["decode_only_from"]]
+  assert study["total_wall_s"] >= sum(r["wall_s"] for r in trained)
+  rows = {r["name"]: r for r in study["configurations"]}
+  assert list(rows) == variants.split(",")
+  for row in rows.values():
+    assert row["test_sentences"] == TEST_SENTENCES and 0 < row["test_long_sentences"] < 64
+    for split in ("test", "test_long"):
+      assert is_score(row[f"{split}_bleu_mean"])
+      no_unk = row[f"{split}_bleu_no_unk_mean"]  # None where every sentence has an unknown
+      assert is_score(no_unk) or (split == "test_long" and no_unk is None)  # word (smoke: long).
+      assert row[f"{split}_bleu_std"] == 0.0  # One seed.
+      for key in ("aer", "aer_shift_minus1", "aer_shift_plus1", "aer_threshold"):
+        assert 0.0 <= row[f"{split}_{key}_mean"] <= 1.0
+      assert row[f"{split}_attention_entropy_mean"] >= 0.0
+      assert row[f"{split}_over_translation_mean"] >= 0
+      assert row[f"{split}_under_translation_mean"] >= 0
+    assert row["train_tokens_per_s_median"] > 0
+  assert rows["additive"]["p_value_vs_baseline"] is None
+  for name in ("agreement", "gnmt-beam"):
+    assert 0.0 < rows[name]["p_value_vs_baseline"] <= 1.0
+    assert 0.0 < rows[name]["p_value_long_vs_baseline"] <= 1.0
+  assert rows["gnmt-beam"]["decode_only"] and not rows["agreement"]["decode_only"]
+  assert "How trained: additive's validation" in (out / "alignment_study.md").read_text()
+  assert (out / "learning_curves.png").stat().st_size > 0
+  # The cross-study table reads this report too (its bootstrap is split by split).
+  lines = {
+    line["point"]: line for line in tabulate.tabulate([out / "alignment_study.json"])["lines"]
+  }
+  assert list(lines) == ["agreement", "gnmt-beam"] and lines["agreement"]["baseline"] == "additive"
+  test = study["significance"]["per_split"]["test"]["agreement"]
+  assert (
+    lines["agreement"]["p_value"] == test["p_value"] == rows["agreement"]["p_value_vs_baseline"]
+  )
+  assert lines["agreement"]["bleu_mean"] == rows["agreement"]["bleu_mean"]
+
+  runs = study["runs"]
+  assert runs["agreement-seed0"]["config"]["model"]["name"] == "agreement"
+  assert runs["agreement-seed0"]["config"]["data"]["long_test_min_words"] == 12
+  gnmt, additive = runs["gnmt-beam-seed0"], runs["additive-seed0"]
+  assert gnmt["decode_only_from"] == "additive-seed0"
+  assert gnmt["config"]["decode"]["coverage_penalty"] == 0.2
+  assert gnmt["results"]["test"]["step"] == additive["results"]["test"]["step"]
+  assert set(gnmt["results"]) == {"valid", "test", "test_long"}
+  md = (out / "alignment_study.md").read_text()
+  assert all(f"| {name} |" in md for name in rows) and "12-18 source words" in md
+  assert "Command: `python -m experiments.alignment_study " in md and "minutes of wall clock" in md
+  for suffix in ("", "_long", "_aer"):
+    assert (out / f"alignment_study{suffix}.png").stat().st_size > 0
