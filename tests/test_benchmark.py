@@ -23,8 +23,7 @@ def test_tiny_preset_writes_complete_json(tmp_path: Path) -> None:
   args += ["--set", "model.scan_unroll=2"]
   args += ["--breakdown", "--devices", "2"]  # Data parallel over two forced CPU devices.
   args += ["--shortlist-size", "40"]
-  proc = run_module("experiments.benchmark", *args, own_process=True, timeout=300)  # Devices.
-  assert "tokens/s" in proc.stdout
+  run_module("experiments.benchmark", *args, own_process=True, timeout=300)  # Devices.
 
   res = json.loads(out.read_text())
   for key in (

@@ -67,14 +67,12 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
 
   # Task 1 of the job array runs line 2 again: its point is finished, so it trains nothing.
   ckpt = out / "runs" / "score=dot" / "seed_1" / "checkpoints" / "4"
-  before, log = ckpt.stat().st_mtime_ns, out / "logs" / "score=dot.log"
-  log_before = log.read_text()
+  metrics = [out / "runs" / "score=dot" / f"seed_{seed}" / "metrics.jsonl" for seed in (0, 1)]
+  before, trained = ckpt.stat().st_mtime_ns, [path.read_bytes() for path in metrics]
   task = {**env, "SLURM_ARRAY_TASK_ID": "1"}
   subprocess.run(["bash", str(out / "sbatch.sh")], env=task, check=True, timeout=300)
   assert ckpt.stat().st_mtime_ns == before
-  assert (
-    "seeds together" in log_before and "seeds together" not in log.read_text()[len(log_before) :]
-  )
+  assert [path.read_bytes() for path in metrics] == trained  # Not a step more, nor an evaluation.
 
   run_module("experiments.sweep", *args, "--collect")
   result = json.loads((out / "sweep.json").read_text())
