@@ -96,6 +96,19 @@ def _attention(alpha_NS: jax.Array | None, enc: Encoded) -> jax.Array:
   return alpha_NS.astype(jnp.float32)
 
 
+class GreedyState(NamedTuple):
+  """What greedy search carries from one step to the next."""
+
+  t: jax.Array  # int32 scalar: the step about to be taken.
+  tokens_BL: jax.Array  # [B, L] int32: the outputs so far, PAD after EOS and beyond step t.
+  alpha_BLS: jax.Array  # [B, L, S] float32: their attention (zeros after EOS).
+  scores_B: jax.Array  # [B] float32: sum of the outputs' log-probabilities.
+  ended_B: jax.Array  # [B] bool: EOS produced.
+  lengths_B: jax.Array  # [B] int32: tokens up to and including EOS.
+  dec_state: Any  # The model's decoder state.
+  y_prev_B: jax.Array  # [B] int32: the word fed to the next step.
+
+
 def greedy(
   model: Any,
   src_BS: jax.Array,
@@ -116,34 +129,37 @@ def greedy(
   enc = model.encode(src_BS, src_mask_BS, steps=max_len)
   batch, src_len = src_BS.shape
 
-  def cond(carry):
-    t, ended = carry[0], carry[4]
-    return (t < max_len) & ~jnp.all(ended)
+  def cond(g: GreedyState):
+    return (g.t < max_len) & ~jnp.all(g.ended_B)
 
-  def body(carry):
-    t, tokens_BL, alpha_BLS, scores_B, ended_B, lengths_B, state_B, y_prev_B = carry
-    new_state, logits, alpha_BS = model.decoder_step(enc, state_B, y_prev_B)
+  def body(g: GreedyState) -> GreedyState:
+    new_state, logits, alpha_BS = model.decoder_step(enc, g.dec_state, g.y_prev_B)
     best_B, logp_B = _best_words(logits, ban_unk)  # An ended output extends with PAD, free.
-    tok_B = jnp.where(ended_B, PAD_ID, best_B)
-    scores_B = scores_B + jnp.where(ended_B, 0.0, logp_B)
-    alpha_BS = jnp.where(ended_B[:, None], 0.0, _attention(alpha_BS, enc))
-    lengths_B = lengths_B + (~ended_B).astype(jnp.int32)
-    tokens_BL = tokens_BL.at[:, t].set(tok_B)
-    alpha_BLS = alpha_BLS.at[:, t].set(alpha_BS)
-    ended_B = ended_B | (tok_B == EOS_ID)
-    return t + 1, tokens_BL, alpha_BLS, scores_B, ended_B, lengths_B, new_state, tok_B
+    tok_B = jnp.where(g.ended_B, PAD_ID, best_B)
+    alpha_BS = jnp.where(g.ended_B[:, None], 0.0, _attention(alpha_BS, enc))
+    return GreedyState(
+      t=g.t + 1,
+      tokens_BL=g.tokens_BL.at[:, g.t].set(tok_B),
+      alpha_BLS=g.alpha_BLS.at[:, g.t].set(alpha_BS),
+      scores_B=g.scores_B + jnp.where(g.ended_B, 0.0, logp_B),
+      ended_B=g.ended_B | (tok_B == EOS_ID),
+      lengths_B=g.lengths_B + (~g.ended_B).astype(jnp.int32),
+      dec_state=new_state,
+      y_prev_B=tok_B,
+    )
 
-  init = (
-    jnp.zeros((), jnp.int32),
-    jnp.full((batch, max_len), PAD_ID, jnp.int32),
-    jnp.zeros((batch, max_len, src_len), jnp.float32),
-    jnp.zeros((batch,), jnp.float32),
-    jnp.zeros((batch,), bool),
-    jnp.zeros((batch,), jnp.int32),
-    enc.init_state,
-    jnp.full((batch,), BOS_ID, jnp.int32),
+  init = GreedyState(
+    t=jnp.zeros((), jnp.int32),
+    tokens_BL=jnp.full((batch, max_len), PAD_ID, jnp.int32),
+    alpha_BLS=jnp.zeros((batch, max_len, src_len), jnp.float32),
+    scores_B=jnp.zeros((batch,), jnp.float32),
+    ended_B=jnp.zeros((batch,), bool),
+    lengths_B=jnp.zeros((batch,), jnp.int32),
+    dec_state=enc.init_state,
+    y_prev_B=jnp.full((batch,), BOS_ID, jnp.int32),
   )
-  _, tokens, alpha, scores, _, lengths, _, _ = jax.lax.while_loop(cond, body, init)
+  done = jax.lax.while_loop(cond, body, init)
+  tokens, alpha, scores, lengths = done.tokens_BL, done.alpha_BLS, done.scores_B, done.lengths_B
   norm = ranking_score(scores, lengths, alpha.sum(1), src_mask_BS, length_norm_alpha, coverage_beta)
   return DecodeResult(tokens, lengths, scores, norm, alpha)
 
