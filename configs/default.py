@@ -39,7 +39,7 @@ def get_config() -> ml_collections.ConfigDict:
   # this score function (a spec of seq2seq/scores.py, e.g. "dot" or "additive"); that context
   # feeds the GRU and the deep output. "" is off.
   m.intra_attention = ""
-  # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.lexicon) whose
+  # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.build_lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits: its
   # file, or "train" to learn it from the run's training split when training starts; "" off.
   m.lexicon_bias = ""
@@ -165,7 +165,7 @@ def get_config() -> ml_collections.ConfigDict:
   dec.ensemble = ""
   dec.ensemble_combination = "mean_prob"  # "mean_prob" (log of the mean) or "mean_logprob".
   dec.ensemble_attention = "mean"  # The attention reported: "mean" over members, or an index.
-  # Shortlist decoding: a lexical table (python -m seq2seq.lexicon writes WORKDIR/lexicon.npz);
+  # Shortlist decoding: a lexical table (python -m seq2seq.build_lexicon writes WORKDIR/lexicon.npz);
   # the output layer then runs over a shortlist only: the specials, the `shortlist_frequent`
   # most frequent target words and each source word's `shortlist_per_word` best translations.
   # Scores are then log-probabilities normalised over the shortlist, in decoding and in score

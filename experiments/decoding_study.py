@@ -13,9 +13,9 @@ length normalisation, UNK replacement), on `valid` and `test`:
 * the ensemble of all runs (`decode.ensemble`, the mean of the members' probabilities), in
   OUT/ensemble;
 * the first run decoded over lexical shortlists (`decode.shortlist`: the table learned by
-  `python -m seq2seq.lexicon` from its training split, with the default 1,000 frequent words and
-  10 translations per source word), as an ensemble of that one run (equal to the run itself,
-  `tests/test_ensemble.py`): one shortlist per batch in OUT/shortlist, each sentence's own
+  `python -m seq2seq.build_lexicon` from its training split, with the default 1,000 frequent
+  words and 10 translations per source word), as an ensemble of that one run (equal to the run
+  itself, `tests/test_ensemble.py`): one shortlist per batch in OUT/shortlist, each sentence's own
   (`decode.shortlist_scope=sentence`) in OUT/shortlist_sentence, and, to time them against, the
   full vocabulary in OUT/full. The three evaluations run one after another and each row gives
   its command's wall minutes (both splits, No-UNK pass included);
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   rows["ensemble"] = {"command": command, **results(out / "ensemble", refs, tgt_tok)}
 
   table = out / "lexicon.npz"
-  lexicon = ["python", "-m", "seq2seq.lexicon", f"--workdir={runs[0]}", f"--out={table}"]
+  lexicon = ["python", "-m", "seq2seq.build_lexicon", f"--workdir={runs[0]}", f"--out={table}"]
   lexicon = " ".join(lexicon) if table.exists() else run_command(lexicon)
   alone = {**shared, "decode.ensemble": str(runs[0])}
   listed = {**alone, "decode.shortlist": str(table)}

@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import copying, objective
+from seq2seq import copying
 from seq2seq import tokenizer as tokenizer_lib
 from seq2seq.data import builders, synthetic
 
@@ -341,8 +341,15 @@ def length_filter(split: Split, max_len: int) -> np.ndarray:
   return keep if split.src2 is None else keep & (split.src2.lengths <= max_len)
 
 
-def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Data:
-  """Builds (or reuses) the tfds corpus and the vocabularies, and tokenises every split.
+def load_data(
+  config: ml_collections.ConfigDict,
+  workdir: str | os.PathLike[str],
+  *,
+  batch_keys: Sequence[str] = (),
+) -> Data:
+  """Builds (or reuses) the tfds corpus and the vocabularies, and tokenises every split;
+  `batch_keys` are the extra batch keys the objective reads (`objective.batch_keys`: "align"
+  loads the training split's gold alignments).
 
   Datasets go to `data_dir(config, workdir)`, vocabularies to WORKDIR/vocab/src and
   WORKDIR/vocab/tgt (built from the training split on first use; a saved vocabulary of another
@@ -388,7 +395,7 @@ def load_data(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]
       name: with_copy_targets(split, examples[name], src_tok, tgt_tok)
       for name, split in splits.items()
     }
-  if "align" in objective.batch_keys(config):  # A term of the objective reads gold links.
+  if "align" in batch_keys:  # A term of the objective reads gold links.
     links = load_alignments(config, train, splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
   subsets = {}

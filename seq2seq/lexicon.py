@@ -20,11 +20,8 @@ source words (few co-occurring targets). EM then runs from a different point; af
 default five passes the two starts give the same best translation for all but a few rare words.
 
 `Lexicon` keeps the top `k` targets of every source id with their probabilities (rows [Vs, k]),
-and is saved as WORKDIR/lexicon.npz by
-
-    python -m seq2seq.lexicon --workdir=runs/a [--top=100] [--iterations=5]
-
-(the run's own config.json, vocabularies and corpus).
+and is saved as WORKDIR/lexicon.npz by `python -m seq2seq.build_lexicon --workdir=runs/a` (from
+the run's own config.json, vocabularies and corpus).
 
 `shortlist(lexicon, src_ids, frequent, per_word)`: a batch's candidate target vocabulary, the
 special ids first at their own positions (so decoding can run in candidate indices), then the
@@ -35,19 +32,14 @@ special ids first at their own positions (so decoding can run in candidate indic
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seq2seq import input_pipeline
 from seq2seq import tokenizer as tok
-
-if TYPE_CHECKING:
-  from seq2seq import input_pipeline
 
 FILE = "lexicon.npz"
 
@@ -69,7 +61,8 @@ class Lexicon:
     path = Path(path)
     if not path.exists():
       raise FileNotFoundError(
-        f"no lexical table {path}: build it with python -m seq2seq.lexicon --workdir={path.parent}"
+        f"no lexical table {path}: build it with "
+        f"python -m seq2seq.build_lexicon --workdir={path.parent}"
       )
     with np.load(path) as f:
       lexicon = cls(f["ids"], f["probs"], f["by_frequency"])
@@ -202,27 +195,3 @@ def shortlist(
     extra = ranked[(ranked >= tok.NUM_SPECIALS) & ~chosen[ranked]]
     rest = np.sort(np.concatenate([rest, extra[: size - tok.NUM_SPECIALS - len(rest)]]))
   return np.concatenate([np.arange(tok.NUM_SPECIALS), rest]).astype(np.int32)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(prog="python -m seq2seq.lexicon", description=__doc__)
-  parser.add_argument("--workdir", required=True, help="a trained run (its vocab/ and corpus)")
-  parser.add_argument("--top", type=int, default=100, help="translations kept per source word")
-  parser.add_argument("--iterations", type=int, default=5, help="EM passes")
-  parser.add_argument("--out", default=None, help=f"the table's file (default WORKDIR/{FILE})")
-  args = parser.parse_args(argv)
-  # Imported here: decoding imports this module, and the run's loading sits above decoding.
-  from seq2seq import checkpoints
-  from seq2seq import runtime as rt
-
-  workdir = Path(args.workdir)
-  config = checkpoints.load_config(workdir)
-  data = rt.load_data(config, workdir)
-  lexicon = build(data, top=args.top, iterations=args.iterations)
-  out = Path(args.out) if args.out else workdir / FILE
-  lexicon.save(out)
-  print(f"{out}: {int((lexicon.ids >= 0).sum())} entries, top {args.top} per word")
-
-
-if __name__ == "__main__":
-  main()

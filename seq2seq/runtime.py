@@ -12,7 +12,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from seq2seq import input_pipeline, steps
+from seq2seq import input_pipeline, objective, steps
 
 MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
 
@@ -69,13 +69,17 @@ def compile_steps(
 
 
 def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipeline.Data:
-  """`input_pipeline.load_data`; with several processes, process 0 builds the datasets and
-  vocabularies in the shared workdir first and the others then load them."""
+  """`input_pipeline.load_data` with the batch keys the objective reads; with several
+  processes, process 0 builds the datasets and vocabularies in the shared workdir first and the
+  others then load them."""
+  load = functools.partial(
+    input_pipeline.load_data, config, workdir, batch_keys=objective.batch_keys(config)
+  )
   if jax.process_count() == 1:
-    return input_pipeline.load_data(config, workdir)
-  data = input_pipeline.load_data(config, workdir) if jax.process_index() == 0 else None
+    return load()
+  data = load() if jax.process_index() == 0 else None
   multihost_utils.sync_global_devices("seq2seq:data-ready")
-  return data or input_pipeline.load_data(config, workdir)
+  return data or load()
 
 
 def _init(config, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from seq2seq import lexicon
+from seq2seq import build_lexicon, lexicon
 from seq2seq.input_pipeline import Ragged
 
 # Source words 4 (a), 5 (b), 6 (c) translate as 7 (x), 8 (y), 9 (z); every pair mixes two.
@@ -54,7 +54,7 @@ def test_a_shortlist_holds_the_specials_in_place_then_frequent_words_and_transla
 
 
 def test_a_missing_or_empty_table_is_a_clear_error(tmp_path):
-  with pytest.raises(FileNotFoundError, match="build it with python -m seq2seq.lexicon"):
+  with pytest.raises(FileNotFoundError, match="build it with python -m seq2seq.build_lexicon"):
     lexicon.Lexicon.load(tmp_path / "lexicon.npz")
   empty = lexicon.Lexicon(np.full((VS, 2), -1, np.int32), np.zeros((VS, 2)), np.arange(VT))
   empty.save(tmp_path / "lexicon.npz")
@@ -94,7 +94,7 @@ def test_evaluating_with_a_shortlist_of_every_word_changes_no_translation(traine
 
   run = tmp_path / "run"
   shutil.copytree(trained, run, ignore=shutil.ignore_patterns("eval"))
-  lexicon.main(["--workdir", str(run), "--top", "5"])
+  build_lexicon.main(["--workdir", str(run), "--top", "5"])
   config = tiny.get_config()
   config.decode.shortlist, config.decode.shortlist_frequent = str(run / lexicon.FILE), 10_000
   evaluation.evaluate_splits(config, run)

@@ -152,11 +152,11 @@ def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, 
   say "vocabulary"."""
   import shutil
 
-  from seq2seq import lexicon
+  from seq2seq import build_lexicon, lexicon
 
   run = tmp_path / "run"
   shutil.copytree(trained, run, ignore=shutil.ignore_patterns("eval"))
-  lexicon.main(["--workdir", str(run), "--top", "5"])
+  build_lexicon.main(["--workdir", str(run), "--top", "5"])
   config = checkpoints.load_config(run)
   assert seq2seq.load(run, config).score(["a big house ."], ["une maison ."])[
     0

@@ -63,7 +63,7 @@ CLI_MODULES = (
     "Library tools",
     [
       "seq2seq.average",
-      "seq2seq.lexicon",
+      "seq2seq.build_lexicon",
       "seq2seq.settings",
       "seq2seq.data.synthetic",
     ],

@@ -1,0 +1,38 @@
+"""Learns a trained run's lexical table (IBM Model 1, `seq2seq.lexicon`) from its training split:
+
+    python -m seq2seq.build_lexicon --workdir=runs/a [--top=100] [--iterations=5] [--out=FILE]
+
+reads the run's own config.json, vocabularies and corpus and writes WORKDIR/lexicon.npz (or
+FILE), the table `decode.shortlist` and `model.lexicon_bias` take.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from seq2seq import checkpoints, lexicon
+from seq2seq import runtime as rt
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m seq2seq.build_lexicon", description=__doc__)
+  parser.add_argument("--workdir", required=True, help="a trained run (its vocab/ and corpus)")
+  parser.add_argument("--top", type=int, default=100, help="translations kept per source word")
+  parser.add_argument("--iterations", type=int, default=5, help="EM passes")
+  parser.add_argument(
+    "--out", default=None, help=f"the table's file (default WORKDIR/{lexicon.FILE})"
+  )
+  args = parser.parse_args(argv)
+  workdir = Path(args.workdir)
+  config = checkpoints.load_config(workdir)
+  data = rt.load_data(config, workdir)
+  table = lexicon.build(data, top=args.top, iterations=args.iterations)
+  out = Path(args.out) if args.out else workdir / lexicon.FILE
+  table.save(out)
+  print(f"{out}: {int((table.ids >= 0).sum())} entries, top {args.top} per word")
+
+
+if __name__ == "__main__":
+  main()
