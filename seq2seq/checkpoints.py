@@ -155,9 +155,12 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
     files.write_atomic(workdir / "config.json", json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
-# Train-state fields a checkpoint holds only when the state has them (hard attention's reward
-# baseline, the parameters' moving average), so every other run's checkpoints keep their layout.
-OPTIONAL_FIELDS = ("baseline", "ema")
+# Train-state fields a checkpoint holds only when the state has them (the loss terms' states,
+# the parameters' moving average), so every other run's checkpoints keep their layout.
+OPTIONAL_FIELDS = ("terms", "ema")
+# Loss-term states that checkpoints saved before terms kept their own states held at the top of
+# the tree: saved key -> the term whose state it is (REINFORCE's reward baseline).
+SAVED_TERM_STATES = {"baseline": "reinforce"}
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
@@ -311,19 +314,29 @@ class Checkpointer:
     None where the checkpoint keeps none (the best checkpoints, saved without it) or where
     `with_data` is false."""
     step = self.latest_step() if step is None else step
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _tree(state))
-    args = {"state": ocp.args.StandardRestore(abstract)}
     folder = Path(self.manager.directory) / str(step)
-    if with_data and (folder / "data").is_dir():
-      args["data"] = ocp.args.JsonRestore()
     # Quieted before the restore: a failing one reports from TensorStore's threads while it runs.
     _quiet_closed_loop_reports()
     try:
+      tree = _tree(state)
+      saved_keys = set(ocp.StandardCheckpointHandler().metadata(folder / "state").keys())
+      moved = {k: t for k, t in SAVED_TERM_STATES.items() if k in saved_keys and "terms" in tree}
+      if moved:  # The layout before terms kept their own states.
+        terms = dict(tree.pop("terms"))
+        tree.update({key: terms.pop(term) for key, term in moved.items()})
+        if terms:
+          tree["terms"] = terms
+      abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+      args = {"state": ocp.args.StandardRestore(abstract)}
+      if with_data and (folder / "data").is_dir():
+        args["data"] = ocp.args.JsonRestore()
       restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     except Exception as e:  # Orbax's and TensorStore's many errors of a file cut short.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise CheckpointError(f"checkpoint {folder} cannot be restored ({first[:300]})") from e
-    got = restored["state"]
+    got = dict(restored["state"])
+    if moved:
+      got["terms"] = {**got.get("terms", {}), **{t: got.pop(k) for k, t in moved.items()}}
     new_state = state.replace(step=got["step"], params=got["params"], opt_state=got["opt_state"])
     optional = {name: got[name] for name in OPTIONAL_FIELDS if name in got}
     return new_state.replace(**optional), (restored["data"] if "data" in args else None)

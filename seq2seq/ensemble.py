@@ -85,6 +85,8 @@ class Ensemble(nnx.Module):
     self.uses_attention = (
       bool(with_attention) if attention == "mean" else (attention in with_attention)
     )
+    # The scores span V + S when the members copy (`ensemble.load` refuses a mixture).
+    self.extends_vocabulary = any(m.extends_vocabulary for m in members)
 
   def _attention(self, alphas: Sequence[jax.Array | None]) -> jax.Array | None:
     """The attention reported: member `attention`'s, or the mean over members that attend."""
@@ -195,7 +197,7 @@ def load(
   config it was trained with), combined as `decode.ensemble_combination` with the attention of
   `decode.ensemble_attention`. `prepare_workdir` checks the vocabularies first."""
   models = [restore_member(workdir).model() for workdir in workdirs(config)]
-  if len({bool(getattr(m, "copy", False)) for m in models}) > 1:
+  if len({m.extends_vocabulary for m in models}) > 1:
     raise ValueError(
       "ensemble members must all copy from the source (model.copy) or none: their outputs span "
       "different vocabularies"

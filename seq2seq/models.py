@@ -62,21 +62,11 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import attention, copying, features, layers, registry, scores, structures
-from seq2seq import lexicon as lexicon_lib
-from seq2seq.tokenizer import UNK_ID
+from seq2seq import addons, copying, decoders, features, layers, registry, scores, structures
 
-# Lexicon bias (Arthur, Neubig and Nakamura 2016): the translations kept per source word, and the
-# epsilon of log(p_lex + eps) (theirs: 0.001, which keeps unlikely words possible).
-LEXICON_TOP = 20
-DECODERS = ("paper", "cgru")  # `model.decoder`: see `Seq2Seq.__init__`.
 MULTI_SOURCE = ("concat", "gate")  # `model.multi_source`: how the two sources' contexts combine.
-LEXICON_EPS = 1e-3
 # Model fields that are off when "" or "none" (a sweep's name for off: "" cannot be listed).
 OFF_WHEN_NONE = ("lexicon_bias", "intra_attention")
-# `model.lexicon_bias` naming the table learned from the run's own training split when training
-# starts (`lexicon.build`), rather than a table file.
-LEXICON_FROM_TRAINING = "train"
 
 
 def none_as_off(model: dict[str, Any]) -> None:
@@ -92,29 +82,13 @@ def restrict(logits: jax.Array, output_mask: jax.Array | None) -> jax.Array:
   return logits if output_mask is None else jnp.where(output_mask, logits, -jnp.inf)
 
 
-class LexiconTable(nnx.Param):
-  """The lexicon bias's table, stored with the parameters (so checkpoints, seed groups and
-  ensembles carry it) but read through stop_gradient: its gradient is zero and no optimiser
-  moves it. Ids are kept as float32 (exact below 2^24) so the parameter tree stays real."""
-
-
 class DecoderState(NamedTuple):
   """What one decoder step hands to the next."""
 
   s: jax.Array  # [B, D] s_{i-1}, float32.
   features: dict[str, jax.Array]  # Each alignment feature's state [B, S] (e.g. the coverage).
   structure: Any = ()  # What the attention structure carries across steps (soft: nothing).
-  intra: Any = ()  # Intra-attention's `IntraMemory`; () without intra-attention.
-
-
-class IntraMemory(NamedTuple):
-  """Intra-attention's memory of the decoder's own past, one slot per decoder step."""
-
-  values: jax.Array  # [B, L, D] the states s_1 .. stored so far (zeros beyond them).
-  # [B, L, K] their keys; None where the score's keys are the states themselves (dot, scaled),
-  # which are then read from `values` rather than stored (and carried through the scan) twice.
-  keys: jax.Array | None
-  count: jax.Array  # [B] int32 how many are stored.
+  addons: dict[str, Any] = {}  # Each add-on's state (intra-attention's `addons.IntraMemory`).
 
 
 class Encoded(NamedTuple):
@@ -129,9 +103,9 @@ class Encoded(NamedTuple):
     jax.Array
   )  # [B, S] N_j dividing the coverage (ones without `coverage(fertility=true)`).
   prepared: dict[str, Any] | None = None  # What each feature computed once per sentence.
-  # Lexicon bias: each source word's best translations (ids [B, S, K] int32, p_lex [B, S, K]).
-  lexicon: tuple[jax.Array, jax.Array] | None = None
-  copy_ids: jax.Array | None = None  # [B, S] extended ids of the source positions (model.copy).
+  # What each add-on computed once per sentence (`addons.AddOn.prepare`): the lexicon bias's
+  # rows of its table, copying's extended ids of the source positions.
+  addons: dict[str, Any] = {}
 
 
 class BiGRUEncoder(nnx.Module):
@@ -195,22 +169,25 @@ class BiGRUEncoder(nnx.Module):
 
 class Seq2Seq(nnx.Module):
   """The encoder-decoder shared by RNNsearch and both RNNencdec models: `uses_attention` and
-  `bidirectional` (the encoder) tell them apart."""
+  `bidirectional` (the encoder) tell them apart. The decoder's recurrence and output layer are
+  components (`seq2seq.decoders`), and so are its add-ons (`seq2seq.addons`): the model holds
+  them as static attributes, loops over the add-ons and names none of them. Each component adds
+  its parameters to the model under names of its own, so the parameter tree is one flat
+  namespace whichever components a config chooses.
+
+  Build order (it fixes the random numbers each parameter draws, so a config builds the same
+  parameters whatever components exist): encoder, target embeddings, s_0 projection, decoder
+  recurrence, attention (and a second source's), alignment features, deep output, context
+  add-ons, output layer, output add-ons.
+  """
 
   uses_attention = True
   bidirectional = True
 
-  def __init__(
-    self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, copy_map=None, lexicon=None
-  ):
-    # The context c_i: an annotation [fwd ; bwd], or the one-direction RNNencdec's summary c.
+  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, tables=None):
+    # The annotation h_j = [fwd ; bwd], or the one-direction RNNencdec's summary c.
     annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
-    # Multi-source (Zoph and Knight 2016): a second encoder and attention; the two contexts are
-    # concatenated ([c1 ; c2], 2H wide: Zoph and Knight's combination) or mixed by a gate (H
-    # wide: this project's extension, not theirs).
-    self.two_sources, self.combine = cfg.sources == 2, cfg.multi_source
-    ctx = 2 * annot if self.two_sources and self.combine == "concat" else annot
-    structure = structures.get(cfg.attention.name)
+    tables = tables or {}
     self.dropout_rate = cfg.dropout
     self.scan_unroll = int(cfg.scan_unroll)  # Steps per iteration of the training scans.
     self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=self.bidirectional)
@@ -218,32 +195,11 @@ class Seq2Seq(nnx.Module):
       self.summary_proj = layers.dense(cfg.enc_hidden, cfg.enc_hidden, cfg, rngs=rngs)
     self.embed = layers.embed(tgt_vocab, cfg.emb_dim, cfg, rngs=rngs)
     self.init_proj = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs, use_bias=True)
-    self.cell = layers.GRUCell(cfg.emb_dim, cfg.dec_hidden, cfg, rngs=rngs)
-    # The decoder: the paper's s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i]) with c_i attending from
-    # s_{i-1}, or Nematus' conditional GRU (`model.decoder="cgru"`): s'_i = GRU_1(s_{i-1},
-    # E y_{i-1}), c_i attending from s'_i, s_i = GRU_2(s'_i, c_i), the deep output reading s_i.
-    self.cgru = cfg.decoder == "cgru"
-    if self.cgru:
-      self.cell2 = layers.GRUCell(ctx, cfg.dec_hidden, cfg, rngs=rngs)
-    else:
-      self.context_proj = layers.dense(ctx, 3 * cfg.dec_hidden, cfg, rngs=rngs)
-    if self.uses_attention:  # `conv` and `multihead` score with their own parameters.
-      self.score = (
-        scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
-        if structure.uses_score
-        else None
-      )
-      self.structure = structures.make_structure(
-        cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs
-      )
-    if self.two_sources:  # The second source's encoder, s_0 projection and score.
-      self.encoder2 = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=True)
-      self.init_proj2 = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs)
-      self.score2 = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
-      if self.combine == "gate":
-        self.source_gate = layers.dense(
-          cfg.dec_hidden + 2 * annot, annot, cfg, rngs=rngs, use_bias=True
-        )
+    ctx = self.context_width(cfg, annot)
+    self.decoder = decoders.make_decoder(cfg)
+    self.decoder.build(self, cfg, ctx, rngs=rngs)
+    if self.uses_attention:
+      self._build_attention(cfg, annot, rngs)
     # Alignment features (seq2seq/features.py), built in registration order.
     self.feature_names = tuple(spec.name for spec in cfg.features)
     if self.feature_names:
@@ -253,51 +209,33 @@ class Seq2Seq(nnx.Module):
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     self.c_o = layers.dense(ctx, 2 * cfg.maxout_dim, cfg, rngs=rngs)
-    # Intra-attention over the decoder's own past states (Cheng et al. 2016): its score, and its
-    # context d_i entering the GRU and the deep output.
-    self.intra = bool(cfg.intra_attention)
-    if self.intra:
-      d = cfg.dec_hidden
-      self.intra_score = scores.make_score(cfg.intra_attention, d, d, cfg, rngs=rngs)
-      self.intra_proj = layers.dense(d, 3 * d, cfg, rngs=rngs)
-      self.d_o = layers.dense(d, 2 * cfg.maxout_dim, cfg, rngs=rngs)
-    # The output layer: its own W_o, or (tied) the target embeddings E^T with a bias.
-    self.tied = bool(cfg.tie_embeddings)
-    if self.tied:
-      self.out_bias = nnx.Param(jnp.zeros((tgt_vocab,), jnp.float32))
-    else:
-      self.w_o = layers.dense(cfg.maxout_dim, tgt_vocab, cfg, rngs=rngs, use_bias=True)
     self.tgt_vocab = tgt_vocab
     self.dtype = layers.compute_dtype(cfg)
-    self.lexicon_bias = bool(cfg.lexicon_bias) and self.uses_attention
-    if self.lexicon_bias:  # The table travels with the parameters, never trained.
-      if lexicon is not None:
-        table = lexicon
-      elif cfg.lexicon_bias == LEXICON_FROM_TRAINING:  # Until training (or a checkpoint) fills it.
-        empty = np.zeros((src_vocab, LEXICON_TOP))
-        table = lexicon_lib.Lexicon(empty - 1, empty, np.arange(tgt_vocab))
-      else:
-        table = lexicon_lib.Lexicon.load(cfg.lexicon_bias)
-      if table.ids.shape[0] != src_vocab or len(table.by_frequency) != tgt_vocab:
-        raise ValueError(
-          f"model.lexicon_bias={cfg.lexicon_bias!r} is a table of {table.ids.shape[0]} source and "
-          f"{len(table.by_frequency)} target words; the model has {src_vocab} and {tgt_vocab}"
-        )
-      ids = np.maximum(table.ids[:, :LEXICON_TOP], 0)  # Padding: word 0 (PAD) with p = 0.
-      self.lexicon_ids = LexiconTable(jnp.asarray(ids, jnp.float32))
-      self.lexicon_probs = LexiconTable(jnp.asarray(table.probs[:, :LEXICON_TOP], jnp.float32))
-    # Copying (seq2seq/copying.py): the gate p_gen and the source -> target vocabulary map, kept
-    # with the parameters and never trained (-1 everywhere until training fills it).
-    self.copy = bool(cfg.copy) and self.uses_attention
-    self.copy_eos = cfg.copy_eos
-    if self.copy:
-      self.copy_gate = layers.dense(
-        annot + cfg.dec_hidden + cfg.emb_dim, 1, cfg, rngs=rngs, use_bias=True
-      )
-      table = np.full(src_vocab, -1) if copy_map is None else np.asarray(copy_map)
-      if table.shape != (src_vocab,):
-        raise ValueError(f"copy map of shape {table.shape} for {src_vocab} source words")
-      self.copy_map = LexiconTable(jnp.asarray(table, jnp.float32))
+    sizes = (cfg, src_vocab, tgt_vocab, annot)
+    context_addons = addons.make_addons(cfg, addons.CONTEXT)
+    for addon in context_addons.values():
+      addon.build(self, *sizes, rngs=rngs, tables=tables)
+    self.output = decoders.make_output_layer(cfg)
+    self.output.build(self, cfg, tgt_vocab, rngs=rngs)
+    output_addons = addons.make_addons(cfg, addons.OUTPUT)
+    for addon in output_addons.values():
+      addon.build(self, *sizes, rngs=rngs, tables=tables)
+    self.addons = tuple((context_addons | output_addons).items())  # (name, add-on), hook order.
+
+  @classmethod
+  def context_width(cls, cfg: ModelSettings, annot: int) -> int:
+    """The width of the context c_i the decoder reads."""
+    return annot
+
+  def _build_attention(self, cfg: ModelSettings, annot: int, rngs: nnx.Rngs) -> None:
+    """The score (`conv` and `multihead` score with their own parameters) and the structure."""
+    structure = structures.get(cfg.attention.name)
+    self.score = (
+      scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+      if structure.uses_score
+      else None
+    )
+    self.structure = structures.make_structure(cfg.attention, cfg.dec_hidden, annot, cfg, rngs=rngs)
 
   # ------------------------------------------------------------------ pieces
   def encode(
@@ -307,8 +245,6 @@ class Seq2Seq(nnx.Module):
 
     `steps` (static): how many decoder steps follow; an intra-attention model needs it, as its
     memory of past states has one slot per step (other models ignore it)."""
-    if self.two_sources:
-      return self._encode_two(src_BS, src_mask_BS, dropout_rng)
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
     keys, attention_state = annotations[..., :0], ()
     if self.uses_attention:
@@ -324,118 +260,23 @@ class Seq2Seq(nnx.Module):
     # The fertility N_j that the coverage divides by and the fertility penalty reads (else 1).
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
-    intra = ()
-    if self.intra:  # An empty memory: one slot per decoder step for its state and key.
-      if steps is None:
-        raise ValueError(
-          "an intra-attention model's encode needs steps=, the decoder steps that follow "
-          "(its memory keeps that many past states)"
-        )
-      batch, d = s0.shape
-      keys_BLK = None
-      if not self.intra_score.keys_are_annotations:
-        # The keys' width and dtype, read off the score without computing a key.
-        keys_B1K = jax.eval_shape(
-          self.intra_score.keys, jax.ShapeDtypeStruct((batch, 1, d), s0.dtype)
-        )
-        keys_BLK = jnp.zeros((batch, steps, keys_B1K.shape[-1]), keys_B1K.dtype)
-      values_BLD = jnp.zeros((batch, steps, d), s0.dtype)
-      intra = IntraMemory(values_BLD, keys_BLK, jnp.zeros((batch,), jnp.int32))
-    state = DecoderState(s0, feature_states, attention_state, intra)
-    lexicon = None
-    if self.lexicon_bias:
-      ids_VK = jnp.round(jax.lax.stop_gradient(self.lexicon_ids[...])).astype(jnp.int32)
-      probs_VK = jax.lax.stop_gradient(self.lexicon_probs[...])
-      real = src_mask_BS.astype(bool)[..., None]
-      lexicon = (ids_VK[src_BS], jnp.where(real, probs_VK[src_BS], 0.0))
-    copy_ids = None
-    if self.copy:
-      table = jnp.round(jax.lax.stop_gradient(self.copy_map[...])).astype(jnp.int32)
-      copy_ids = copying.extended_ids(src_BS, table, self.tgt_vocab)
-    return Encoded(
-      annotations, keys, src_mask_BS, state, fixed, fertility, prepared, lexicon, copy_ids
-    )
-
-  def _encode_two(self, src_BS, src_mask_BS, dropout_rng=None) -> Encoded:
-    """Multi-source `encode`: src [B, 2S] packs the two sources side by side
-    (`input_pipeline.make_batch`); annotations and keys become pairs, one per source, and
-    s_0 = tanh(W_s bwd h_1 + W_s' bwd h'_1) reads both encoders."""
-    half = src_BS.shape[1] // 2
-    rngs = (None, None) if dropout_rng is None else jax.random.split(dropout_rng)
-    parts = [(src_BS[:, :half], src_mask_BS[:, :half]), (src_BS[:, half:], src_mask_BS[:, half:])]
-    encoded = [
-      encoder(src, mask, rng)
-      for encoder, (src, mask), rng in zip((self.encoder, self.encoder2), parts, rngs, strict=True)
-    ]
-    annotations = tuple(ann for ann, _, _ in encoded)
-    keys = tuple(
-      self.structure.keys(score, ann, mask)
-      for score, ann, (_, mask) in zip((self.score, self.score2), annotations, parts, strict=True)
-    )
-    s0 = self.init_proj(encoded[0][2]) + self.init_proj2(encoded[1][2])
-    s0 = jnp.tanh(s0.astype(jnp.float32))
-    state = DecoderState(s0, {}, self.structure.init_state(src_mask_BS[:, :half]), ())
-    return Encoded(
-      annotations,
-      keys,
-      src_mask_BS,
-      state,
-      fixed_context=None,
-      fertility=jnp.ones(src_mask_BS.shape, jnp.float32),
-      prepared={},
-    )
-
-  def _context_two(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
-    """Multi-source `_context`: one attention over each source from the same query, their
-    contexts combined; the attention returned is [alpha_1 ; alpha_2] [B, 2S], each summing to 1."""
-    half = enc.mask.shape[1] // 2
-    masks = (enc.mask[:, :half], enc.mask[:, half:])
-    rngs = (None, None) if rng is None else jax.random.split(rng)
-    att = [
-      self.structure(score, state.s, keys, ann, mask, state.structure, rng=r, decoding=decoding)
-      for score, keys, ann, mask, r in zip(
-        (self.score, self.score2), enc.keys, enc.annotations, masks, rngs, strict=True
-      )
-    ]
-    c1, c2 = att[0].context, att[1].context
-    if self.combine == "concat":
-      context = jnp.concatenate([c1, c2], axis=-1)
-    else:  # A gate per unit: g * c1 + (1 - g) * c2, g from the query and both contexts.
-      query = state.s.astype(jnp.float32)
-      g = jax.nn.sigmoid(self.source_gate(jnp.concatenate([query, c1, c2], axis=-1)))
-      context = g.astype(jnp.float32) * c1 + (1.0 - g.astype(jnp.float32)) * c2
-    alpha = jnp.concatenate([att[0].alpha, att[1].alpha], axis=-1)
-    return structures.Attended(context, alpha, att[0].state, {})
+    addon_states = {n: a.init_state(self, s0, steps) for n, a in self.addons}
+    state = DecoderState(s0, feature_states, attention_state, addon_states)
+    addon_data = {n: a.prepare(self, src_BS, src_mask_BS) for n, a in self.addons}
+    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared, addon_data)
 
   def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx, output_ids=None):
-    """The step's scores from the deep output's logits (over `output_ids` when given): plus the
-    lexicon bias, and with copying the log-probabilities over the extended vocabulary
-    [..., V + S] (never over a candidate list: `settings.validate` refuses that pairing)."""
-    if self.lexicon_bias:
-      logits = logits + self._lexicon_log_bias(enc.lexicon, alpha, output_ids)
-    if self.copy and output_ids is None:
-      parts = [ctx.astype(jnp.float32), readout_s.astype(jnp.float32), emb.astype(jnp.float32)]
-      gate = self.copy_gate(jnp.concatenate(parts, axis=-1))[..., 0]
-      logits = copying.mix(logits, alpha, gate, enc.copy_ids, null_eos=self.copy_eos == "null")
+    """The step's scores from the output layer's logits (over `output_ids` when given), as the
+    output add-ons rewrite them."""
+    for name, addon in self.addons:
+      logits = addon.logits(self, logits, enc.addons[name], alpha, readout_s, emb, ctx, output_ids)
     return logits
 
-  def _lexicon_log_bias(self, lexicon, alpha, output_ids=None) -> jax.Array:
-    """Arthur et al.'s bias log(sum_j alpha_ij p_lex(w | x_j) + eps) [..., V] (or [..., N] over
-    `output_ids`) for attention alpha [..., S] with leading axes B (and T in training)."""
-    ids_BSK, probs_BSK = lexicon
-    lead = alpha.shape[:-1]
-    extra = alpha.ndim - 2  # The T axis in training.
-    ids = ids_BSK.reshape(ids_BSK.shape[:1] + (1,) * extra + ids_BSK.shape[1:])
-    probs = probs_BSK.reshape(ids.shape)
-    weights = (alpha.astype(jnp.float32)[..., None] * probs).reshape(*lead, -1)
-    ids = jnp.broadcast_to(ids, (*lead, *ids_BSK.shape[1:])).reshape(*lead, -1)
-    rows = int(np.prod(lead))
-    p_lex = jax.vmap(lambda i, w: jnp.zeros(self.tgt_vocab, jnp.float32).at[i].add(w))(
-      ids.reshape(rows, -1), weights.reshape(rows, -1)
-    ).reshape(*lead, self.tgt_vocab)
-    if output_ids is not None:
-      p_lex = p_lex[..., output_ids]
-    return jnp.log(p_lex + LEXICON_EPS)
+  def _feed_back(self, y: jax.Array) -> jax.Array:
+    """The ids the decoder reads for outputs `y` (a copied word: <unk>)."""
+    for _, addon in self.addons:
+      y = addon.feed_back(self, y)
+    return y
 
   def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
     """The keys of this step: U_a h_j plus every alignment feature's contribution."""
@@ -446,14 +287,13 @@ class Seq2Seq(nnx.Module):
 
   def _context(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
     """The `structures.Attended` of step i (context [B, H] float32, attention [B, S] float32 or
-    None for RNNencdec, the structure's next state, extras) from the state before it.
+    None for RNNencdec, the structure's next state, extras) from the state before it (its `s`
+    is the query).
 
     `rng`: the step's key for structures that sample (training); `decoding`: take the
     structure's test-time decisions (hard monotonic attention)."""
     if not self.uses_attention:
       return structures.Attended(enc.fixed_context, None, state.structure, {})
-    if self.two_sources:
-      return self._context_two(enc, state, rng, decoding)
     keys = self._feature_keys(enc, state)
     return self.structure(
       self.score,
@@ -466,68 +306,33 @@ class Seq2Seq(nnx.Module):
       decoding=decoding,
     )
 
-  def _intra_context(self, state: DecoderState) -> jax.Array | None:
-    """d_i = sum_{k<i-1} beta_ik s_k [B, D] float32, beta_i the masked softmax of the intra
-    score of the query s_{i-1} against s_1 .. s_{i-2}: the states before the query's own, as in
-    Paulus et al. (2017, eq. 6), which attend over t' < t. The memory also holds s_{i-1} (its
-    last stored slot), which is masked out: a query scored against itself would win every dot
-    or cosine match. Zeros while there is no earlier state (steps 1 and 2); None without
-    intra-attention."""
-    if not self.intra:
-      return None
-    values_BLD, keys_BLK, count_B = state.intra
-    keys_BLK = values_BLD if keys_BLK is None else keys_BLK
-    mask_BL = jnp.arange(values_BLD.shape[1])[None, :] < count_B[:, None] - 1
-    return attention.attend(self.intra_score, state.s, keys_BLK, values_BLD, mask_BL)[0]
-
-  def _intra_store(self, intra: IntraMemory, s_BD: jax.Array) -> IntraMemory:
-    """The memory with s_i (and its key) in the next free slot (`encode` gives one slot per
-    decoder step, so every past state is kept)."""
-    values_BLD, keys_BLK, count_B = intra
-    rows = jnp.arange(s_BD.shape[0])
-    values_BLD = values_BLD.at[rows, count_B].set(s_BD.astype(values_BLD.dtype), mode="drop")
-    if keys_BLK is not None:
-      key_BK = self.intra_score.keys(s_BD[:, None, :])[:, 0]
-      keys_BLK = keys_BLK.at[rows, count_B].set(key_BK.astype(keys_BLK.dtype), mode="drop")
-    return IntraMemory(values_BLD, keys_BLK, count_B + 1)
-
   def _recur(self, enc: Encoded, state: DecoderState, x3_B3D, rng=None, decoding=False):
-    """One decoder recurrence given the projected word input: (state_i, Attended_i, intra
-    context d_i or None, the state the deep output reads: s_{i-1}, or s_i for the cGRU)."""
-    intra_ctx = self._intra_context(state)
-    if intra_ctx is not None:
-      x3_B3D = x3_B3D + self.intra_proj(intra_ctx)
-    if self.cgru:
-      s1 = self.cell(state.s, x3_B3D)
-      att = self._context(enc, state._replace(s=s1), rng, decoding)
-      new_s = self.cell2(s1, self.cell2.project(att.context))
-      readout_s = new_s
-    else:
-      att = self._context(enc, state, rng, decoding)
-      new_s = self.cell(state.s, x3_B3D + self.context_proj(att.context))
-      readout_s = state.s
+    """One decoder recurrence given the projected word input: (state_i, Attended_i, each
+    context add-on's context, the state the deep output reads)."""
+    reads = {}
+    for name, addon in self.addons:
+      read = addon.read(self, state.addons[name], state.s)
+      if read is not None:
+        reads[name] = read
+        x3_B3D = x3_B3D + addon.gru_input(self, read)
+    attend = lambda query: self._context(enc, state._replace(s=query), rng, decoding)
+    new_s, att, readout_s = self.decoder.step(self, state.s, x3_B3D, attend)
     moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
-    intra = self._intra_store(state.intra, new_s) if self.intra else state.intra
-    new_state = state._replace(s=new_s, features=moved, structure=att.state, intra=intra)
-    return new_state, att, intra_ctx, readout_s
+    stored = {n: a.store(self, state.addons[n], new_s) for n, a in self.addons}
+    new_state = state._replace(s=new_s, features=moved, structure=att.state, addons=stored)
+    return new_state, att, reads, readout_s
 
-  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None, intra=None):
-    """Deep output: logits [..., V] from s_{i-1}, E y_{i-1} and c_i, any leading axes, or
-    [..., N] over the words `output_ids` [N] only (sampled softmax, `seq2seq.softmax`). The
-    logits are accumulated and returned in float32 whatever the compute dtype."""
+  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None, reads=None):
+    """Deep output: logits [..., V] from s_{i-1}, E y_{i-1}, c_i and the context add-ons'
+    contexts `reads`, any leading axes, or [..., N] over the words `output_ids` [N] only
+    (sampled softmax, `seq2seq.softmax`). The logits are accumulated and returned in float32
+    whatever the compute dtype."""
     t = self.u_o(prev_state) + self.v_o(emb_prev) + self.c_o(ctx)
-    if intra is not None:  # Intra-attention's context d_i.
-      t = t + self.d_o(intra)
+    for name, addon in self.addons:
+      if name in (reads or {}):
+        t = t + addon.readout(self, reads[name])
     t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
-    if output_ids is None and not self.tied:
-      return self.w_o(t)
-    if self.tied:  # Press and Wolf (2017): W_o = E^T.
-      kernel_MV, bias_V = self.embed.embedding[...].T, self.out_bias[...]
-    else:
-      kernel_MV, bias_V = self.w_o.kernel[...], self.w_o.bias[...]
-    if output_ids is not None:
-      kernel_MV, bias_V = kernel_MV[:, output_ids], bias_V[output_ids]
-    return layers.matmul(t, kernel_MV, self.dtype) + bias_V
+    return self.output(self, t, output_ids)
 
   # ------------------------------------------------------------------ decoding API
   def decoder_step(
@@ -536,13 +341,11 @@ class Seq2Seq(nnx.Module):
     """One target position: (state_{i-1}, y_{i-1}) -> (state_i, logits_i [B, V], alpha_i [B, S]);
     logits [B, N] over the words `output_ids` [N] only when given (shortlist decoding), and -inf
     where `output_mask` [B, N] is false (each sentence's own shortlist)."""
-    if self.copy:  # An extended id (a copied source word) is fed back as <unk>.
-      y_prev_B = jnp.where(y_prev_B >= self.tgt_vocab, UNK_ID, y_prev_B)
-    emb = self.embed(y_prev_B)
-    new_state, att, intra, readout_s = self._recur(
-      enc, state, self.cell.project(emb), decoding=True
+    emb = self.embed(self._feed_back(y_prev_B))
+    new_state, att, reads, readout_s = self._recur(
+      enc, state, self.decoder.project(self, emb), decoding=True
     )
-    logits = self._readout(readout_s, emb, att.context, output_ids=output_ids, intra=intra)
+    logits = self._readout(readout_s, emb, att.context, output_ids=output_ids, reads=reads)
     logits = self._output(enc, logits, att.alpha, readout_s, emb, att.context, output_ids)
     return new_state, restrict(logits, output_mask), att.alpha
 
@@ -577,25 +380,25 @@ class Seq2Seq(nnx.Module):
     if dropout_rng is not None and self.uses_attention:
       attention_rng = jax.random.fold_in(dropout_rng, 3)
     enc = self.encode(src_BS, src_mask_BS, rngs[0], steps=tgt_in_BT.shape[1])
-    if self.copy:  # Scoring a given output: its copied words are read back as <unk>.
-      tgt_in_BT = jnp.where(tgt_in_BT >= self.tgt_vocab, UNK_ID, tgt_in_BT)
-    emb_BTE = layers.dropout(self.embed(tgt_in_BT), self.dropout_rate, rngs[1])
-    x3_TB3D = jnp.swapaxes(self.cell.project(emb_BTE), 0, 1)
+    emb_BTE = layers.dropout(
+      self.embed(self._feed_back(tgt_in_BT)), self.dropout_rate, rngs[1]
+    )  # Scoring a given output: its copied words are read back as <unk>.
+    x3_TB3D = jnp.swapaxes(self.decoder.project(self, emb_BTE), 0, 1)
 
     def step(state, inputs):
       x3, i = inputs
       rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
-      new_state, att, intra, readout_s = self._recur(enc, state, x3, rng, decoding)
-      return new_state, (readout_s, att.context, att.alpha, att.extras, intra)
+      new_state, att, reads, readout_s = self._recur(enc, state, x3, rng, decoding)
+      return new_state, (readout_s, att.context, att.alpha, att.extras, reads)
 
     positions_T = jnp.arange(x3_TB3D.shape[0])
     _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T), unroll=self.scan_unroll)
-    prev_TBD, ctx_TBH, alpha_TBS, extras_T, intra_TBD = outputs
+    prev_TBD, ctx_TBH, alpha_TBS, extras_T, reads_T = outputs
     prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
-    intra_BTD = None if intra_TBD is None else jnp.swapaxes(intra_TBD, 0, 1)
-    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, intra_BTD)
-    if self.lexicon_bias or self.copy:
-      alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
+    reads_BT = {n: jnp.swapaxes(r, 0, 1) for n, r in reads_T.items()}
+    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, reads_BT)
+    if self.addons:
+      alpha_BTS = None if alpha_TBS is None else jnp.swapaxes(alpha_TBS, 0, 1)
       logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH, output_ids)
     if output_mask is not None:
       logits = restrict(logits, output_mask[:, None, :])
@@ -614,6 +417,93 @@ class Seq2Seq(nnx.Module):
   def samples_attention(self) -> bool:
     """Whether the attention samples where to look (trained with `objective.reinforce_loss`)."""
     return self.uses_attention and self.structure.sampled
+
+  @property
+  def extends_vocabulary(self) -> bool:
+    """Whether the scores span the extended vocabulary V + S of a copying model."""
+    return any(addon.extends_vocabulary for _, addon in self.addons)
+
+
+class MultiSource(Seq2Seq):
+  """RNNsearch over two source languages (Zoph and Knight 2016), the model of a corpus with two
+  (`data.local.src_lang="en+de"`): a second encoder and attention; the two contexts are
+  concatenated ([c1 ; c2], 2H wide: Zoph and Knight's combination) or mixed by a gate
+  (`model.multi_source="gate"`, H wide: this project's extension, not theirs)."""
+
+  uses_attention = True
+
+  def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, tables=None):
+    self.combine = cfg.multi_source
+    self.src_vocab = src_vocab
+    super().__init__(cfg, src_vocab, tgt_vocab, rngs=rngs, tables=tables)
+
+  @classmethod
+  def context_width(cls, cfg: ModelSettings, annot: int) -> int:
+    return 2 * annot if cfg.multi_source == "concat" else annot
+
+  def _build_attention(self, cfg: ModelSettings, annot: int, rngs: nnx.Rngs) -> None:
+    """The first source's score and structure, then the second source's encoder, s_0
+    projection and score (and the gate)."""
+    super()._build_attention(cfg, annot, rngs)
+    self.encoder2 = BiGRUEncoder(self.src_vocab, cfg, rngs=rngs)
+    self.init_proj2 = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs)
+    self.score2 = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
+    if cfg.multi_source == "gate":
+      self.source_gate = layers.dense(
+        cfg.dec_hidden + 2 * annot, annot, cfg, rngs=rngs, use_bias=True
+      )
+
+  def encode(self, src_BS, src_mask_BS, dropout_rng=None, *, steps=None) -> Encoded:
+    """src [B, 2S] packs the two sources side by side (`input_pipeline.make_batch`);
+    annotations and keys become pairs, one per source, and s_0 = tanh(W_s bwd h_1 + W_s' bwd
+    h'_1) reads both encoders."""
+    half = src_BS.shape[1] // 2
+    rngs = (None, None) if dropout_rng is None else jax.random.split(dropout_rng)
+    parts = [(src_BS[:, :half], src_mask_BS[:, :half]), (src_BS[:, half:], src_mask_BS[:, half:])]
+    encoded = [
+      encoder(src, mask, rng)
+      for encoder, (src, mask), rng in zip((self.encoder, self.encoder2), parts, rngs, strict=True)
+    ]
+    annotations = tuple(ann for ann, _, _ in encoded)
+    keys = tuple(
+      self.structure.keys(score, ann, mask)
+      for score, ann, (_, mask) in zip((self.score, self.score2), annotations, parts, strict=True)
+    )
+    s0 = self.init_proj(encoded[0][2]) + self.init_proj2(encoded[1][2])
+    s0 = jnp.tanh(s0.astype(jnp.float32))
+    state = DecoderState(s0, {}, self.structure.init_state(src_mask_BS[:, :half]), {})
+    return Encoded(
+      annotations,
+      keys,
+      src_mask_BS,
+      state,
+      fixed_context=None,
+      fertility=jnp.ones(src_mask_BS.shape, jnp.float32),
+      prepared={},
+      addons={},
+    )
+
+  def _context(self, enc: Encoded, state: DecoderState, rng=None, decoding=False):
+    """One attention over each source from the same query, their contexts combined; the
+    attention returned is [alpha_1 ; alpha_2] [B, 2S], each summing to 1."""
+    half = enc.mask.shape[1] // 2
+    masks = (enc.mask[:, :half], enc.mask[:, half:])
+    rngs = (None, None) if rng is None else jax.random.split(rng)
+    att = [
+      self.structure(score, state.s, keys, ann, mask, state.structure, rng=r, decoding=decoding)
+      for score, keys, ann, mask, r in zip(
+        (self.score, self.score2), enc.keys, enc.annotations, masks, rngs, strict=True
+      )
+    ]
+    c1, c2 = att[0].context, att[1].context
+    if self.combine == "concat":
+      context = jnp.concatenate([c1, c2], axis=-1)
+    else:  # A gate per unit: g * c1 + (1 - g) * c2, g from the query and both contexts.
+      query = state.s.astype(jnp.float32)
+      g = jax.nn.sigmoid(self.source_gate(jnp.concatenate([query, c1, c2], axis=-1)))
+      context = g.astype(jnp.float32) * c1 + (1.0 - g.astype(jnp.float32)) * c2
+    alpha = jnp.concatenate([att[0].alpha, att[1].alpha], axis=-1)
+    return structures.Attended(context, alpha, att[0].state, {})
 
 
 class RNNsearch(Seq2Seq):
@@ -647,6 +537,7 @@ class Agreement(nnx.Module):
   uses_attention = True
 
   samples_attention = False  # Hard attention's REINFORCE is not wired into the joint loss.
+  extends_vocabulary = False  # Copying is refused for agreement runs.
 
   def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs):
     self.forward = RNNsearch(cfg, src_vocab, tgt_vocab, rngs=rngs)
@@ -698,7 +589,7 @@ class ModelSettings:
   intra_attention: str = ""
   tie_embeddings: bool = False
   layer_norm: bool = False
-  decoder: str = "paper"
+  decoder: registry.Spec = registry.Spec("paper")
   copy: bool = False
   copy_eos: str = "target"
   multi_source: str = "concat"
@@ -733,6 +624,7 @@ class ModelSettings:
         "score": scores.spec(given["score"]),
         "attention": structures.spec(given["attention"]),
         "features": features.specs(given["features"]),
+        "decoder": decoders.spec(given.get("decoder", "paper")),
       }
     )
     typed.check()
@@ -769,8 +661,6 @@ class ModelSettings:
           f"model.intra_attention={self.intra_attention!r}: a positional score cannot attend "
           "over the decoder's past; use a content score (additive, dot, general, ...)"
         )
-    if self.decoder not in DECODERS:
-      raise ValueError(f"model.decoder={self.decoder!r} is not one of {DECODERS}")
     if self.tie_embeddings and self.maxout_dim != self.emb_dim:
       raise ValueError(
         f"model.tie_embeddings reads the output layer from the target embeddings: "
@@ -820,15 +710,16 @@ def build_model(
   rngs: nnx.Rngs,
   copy_map: np.ndarray | None = None,
   sources: int = 1,
-  lexicon: lexicon_lib.Lexicon | None = None,
+  lexicon: Any = None,
 ) -> Seq2Seq | Agreement:
   """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`) for a
   corpus of `sources` source languages; `copy_map` fills a copying model's vocabulary map
-  (`copying.vocab_map`), `lexicon` the lexicon bias's table (`model.lexicon_bias=train`)."""
+  (`copying.vocab_map`), `lexicon` (a `lexicon.Lexicon`) the lexicon bias's table. Without
+  them the tables start empty, for training or a checkpoint to fill: this builds a model and
+  reads no file (the caller loads a `model.lexicon_bias` table file)."""
   settings = ModelSettings.from_config(cfg, sources)
-  extra = {}
-  if settings.copy:
-    extra["copy_map"] = copy_map
-  if settings.lexicon_bias and lexicon is not None:
-    extra["lexicon"] = lexicon
-  return MODELS[settings.name](settings, src_vocab, tgt_vocab, rngs=rngs, **extra)
+  if settings.name == "agreement":
+    return Agreement(settings, src_vocab, tgt_vocab, rngs=rngs)
+  model_class = MultiSource if settings.sources == 2 else MODELS[settings.name]
+  tables = {"copy_map": copy_map, "lexicon": lexicon}
+  return model_class(settings, src_vocab, tgt_vocab, rngs=rngs, tables=tables)

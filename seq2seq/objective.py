@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -20,9 +20,6 @@ from flax import nnx
 
 from seq2seq import models, registry, structures, tokenizer
 from seq2seq import softmax as softmax_lib
-
-if TYPE_CHECKING:
-  from seq2seq.steps import TrainState
 
 
 def cross_entropy(
@@ -187,11 +184,11 @@ class DirectionPass:
 
 @dataclasses.dataclass
 class StepContext:
-  """What a term may read beyond the passes: the step's key and hard attention's baseline."""
+  """What a term may read beyond the passes: the step's key and the terms' own states."""
 
   rng: jax.Array | None  # None for a deterministic pass (no sampling, no dropout).
-  baseline: jax.Array | None  # The reward baseline (hard attention), else None.
-  first_step: jax.Array  # bool scalar: step 0 (the baseline is the batch's mean reward then).
+  states: dict[str, Any]  # Each stateful term's state (`Term.init_state`), by term name.
+  first_step: jax.Array  # bool scalar: step 0.
 
 
 class Term(abc.ABC):
@@ -207,6 +204,11 @@ class Term(abc.ABC):
   direction's summed objective, its metrics); a `joint` term is called once with every
   direction's pass (agreement). A `penalty` term adds to the reported loss, which is then
   logged with the cross-entropy per target token ("ce_loss") beside it.
+
+  A term that keeps state across updates (REINFORCE's reward baseline) says so in
+  `init_state`; the train state holds it under the term's name (`TrainState.terms`, saved in
+  checkpoints), the term reads it as `ctx.states[name]` and `update_state` moves it after each
+  update from the step's metrics.
   """
 
   name: ClassVar[str]
@@ -231,6 +233,18 @@ class Term(abc.ABC):
   def build(cls, settings: Any, config: ml_collections.ConfigDict) -> Term:
     """The term with its settings (and whatever else of `config` it reads)."""
     return cls(settings)
+
+  def init_state(self) -> Any:
+    """The term's state before the first update; None: the term keeps none."""
+    return None
+
+  def update_state(
+    self, state: Any, metrics: dict[str, jax.Array], first_step: jax.Array, applied: jax.Array
+  ) -> tuple[Any, dict[str, jax.Array]]:
+    """The state after an update whose metrics are `metrics` (`applied`, bool scalar: false
+    when the update was skipped, which must leave the state as it was), and metrics of its own
+    to log."""
+    return state, {}
 
   @abc.abstractmethod
   def __call__(self, passes, ctx: StepContext) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -342,8 +356,9 @@ class Reinforce(Term):
   model whose attention samples its positions, on when given a key: each sentence's
   log-likelihood is its reward, against the baseline (the batch's mean reward at the first step
   or without one). It adds the estimator's gradient, not its value, so the loss stays
-  comparable; its metric "reward" (the batch's mean reward) moves the baseline
-  b <- baseline_decay * b + (1 - baseline_decay) * reward (`steps.train_step`)."""
+  comparable; its metric "reward" (the batch's mean reward) moves the baseline, its state,
+  b <- baseline_decay * b + (1 - baseline_decay) * reward (b <- reward at the first step),
+  logged as "baseline"."""
 
   @dataclasses.dataclass(frozen=True)
   class Settings:
@@ -363,6 +378,17 @@ class Reinforce(Term):
   def implied(cls, config):
     return config.model.name != "agreement" and _sampled(config)
 
+  def init_state(self):
+    return jnp.zeros((), jnp.float32)  # float32 scalar: the reward baseline b.
+
+  def update_state(self, state, metrics, first_step, applied):
+    if "reward" not in metrics:  # A deterministic pass: nothing sampled, nothing learned.
+      return state, {}
+    decay, reward = self.settings.baseline_decay, metrics["reward"]
+    moved = jnp.where(first_step, reward, decay * state + (1.0 - decay) * reward)
+    kept = jnp.where(applied, moved, state)
+    return kept, {"baseline": kept}
+
   @classmethod
   def check(cls, config):
     if not cls.implied(config):
@@ -378,7 +404,7 @@ class Reinforce(Term):
     reward_B = jax.lax.stop_gradient(sentence_log_likelihood(p.logits, p.batch["tgt_out"], mask))
     real_B = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
     mean_reward = jnp.sum(reward_B * real_B) / jnp.maximum(jnp.sum(real_B), 1.0)
-    baseline = mean_reward if ctx.baseline is None else ctx.baseline
+    baseline = ctx.states.get(self.name, mean_reward)
     baseline = jnp.where(ctx.first_step, mean_reward, baseline)
     surrogate = reinforce_loss(
       reward_B,
@@ -508,7 +534,7 @@ def direction_pass(
 
 def loss_fn(
   params: nnx.State,
-  state: TrainState,
+  state: Any,
   batch: dict[str, jax.Array],
   rng,
   objective: Objective,
@@ -524,7 +550,7 @@ def loss_fn(
   target token) when a penalty term is on or the loss is per sentence.
   """
   model = nnx.merge(state.graphdef, params)
-  ctx = StepContext(rng, state.baseline, state.step == 0)
+  ctx = StepContext(rng, state.terms or {}, state.step == 0)
   needs = objective.needs
   if isinstance(model, models.Agreement):
     rng_rev = None if rng is None else jax.random.fold_in(rng, 1)

@@ -16,7 +16,8 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from seq2seq import input_pipeline, models, objective, structures
+from seq2seq import addons, input_pipeline, models, objective, structures
+from seq2seq import lexicon as lexicon_lib
 
 
 @struct.dataclass
@@ -28,9 +29,9 @@ class TrainState:
   opt_state: optax.OptState
   graphdef: nnx.GraphDef = struct.field(pytree_node=False)
   tx: optax.GradientTransformation = struct.field(pytree_node=False)
-  # float32 scalar: hard attention's moving-average reward baseline (checkpointed with the rest);
-  # None for every model that does not sample its attention.
-  baseline: jax.Array | None = None
+  # The loss terms' own states by term name (`objective.Term.init_state`: REINFORCE's reward
+  # baseline), checkpointed with the rest; None when no term keeps one.
+  terms: dict[str, Any] | None = None
   # The exponential moving average of the parameters (`train.ema_decay` > 0; checkpointed with
   # the rest), which validation and evaluation use; None without one.
   ema: nnx.State | None = None
@@ -146,7 +147,11 @@ def create_train_state(
 ) -> TrainState:
   """A fresh state: parameters initialised from `rng`, optimiser state zero, step 0
   (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`; `lexicon`: the lexicon
-  bias's table learned at the start of training, `model.lexicon_bias=train`)."""
+  bias's table learned at the start of training, `model.lexicon_bias=train`; without it, a
+  `model.lexicon_bias` table file is read here)."""
+  bias = config.model.lexicon_bias
+  if lexicon is None and bias not in ("", "none", addons.LEXICON_FROM_TRAINING):
+    lexicon = lexicon_lib.Lexicon.load(bias)
   model = models.build_model(
     config.model,
     src_vocab,
@@ -158,9 +163,10 @@ def create_train_state(
   )
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(config.train)
-  baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None
   ema = params if config.train.ema_decay > 0 else None
-  return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline, ema)
+  terms = {t.name: t.init_state() for t in objective.Objective.from_config(config).terms}
+  terms = {name: s for name, s in terms.items() if s is not None} or None
+  return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, terms, ema)
 
 
 def train_step(
@@ -226,17 +232,18 @@ def train_step(
     "finite": finite,
     **extras,
   }
-  baseline = state.baseline
-  if baseline is not None and "reward" in extras:
-    decay, reward = objective_.term("reinforce").settings.baseline_decay, extras["reward"]
-    moved = jnp.where(state.step == 0, reward, decay * baseline + (1.0 - decay) * reward)
-    baseline = jnp.where(finite, moved, baseline)
-    metrics["baseline"] = baseline
+  terms = None if state.terms is None else dict(state.terms)
+  for term in objective_.terms:
+    if terms is not None and term.name in terms:
+      terms[term.name], logged = term.update_state(
+        terms[term.name], extras, state.step == 0, finite
+      )
+      metrics.update(logged)
   return state.replace(
     step=state.step + 1,
     params=params,
     opt_state=opt_state,
-    baseline=baseline,
+    terms=terms,
     ema=ema,
   ), metrics
 

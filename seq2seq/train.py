@@ -33,13 +33,13 @@ import numpy as np
 from absl import logging
 
 from seq2seq import (
+  addons,
   checkpoints,
   console,
   copying,
   evaluation,
   files,
   input_pipeline,
-  models,
   objective,
   settings,
   softmax,
@@ -489,7 +489,8 @@ def initial_states(
   copy_map = table = None
   if config.model.copy:
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  if config.model.lexicon_bias == models.LEXICON_FROM_TRAINING and not resumed:
+  bias = "" if config.model.lexicon_bias == "none" else config.model.lexicon_bias
+  if bias == addons.LEXICON_FROM_TRAINING and not resumed:
     console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
     table = lexicon_lib.build(data)
     if jax.process_index() == 0:

@@ -266,12 +266,12 @@ def random_batch(seed=0, batch=4, src_len=7, tgt_len=6, vocab=50, pad_rows=True)
 def randomise(module, seed=1, scale=0.3):
   """Adds N(0, scale^2) noise to every parameter, so scores and attention are far from uniform
   (the paper init starts with v_a = 0, which makes every score function look alike). The tables
-  a model stores but never trains (`models.LexiconTable`: lexicon bias, copy map) stay as built:
+  a model stores but never trains (`addons.FrozenTable`: lexicon bias, copy map) stay as built:
   noise would turn their ids into other words and their probabilities negative."""
   import jax
   from flax import nnx
 
-  from seq2seq.models import LexiconTable
+  from seq2seq.addons import FrozenTable as LexiconTable
 
   graphdef, tables, state = nnx.split(module, LexiconTable, ...)
   leaves, treedef = jax.tree.flatten(state)

@@ -79,7 +79,7 @@ def test_the_mixture_against_a_loop(copy_eos):
   nnx.update(plain, params)
   p_vocab = np.asarray(jax.nn.softmax(plain(src, mask, tgt_in), axis=-1))
   enc = model.encode(src, mask)
-  ext = np.asarray(enc.copy_ids)
+  ext = np.asarray(enc.addons["copy"])
   # The gate's input: [c_i ; s_{i-1} ; E y_{i-1}] of the teacher-forced pass.
   emb = np.asarray(model.embed(tgt_in))
   states, s = [], enc.init_state
@@ -107,7 +107,7 @@ def test_with_the_gate_shut_decoding_copies_where_attention_looks():
   src, mask, _ = args()
   graphdef, params = nnx.split(model, nnx.Param)
   out = decode.jit_decode(graphdef, params, src, mask, beam_size=1, max_len=6)
-  ext = np.asarray(model.encode(src, mask).copy_ids)
+  ext = np.asarray(model.encode(src, mask).addons["copy"])
   ids, alpha = np.asarray(out.tokens), np.asarray(out.alpha)
   for b in range(src.shape[0]):
     for i in range(ids.shape[1]):

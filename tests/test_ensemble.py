@@ -13,7 +13,7 @@ from flax import nnx
 from helpers import decode_random_batch, random_batch, randomise
 
 from configs import tiny
-from seq2seq import ensemble, evaluation, models, settings
+from seq2seq import ensemble, evaluation, models, settings, steps
 from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
@@ -139,3 +139,18 @@ def test_an_ensembles_workdir_need_not_exist_before_eval(tmp_path, capsys):
   assert cli.run("eval", config, tmp_path / "ens") == 1
   err = capsys.readouterr().err
   assert "is not a trained run" in err and "no such directory" not in err
+
+
+def test_a_copying_member_and_a_plain_one_are_refused_in_one_line():
+  """Their outputs span different vocabularies (V + S against V): no mean of the two means
+  anything."""
+  cfg = tiny.get_config()
+  plain = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  cfg.model.copy = True
+  copying = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  members = {"a": plain, "b": copying}
+  config = _config(["a", "b"])
+  with pytest.raises(ValueError, match="must all copy from the source"):
+    ensemble.load(config, lambda workdir: members[str(workdir)])
+  config = _config(["b", "b"])
+  assert ensemble.load(config, lambda workdir: members[str(workdir)]).model().extends_vocabulary

@@ -19,6 +19,12 @@ def intra_model(score="dot", seed=0):
   return randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
 
 
+def intra_context(model, state):
+  """The intra-attention context d_i the step after `state` reads."""
+  addon = dict(model.addons)["intra_attention"]
+  return addon.read(model, state.addons["intra_attention"], state.s)
+
+
 def batch_args(seed=1):
   b = random_batch(seed=seed, batch=3, src_len=6, tgt_len=5, vocab=VOCAB)
   return jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]), jnp.asarray(b["tgt_in"])
@@ -35,7 +41,9 @@ def test_step_by_step_decoding_equals_the_teacher_forced_pass(score):
   for i in range(tgt_in.shape[1]):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
     np.testing.assert_allclose(np.asarray(logits), forced[:, i], rtol=1e-5, atol=1e-5)
-  assert np.asarray(state.intra.count).tolist() == [tgt_in.shape[1]] * 3  # Every state stored.
+  assert (
+    np.asarray(state.addons["intra_attention"].count).tolist() == [tgt_in.shape[1]] * 3
+  )  # Every state stored.
 
 
 def test_changing_a_later_word_never_changes_an_earlier_step():
@@ -67,10 +75,10 @@ def test_the_query_attends_over_the_states_before_its_own(score):
   its state is made to dominate every match."""
   model = intra_model(score)
   state = run_steps(model, 4)
-  values, keys, count = state.intra
+  values, keys, count = state.addons["intra_attention"]
   assert np.asarray(count).tolist() == [4] * 3
   np.testing.assert_array_equal(np.asarray(values[:, 3]), np.asarray(state.s))  # Query = slot 4.
-  got = np.asarray(model._intra_context(state))
+  got = np.asarray(intra_context(model, state))
   earlier = jnp.arange(values.shape[1])[None, :] < 3
   want = np.asarray(
     attention.attend(
@@ -89,10 +97,9 @@ def test_the_query_attends_over_the_states_before_its_own(score):
     beta /= beta.sum(1, keepdims=True)
     np.testing.assert_allclose(got, np.einsum("bl,bld->bd", beta, v), rtol=1e-4, atol=1e-5)
   # Scale the query (and its slot) up: it would take all the weight if it were attended.
-  big = state._replace(
-    s=state.s * 50.0, intra=state.intra._replace(values=values.at[:, 3].multiply(50.0))
-  )
-  got_big = np.asarray(model._intra_context(big))
+  memory = state.addons["intra_attention"]._replace(values=values.at[:, 3].multiply(50.0))
+  big = state._replace(s=state.s * 50.0, addons={"intra_attention": memory})
+  got_big = np.asarray(intra_context(model, big))
   assert np.abs(got_big).max() <= 1.0 + 1e-5, "the context read the query's own (scaled) slot"
 
 
@@ -101,10 +108,12 @@ def test_the_first_two_steps_have_no_earlier_state_to_attend_to():
   model = intra_model("dot")
   for steps in (0, 1):
     state = run_steps(model, steps)
-    np.testing.assert_array_equal(np.asarray(model._intra_context(state)), 0.0)
+    np.testing.assert_array_equal(np.asarray(intra_context(model, state)), 0.0)
   state = run_steps(model, 2)  # Step 3: one earlier state, s_1, and the context is exactly it.
   np.testing.assert_allclose(
-    np.asarray(model._intra_context(state)), np.asarray(state.intra.values[:, 0]), atol=1e-6
+    np.asarray(intra_context(model, state)),
+    np.asarray(state.addons["intra_attention"].values[:, 0]),
+    atol=1e-6,
   )
 
 
@@ -115,7 +124,7 @@ def test_the_memory_stores_keys_only_where_they_differ_from_the_states(score, ke
   """Dot and scaled read the stored states as their keys; general keeps W s_k beside them."""
   model = intra_model(score)
   src, mask, tgt_in = batch_args()
-  memory = model.encode(src, mask, steps=tgt_in.shape[1]).init_state.intra
+  memory = model.encode(src, mask, steps=tgt_in.shape[1]).init_state.addons["intra_attention"]
   assert (memory.keys is not None) == keys_kept
   if keys_kept:
     assert memory.keys.shape[:2] == memory.values.shape[:2]
@@ -158,8 +167,10 @@ def test_the_memory_keeps_every_past_state_of_a_long_output():
   for i in range(length):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
   np.testing.assert_allclose(np.asarray(logits), forced[:, -1], rtol=1e-4, atol=1e-4)
-  assert np.asarray(state.intra.count).tolist() == [length] * 3
-  np.testing.assert_allclose(np.asarray(state.intra.values[:, -1]), np.asarray(state.s), atol=1e-6)
+  assert np.asarray(state.addons["intra_attention"].count).tolist() == [length] * 3
+  np.testing.assert_allclose(
+    np.asarray(state.addons["intra_attention"].values[:, -1]), np.asarray(state.s), atol=1e-6
+  )
 
 
 def test_decoding_sizes_the_memory_to_its_longest_output():
@@ -167,7 +178,9 @@ def test_decoding_sizes_the_memory_to_its_longest_output():
   src, mask, _ = batch_args(4)
   with pytest.raises(ValueError, match="needs steps="):
     model.encode(src, mask)
-  assert model.encode(src, mask, steps=150).init_state.intra.values.shape[1] == 150
+  assert (
+    model.encode(src, mask, steps=150).init_state.addons["intra_attention"].values.shape[1] == 150
+  )
   graphdef, params = nnx.split(model, nnx.Param)
   out = decode.jit_decode(graphdef, params, src, mask, beam_size=1, max_len=150)
   assert np.isfinite(np.asarray(out.scores)).all()

@@ -83,7 +83,9 @@ def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
   _, alpha_changed = model(src, mask, changed, return_alpha=True)
   assert not np.allclose(np.asarray(alpha_changed[:, 0]), np.asarray(alpha[:, 0]))
   cfg.model.decoder = "lstm"
-  with pytest.raises(ValueError, match="model.decoder='lstm' is not one of"):
+  with pytest.raises(
+    ValueError, match=r"unknown decoder 'lstm' \(model.decoder\); valid: paper, cgru"
+  ):
     settings.validate(cfg)
 
 

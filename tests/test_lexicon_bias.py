@@ -10,7 +10,7 @@ from flax import nnx
 from helpers import random_batch, random_lexicon
 
 from configs import tiny
-from seq2seq import lexicon, models, settings, steps
+from seq2seq import addons, lexicon, models, settings, steps
 
 VOCAB, K = 30, 3
 
@@ -29,7 +29,8 @@ def pair(path):
   cfg = tiny.get_config()
   plain = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
   cfg.model.lexicon_bias = str(path)
-  biased = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+  table = lexicon.Lexicon.load(path)
+  biased = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
   return biased, plain
 
 
@@ -43,7 +44,7 @@ def reference_bias(path, src, alpha):
       for i, p in zip(table.ids[word], table.probs[word], strict=True):
         if i >= 0:
           out[(*index, i)] += alpha[(*index, j)] * p
-  return np.log(out + models.LEXICON_EPS)
+  return np.log(out + addons.LEXICON_EPS)
 
 
 def test_the_bias_is_the_log_of_the_attention_weighted_lexicon(table_path):
@@ -90,7 +91,8 @@ def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_pa
     settings.validate(cfg)
   cfg.model.name = "rnnsearch"
   with pytest.raises(ValueError, match="is a table of 30 source and 30 target words"):
-    models.build_model(cfg.model, VOCAB + 1, VOCAB, rngs=nnx.Rngs(0))
+    table = lexicon.Lexicon.load(table_path)
+    models.build_model(cfg.model, VOCAB + 1, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
 
 
 def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_path):
@@ -108,7 +110,7 @@ def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_p
   table = lexicon.Lexicon.load(tmp_path / lexicon.FILE)
   loaded = seq2seq.load(tmp_path).state.params
   np.testing.assert_array_equal(
-    np.asarray(loaded["lexicon_probs"][...]), table.probs[:, : models.LEXICON_TOP]
+    np.asarray(loaded["lexicon_probs"][...]), table.probs[:, : addons.LEXICON_TOP]
   )
   assert np.asarray(loaded["lexicon_probs"][...]).max() > 0
   off = tiny.get_config()

@@ -465,7 +465,7 @@ def test_reinforce_loss_gradient_is_the_score_function_estimator():
 def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   cfg = model_config("hard")
   state = initial = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  assert float(state.baseline) == 0.0
+  assert float(state.terms["reinforce"]) == 0.0  # The term keeps its baseline.
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=9, vocab=VOCAB).items()}
 
   @jax.jit
@@ -487,17 +487,37 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
 
   update = jax.jit(functools.partial(steps.train_step, config=cfg))
   state, first = update(state, b, jax.random.key(2))
-  assert float(state.baseline) == float(first["reward"]) < 0  # Step 0: b = the mean reward.
+  assert float(state.terms["reinforce"]) == float(first["reward"]) < 0  # Step 0: the mean reward.
   state, second = update(state, b, jax.random.key(3))
   want = 0.9 * float(first["reward"]) + 0.1 * float(second["reward"])
-  assert float(state.baseline) == pytest.approx(want, rel=1e-6)
+  assert float(state.terms["reinforce"]) == pytest.approx(want, rel=1e-6)
+  assert float(second["baseline"]) == float(state.terms["reinforce"])
   assert float(second["reward"]) != float(first["reward"])
 
   ckpt = checkpoints.Checkpointer(tmp_path, cfg)
   ckpt.save(state, None)
   restored, _ = ckpt.restore(initial, with_data=False)
   ckpt.close()
-  assert float(restored.baseline) == float(state.baseline) != 0.0
+  assert float(restored.terms["reinforce"]) == float(state.terms["reinforce"]) != 0.0
+
+
+def test_a_checkpoint_saved_with_the_baseline_at_the_top_restores_into_the_term(tmp_path):
+  """Checkpoints written before loss terms kept their own states hold REINFORCE's baseline as
+  a top-level "baseline"; they restore with it as the term's state."""
+  import orbax.checkpoint as ocp
+
+  cfg = model_config("hard")
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  old = {"step": jnp.asarray(7, jnp.int32), "params": state.params, "opt_state": state.opt_state}
+  old["baseline"] = jnp.asarray(-3.25, jnp.float32)
+  manager = ocp.CheckpointManager(tmp_path / "checkpoints")
+  manager.save(7, args=ocp.args.Composite(state=ocp.args.StandardSave(old)), force=True)
+  manager.wait_until_finished()
+  manager.close()
+  ckpt = checkpoints.Checkpointer(tmp_path, cfg)
+  restored, _ = ckpt.restore(state, with_data=False)
+  ckpt.close()
+  assert int(restored.step) == 7 and float(restored.terms["reinforce"]) == -3.25
 
 
 # ------------------------------------------------------------------------------ every variant
