@@ -25,6 +25,7 @@ test.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any, ClassVar, NamedTuple
 
@@ -76,8 +77,10 @@ def frozen_ids(table: FrozenTable) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class AddOn:
-  """The hooks, all no-ops; `model` is the `models.Seq2Seq` holding the add-on's parameters."""
+class AddOn(abc.ABC):
+  """The hooks every add-on has; those of one kind only are no-ops here and required in
+  `ContextProvider` / `OutputModifier`. `model` is the `models.Seq2Seq` holding the add-on's
+  parameters."""
 
   name: ClassVar[str]
   kind: ClassVar[str]
@@ -86,10 +89,11 @@ class AddOn:
   extends_vocabulary: ClassVar[bool] = False
 
   @classmethod
+  @abc.abstractmethod
   def make(cls, cfg: Any) -> AddOn | None:
     """The add-on the model settings `cfg` ask for, or None."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def build(self, model, cfg, src_vocab: int, tgt_vocab: int, annot: int, *, rngs, tables):
     """Adds the parameters named in `PARAMS` to `model`; `annot` is the annotation width and
     `tables` the arrays it stores (loaded by the caller of `models.build_model`)."""
@@ -101,25 +105,43 @@ class AddOn:
   def init_state(self, model, s0_BD: jax.Array, steps: int | None) -> Any:
     return ()
 
-  # Context providers, at every step.
+  # At every step.
   def read(self, model, state: Any, s_prev_BD: jax.Array) -> jax.Array | None:
+    """A context provider's context [B, D'] for the step after `state`; None: none."""
     return None
-
-  def gru_input(self, model, context: jax.Array) -> jax.Array:
-    raise NotImplementedError
-
-  def readout(self, model, context: jax.Array) -> jax.Array:
-    raise NotImplementedError
 
   def store(self, model, state: Any, s_BD: jax.Array) -> Any:
     return state
 
-  # Output modifiers.
   def feed_back(self, model, y: jax.Array) -> jax.Array:
     return y
 
   def logits(self, model, logits, prepared, alpha, readout_s, emb, ctx, output_ids=None):
     return logits
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextProvider(AddOn):
+  """An add-on whose context enters the recurrence and the deep output at every step."""
+
+  @abc.abstractmethod
+  def read(self, model, state: Any, s_prev_BD: jax.Array) -> jax.Array: ...
+
+  @abc.abstractmethod
+  def gru_input(self, model, context: jax.Array) -> jax.Array:
+    """The context's contribution to the GRU input [B, 3D]."""
+
+  @abc.abstractmethod
+  def readout(self, model, context: jax.Array) -> jax.Array:
+    """The context's contribution to the deep output [..., 2M], any leading axes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputModifier(AddOn):
+  """An add-on that rewrites the step's scores."""
+
+  @abc.abstractmethod
+  def logits(self, model, logits, prepared, alpha, readout_s, emb, ctx, output_ids=None): ...
 
 
 class IntraMemory(NamedTuple):
@@ -134,7 +156,7 @@ class IntraMemory(NamedTuple):
 
 @register("intra_attention", CONTEXT)
 @dataclasses.dataclass(frozen=True)
-class IntraAttention(AddOn):
+class IntraAttention(ContextProvider):
   """Attention over the decoder's own past states (`model.intra_attention=SCORE`): its score
   (`model.intra_score`), and its context d_i entering the GRU input (`model.intra_proj`) and
   the deep output (`model.d_o`)."""
@@ -199,7 +221,7 @@ class IntraAttention(AddOn):
 
 @register("lexicon_bias", OUTPUT)
 @dataclasses.dataclass(frozen=True)
-class LexiconBias(AddOn):
+class LexiconBias(OutputModifier):
   """Arthur et al.'s bias log(sum_j alpha_ij p_lex(w | x_j) + eps) added to the logits; the
   table (each source word's `LEXICON_TOP` best translations) travels with the parameters, never
   trained (`model.lexicon_ids`, `model.lexicon_probs`). `tables["lexicon"]`: the table
@@ -256,7 +278,7 @@ class LexiconBias(AddOn):
 
 @register("copy", OUTPUT)
 @dataclasses.dataclass(frozen=True)
-class Copying(AddOn):
+class Copying(OutputModifier):
   """Copying from the source (`seq2seq.copying`): the gate p_gen (`model.copy_gate`) and the
   source -> target vocabulary map (`model.copy_map`), kept with the parameters and never
   trained (-1 everywhere until training fills it: `tables["copy_map"]`). The scores become
