@@ -319,8 +319,10 @@ class Checkpointer:
     _quiet_closed_loop_reports()
     try:
       tree = _tree(state)
-      saved_keys = set(ocp.StandardCheckpointHandler().metadata(folder / "state").keys())
-      moved = {k: t for k, t in SAVED_TERM_STATES.items() if k in saved_keys and "terms" in tree}
+      moved = {}
+      if "terms" in tree:  # Read the saved layout only where a term's state may sit elsewhere.
+        saved_keys = set(ocp.StandardCheckpointHandler().metadata(folder / "state").keys())
+        moved = {k: t for k, t in SAVED_TERM_STATES.items() if k in saved_keys}
       if moved:  # The layout before terms kept their own states.
         terms = dict(tree.pop("terms"))
         tree.update({key: terms.pop(term) for key, term in moved.items()})

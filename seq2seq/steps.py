@@ -149,16 +149,18 @@ def create_train_state(
   (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`; `lexicon`: the lexicon
   bias's table learned at the start of training, `model.lexicon_bias=train`; without it, a
   `model.lexicon_bias` table file is read here)."""
-  bias = config.model.lexicon_bias
-  if lexicon is None and bias not in ("", "none", addons.LEXICON_FROM_TRAINING):
+  model_settings = models.ModelSettings.from_config(
+    config.model, input_pipeline.num_sources(config.data)
+  )
+  bias = model_settings.lexicon_bias  # "" when off.
+  if lexicon is None and bias not in ("", addons.LEXICON_FROM_TRAINING):
     lexicon = lexicon_lib.Lexicon.load(bias)
   model = models.build_model(
-    config.model,
+    model_settings,
     src_vocab,
     tgt_vocab,
     rngs=nnx.Rngs(params=rng),
     copy_map=copy_map,
-    sources=input_pipeline.num_sources(config.data),
     lexicon=lexicon,
   )
   graphdef, params = nnx.split(model, nnx.Param)

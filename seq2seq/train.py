@@ -489,8 +489,7 @@ def initial_states(
   copy_map = table = None
   if config.model.copy:
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  bias = "" if config.model.lexicon_bias == "none" else config.model.lexicon_bias
-  if bias == addons.LEXICON_FROM_TRAINING and not resumed:
+  if config.model.lexicon_bias == addons.LEXICON_FROM_TRAINING and not resumed:
     console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
     table = lexicon_lib.build(data)
     if jax.process_index() == 0:
