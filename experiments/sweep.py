@@ -52,7 +52,7 @@ from typing import Any
 from experiments.lib import cli, configs, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import metrics
+from seq2seq import checkpoints, metrics
 
 
 class GridSweep(cli.Study):
@@ -73,8 +73,9 @@ class GridSweep(cli.Study):
       action="append",
       default=[],
       metavar="decode.KEY=V1,V2",
-      help="decoding settings (decode.* only, repeatable): every trained point is also decoded "
-      "with each combination, from its own checkpoints, without training again",
+      help="decoding settings (decode.* and the model's decoding-time switches, repeatable): "
+      "every trained point is also decoded with each combination, from its own checkpoints, "
+      "without training again",
     )
     parser.add_argument("--baseline", default=None, help="point tested against (default: first)")
 
@@ -87,8 +88,12 @@ class GridSweep(cli.Study):
       for p in sweeps.grid_points(sweeps.parse_grid(args.grid))
     ]
     decodings = sweeps.parse_grid(args.decode)
-    if outside := [key for key in decodings if not key.startswith("decode.")]:
-      raise ValueError(f"--decode sets decoding only (decode.*), not {', '.join(outside)}")
+    decoding_keys = ("decode.", *checkpoints.DECODING_SWITCHES)
+    if outside := [key for key in decodings if not key.startswith(decoding_keys)]:
+      raise ValueError(
+        f"--decode sets decoding only (decode.*, {', '.join(checkpoints.DECODING_SWITCHES)}), "
+        f"not {', '.join(outside)}"
+      )
     settings = sweeps.grid_points(decodings) if decodings else []  # No --decode: no points.
     decoded = [
       Point(f"{p.name}+{d.name}", configs.typed(config, {**p.overrides, **d.overrides}), p.name)
@@ -115,7 +120,10 @@ def markdown(result: dict[str, Any]) -> str:
   # Where attention points on real text, which has no gold links (runs evaluated before the
   # metric existed lack it: the column waits until every row has it).
   with_twins = bool(rows) and all(r.get("identical_word_peaks_mean") is not None for r in rows)
+  # How long the output runs against the reference (runs evaluated before the metric lack it).
+  with_ratio = bool(rows) and all(r.get("valid_length_ratio_mean") is not None for r in rows)
   header = ["point", "seeds", "test BLEU", "test chrF", "valid BLEU"]
+  header += ["valid length ratio", "test length ratio"] * with_ratio
   # What coverage and the other alignment features are for (words translated twice or never),
   # and what a structure that limits where attention looks may change.
   with_coverage = bool({"model.features", "model.attention"} & set(result["grid"]))
@@ -126,6 +134,7 @@ def markdown(result: dict[str, Any]) -> str:
     cells.append(
       [r["name"], str(len(r["seeds"])), mean_sd(r, "bleu"), mean_sd(r, "chrf")]
       + [mean_sd(r, "valid_bleu")]
+      + [mean_sd(r, "valid_length_ratio", 3), mean_sd(r, "length_ratio", 3)] * with_ratio
       + [mean_sd(r, "aer", 3)] * with_aer
       + [mean_sd(r, "oov_recall", 3)] * with_oov
       + [mean_sd(r, "identical_word_peaks", 3)] * with_twins
@@ -142,6 +151,11 @@ def markdown(result: dict[str, Any]) -> str:
     " (the checkpoint evaluated is the best by greedy validation BLEU where the runs select on"
     " it, so this figure is not independent of the selection).",
   ]
+  if with_ratio:
+    lines.append(
+      "Length ratio: output words over reference words in BLEU's tokenisation (below 1 the"
+      " brevity penalty applies)."
+    )
   if with_aer:
     lines.append("AER: argmax attention against the gold alignments of the test split.")
   if with_oov:

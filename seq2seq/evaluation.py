@@ -355,6 +355,7 @@ def evaluate_split(
     {
       "bleu": score,
       "bleu_signature": signature,
+      "length_ratio": metrics.length_ratio(hyps, refs, pretokenized=plain),
       "bleu_tokenized": metrics.tokenized_bleu(hyps, refs, tgt_tok, tgt_lang),
       "bleu_no_unk": kept_bleu(no_unk_hyps) if keep else None,
       "bleu_no_unk_plain": kept_bleu([hyps[i] for i in keep]) if keep else None,

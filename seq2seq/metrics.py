@@ -1,9 +1,10 @@
 """Translation and alignment metrics, the paper's ways.
 
 * `bleu`: sacrebleu corpus BLEU on detokenised text (13a tokenisation, signature kept), the
-  headline figure, and `tokenized_bleu` on text split into the target side's words as the paper
-  reports it (multi-bleu.perl on tokenised text): `bleu_words` says how each tokenizer kind
-  splits, `bleu_conventions` writes every figure's convention into results.json.
+  headline figure (`length_ratio`: its output over reference length), and `tokenized_bleu` on
+  text split into the target side's words as the paper reports it (multi-bleu.perl on tokenised
+  text): `bleu_words` says how each tokenizer kind splits, `bleu_conventions` writes every
+  figure's convention into results.json.
 * `no_unk_subset`: the sentences with no unknown word in the source or the reference. The
   paper's "No UNK" column (`bleu_no_unk`) scores them decoded again with UNK forbidden
   (GroundHog's --ignore-unk); `bleu_no_unk_plain` scores the same sentences from the ordinary
@@ -66,9 +67,22 @@ def bleu(
   embedded corpus), which turns off sacrebleu's warning about tokenised input; the score and
   signature are the same either way.
   """
-  metric = sacrebleu.metrics.BLEU(force=pretokenized, lowercase=lowercase)
-  score = metric.corpus_score(scored_text(hypotheses), [list(references)])
+  score, metric = _corpus_bleu(hypotheses, references, pretokenized, lowercase)
   return float(score.score), str(metric.get_signature())
+
+
+def length_ratio(
+  hypotheses: Sequence[str], references: Sequence[str], *, pretokenized: bool = False
+) -> float:
+  """Output length over reference length in words of `bleu`'s 13a tokenisation (sacrebleu's
+  `ratio`): below 1 the brevity penalty applies; what a change to when decoding stops moves."""
+  score, _ = _corpus_bleu(hypotheses, references, pretokenized, False)
+  return float(score.sys_len / max(score.ref_len, 1))
+
+
+def _corpus_bleu(hypotheses, references, pretokenized, lowercase):
+  metric = sacrebleu.metrics.BLEU(force=pretokenized, lowercase=lowercase)
+  return metric.corpus_score(scored_text(hypotheses), [list(references)]), metric
 
 
 def pretokenized(config) -> bool:
@@ -138,6 +152,7 @@ def bleu_conventions(
     "bleu_tokenized": f"sacrebleu tokenize=none (multi-bleu.perl) on both sides split by {words}",
     "chrf": "sacrebleu chrF defaults on detokenised text (character n-grams, spaces ignored)",
     "bleu_lowercase": f"{detok}, both sides lowercased",
+    "length_ratio": "output words over reference words in bleu's tokenisation (sacrebleu's ratio)",
     "chrf_lowercase": "sacrebleu chrF defaults on detokenised text, both sides lowercased",
   }
 

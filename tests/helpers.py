@@ -169,6 +169,15 @@ def run_module(module: str, *args: str, own_process: bool = False, timeout: floa
   return proc
 
 
+def tiny_sweep_args(out, steps: int, seeds: str = "0") -> list[str]:
+  """A one-point sweep of configs/tiny.py (additive), `steps` updates a seed with one
+  evaluation and one checkpoint at the end, no validation BLEU, a short bootstrap, into `out`."""
+  args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", seeds]
+  args += [f"--set=train.num_steps={steps}", f"--set=train.eval_every={steps}"]
+  args += [f"--set=train.checkpoint_every={steps}", "--set=train.valid_bleu=0"]
+  return [*args, "--bootstrap-samples", "10", "--out", str(out)]
+
+
 def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0) -> list[dict]:
   """`n` sentence records shaped as `evaluate.sentence_records` writes them, without a model:
   made-up words, attention peaked near the diagonal (rows sum to 1), gold links on the

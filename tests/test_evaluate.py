@@ -39,6 +39,13 @@ def test_bleu_of_reference_against_itself_is_100():
   assert metrics.bleu(["x y z w"] * 3, REFS)[0] < 1.0
 
 
+def test_length_ratio_counts_13a_words_of_the_whole_corpus():
+  assert metrics.length_ratio(REFS, REFS) == 1.0
+  # 7 + 8 + 12 reference words (13a splits off the final "."); the output drops 3 and 6 words.
+  short = ["the cat sat on .", "a dog barks at the moon tonight .", "le chat est sur le tapis ."]
+  assert metrics.length_ratio(short, REFS) == pytest.approx((5 + 8 + 7) / (7 + 8 + 12))
+
+
 def test_lowercased_bleu_and_chrf_ignore_case_only():
   upper = [r.upper() for r in REFS]
   assert metrics.bleu(upper, REFS)[0] < 5.0

@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, tiny_sweep_args
 
 from experiments import sweep as grid_sweep
 from experiments.lib import cli, launch
@@ -36,10 +36,7 @@ def test_run_on_cores_pins_each_job_to_its_own_core_and_names_the_failures(tmp_p
 @needs_taskset
 def test_sweep_on_cores_trains_each_seed_in_its_own_process_then_reports(tmp_path, cache_flags):
   out = tmp_path / "cores"
-  args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", "0,1"]
-  args += ["--set=train.num_steps=2", "--set=train.eval_every=2", "--set=train.checkpoint_every=2"]
-  args += ["--set=train.valid_bleu=0", "--bootstrap-samples", "10", "--out", str(out)]
-  args += ["--training", "sequential", *cache_flags]
+  args = [*tiny_sweep_args(out, steps=2, seeds="0,1"), "--training", "sequential", *cache_flags]
   result = grid_sweep.main([*args, "--launcher=cores", "--processes", "2"])
   assert len((out / "jobs.txt").read_text().splitlines()) == 2  # A process per seed.
   assert sorted(p.name for p in (out / "logs").glob("*.log")) == [

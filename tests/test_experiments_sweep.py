@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TEST_SENTENCES, is_score, run_module, subprocess_env
+from helpers import ROOT, TEST_SENTENCES, is_score, run_module, subprocess_env, tiny_sweep_args
 
 from experiments import attention_sharpness, sweep_scores, tabulate
 from experiments import sweep as grid_sweep
-from experiments.lib import records, sweeps
+from experiments.lib import cli, records, sweeps
 from seq2seq import summary
 
 TINY_SWEEP = ["--config=configs/tiny.py", "--grid", "model.score=additive,dot", "--seeds", "0,1"]
@@ -180,13 +180,25 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
   assert init["score_scalars"] == {}  # Additive learns no scalar.
 
 
+def test_sweep_decodes_again_under_the_models_decoding_time_switches(tmp_path):
+  """--decode takes model.copy_eos (a switch checkpoints allow at decoding), not model.score."""
+  study = grid_sweep.GridSweep(grid_sweep.__doc__)
+  args = ["--config=configs/tiny.py", "--grid", "model.copy=true", "--out", str(tmp_path)]
+  parse = lambda *more: cli.parser(study).parse_args([*args, *more])
+  points = study.points(parse("--decode", "model.copy_eos=null"))
+  assert [(p.name, p.decode_from) for p in points] == [
+    ("copy=true", None),
+    ("copy=true+copy_eos=null", "copy=true"),
+  ]
+  assert points[1].overrides == {"model.copy": True, "model.copy_eos": "null"}
+  with pytest.raises(ValueError, match=r"not model\.score"):
+    study.points(parse("--decode", "model.score=dot"))
+
+
 @pytest.mark.slow
 def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, cache_flags):
   out = tmp_path / "decode"
-  args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", "0"]
-  args += ["--set=train.num_steps=4", "--set=train.eval_every=4", "--set=train.checkpoint_every=4"]
-  args += ["--set=train.valid_bleu=0", "--bootstrap-samples", "10", "--out", str(out)]
-  args += ["--decode", "decode.beam_size=1", *cache_flags]
+  args = [*tiny_sweep_args(out, steps=4), "--decode", "decode.beam_size=1", *cache_flags]
   result = grid_sweep.main(args)
   names = [r["name"] for r in result["configurations"]]
   assert names == ["score=additive", "score=additive+beam_size=1"]
@@ -202,7 +214,10 @@ def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, cache
   assert grid_sweep.main(args) is None and written() == before
   grid_sweep.main([*args, "--collect"])  # --collect rewrites it.
   assert all(now > then for now, then in zip(written(), before, strict=True))
-  with pytest.raises(SystemExit, match=r"--decode sets decoding only \(decode\.\*\), not model"):
+  with pytest.raises(
+    SystemExit,
+    match=r"--decode sets decoding only \(decode\.\*, model\.direction.*\), not model\.score",
+  ):
     grid_sweep.main([*args, "--decode", "model.score=dot"])
   # The finished run is not this study's once a setting it was trained with changes: the sweep
   # stops instead of reporting the old run under the new settings.

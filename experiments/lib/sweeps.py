@@ -54,7 +54,10 @@ TEST_METRICS = (
   "over_translation",
   "under_translation",
   "identical_word_peaks",
+  "length_ratio",
 )
+# Of the validation split, what a study selects on: BLEU and the output/reference length.
+VALID_METRICS = ("bleu", "length_ratio")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,8 +255,9 @@ def aggregate(sweep: Sweep, point: Point, recs: Sequence[dict[str, Any]]) -> dic
   }
   for key in TEST_METRICS:
     row[f"{key}_mean"], row[f"{key}_std"] = stats.mean_std([t.get(key) for t in tests])
-  valid = [rec["results"]["valid"].get("bleu") for rec in recs]
-  row["valid_bleu_mean"], row["valid_bleu_std"] = stats.mean_std(valid)
+  for key in VALID_METRICS:
+    valid = [rec["results"]["valid"].get(key) for rec in recs]
+    row[f"valid_{key}_mean"], row[f"valid_{key}_std"] = stats.mean_std(valid)
   row["train_tokens_per_s_median"] = statistics.median(speeds) if speeds else None
   row["wall_s"] = sum(rec["wall_s"] for rec in recs)
   return row
