@@ -15,7 +15,8 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import checkpoints, translate
-from seq2seq.translate import Hypothesis, Scored, Translator
+from seq2seq.inference import Hypothesis, Scored
+from seq2seq.translate import Translator
 
 __all__ = ["Hypothesis", "Scored", "Translator", "load"]
 

@@ -264,7 +264,7 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
     over += metrics.over_translation(
       out_words, metrics.span_words(ref, metrics.token_spans(tgt_tok, ref))
     )
-    alpha = metrics.pieces_to_words(tr.alpha, out_spans, src_spans[i])
+    alpha = metrics.pieces_to_words(tr.attention, out_spans, src_spans[i])
     under += metrics.under_translation(alpha, split.src.row(i), src_spans[i], frequent)
     src = src_tok.tokenize(builders.split_sources(r[0])[0])  # Its words, <unk> ones spelled.
     src_words = metrics.span_words(src, metrics.token_spans(src_tok, src))
@@ -395,9 +395,11 @@ def evaluate_split(
     tr = translations[i]
     src_words = inference.source_tokens(raw[i][0], data.src_tokenizer)
     out_words = inference.output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
-    if not tr.alpha.size:
+    if not tr.attention.size:
       continue
-    maps = {"": tr.alpha}  # The attention used (multi-head: the mean of the heads), each head's.
+    maps = {
+      "": tr.attention
+    }  # The attention used (multi-head: the mean of the heads), each head's.
     maps |= {
       "_" + inference.head_name(n).replace(" ", ""): a
       for n, a in enumerate(heads[i] if heads else [])
@@ -417,7 +419,7 @@ def evaluate_split(
 def sentence_records(
   data,
   split_name: str,
-  translations: Sequence[inference.Translation],
+  translations: Sequence[inference.Hypothesis],
   hyps: Sequence[str],
   pretokenized: bool = False,
   *,
@@ -463,14 +465,14 @@ def sentence_records(
         "output": metrics.count_unk(tr.ids),
       },
     }
-    if attends and tr.alpha.size:
-      maps = [("attention", tr.alpha)]
+    if attends and tr.attention.size:
+      maps = [("attention", tr.attention)]
       maps += [(inference.head_name(n), a) for n, a in enumerate(heads[i] if heads else [])]
-      record["entropy"] = metrics.attention_entropy([tr.alpha])
+      record["entropy"] = metrics.attention_entropy([tr.attention])
       record["attention"] = {
         "source": inference.source_tokens(src, src_tok),
         "output": (inference.output_tokens(tr.ids, src, src_tok, tgt_tok) + [tok.EOS])[
-          : len(tr.alpha)
+          : len(tr.attention)
         ],
         "maps": [{"name": name, **report.encode_map(a)} for name, a in maps],
       }

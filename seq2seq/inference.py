@@ -1,7 +1,10 @@
 """Inference over a split: every sentence of a split decoded in order (greedy or beam search,
 the n best), its given translation scored (forced decoding), and the teacher-forced attention of
-the references and of the model's own outputs (the heads of multi-head attention), as host-side
-per-sentence records (`Translation`, `Forced`) with their text (`output_text`)."""
+the references and of the model's own outputs (the heads of multi-head attention).
+
+A sentence's result has one type from search to file: `Hypothesis` (a translation found by
+search) and `Scored` (a given translation scored). The split functions fill the model's side
+(ids, scores, attention); `with_text` and the translate layer add the text."""
 
 from __future__ import annotations
 
@@ -18,21 +21,54 @@ from seq2seq.data import builders
 from seq2seq.decode import replace_unknowns
 
 
-@dataclasses.dataclass
-class Translation:
-  """One decoded sentence: output ids (no EOS), their attention [len(ids) + 1, S_real] (one row
-  fewer when it never ended) and the search's scores (`decode.DecodeResult`: summed
-  log-probability and ranking score)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class Hypothesis:
+  """One translation of a sentence, as greedy or beam search found it."""
 
-  ids: list[int]
-  alpha: np.ndarray
-  score: float = float("nan")
-  norm_score: float = float("nan")
-  finished: bool = True  # Ended with EOS (False: cut at the length limit).
+  ids: list[int]  # Output ids, EOS left out (a copying model's V + j: source token j).
+  attention: np.ndarray  # [len(ids) + 1, source tokens + 1]: each output token and EOS over the
+  # source tokens and EOS (zeros for models without attention; one row fewer when unfinished).
+  score: float = float("nan")  # log p(ids, EOS | source): the sum over the tokens and EOS.
+  norm_score: float = float("nan")  # What beam search ranks by (`decode.ranking_score`).
+  finished: bool = True  # False: cut at the length limit without EOS (then `score` and
+  # `attention` cover the tokens only, and `norm_score` divides by len(ids)**alpha).
+  # What p is normalised over: "vocabulary", or "shortlist (batch)" / "shortlist (sentence)"
+  # when decoding with `decode.shortlist` (`decode.normalised_over`).
+  normalised_over: str = "vocabulary"
+  text: str = ""  # Detokenised, UNKs replaced with decode.replace_unk (`with_text`).
+  tokens: list[str] = dataclasses.field(default_factory=list)  # The ids' tokens (`with_text`).
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Scored:
+  """A given translation scored by the model (forced decoding), or the reason it was not."""
+
+  token_scores: list[float]  # log p of each token given the source and the tokens before it.
+  score: float | None  # Their sum, as search scores an output; None when not scored.
+  norm_score: float | None  # What beam search would rank it by (`decode.ranking_score`).
+  attention: np.ndarray  # [len(tokens), source tokens + 1], teacher-forced; [0, 0] unscored.
+  normalised_over: str = "vocabulary"  # As `Hypothesis.normalised_over`: the two agree.
+  tokens: list[str] = dataclasses.field(default_factory=list)  # The target as the model reads
+  # it (<unk> for unknown words), </s> last: filled by the translate layer.
+  error: str | None = None  # Why the pair was not scored: "empty source", "empty target", ...
+
+
+def with_text(
+  hyp: Hypothesis,
+  src_text: str,
+  src_tok: tok.Tokenizer,
+  tgt_tok: tok.Tokenizer,
+  replace_unk: bool = False,
+) -> Hypothesis:
+  """`hyp` with its `text` (`output_text`) and `tokens` (`output_tokens`) filled in."""
+  text = output_text(hyp, src_text, src_tok, tgt_tok, replace_unk)
+  return dataclasses.replace(
+    hyp, text=text, tokens=output_tokens(hyp.ids, src_text, src_tok, tgt_tok)
+  )
 
 
 def output_text(
-  tr: Translation,
+  tr: Hypothesis,
   src_text: str,
   src_tok: tok.Tokenizer,
   tgt_tok: tok.Tokenizer,
@@ -47,16 +83,16 @@ def output_text(
   id V + j is source token j (`copying.output_tokens`).
   """
   tokens = output_tokens(tr.ids, src_text, src_tok, tgt_tok)
-  if replace_unk and tr.alpha.size:  # Copied from the first source's real words (no EOS).
+  if replace_unk and tr.attention.size:  # Copied from the first source's real words (no EOS).
     src_tokens = src_tok.tokenize(builders.split_sources(src_text)[0])
-    src_tokens = src_tokens[: tr.alpha.shape[1] - 1]  # Those decoded: a long line is truncated.
-    tokens = replace_unknowns(tokens, tr.alpha, src_tokens, unk_id=tok.UNK)
+    src_tokens = src_tokens[: tr.attention.shape[1] - 1]  # Those decoded: a line can be cut.
+    tokens = replace_unknowns(tokens, tr.attention, src_tokens, unk_id=tok.UNK)
   return tgt_tok.detokenize(tokens)
 
 
 def source_tokens(src_text: str, src_tok: tok.Tokenizer) -> list[str]:
   """The tokens the attention's columns stand for: each source's tokens and EOS (a multi-source
-  example's two sources one after the other, as `Translation.alpha` keeps their columns)."""
+  example's two sources one after the other, as `Hypothesis.attention` keeps their columns)."""
   texts = builders.split_sources(src_text)
   return [t for text in texts for t in [*src_tok.tokenize(text), tok.EOS]]
 
@@ -99,11 +135,12 @@ def translate_split(
   *,
   ban_unk: bool = False,
   progress: str | None = None,
-) -> list[Translation]:
+) -> list[Hypothesis]:
   """Decodes every sentence of `split` in order with the `config.decode` settings (never
   producing UNK with `ban_unk`), showing progress on the console under the label `progress`
   if one is given."""
-  out: list[Translation | None] = [None] * len(split)
+  out: list[Hypothesis | None] = [None] * len(split)
+  over = decode.normalised_over(config)
   shown = console.Progress(progress, len(split)) if progress else None
   for batch in input_pipeline.iter_batches(
     split, config.decode.batch_size, config.data.bucket_step
@@ -111,7 +148,7 @@ def translate_split(
     result = jax.device_get(decode.decode_batch(state, batch, config, ban_unk=ban_unk))
     for row, index in enumerate(batch["index"]):
       if index >= 0:
-        out[index] = _translation(result, (row,), batch["src_mask"][row])
+        out[index] = _hypothesis(result, (row,), batch["src_mask"][row], over)
     if shown:
       shown.advance(int((batch["index"] >= 0).sum()))
   if shown:
@@ -119,28 +156,29 @@ def translate_split(
   return out
 
 
-def _translation(
-  result: decode.DecodeResult, at: tuple[int, ...], src_mask_S: np.ndarray
-) -> Translation:
+def _hypothesis(
+  result: decode.DecodeResult, at: tuple[int, ...], src_mask_S: np.ndarray, over: str
+) -> Hypothesis:
   """The hypothesis at index `at` ((row,) or (row, rank)) of a host-side `DecodeResult`, whose
-  source row has mask src_mask_S [S]."""
+  source row has mask src_mask_S [S], its scores normalised over `over`."""
   hyp = decode.DecodeResult(*(x[at] for x in result))
   n_out = int(hyp.lengths)
   ids = [int(t) for t in hyp.tokens[:n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
   alpha = np.asarray(hyp.alpha[:n_out][:, np.flatnonzero(src_mask_S)])  # Real columns only.
   finished = bool(n_out) and int(hyp.tokens[n_out - 1]) == tok.EOS_ID
-  return Translation(ids, alpha, float(hyp.scores), float(hyp.norm_scores), finished)
+  return Hypothesis(ids, alpha, float(hyp.scores), float(hyp.norm_scores), finished, over)
 
 
 def nbest_split(
   state, split: input_pipeline.Split, config, nbest: int, *, progress: str | None = None
-) -> list[list[Translation]]:
+) -> list[list[Hypothesis]]:
   """The `nbest` best translations of every sentence of `split` in order, best first, with the
   `config.decode` settings (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
   is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
   first is what `translate_split` returns. Progress shows under the label `progress`."""
   decode.check_nbest(nbest, int(config.decode.beam_size))
-  out: list[list[Translation]] = [[] for _ in range(len(split))]
+  out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
+  over = decode.normalised_over(config)
   shown = console.Progress(progress, len(split)) if progress else None
   for batch in input_pipeline.iter_batches(
     split, config.decode.batch_size, config.data.bucket_step
@@ -149,7 +187,7 @@ def nbest_split(
     for row, index in enumerate(batch["index"]):
       for rank in range(nbest if index >= 0 else 0):
         if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.
-          out[index].append(_translation(result, (row, rank), batch["src_mask"][row]))
+          out[index].append(_hypothesis(result, (row, rank), batch["src_mask"][row], over))
     if shown:
       shown.advance(int((batch["index"] >= 0).sum()))
   if shown:
@@ -157,23 +195,12 @@ def nbest_split(
   return out
 
 
-@dataclasses.dataclass
-class Forced:
-  """One given translation scored by the model (forced decoding): the log-probability of each
-  target token, EOS included [T + 1], their sum, the ranking score search would give it
-  (`decode.ranking_score`) and the attention [T + 1, S_real]."""
-
-  token_scores: np.ndarray
-  score: float
-  norm_score: float
-  alpha: np.ndarray
-
-
-def score_split(state, split: input_pipeline.Split, config) -> list[Forced]:
+def score_split(state, split: input_pipeline.Split, config) -> list[Scored]:
   """Scores the target of every pair of `split` given its source, in order (`decode.score_batch`
   with the `config.decode` ranking settings), in batches of `decode.batch_size` padded to
   multiples of `data.bucket_step`, so few shapes compile."""
-  out: list[Forced | None] = [None] * len(split)
+  out: list[Scored | None] = [None] * len(split)
+  over = decode.normalised_over(config)
   for batch in input_pipeline.iter_batches(
     split, config.decode.batch_size, config.data.bucket_step
   ):
@@ -182,11 +209,12 @@ def score_split(state, split: input_pipeline.Split, config) -> list[Forced]:
       if index < 0:
         continue
       n_tgt, real = int(batch["tgt_mask"][row].sum()), np.flatnonzero(batch["src_mask"][row])
-      out[index] = Forced(
-        np.asarray(result.token_scores[row, :n_tgt]),
+      out[index] = Scored(
+        np.asarray(result.token_scores[row, :n_tgt]).tolist(),
         float(result.scores[row]),
         float(result.norm_scores[row]),
         np.asarray(result.alpha[row, :n_tgt][:, real]),
+        over,
       )
   return out
 
@@ -242,15 +270,15 @@ def head_name(n: int) -> str:
 
 
 def decoded_heads(
-  state, split: input_pipeline.Split, translations: Sequence[Translation], config
+  state, split: input_pipeline.Split, translations: Sequence[Hypothesis], config
 ) -> list[list[np.ndarray]] | None:
   """Each head's attention over every decoded sentence: per sentence a list of N arrays
-  [len(tr.alpha), S_real], or None unless the attention structure has several heads
+  [len(tr.attention), S_real], or None unless the attention structure has several heads
   ("alpha_heads").
 
   Attention at a step depends only on the output before it, so forcing the decoder through each
   translation's own words (in batches, as `teacher_forced_attention` does with the references)
-  reproduces the heads that decoding (greedy or beam) used; their mean is `tr.alpha`.
+  reproduces the heads that decoding (greedy or beam) used; their mean is `tr.attention`.
   """
   if getattr(state.model().structure, "num_heads", 1) < 2:
     return None
@@ -258,7 +286,7 @@ def decoded_heads(
   forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
   out: list[list[np.ndarray] | None] = [None] * len(split)
   for index, heads_TNS in _teacher_forced(state, forced, config, "alpha_heads"):
-    n_out, n_src = translations[index].alpha.shape
+    n_out, n_src = translations[index].attention.shape
     heads_TNS = heads_TNS[:n_out, :, :n_src]
     out[index] = [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]
   return out

@@ -56,39 +56,10 @@ from seq2seq import (
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders
+from seq2seq.inference import Hypothesis, Scored
 
 NBEST_FORMAT = "{index} ||| {text} ||| {score:.6f} ||| {norm_score:.6f}"
 NBEST_SEPARATOR = " ||| "
-
-
-@dataclasses.dataclass(frozen=True)
-class Hypothesis:
-  """One translation of a sentence, as beam (or greedy) search found it."""
-
-  text: str  # Detokenised (UNKs replaced through attention with decode.replace_unk).
-  tokens: list[str]  # The model's output tokens (words or pieces), EOS left out.
-  score: float  # log p(tokens, EOS | source): the sum over the tokens and EOS (natural log).
-  norm_score: float  # What beam search ranks by: score / (len(tokens) + 1)**alpha (+ coverage).
-  attention: np.ndarray  # [len(tokens) + 1, source tokens + 1]: each output token and EOS over
-  # the source tokens and EOS (zeros for models without attention).
-  finished: bool = True  # False: cut at the length limit without EOS (then `score` and
-  # `attention` cover the tokens only, and `norm_score` divides by len(tokens)**alpha).
-  # What p is normalised over: "vocabulary", or "shortlist (batch)" / "shortlist (sentence)"
-  # when decoding with `decode.shortlist` (`decode.normalised_over`).
-  normalised_over: str = "vocabulary"
-
-
-@dataclasses.dataclass(frozen=True)
-class Scored:
-  """A given translation scored by the model, or the reason it was not (`error`)."""
-
-  tokens: list[str]  # The target as the model reads it (<unk> for unknown words), </s> last.
-  token_scores: list[float]  # log p of each token given the source and the tokens before it.
-  score: float | None  # Their sum; None when not scored.
-  norm_score: float | None  # What beam search would rank it by (`decode.ranking_score`).
-  attention: np.ndarray  # [len(tokens), source tokens + 1], teacher-forced; [0, 0] unscored.
-  error: str | None = None  # Why the pair was not scored: "empty source", "empty target", ...
-  normalised_over: str = "vocabulary"  # As `Hypothesis.normalised_over`: scores agree with it.
 
 
 class Translator:
@@ -120,10 +91,26 @@ class Translator:
     self.max_source_tokens = None if positions is None else positions - 1
 
   def translate(
-    self, sentences: Sequence[str], *, beam_size: int | None = None, nbest: int = 1
+    self, sentences: Sequence[str], *, nbest: int = 1, **decode_settings: Any
   ) -> list[list[Hypothesis]]:
-    """The `nbest` best translations of each sentence, best first (`translate_lines`)."""
-    return translate_lines(self, sentences, beam_size=beam_size, nbest=nbest)[0]
+    """The `nbest` best translations of each sentence, best first (`translate_lines`), with
+    the run's decode settings or those given (`beam_size=5`, any `decode.*` field)."""
+    return translate_lines(self, sentences, nbest=nbest, **decode_settings)[0]
+
+  def decode_config(self, **decode_settings: Any) -> ml_collections.ConfigDict:
+    """The run's config with `decode_settings` (decode.* fields) in place of its own, validated;
+    the run's own config when none is given. What picks the models (the ensemble settings) is
+    fixed when the run loads: ValueError for those, and for a name that is no decode field."""
+    if not decode_settings:
+      return self.config
+    if unknown := sorted(set(decode_settings) - set(self.config.decode)):
+      raise ValueError(f"not decode settings: {', '.join(unknown)}")
+    if fixed := sorted(k for k in decode_settings if k.startswith("ensemble")):
+      raise ValueError(f"decode.{fixed[0]} is fixed when the run loads: pass it to seq2seq.load")
+    config = self.config.copy_and_resolve_references()
+    config.decode.update(decode_settings)
+    settings.validate(config)
+    return config
 
   def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
     """Each target's log-probabilities given its source (`score_lines`)."""
@@ -165,23 +152,21 @@ def _encode_sources(t: Translator, line: str) -> list[list[int]]:
 
 
 def translate_lines(
-  t: Translator, lines: Sequence[str], *, beam_size: int | None = None, nbest: int = 1
+  t: Translator, lines: Sequence[str], *, nbest: int = 1, **decode_settings: Any
 ) -> tuple[list[list[Hypothesis]], dict[str, int]]:
   """([the `nbest` best `Hypothesis` of each line, best first], counts of lines "truncated"
   and left "too_long").
 
-  `beam_size` defaults to the run's `decode.beam_size`; 1 <= nbest <= beam_size (ValueError
-  otherwise). A blank line gets no hypothesis ([]); a list is shorter than `nbest` only where
-  fewer hypotheses finished within the length limit (`decode.nbest_of_pool`). Lines longer than
-  the model can address are truncated, with a warning. A line of more than
+  `decode_settings` (decode.* fields, `Translator.decode_config`) replace the run's for this
+  call; 1 <= nbest <= decode.beam_size (ValueError otherwise). A blank line gets no hypothesis
+  ([]); a list is shorter than `nbest` only where fewer hypotheses finished within the length
+  limit (`decode.nbest_of_pool`). Lines longer than the model can address are truncated, with a
+  warning. A line of more than
   `decode.max_input_tokens` tokens (in any source) is not decoded: it gets no hypothesis, and a
   warning names it (search memory grows with the square of the length a sentence, and its
   batch's padding with it, so one such line would sink the whole file).
   """
-  config = t.config
-  if beam_size is not None and beam_size != config.decode.beam_size:
-    config = config.copy_and_resolve_references()
-    config.decode.beam_size = beam_size
+  config = t.decode_config(**decode_settings)
   decode.check_nbest(nbest, int(config.decode.beam_size))
   ids, keep, truncated, too_long = [], [], 0, []
   longest = int(config.decode.max_input_tokens)
@@ -215,13 +200,9 @@ def translate_lines(
     t.state, _split(ids, [[] for _ in ids]), config, nbest, progress="translating"
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
-  over = decode.normalised_over(config)
-  for i, translations in zip(keep, found, strict=True):
-    for tr in translations:
-      text = inference.output_text(tr, lines[i], t.src_tok, t.tgt_tok, config.decode.replace_unk)
-      tokens = inference.output_tokens(tr.ids, lines[i], t.src_tok, t.tgt_tok)
-      hyp = Hypothesis(text, tokens, tr.score, tr.norm_score, tr.alpha, tr.finished, over)
-      out[i].append(hyp)
+  replace_unk = config.decode.replace_unk
+  for i, hyps in zip(keep, found, strict=True):
+    out[i] = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
   return out, {"truncated": truncated, "too_long": len(too_long)}
 
 
@@ -252,7 +233,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
   for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
     error = _unscorable(t, source, target)
     if error is not None:
-      out[i] = Scored([], [], None, None, np.zeros((0, 0), np.float32), error, over)
+      out[i] = Scored([], None, None, np.zeros((0, 0), np.float32), over, error=error)
       continue
     src_ids.append(_encode_sources(t, source))
     ids = t.tgt_tok.encode(target)
@@ -264,7 +245,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
   forced = inference.score_split(t.state, _split(src_ids, tgt_ids), t.config)
   for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
     tokens = [*inference.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
-    out[i] = Scored(tokens, f.token_scores.tolist(), f.score, f.norm_score, f.alpha, None, over)
+    out[i] = dataclasses.replace(f, tokens=tokens)
   return out
 
 

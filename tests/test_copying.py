@@ -159,7 +159,7 @@ def test_an_unknown_source_word_is_produced_as_itself(vocabs):
   src_tok, tgt_tok = vocabs
   source = "Zorblax sat on the mat"
   ids = [tgt_tok.encode("le")[0], tgt_tok.size + 0, tok.EOS_ID, 0]
-  tr = inference.Translation(ids, np.zeros((3, 6), np.float32))
+  tr = inference.Hypothesis(ids, np.zeros((3, 6), np.float32))
   assert inference.output_text(tr, source, src_tok, tgt_tok) == "le Zorblax"
 
 

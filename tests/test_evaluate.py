@@ -136,7 +136,7 @@ def test_bleu_is_on_detokenised_text(tmp_path):
   src_vocab = tk.WordVocab.build(["x"], 10)
   hyps = [
     inference.output_text(
-      inference.Translation(vocab.encode(r), np.zeros((0, 0))), "x", src_vocab, vocab
+      inference.Hypothesis(vocab.encode(r), np.zeros((0, 0))), "x", src_vocab, vocab
     )
     for r in refs
   ]
@@ -266,11 +266,11 @@ def test_replace_unk_copies_real_source_words_never_eos():
   tgt_vocab = tk.WordVocab.build(["the cat"], 10)
   ids = [tk.UNK_ID, tgt_vocab.encode("cat")[0]]
   alpha = np.array([[0.1, 0.3, 0.05, 0.55], [0.2, 0.2, 0.2, 0.4], [0.0, 0.0, 0.0, 1.0]])
-  tr = inference.Translation(ids, alpha)  # [len(ids) + 1, 3 source words + EOS].
+  tr = inference.Hypothesis(ids, alpha)  # [len(ids) + 1, 3 source words + EOS].
   out = inference.output_text(tr, "le chat noir", src_vocab, tgt_vocab, replace_unk=True)
   assert out == "chat cat"
   # A source of no words leaves the <unk> as it is.
-  empty = inference.Translation(ids, np.array([[1.0], [1.0], [1.0]]))
+  empty = inference.Hypothesis(ids, np.array([[1.0], [1.0], [1.0]]))
   assert inference.output_text(empty, "", src_vocab, tgt_vocab, replace_unk=True) == "<unk> cat"
 
 
@@ -280,7 +280,7 @@ def test_replace_unk_copies_only_the_words_a_truncated_source_kept():
   src_vocab = tk.WordVocab.build(["le chat noir dort"], 10)
   tgt_vocab = tk.WordVocab.build(["the cat"], 10)
   alpha = np.array([[0.1, 0.2, 0.7], [0.0, 0.0, 1.0]])  # [1 output + EOS, 2 kept words + EOS].
-  tr = inference.Translation([tk.UNK_ID], alpha)
+  tr = inference.Hypothesis([tk.UNK_ID], alpha)
   out = inference.output_text(tr, "le chat noir dort", src_vocab, tgt_vocab, replace_unk=True)
   assert out == "chat"
 

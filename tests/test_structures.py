@@ -396,7 +396,7 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
   for b in range(4):
     n = int(res.lengths[b])
     ids = [int(t) for t in res.tokens[b, :n] if t != EOS_ID]
-    translations.append(inference.Translation(ids, np.asarray(res.alpha[b, :n, : n_src[b]])))
+    translations.append(inference.Hypothesis(ids, np.asarray(res.alpha[b, :n, : n_src[b]])))
   rows = input_pipeline.Ragged.from_lists
   sources = rows([batch["src"][b, : n_src[b] - 1] for b in range(4)])
   split = input_pipeline.Split("decoded", sources, rows([[]] * 4), np.arange(4))
@@ -404,8 +404,8 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
   for b, (tr, heads) in enumerate(
     zip(translations, inference.decoded_heads(state, split, translations, cfg), strict=True)
   ):
-    assert len(heads) == 2 and heads[0].shape == tr.alpha.shape
-    np.testing.assert_allclose((heads[0] + heads[1]) / 2, tr.alpha, atol=1e-5)
+    assert len(heads) == 2 and heads[0].shape == tr.attention.shape
+    np.testing.assert_allclose((heads[0] + heads[1]) / 2, tr.attention, atol=1e-5)
     if n_src[b] > 2:  # Two different heads (over one word and EOS they might agree).
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
