@@ -77,7 +77,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.lib import cli, plots, reports, stats, sweeps
+from experiments.lib import driver, plots, reports, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
@@ -126,7 +126,7 @@ METRICS = (
 )
 
 
-class AlignmentStudy(cli.PresetStudy):
+class AlignmentStudy(driver.PresetStudy):
   """Plain additive attention against the alignment features, on both test splits."""
 
   module = "experiments.alignment_study"
@@ -136,7 +136,7 @@ class AlignmentStudy(cli.PresetStudy):
     parser.add_argument("--variants", default=",".join(VARIANT_NAMES), help="comma-separated")
 
   def points(self, args: argparse.Namespace) -> list[Point]:
-    names = cli.names_flag(args.variants, VARIANT_NAMES, "variant")
+    names = driver.names_flag(args.variants, VARIANT_NAMES, "variant")
     if BASELINE not in names:
       raise ValueError(f"--variants must include the baseline {BASELINE!r}")
     return [v for v in VARIANTS if v.name in names]  # Baseline first: the study's order.
@@ -170,7 +170,7 @@ class AlignmentStudy(cli.PresetStudy):
       "per_split": significance,
     }
     words = sweeps.long_test_words(sweep)
-    result = cli.record(
+    result = driver.record(
       sweep,
       args,
       BASELINE,
@@ -185,7 +185,7 @@ class AlignmentStudy(cli.PresetStudy):
       },
     )
     names = [r["name"] for r in rows]
-    label = cli.setting(result)
+    label = driver.setting(result)
     for suffix, key, what in (
       ("", "test_bleu", "test BLEU"),
       ("_long", f"{LONG}_bleu", f"BLEU, test pairs of {words[0]}-{words[1]} words"),
@@ -199,7 +199,7 @@ class AlignmentStudy(cli.PresetStudy):
         f"{what} over seeds {sweep.seeds} ({label})",
         ylabel=what,
       )
-    cli.write(sweep.out, self.report_name, result, markdown(rows, label, words))
+    driver.write(sweep.out, self.report_name, result, markdown(rows, label, words))
     return result
 
 
@@ -290,7 +290,7 @@ def markdown(rows: Sequence[dict[str, Any]], label: str, words: tuple[int, int])
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-  return cli.main(AlignmentStudy(__doc__), argv)
+  return driver.main(AlignmentStudy(__doc__), argv)
 
 
 if __name__ == "__main__":

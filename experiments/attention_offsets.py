@@ -12,7 +12,7 @@ eval/SPLIT/sentences.jsonl and reports, per point (mean and sd over seeds), the 
 pairs whose peak is 0, +-1, +-2 or further words from the twin. A consistent shift (Koehn and
 Knowles 2017 found attention often one word off) is attention that still follows the source in
 order, one step early or late; a spread is attention that has lost it. The stored maps hold each
-weight to within 1/508 (`report.encode_map`), so a near tie can fall the other way and a share
+weight to within 1/508 (`explorer.encode_map`), so a near tie can fall the other way and a share
 can differ from results.json's by a pair or two. Runs with two sources (a row holds one
 distribution per source) are left out. With --heads, a multi-head run's heads (stored beside
 their mean, the attention that alignment figures and UNK replacement read) are counted one by
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.lib import plots, stats
-from seq2seq import metrics, report
+from seq2seq import explorer, metrics
 from seq2seq import tokenizer as tok
 
 BINS = ("<=-3", "-2", "-1", "+0", "+1", "+2", ">=+3")  # Offsets of the peak from the twin.
@@ -63,7 +63,7 @@ def sentence_offsets(record: dict, heads: bool = False) -> dict[str, dict] | Non
   src_words, out_words = metrics.span_words(src, src_spans), metrics.span_words(out, out_spans)
   found = {}
   for stored in attention["maps"] if heads else attention["maps"][:1]:
-    alpha = report.decode_map(stored)
+    alpha = explorer.decode_map(stored)
     words = metrics.pieces_to_words(alpha, out_spans, src_spans)
     found[stored.get("name", "attention")] = {
       "offsets": metrics.identical_word_offsets(words, out_words, src_words),
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--png", type=Path, default=None, help="default: the JSON's path, .png")
   args = p.parse_args(argv)
   start = time.time()
-  pattern = f"runs/*/seed_*/eval/{args.split}/{report.SENTENCES}"
+  pattern = f"runs/*/seed_*/eval/{args.split}/{explorer.SENTENCES}"
   found = [path for study in args.studies for path in sorted(study.glob(pattern))]
   # path: STUDY/runs/POINT/seed_S/eval/SPLIT/sentences.jsonl.
   real = {path.resolve() for path in found if not path.parents[3].is_symlink()}

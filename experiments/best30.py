@@ -42,7 +42,7 @@ from typing import Any
 from experiments.lib import reports
 from experiments.lib.configs import run_command
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import average, summary
+from seq2seq import average, metric_writer
 
 CONFIG = "configs/multi30k.py"
 FINAL_CONFIG = "configs/multi30k_best.py"
@@ -104,7 +104,7 @@ def record_try(name: str, workdir: Path, run: dict[str, Any], load: list[float] 
   """One row of the table from a finished try's workdir."""
   rows = valid_rows(workdir)
   best = max(rows, key=lambda r: r["bleu"]) if rows else None
-  train = [r for r in summary.read_metrics(workdir) if r["split"] == "train"]
+  train = [r for r in metric_writer.read_metrics(workdir) if r["split"] == "train"]
   speeds = [r["tokens_per_s"] for r in train[1:]] or [r["tokens_per_s"] for r in train]
   return {
     "name": name,
@@ -173,7 +173,7 @@ def final(args) -> dict[str, Any]:
   overrides = {"data.cache_dir": str((args.workdir / "data").resolve()), **dict(args.sets)}
   load = reports.load_average()
   run = train_in_process(Run("final", FINAL_CONFIG, overrides, workdir))
-  train = [r for r in summary.read_metrics(workdir) if r["split"] == "train"]
+  train = [r for r in metric_writer.read_metrics(workdir) if r["split"] == "train"]
   record = {
     "command": run["command"],
     "minutes": run["process_wall_s"] / 60,  # Data loading, training and evaluation: all of it.

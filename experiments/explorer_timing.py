@@ -1,4 +1,4 @@
-"""Size and load time of an explorer report (seq2seq/report.py) in headless Chromium.
+"""Size and load time of an explorer report (seq2seq/explorer.py) in headless Chromium.
 
   python -m experiments.explorer_timing runs/demo/eval/test/report.html --loads 5 \
       --screenshot docs/explorer.png --select 12 \

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import cli, records, reports
+from experiments.lib import driver, records, reports
 from experiments.lib.reports import fmt, mean_sd
 
 ROOT = records.REPO_ROOT
@@ -429,7 +429,7 @@ def learning(report: Mapping[str, Any], study: Path, page: Path) -> list[str]:
   lines += [*reports.table(header, cells), ""]
   base = report.get("baseline")
   if base in curves and curves[base]["final"] is not None:
-    lines += [cli.how_trained(base, curves[base]), ""]
+    lines += [driver.how_trained(base, curves[base]), ""]
   if (study / "learning_curves.png").exists():
     lines += [f"![Learning curves]({_rel(study / 'learning_curves.png', page)})", ""]
   return lines

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.lib import stats
-from seq2seq import summary
+from seq2seq import metric_writer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
   p.add_argument("--json", default=None, help="also write the curve and the budget here")
   args = p.parse_args(argv)
-  rows = [r for r in summary.read_metrics(args.run) if r["split"] == "valid" and "bleu" in r]
+  rows = [r for r in metric_writer.read_metrics(args.run) if r["split"] == "valid" and "bleu" in r]
   if not rows:
     sys.exit(f"{args.run}: no validation BLEU in metrics.jsonl (train with train.valid_bleu=true)")
   steps, bleu = [r["step"] for r in rows], [r["bleu"] for r in rows]

@@ -38,7 +38,7 @@ import numpy as np
 from experiments.lib import reports
 from experiments.lib.configs import load_config
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import evaluation, inference, metrics, plots, summary
+from seq2seq import evaluation, inference, metric_writer, metrics, plots
 from seq2seq import runtime as rt
 
 CONFIG = "configs/multi30k.py"
@@ -103,7 +103,7 @@ def throughput(workdir: Path, config: dict[str, Any]) -> dict[str, float]:
   length of the kept training pairs, over the elapsed seconds. `window_tokens_per_s`: the
   median of the logged training windows (steady state, validation excluded).
   """
-  train_rows = [r for r in summary.read_metrics(workdir) if r["split"] == "train"]
+  train_rows = [r for r in metric_writer.read_metrics(workdir) if r["split"] == "train"]
   last = train_rows[-1]
   stats = json.loads((workdir / "data_stats.json").read_text())
   pairs_seen = last["step"] * config["data"]["batch_size"]

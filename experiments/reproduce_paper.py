@@ -65,7 +65,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from experiments.lib import cli, presets, reports, stats, sweeps
+from experiments.lib import driver, presets, reports, stats, sweeps
 from experiments.lib import plots as study_plots
 from experiments.lib import runs as runs_lib
 from experiments.lib.configs import apply_overrides, load_config, parse_sets
@@ -277,7 +277,7 @@ def write_report(out: Path, records: dict[str, Sequence[dict[str, Any]]], args) 
     out / "table1.json",
     {"preset": args.preset, "corpus": args.corpus, "rows": rows, "fig2": fig2, "curves": learning},
   )
-  trained = [cli.how_trained(m, c) for m, c in learning.items() if c["final"] is not None]
+  trained = [driver.how_trained(m, c) for m, c in learning.items() if c["final"] is not None]
   md = table1_markdown(rows, args.preset, args.corpus)
   (out / "table1.md").write_text(md + "".join(f"\n{line}\n" for line in trained))
   seeds = rows[0]["seeds"]
@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   try:
-    seeds = cli.seeds_flag(args.seeds)
+    seeds = driver.seeds_flag(args.seeds)
     sets = parse_sets(args.set)
     runs = build_runs(args.preset, args.corpus, args.with_star, out, sets, seeds)
   except (ValueError, FileNotFoundError) as e:

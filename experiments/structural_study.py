@@ -66,7 +66,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.lib import cli, plots, records, reports, stats, sweeps, timing
+from experiments.lib import driver, plots, records, reports, stats, sweeps, timing
 from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
@@ -79,7 +79,7 @@ LONG_SPLITS = {"smoke": (10, 18), "cpu": (40, 80)}  # Source words (inclusive) o
 MEASURE_FILE = "structural_study.json"
 
 
-class StructuralStudy(cli.PresetStudy):
+class StructuralStudy(driver.PresetStudy):
   """One point per attention structure, measured on all test sentences and on long ones."""
 
   module = "experiments.structural_study"
@@ -96,7 +96,7 @@ class StructuralStudy(cli.PresetStudy):
   def points(self, args: argparse.Namespace) -> list[Point]:
     if args.decode_sentences < 1:
       raise ValueError("--decode-sentences must be at least 1")
-    names = cli.names_flag(args.variants, structures.names(), "variant")
+    names = driver.names_flag(args.variants, structures.names(), "variant")
     return [Point(name, {"model.attention": name}) for name in names]
 
   def check(self, sweep: Sweep, args: argparse.Namespace) -> None:
@@ -129,7 +129,7 @@ class StructuralStudy(cli.PresetStudy):
       "per_configuration": significance["all"],
       "per_configuration_long": significance["long"],
     }
-    result = cli.record(sweep, args, baseline, rows, tested, recs, start)
+    result = driver.record(sweep, args, baseline, rows, tested, recs, start)
     result["long_split"] = list(words)
     result["measured"] = {
       run.name: m
@@ -147,8 +147,8 @@ class StructuralStudy(cli.PresetStudy):
       stds = [r[f"{key}_std"] or 0.0 for r in rows]
       title = f"{label}, seeds {sweep.seeds}"
       plots.bar_plot(names, means, stds, sweep.out / file, title, ylabel=label)
-    table = markdown(rows, baseline, cli.setting(result), words)
-    cli.write(sweep.out, self.report_name, result, table)
+    table = markdown(rows, baseline, driver.setting(result), words)
+    driver.write(sweep.out, self.report_name, result, table)
     return result
 
 
@@ -304,7 +304,7 @@ def markdown(
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-  return cli.main(StructuralStudy(__doc__), argv)
+  return driver.main(StructuralStudy(__doc__), argv)
 
 
 if __name__ == "__main__":

@@ -49,13 +49,13 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.lib import cli, configs, reports, stats, sweeps
+from experiments.lib import configs, driver, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
 from seq2seq import checkpoints, metrics
 
 
-class GridSweep(cli.Study):
+class GridSweep(driver.Study):
   """The cross product of `--grid` values on `--config`."""
 
   module = "experiments.sweep"
@@ -107,8 +107,8 @@ class GridSweep(cli.Study):
   ) -> dict[str, Any]:
     baseline = self.baseline(args, sweep.points)
     grid = sweeps.parse_grid(args.grid)
-    result = cli.collect(sweep, args, baseline, trained, start, grid=grid)
-    cli.write(sweep.out, self.report_name, result, markdown(result))
+    result = driver.collect(sweep, args, baseline, trained, start, grid=grid)
+    driver.write(sweep.out, self.report_name, result, markdown(result))
     return result
 
 
@@ -134,7 +134,7 @@ def markdown(result: dict[str, Any]) -> str:
     cells.append(
       [r["name"], str(len(r["seeds"])), mean_sd(r, "bleu"), mean_sd(r, "chrf")]
       + [mean_sd(r, "valid_bleu")]
-      + [mean_sd(r, "valid_length_ratio", 3), mean_sd(r, "length_ratio", 3)] * with_ratio
+      + ([mean_sd(r, "valid_length_ratio", 3), mean_sd(r, "length_ratio", 3)] if with_ratio else [])
       + [mean_sd(r, "aer", 3)] * with_aer
       + [mean_sd(r, "oov_recall", 3)] * with_oov
       + [mean_sd(r, "identical_word_peaks", 3)] * with_twins
@@ -182,7 +182,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-  return cli.main(GridSweep(__doc__), argv)
+  return driver.main(GridSweep(__doc__), argv)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.lib import cli, plots, reports, stats
+from experiments.lib import driver, plots, reports, stats
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
 from seq2seq import scores
@@ -45,7 +45,7 @@ from seq2seq import scores
 DEFAULT_SCORES = ("additive", "dot", "general", "scaled", "cosine", "location")
 
 
-class ScoreSweep(cli.PresetStudy):
+class ScoreSweep(driver.PresetStudy):
   """One point per score function."""
 
   module = "experiments.sweep_scores"
@@ -55,22 +55,22 @@ class ScoreSweep(cli.PresetStudy):
     parser.add_argument("--baseline", default="additive", help="the score tested against")
 
   def points(self, args: argparse.Namespace) -> list[Point]:
-    names = cli.names_flag(args.scores, scores.names(), "score")
+    names = driver.names_flag(args.scores, scores.names(), "score")
     return [Point(name, {"model.score": name}) for name in names]
 
   def report(
     self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float
   ) -> dict[str, Any]:
-    result = cli.collect(sweep, args, args.baseline, trained, start)
+    result = driver.collect(sweep, args, args.baseline, trained, start)
     rows = result["configurations"]
     plots.bar_plot(
       [r["name"] for r in rows],
       [r["bleu_mean"] for r in rows],
       [r["bleu_std"] for r in rows],
       sweep.out / "sweep.png",
-      f"test BLEU over seeds {sweep.seeds} ({cli.setting(result)})",
+      f"test BLEU over seeds {sweep.seeds} ({driver.setting(result)})",
     )
-    cli.write(sweep.out, self.report_name, result, markdown(result))
+    driver.write(sweep.out, self.report_name, result, markdown(result))
     return result
 
 
@@ -92,7 +92,7 @@ def markdown(result: dict[str, Any]) -> str:
     for r in result["configurations"]
   ]
   lines = [
-    f"# Score functions ({cli.setting(result)}, test split)",
+    f"# Score functions ({driver.setting(result)}, test split)",
     "",
     *reports.table([*header, f"p vs {baseline}"], cells),
     "",
@@ -106,7 +106,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-  return cli.main(ScoreSweep(__doc__), argv)
+  return driver.main(ScoreSweep(__doc__), argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 import ml_collections
 from absl import logging
 
-from seq2seq import console, report
+from seq2seq import console, explorer
 
 MODES = ("train", "eval", "translate", "score", "report")
 PREEMPTED = 75  # Exit status of a training stopped by a signal after saving (see above).
@@ -194,6 +194,6 @@ def _score(config, workdir: Path, input_path, reference_path, output_path, align
 
 
 def _report(workdir: Path, compare: str | None) -> None:
-  written = report.write_reports(workdir, compare=None if compare is None else Path(compare))
+  written = explorer.write_reports(workdir, compare=None if compare is None else Path(compare))
   for path in written:
     print(path)

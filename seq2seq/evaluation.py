@@ -22,16 +22,16 @@ from seq2seq import (
   checkpoints,
   console,
   ensemble,
+  explorer,
   files,
   inference,
   input_pipeline,
+  metric_writer,
   metrics,
   models,
   plots,
-  report,
   settings,
   steps,
-  summary,
 )
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
@@ -95,7 +95,7 @@ def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) 
   fresh = rt.abstract_state(config, src_vocab, tgt_vocab, runtime)
   bleu = {
     r["step"]: r["bleu"]
-    for r in summary.read_metrics(workdir)
+    for r in metric_writer.read_metrics(workdir)
     if r["split"] == "valid" and "bleu" in r
   }
   for subdir in ("best", "checkpoints"):
@@ -223,7 +223,7 @@ def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
       scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
       writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)
     if jax.process_index() == 0:
-      report.write_report(workdir, prefix, split)
+      explorer.write_report(workdir, prefix, split)
     logging.info(
       "%s at step %d: loss %.4f  perplexity %.2f  BLEU %.2f (No UNK %s)",
       split,
@@ -386,7 +386,7 @@ def evaluate_split(
   records = sentence_records(
     data, split_name, translations, hyps, plain, attends=attends, heads=heads, forced=forced
   )
-  report.write_sentences(out_dir, records)
+  explorer.write_sentences(out_dir, records)
   plots.bleu_vs_length(
     {config.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png"
   )
@@ -428,7 +428,7 @@ def sentence_records(
   forced: Sequence[np.ndarray] | None = None,
 ) -> list[dict]:
   """One JSON-able record per sentence of an evaluated split, in corpus order: what the
-  explorer (`seq2seq.report`) shows and OUT_DIR/sentences.jsonl holds.
+  explorer (`seq2seq.explorer`) shows and OUT_DIR/sentences.jsonl holds.
 
   Each has `index`, `line` (in the corpus files), `source`, `reference`, `hypothesis`, sentence
   `bleu` (sacrebleu, effective order: short sentences are not zero for a missing 4-gram) and
@@ -437,7 +437,7 @@ def sentence_records(
   models with attention:
   `entropy` (mean over output steps of the decoded attention's entropy, nats) and `attention`
   (the decoded attention's tokens and maps: the one used, then each head's when there are
-  several, `report.encode_map`); with gold links also `aer` (argmax links of the reference's
+  several, `explorer.encode_map`); with gold links also `aer` (argmax links of the reference's
   teacher-forced attention `forced`, as results.json's `aer` but for one sentence) and
   `reference_attention` (that attention over the whitespace words of reference and source, with
   the gold links).
@@ -474,12 +474,12 @@ def sentence_records(
         "output": (inference.output_tokens(tr.ids, src, src_tok, tgt_tok) + [tok.EOS])[
           : len(tr.attention)
         ],
-        "maps": [{"name": name, **report.encode_map(a)} for name, a in maps],
+        "maps": [{"name": name, **explorer.encode_map(a)} for name, a in maps],
       }
     if gold is not None:
       record["aer"] = metrics.alignment_error_rate([metrics.argmax_links(forced[i])], [gold[i]])
       record["reference_attention"] = {  # Over the whitespace words of reference and source.
-        "map": report.encode_map(forced[i]),
+        "map": explorer.encode_map(forced[i]),
         "gold": sorted([s, t] for s, t in gold[i]),
       }
     records.append(record)

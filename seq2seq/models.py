@@ -13,7 +13,7 @@ s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{
   s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])
   t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
 
-Alignment features (`seq2seq.features`: Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016;
+Alignment features (`seq2seq.alignment_features`: Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016;
 Chorowski et al. 2015), all off by default, enter the additive score through its keys:
 
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + V_c cov_{i-1,j} / N_j + V_p conv(alpha_{i-1})_j)
@@ -62,7 +62,16 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import addons, copying, decoders, features, layers, registry, scores, structures
+from seq2seq import (
+  addons,
+  alignment_features,
+  copying,
+  decoders,
+  layers,
+  registry,
+  scores,
+  structures,
+)
 
 MULTI_SOURCE = ("concat", "gate")  # `model.multi_source`: how the two sources' contexts combine.
 # Model fields that are off when "" or "none" (a sweep's name for off: "" cannot be listed).
@@ -200,11 +209,14 @@ class Seq2Seq(nnx.Module):
     self.decoder.build(self, cfg, ctx, rngs=rngs)
     if self.uses_attention:
       self._build_attention(cfg, annot, rngs)
-    # Alignment features (seq2seq/features.py), built in registration order.
+    # Alignment features (seq2seq/alignment_features.py), built in registration order.
     self.feature_names = tuple(spec.name for spec in cfg.features)
     if self.feature_names:
       self.features = nnx.Dict(
-        {spec.name: features.make_feature(spec, cfg, annot, rngs=rngs) for spec in cfg.features}
+        {
+          spec.name: alignment_features.make_feature(spec, cfg, annot, rngs=rngs)
+          for spec in cfg.features
+        }
       )
     self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
     self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
@@ -623,7 +635,7 @@ class ModelSettings:
         **given,
         "score": scores.spec(given["score"]),
         "attention": structures.spec(given["attention"]),
-        "features": features.specs(given["features"]),
+        "features": alignment_features.specs(given["features"]),
         "decoder": decoders.spec(given.get("decoder", "paper")),
       }
     )

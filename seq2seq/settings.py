@@ -37,8 +37,8 @@ from typing import Any
 import ml_collections
 
 from seq2seq import (
+  alignment_features,
   ensemble,
-  features,
   inference,
   input_pipeline,
   lexicon,
@@ -240,12 +240,12 @@ def components_own_their_settings(saved: dict[str, Any]) -> dict[str, Any]:
     values = {"fertility": bool(old["fertility"])}
     if old["fertility_max"] is not None:
       values["fertility_max"] = old["fertility_max"]
-    parts.append(_spec(features.REGISTRY, "coverage", values))
+    parts.append(_spec(alignment_features.REGISTRY, "coverage", values))
   if (old["prev_attention_filters"] or 0) > 0:
     values = {"filters": old["prev_attention_filters"]}
     if old["prev_attention_width"] is not None:
       values["width"] = old["prev_attention_width"]
-    parts.append(_spec(features.REGISTRY, "prev_attention", values))
+    parts.append(_spec(alignment_features.REGISTRY, "prev_attention", values))
   model["features"] = "+".join(parts)
   old = {k: train.pop(k, None) for k in _TERM_FIELDS}
   terms = []
@@ -325,7 +325,7 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
     model["attention"] = str(structures.spec(model["attention"]))
   models.none_as_off(model)
   if "features" in model:
-    model["features"] = "+".join(str(s) for s in features.specs(model["features"]))
+    model["features"] = "+".join(str(s) for s in alignment_features.specs(model["features"]))
   if "softmax" in train:
     train["softmax"] = str(softmax.REGISTRY.spec(train["softmax"]))
   if "loss_terms" in train:
@@ -339,7 +339,7 @@ def components_help() -> str:
   sections = (
     ("model.score", scores.REGISTRY),
     ("model.attention", structures.REGISTRY),
-    ("model.features", features.REGISTRY),
+    ("model.features", alignment_features.REGISTRY),
     ("train.loss_terms", objective.REGISTRY),
     ("train.softmax", softmax.REGISTRY),
   )

@@ -40,11 +40,11 @@ from seq2seq import (
   evaluation,
   files,
   input_pipeline,
+  metric_writer,
   objective,
   settings,
   softmax,
   steps,
-  summary,
 )
 from seq2seq import lexicon as lexicon_lib
 from seq2seq import runtime as rt
@@ -117,7 +117,7 @@ def held_bleu(workdir: Path, best_step: int | None) -> float:
     record = files.read_jsonl(beside) if beside.exists() else []
     if record and isinstance(record[0].get("bleu"), int | float):
       return float(record[0]["bleu"])
-  rows = summary.read_metrics(workdir)
+  rows = metric_writer.read_metrics(workdir)
   held = [
     r["bleu"] for r in rows if r["split"] == "valid" and r["step"] == best_step and "bleu" in r
   ]
@@ -220,7 +220,7 @@ class Loop:
     config, self.tcfg = members.configs[0], members.configs[0].train
     self.config, self.primary = config, jax.process_index() == 0
     self.data = open_data(members, self.runtime)
-    self.writers = [summary.MetricWriter(wd, enabled=self.primary) for wd in members.workdirs]
+    self.writers = [metric_writer.MetricWriter(wd, enabled=self.primary) for wd in members.workdirs]
     pairs = list(zip(members.workdirs, members.configs, strict=True))
     self.ckpts = [checkpoints.Checkpointer(wd, cfg) for wd, cfg in pairs]
     self.bests = [
@@ -277,7 +277,7 @@ class Loop:
     due = self.start % self.tcfg.eval_every == 0 or self.start == self.tcfg.num_steps
     if not self.start or not due:
       return False
-    rows = [summary.read_metrics(wd) for wd in self.members.workdirs]
+    rows = [metric_writer.read_metrics(wd) for wd in self.members.workdirs]
     return not all(any(r["step"] == self.start and r["split"] == "valid" for r in m) for m in rows)
 
   def train(self) -> int | None:

@@ -15,7 +15,7 @@ the tests run some thirty such programs. Runs that need their own process ask fo
 given XLA flags (XLA reads them once, when its backend starts), those that must die of a bad
 command line (absl ends the process there), and those a test signals or runs side by side.
 On a 2-core AMD EPYC beside two training runs, the 96 tests of test_experiments_*, test_main,
-test_agreement, test_report, test_translate, test_reliability and test_console took 288 and
+test_agreement, test_explorer, test_translate, test_reliability and test_console took 288 and
 306 s so (user+sys CPU 504 and 531 s) against 364 and 384 s (646 and 688 s) with a fresh
 process for every run (`pytest -n 2 --dist worksteal` on those files, the two trees in turn).
 """
@@ -182,7 +182,7 @@ def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0)
   """`n` sentence records shaped as `evaluate.sentence_records` writes them, without a model:
   made-up words, attention peaked near the diagonal (rows sum to 1), gold links on the
   diagonal. For explorer tests that need no training, and for timing reports of any size."""
-  from seq2seq import report
+  from seq2seq import explorer
 
   rng = np.random.default_rng(seed)
   records = []
@@ -196,8 +196,8 @@ def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0)
     alpha = np.exp(logits + rng.normal(0, 0.5, logits.shape))
     alpha /= alpha.sum(axis=1, keepdims=True)
     forced = alpha[:words, :words] / alpha[:words, :words].sum(axis=1, keepdims=True)
-    maps = [{"name": "attention", **report.encode_map(alpha)}]
-    maps += [{"name": f"head {h + 1}", **report.encode_map(alpha[:, ::-1])} for h in range(heads)]
+    maps = [{"name": "attention", **explorer.encode_map(alpha)}]
+    maps += [{"name": f"head {h + 1}", **explorer.encode_map(alpha[:, ::-1])} for h in range(heads)]
     records.append(
       {
         "index": i,
@@ -213,7 +213,7 @@ def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0)
         "aer": float(rng.uniform(0, 1)),
         "attention": {"source": src + ["</s>"], "output": out + ["</s>"], "maps": maps},
         "reference_attention": {
-          "map": report.encode_map(forced),
+          "map": explorer.encode_map(forced),
           "gold": [[j, j] for j in range(words)],
         },
       }
@@ -222,7 +222,7 @@ def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0)
 
 
 def explorer_run(name: str = "run", steps: int = 100) -> dict:
-  """A run summary shaped as `report.run_summary` returns it, with made-up curves."""
+  """A run summary shaped as `explorer.run_summary` returns it, with made-up curves."""
   return {
     "name": name,
     "workdir": f"runs/{name}",

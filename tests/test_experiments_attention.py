@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments import attention_offsets, attention_sharpness
-from seq2seq import report
+from seq2seq import explorer
 from seq2seq import runtime as rt
 
 
@@ -43,7 +43,7 @@ def _offset_run(study: Path, point: str, seed: int, peaks: list[int], *heads: li
     alpha = np.full((len(out) + 1, len(src)), 0.01)
     for t, j in zip((0, 3, 5), twin_peaks, strict=True):
       alpha[t, j] = 0.9
-    maps.append({"name": name, **report.encode_map(alpha)})
+    maps.append({"name": name, **explorer.encode_map(alpha)})
   folder = study / "runs" / point / f"seed_{seed}" / "eval" / "test"
   folder.mkdir(parents=True)
   attention = {"source": src, "output": out + ["</s>"], "maps": maps}

@@ -11,7 +11,7 @@ import pytest
 from helpers import ROOT, tiny_sweep_args
 
 from experiments import sweep as grid_sweep
-from experiments.lib import cli, launch
+from experiments.lib import driver, launch
 
 needs_taskset = pytest.mark.skipif(
   shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
@@ -66,7 +66,7 @@ def test_study_jobs_group_decoding_points_and_split_sequential_seeds(tmp_path):
 
 
 def test_job_flags_round_trip_through_the_parser():
-  parser = cli.parser(grid_sweep.GridSweep(grid_sweep.__doc__))
+  parser = driver.parser(grid_sweep.GridSweep(grid_sweep.__doc__))
   argv = ["--out=/x", "--config=configs/tiny.py", "--grid=model.score=a,b", "--set=train.x=1"]
   args = parser.parse_args([*argv, "--collect"])
   again = parser.parse_args(launch.flags(vars(args)))

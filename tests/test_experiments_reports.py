@@ -1,4 +1,4 @@
-"""The tables and figures a study writes from its results (experiments/lib/cli, plots and the
+"""The tables and figures a study writes from its results (experiments/lib/driver, plots and the
 sweep's Markdown): the footer's machines, the columns a grid's table adds, and bar colours."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from experiments import sweep as grid_sweep
-from experiments.lib import cli, plots, sweeps
+from experiments.lib import driver, plots, sweeps
 
 
 def test_a_study_names_the_machines_its_runs_trained_on_not_the_one_reporting():
@@ -18,12 +18,12 @@ def test_a_study_names_the_machines_its_runs_trained_on_not_the_one_reporting():
   runs = {"a": rec(["AMD EPYC, 2 cores"]), "b": rec(["Intel Xeon, 2 cores"]), "c": rec([])}
   result = {"curves": {}, "baseline": "a", "sets": [], "runs": runs, "command": "python -m x"}
   result |= {"date": "today", "runs_wall_s": 180.0, "cpu_model": "Reporter CPU", "cpu_count": 2}
-  result["runs_machines"] = cli.runs_machines(runs.values())
-  last = cli.footer(result)[-1]
+  result["runs_machines"] = driver.runs_machines(runs.values())
+  last = driver.footer(result)[-1]
   assert "AMD EPYC, 2 cores (1 run); Intel Xeon, 2 cores (1 run); not recorded (1 run)" in last
   assert "Reporter CPU" not in last
-  result["runs_machines"] = cli.runs_machines([runs["b"]])
-  assert "CPU: Intel Xeon, 2 cores)" in cli.footer(result)[-1]
+  result["runs_machines"] = driver.runs_machines([runs["b"]])
+  assert "CPU: Intel Xeon, 2 cores)" in driver.footer(result)[-1]
 
 
 def _sweep_row(name: str, std: float, **metrics) -> dict:
@@ -63,6 +63,20 @@ def test_feature_and_structure_sweeps_report_over_translation_and_unattended_wor
     _sweep_result("features=none", rows, {"model.score": ["additive", "dot"]})
   )
   assert "over-translated" not in scores
+
+
+def test_sweeps_report_length_ratios_once_every_point_has_them():
+  """Output over reference length on both splits: a column pair only when every row has it; a
+  row written before the metric existed (no such key) leaves the table as it was."""
+  grid = {"model.copy_eos": ["target", "null"]}
+  ratios = dict(length_ratio=0.97, valid_length_ratio=0.96)
+  rows = [_sweep_row("copy_eos=target", 0.01, **ratios), _sweep_row("copy_eos=null", 0.01)]
+  table = grid_sweep.markdown(_sweep_result("copy_eos=target", rows[:1], grid))
+  assert "| valid length ratio | test length ratio |" in table
+  assert "| 0.960 ± 0.010 | 0.970 ± 0.010 |" in table
+  old = {k: v for k, v in rows[1].items() if "length_ratio" not in k}
+  assert "length ratio" not in grid_sweep.markdown(_sweep_result("copy_eos=target", [old], grid))
+  assert "length ratio" not in grid_sweep.markdown(_sweep_result("copy_eos=target", rows, grid))
 
 
 def test_sweeps_report_twin_peaks_once_every_point_has_them():

@@ -14,8 +14,8 @@ from helpers import ROOT, TEST_SENTENCES, is_score, run_module, subprocess_env, 
 
 from experiments import attention_sharpness, sweep_scores, tabulate
 from experiments import sweep as grid_sweep
-from experiments.lib import cli, records, sweeps
-from seq2seq import summary
+from experiments.lib import driver, records, sweeps
+from seq2seq import metric_writer
 
 TINY_SWEEP = ["--config=configs/tiny.py", "--grid", "model.score=additive,dot", "--seeds", "0,1"]
 
@@ -60,7 +60,7 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
   assert proc.returncode == 0, logs
   for point in ("score=additive", "score=dot"):
     for seed in (0, 1):
-      rows = summary.read_metrics(out / "runs" / point / f"seed_{seed}")
+      rows = metric_writer.read_metrics(out / "runs" / point / f"seed_{seed}")
       train_rows = [r for r in rows if r["split"] == "train"]
       assert [r["step"] for r in train_rows] == [2, 4]
       assert all(r["seeds_together"] == 2 for r in train_rows)  # Seeds trained as one group.
@@ -109,7 +109,7 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
   assert result["command"].endswith("--collect") and f"Command: `{result['command']}`" in md
   assert "minutes of wall clock" in md
   train_min = rec["train_s"] / 60  # The training clock of the run's last logged step.
-  assert rec["train_s"] == summary.read_metrics(rec["workdir"])[-1]["elapsed_s"]
+  assert rec["train_s"] == metric_writer.read_metrics(rec["workdir"])[-1]["elapsed_s"]
   run_row = f"| score=dot-seed1 | {rec['results']['test']['bleu']:.2f} |"
   assert run_row in md and f"| 4 | {train_min:.1f} | {rec['wall_s'] / 60:.1f} |" in md
   assert "vector_isa" in result or not Path("/proc/cpuinfo").exists()  # With every timing.
@@ -182,17 +182,17 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
 
 def test_sweep_decodes_again_under_the_models_decoding_time_switches(tmp_path):
   """--decode takes model.copy_eos (a switch checkpoints allow at decoding), not model.score."""
-  study = grid_sweep.GridSweep(grid_sweep.__doc__)
+  grid = grid_sweep.GridSweep(grid_sweep.__doc__)
   args = ["--config=configs/tiny.py", "--grid", "model.copy=true", "--out", str(tmp_path)]
-  parse = lambda *more: cli.parser(study).parse_args([*args, *more])
-  points = study.points(parse("--decode", "model.copy_eos=null"))
+  parse = lambda *more: driver.parser(grid).parse_args([*args, *more])
+  points = grid.points(parse("--decode", "model.copy_eos=null"))
   assert [(p.name, p.decode_from) for p in points] == [
     ("copy=true", None),
     ("copy=true+copy_eos=null", "copy=true"),
   ]
   assert points[1].overrides == {"model.copy": True, "model.copy_eos": "null"}
   with pytest.raises(ValueError, match=r"not model\.score"):
-    study.points(parse("--decode", "model.score=dot"))
+    grid.points(parse("--decode", "model.score=dot"))
 
 
 @pytest.mark.slow
@@ -206,7 +206,7 @@ def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, cache
   assert decoded["decode_only_from"] == "score=additive-seed0"
   assert decoded["results"]["test"]["beam_size"] == 1 and decoded["results"]["test"]["step"] == 4
   assert result["runs"]["score=additive-seed0"]["results"]["test"]["beam_size"] > 1
-  train_rows = [r for r in summary.read_metrics(decoded["workdir"]) if r["split"] == "train"]
+  train_rows = [r for r in metric_writer.read_metrics(decoded["workdir"]) if r["split"] == "train"]
   assert [r["step"] for r in train_rows] == [4]  # The source's training, copied: none of its own.
   # Rerun to resume a finished study: nothing to train, and its report (date, machines) stays.
   written = lambda: [(out / f"sweep.{ext}").stat().st_mtime_ns for ext in ("json", "md")]

@@ -1,4 +1,4 @@
-"""The explorer (seq2seq/report.py) in a real headless Chromium: opened from disk, the table
+"""The explorer (seq2seq/explorer.py) in a real headless Chromium: opened from disk, the table
 sorted and filtered, a sentence selected and its heatmap's cells and labels read back from the
 DOM, hostile corpus lines shown as text with nothing run, a comparison of two runs, and the
 load time of a 3,000-sentence report. Skips, saying why, without selenium or a Chromium."""
@@ -12,7 +12,7 @@ from helpers import explorer_records, explorer_run
 
 from experiments import explorer_timing
 from experiments.lib import browser
-from seq2seq import report
+from seq2seq import explorer
 
 pytestmark = pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))
 
@@ -36,7 +36,7 @@ def hostile_report(tmp_path, n=40):
   run = explorer_run("hostile")
   run["config"]["data"] = {"corpus": XSS_CONFIG}
   path = tmp_path / "report.html"
-  path.write_text(report.render(report.page_data([run], [records], "test")), encoding="utf-8")
+  path.write_text(explorer.render(explorer.page_data([run], [records], "test")), encoding="utf-8")
   return path, records
 
 
@@ -97,7 +97,7 @@ def test_table_sorts_filters_and_draws_the_selected_heatmap(driver, tmp_path):
   assert driver.find_element("css selector", "#detail h2").text.startswith(f"sentence {pick}")
   rec = records[pick]
   svg = driver.find_element("css selector", '#detail svg.heatmap[data-map="attention"]')
-  alpha = report.decode_map(rec["attention"]["maps"][0])
+  alpha = explorer.decode_map(rec["attention"]["maps"][0])
   cells = svg.find_elements("css selector", "rect.cell")
   assert len(cells) == alpha.size
   weights = driver.execute_script(
@@ -169,9 +169,9 @@ def test_comparison_sorts_by_the_bleu_difference_and_draws_both_runs(driver, tmp
   for i, (x, y) in enumerate(zip(a, b, strict=True)):
     y.update(bleu=float((i * 37) % 100), hypothesis=f"other {i}")
     x.update(bleu=50.0)
-  data = report.page_data([explorer_run("a"), explorer_run("b", 200)], [a, b], "test")
+  data = explorer.page_data([explorer_run("a"), explorer_run("b", 200)], [a, b], "test")
   path = tmp_path / "compare.html"
-  path.write_text(report.render(data), encoding="utf-8")
+  path.write_text(explorer.render(data), encoding="utf-8")
   browser.open_report(driver, path)
   click_header(driver, "delta")
   delta = np.array([y["bleu"] - x["bleu"] for x, y in zip(a, b, strict=True)])
@@ -194,7 +194,7 @@ def test_comparison_sorts_by_the_bleu_difference_and_draws_both_runs(driver, tmp
 def test_three_thousand_sentences_load_in_seconds(driver, tmp_path):
   records = explorer_records(3_000, seed=3, max_words=40)
   path = tmp_path / "big.html"
-  path.write_text(report.render(report.page_data([explorer_run()], [records], "test")))
+  path.write_text(explorer.render(explorer.page_data([explorer_run()], [records], "test")))
   size_mb = path.stat().st_size / 1e6
   load_ms = browser.open_report(driver, path)
   start = time.perf_counter()

@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT, run_module
 
 from configs import multi30k
-from seq2seq import summary, train
+from seq2seq import metric_writer, train
 
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
@@ -104,7 +104,7 @@ def test_multi30k_config_builds_and_trains_one_step(tmp_path):
   config.train.final_eval = False
   config.train.eval_every = 1
   train.train_and_evaluate(config, tmp_path)
-  rows = summary.read_metrics(tmp_path)
+  rows = metric_writer.read_metrics(tmp_path)
   assert [r["step"] for r in rows if r["split"] == "train"] == [1]
   assert all(math.isfinite(r["loss"]) for r in rows)
   vocab = json.loads((tmp_path / "vocab" / "tgt" / "tokenizer.json").read_text())

@@ -26,7 +26,7 @@ from helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq import cli, files, models, objective, steps, summary, train
+from seq2seq import cli, files, metric_writer, models, objective, steps, train
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
@@ -297,16 +297,16 @@ def test_a_metrics_line_cut_short_is_reported_and_skipped_never_fatal(trained, t
   damaged = [*lines[:2], '{"step": 7, "spl', *lines[2:], lines[-1][:25]]
   (workdir / "metrics.jsonl").write_text("\n".join(damaged))  # No final newline: cut short.
   with caplog.at_level("WARNING"):
-    rows = summary.read_metrics(workdir)
+    rows = metric_writer.read_metrics(workdir)
   assert [json.dumps(r) for r in rows] == lines
   warned = [r.getMessage() for r in caplog.records]
   assert any("metrics.jsonl:3: damaged line skipped" in m for m in warned), warned
   assert any(f"metrics.jsonl:{len(damaged)}: damaged line skipped" in m for m in warned), warned
-  writer = summary.MetricWriter(workdir)  # Drops the cut-short tail before appending.
+  writer = metric_writer.MetricWriter(workdir)  # Drops the cut-short tail before appending.
   writer.write(99, "train", {"loss": 1.0})
   writer.close()
-  assert summary.read_metrics(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
-  assert len(summary.read_metrics(workdir)) == len(lines) + 1
+  assert metric_writer.read_metrics(workdir)[-1] == {"step": 99, "split": "train", "loss": 1.0}
+  assert len(metric_writer.read_metrics(workdir)) == len(lines) + 1
 
 
 def test_a_second_process_on_a_workdir_fails_at_once_naming_the_holder(tmp_path):

@@ -6,9 +6,17 @@ import json
 import pytest
 
 from configs import tiny
-from seq2seq import checkpoints, features, objective, registry, scores, settings, structures
+from seq2seq import (
+  alignment_features,
+  checkpoints,
+  objective,
+  registry,
+  scores,
+  settings,
+  structures,
+)
 
-REGISTRIES = (scores.REGISTRY, structures.REGISTRY, features.REGISTRY, objective.REGISTRY)
+REGISTRIES = (scores.REGISTRY, structures.REGISTRY, alignment_features.REGISTRY, objective.REGISTRY)
 
 
 def test_a_spec_types_its_settings_and_prints_canonically():
@@ -17,9 +25,9 @@ def test_a_spec_types_its_settings_and_prints_canonically():
   assert isinstance(spec.settings.lookahead, int) and isinstance(spec.settings.noise, float)
   assert str(spec) == "monotonic(noise=0.5, lookahead=3)"
   assert str(structures.spec("local_p(window=10)")) == "local_p"  # Defaults are left out.
-  cov = features.specs("prev_attention(filters=2)+coverage(fertility=True)")
+  cov = alignment_features.specs("prev_attention(filters=2)+coverage(fertility=True)")
   assert [str(s) for s in cov] == ["coverage(fertility=true)", "prev_attention(filters=2)"]
-  assert features.specs("") == features.specs("none") == ()
+  assert alignment_features.specs("") == alignment_features.specs("none") == ()
 
 
 @pytest.mark.parametrize("reg", REGISTRIES, ids=lambda r: r.field)

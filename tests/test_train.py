@@ -223,12 +223,12 @@ def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
   so a metric fixed later can redraw a learning curve without retraining."""
   import gzip
 
-  from seq2seq import checkpoints, evaluation, metrics, summary
+  from seq2seq import checkpoints, evaluation, metric_writer, metrics
   from seq2seq import runtime as rt
 
   config = checkpoints.load_config(trained)
   refs = [r[1] for r in rt.load_data(config, trained).raw("valid")]
-  rows = [r for r in summary.read_metrics(trained) if r["split"] == "valid"]
+  rows = [r for r in metric_writer.read_metrics(trained) if r["split"] == "valid"]
   assert rows
   for row in rows:
     path = trained / evaluation.VALID_HYPOTHESES.format(step=row["step"])

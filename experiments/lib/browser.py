@@ -1,4 +1,4 @@
-"""A headless Chromium for opening explorer reports (seq2seq/report.py) from disk: what the
+"""A headless Chromium for opening explorer reports (seq2seq/explorer.py) from disk: what the
 browser test and `python -m experiments.explorer_timing` share.
 
 Needs selenium (requirements.txt) and a Chromium with its driver (Debian: `apt-get install

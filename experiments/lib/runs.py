@@ -33,7 +33,7 @@ import ml_collections
 
 from experiments.lib import configs, records, reports
 from seq2seq import cli as seq2seq_cli
-from seq2seq import input_pipeline, seed_group, summary, train
+from seq2seq import input_pipeline, metric_writer, seed_group, train
 from seq2seq.data import builders
 
 WALL_TIME_FILE = "wall_time.json"
@@ -69,7 +69,7 @@ def metrics(workdir: Path) -> list[dict[str, Any]]:
   """The run's metrics.jsonl rows, or its record's curves as those rows (`records`)."""
   workdir = Path(workdir)
   if (workdir / "metrics.jsonl").exists():
-    return summary.read_metrics(workdir)
+    return metric_writer.read_metrics(workdir)
   record = records.read_record(workdir)
   return records.metric_rows(record) if record else []
 

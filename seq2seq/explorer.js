@@ -1,4 +1,4 @@
-// The explorer's page, built from the JSON in <script id="report-data"> (seq2seq/report.py).
+// The explorer's page, built from the JSON in <script id="report-data"> (seq2seq/explorer.py).
 // Every string from the data reaches the page through textContent, append(string) or
 // setAttribute: none is ever parsed as markup (no innerHTML, no document.write).
 "use strict";

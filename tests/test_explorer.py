@@ -17,7 +17,7 @@ import sacrebleu
 from helpers import explorer_records, explorer_run, run_main
 
 from configs import tiny
-from seq2seq import evaluation, input_pipeline, report, steps
+from seq2seq import evaluation, explorer, input_pipeline, steps
 
 HOSTILE = [
   "<img src=x onerror=alert(1)>",
@@ -35,18 +35,18 @@ def test_attention_maps_survive_encoding_to_within_half_a_level():
     alpha.flat[: min(alpha.size, 290)] = 0.0  # A run of zeros longer than one escape holds.
     if alpha.size > 300:
       alpha.flat[300] = 0.0  # A lone zero.
-    got = report.decode_map(report.encode_map(alpha))
+    got = explorer.decode_map(explorer.encode_map(alpha))
     assert got.shape == alpha.shape
-    np.testing.assert_allclose(got, alpha, atol=0.5 / report.LEVELS + 1e-12)
+    np.testing.assert_allclose(got, alpha, atol=0.5 / explorer.LEVELS + 1e-12)
   sharp = np.eye(30)  # Attention of a trained model: mostly zeros.
-  assert len(base64.b64decode(report.encode_map(sharp)["data"])) < 0.25 * sharp.size
+  assert len(base64.b64decode(explorer.encode_map(sharp)["data"])) < 0.25 * sharp.size
   with pytest.raises(ValueError, match=r"\[T, S\]"):
-    report.encode_map(np.zeros(3))
+    explorer.encode_map(np.zeros(3))
 
 
 def test_embedded_json_cannot_close_its_script_and_reads_back_the_same():
   data = {"texts": HOSTILE, "nested": {"</script>": HOSTILE[0]}, "nan": float("nan")}
-  text = report.embed_json(data)
+  text = explorer.embed_json(data)
   assert not set("<>&\u2028\u2029") & set(text)
   back = json.loads(text)
   assert back["texts"] == HOSTILE and back["nested"] == {"</script>": HOSTILE[0]}
@@ -82,7 +82,7 @@ def test_the_page_has_only_its_own_tags_and_allows_only_its_own_script():
     record.update(source=text, hypothesis=text)
   run = explorer_run()
   run["config"]["hostile"] = HOSTILE
-  page = report.render(report.page_data([run], [records], "test"))
+  page = explorer.render(explorer.page_data([run], [records], "test"))
   parsed = Tags()
   parsed.feed(page)
   assert set(parsed.tags) == {
@@ -108,13 +108,13 @@ def test_the_page_has_only_its_own_tags_and_allows_only_its_own_script():
 
 def test_a_comparison_needs_the_same_sentences():
   a, b = explorer_records(4, seed=0), explorer_records(4, seed=0)
-  data = report.page_data([explorer_run("a"), explorer_run("b")], [a, b], "test")
+  data = explorer.page_data([explorer_run("a"), explorer_run("b")], [a, b], "test")
   assert data["title"] == "a vs b · test" and len(data["sentences"]) == 2
   b[2]["source"] = "another sentence"
   with pytest.raises(ValueError, match="sentence 2 differs.*not the same test set"):
-    report.page_data([explorer_run("a"), explorer_run("b")], [a, b], "test")
+    explorer.page_data([explorer_run("a"), explorer_run("b")], [a, b], "test")
   with pytest.raises(ValueError, match="4 sentences and runs/b 3"):
-    report.page_data([explorer_run("a"), explorer_run("b")], [a, b[:3]], "test")
+    explorer.page_data([explorer_run("a"), explorer_run("b")], [a, b[:3]], "test")
 
 
 def test_curves_come_from_metrics_jsonl(tmp_path):
@@ -124,7 +124,7 @@ def test_curves_come_from_metrics_jsonl(tmp_path):
     {"step": 10, "split": "valid", "loss": 2.5, "perplexity": 12.0, "elapsed_s": 66.0, "bleu": 9.0},
   ]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-  got = report.curves(tmp_path)
+  got = explorer.curves(tmp_path)
   assert got["train"] == [
     {"step": 5, "minutes": 0.5, "loss": 3.0},
     {"step": 10, "minutes": 1.0, "loss": 2.0},
@@ -134,7 +134,7 @@ def test_curves_come_from_metrics_jsonl(tmp_path):
 
 def test_sentence_records_of_an_evaluated_run_agree_with_its_results(trained):
   out = trained / "eval" / "test"
-  records = report.read_sentences(out)
+  records = explorer.read_sentences(out)
   results = json.loads((out / "results.json").read_text())
   hypotheses = (out / "hypotheses.txt").read_text().splitlines()
   assert [r["index"] for r in records] == list(range(results["num_sentences"]))
@@ -148,16 +148,16 @@ def test_sentence_records_of_an_evaluated_run_agree_with_its_results(trained):
     )
     att = r["attention"]
     (decoded,) = att["maps"]  # One head.
-    alpha = report.decode_map(decoded)
+    alpha = explorer.decode_map(decoded)
     assert alpha.shape == (len(att["output"]), len(att["source"]))
     assert att["source"] == r["source"].split() + ["</s>"]
-    np.testing.assert_allclose(alpha.sum(axis=1), 1.0, atol=alpha.shape[1] / report.LEVELS)
-    forced = report.decode_map(r["reference_attention"]["map"])
+    np.testing.assert_allclose(alpha.sum(axis=1), 1.0, atol=alpha.shape[1] / explorer.LEVELS)
+    forced = explorer.decode_map(r["reference_attention"]["map"])
     assert forced.shape == (len(r["reference"].split()), r["source_words"])
     assert 0.0 <= r["aer"] <= 1.0 and r["entropy"] >= 0.0
     gold = r["reference_attention"]["gold"]  # (source, reference) word pairs.
     assert gold and all(s < forced.shape[1] and t < forced.shape[0] for s, t in gold)
-  page = (out / report.REPORT).read_text()
+  page = (out / explorer.REPORT).read_text()
   embedded = re.search(r'id="report-data">(.*?)</script>', page, re.S).group(1)
   assert json.loads(embedded)["sentences"][0] == records
 
@@ -170,11 +170,11 @@ def test_multihead_records_hold_one_map_per_head_whose_mean_is_the_attention(tmp
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
   state = steps.create_train_state(config, jax.random.key(0), *sizes)
   evaluation.evaluate_split(state, data, "valid", config, tmp_path / "out")
-  for r in report.read_sentences(tmp_path / "out"):
+  for r in explorer.read_sentences(tmp_path / "out"):
     maps = r["attention"]["maps"]
     assert [m["name"] for m in maps] == ["attention", "head 1", "head 2"]
-    mean, *heads = (report.decode_map(m) for m in maps)
-    np.testing.assert_allclose((heads[0] + heads[1]) / 2, mean, atol=1.0 / report.LEVELS)
+    mean, *heads = (explorer.decode_map(m) for m in maps)
+    np.testing.assert_allclose((heads[0] + heads[1]) / 2, mean, atol=1.0 / explorer.LEVELS)
   # The heatmaps count heads as the records do, from 1.
   names = sorted(path.name for path in (tmp_path / "out" / "alignments").glob("000*.png"))
   assert names == ["000.png", "000_head1.png", "000_head2.png"]
@@ -184,14 +184,17 @@ def test_report_mode_writes_reports_and_comparisons_and_fails_in_one_line(traine
   other = tmp_path / "other"
   shutil.copytree(trained / "eval", other / "eval")
   shutil.copy(trained / "config.json", other / "config.json")
-  for path in (trained / "eval" / "test" / report.REPORT, other / "eval" / "test" / report.REPORT):
+  for path in (
+    trained / "eval" / "test" / explorer.REPORT,
+    other / "eval" / "test" / explorer.REPORT,
+  ):
     path.unlink(missing_ok=True)
   proc = run_main(trained, "--mode=report")  # No --config needed: everything is on disk.
   written = proc.stdout.split()
-  assert written == [str(trained / "eval" / s / report.REPORT) for s in ("valid", "test")]
-  assert (trained / "eval" / "test" / report.REPORT).stat().st_size > 0
+  assert written == [str(trained / "eval" / s / explorer.REPORT) for s in ("valid", "test")]
+  assert (trained / "eval" / "test" / explorer.REPORT).stat().st_size > 0
   proc = run_main(other, "--mode=report", f"--compare={trained}")
-  compared = other / "eval" / "test" / report.compare_name(trained)
+  compared = other / "eval" / "test" / explorer.compare_name(trained)
   assert str(compared) in proc.stdout.split() and compared.name == "compare_full.html"
   assert '"sentences":[[' in compared.read_text()
   empty = tmp_path / "empty"

@@ -8,7 +8,7 @@ metrics.jsonl, BLEU by source length and the config. `write_reports(workdir, com
 puts two runs side by side on the same sentences instead, sortable by their difference in
 sentence BLEU (`main.py --mode=report --compare=OTHER`).
 
-Nothing is fetched: the page's script (report.js) and style (report.css, both shipped beside
+Nothing is fetched: the page's script (explorer.js) and style (explorer.css, both shipped beside
 this module) are inlined and the data is embedded as JSON. Every string from the data is shown
 as text, never parsed as markup: the JSON sits in a <script type="application/json"> with `<`,
 `>` and `&` written as \\u escapes (so a corpus line holding "</script>" cannot end it), the
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq import files, summary
+from seq2seq import files, metric_writer
 
 SENTENCES = "sentences.jsonl"
 REPORT = "report.html"
@@ -130,7 +130,7 @@ def _read_json(path: Path) -> Any:
 def curves(workdir: str | Path) -> dict[str, list[dict[str, float]]]:
   """The run's metrics.jsonl as curves: "train" rows (step, minutes, loss) and "valid" rows
   (step, minutes, loss, bleu where computed); minutes are wall-clock minutes of training."""
-  rows = summary.read_metrics(workdir)
+  rows = metric_writer.read_metrics(workdir)
   out: dict[str, list[dict[str, float]]] = {"train": [], "valid": []}
   for r in rows:
     if r.get("split") not in out:
@@ -202,9 +202,9 @@ def _csp_hash(text: str) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-  """The HTML page of `data` (`page_data`): report.css and report.js inlined, the data as
+  """The HTML page of `data` (`page_data`): explorer.css and explorer.js inlined, the data as
   JSON, and a Content-Security-Policy that allows that script and style and nothing else."""
-  script, style = _asset("report.js"), _asset("report.css")
+  script, style = _asset("explorer.js"), _asset("explorer.css")
   csp = "; ".join(
     [
       "default-src 'none'",
