@@ -29,7 +29,7 @@ def get_config() -> ml_collections.ConfigDict:
   m.score = "additive"  # Alignment model (seq2seq/scores.py), e.g. "dot", "cosine(sharpness=5)".
   # Where attention may look (seq2seq/structures.py); "soft" is the paper's global attention.
   m.attention = "soft"  # E.g. "local_p(window=10)", "multihead(heads=4)", "hard".
-  # Alignment features of the additive score (seq2seq/features.py), "+"-joined; "" is none.
+  # Alignment features of the additive score (seq2seq/alignment_features.py), "+"-joined; "" is none.
   m.features = ""  # E.g. "coverage(fertility=true)+prev_attention(filters=8)".
   # Time steps per loop iteration of the encoder's and the teacher-forced decoder's lax.scan
   # (the same results; fewer, larger loop bodies for XLA to schedule). Decoding is unaffected.
