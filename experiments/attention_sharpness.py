@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from experiments.lib import stats
-from seq2seq import checkpoints, copying, evaluation, inference, input_pipeline
+from seq2seq import checkpoints, copying, decode, evaluation, inference, input_pipeline
 from seq2seq import lexicon as lexicon_lib
 from seq2seq import runtime as rt
 
@@ -59,7 +59,9 @@ def measure(workdir: Path, config, split_name: str, limit: int) -> dict[str, dic
   }
   out = {}
   for name, state in states.items():
-    out[name] = sharpness(inference.teacher_forced_attention(state, split, config))
+    out[name] = sharpness(
+      inference.teacher_forced_attention(state, split, decode.DecodeSettings.from_config(config))
+    )
     out[name]["step"] = int(state.step)
     out[name]["score_scalars"] = score_scalars(state.params)
   return out

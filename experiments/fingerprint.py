@@ -202,9 +202,12 @@ def model_fingerprint(name: str) -> dict:
   record["trained_params"] = sorted(_digest_array(x) for x in jax.tree.leaves(state.params))
   for mode, beam, nbest in (("greedy", 1, None), ("beam", 3, None), ("nbest", 3, 3)):
     cfg.decode.beam_size = beam
-    result = decode.decode_batch(state, arrays, cfg, nbest=nbest)
+    result = decode.decode_batch(state, arrays, decode.DecodeSettings.from_config(cfg), nbest=nbest)
     record[mode] = [_digest_array(x) for x in result]
-  record["score"] = [_digest_array(x) for x in decode.score_batch(state, arrays, cfg)]
+  record["score"] = [
+    _digest_array(x)
+    for x in decode.score_batch(state, arrays, decode.DecodeSettings.from_config(cfg))
+  ]
   return record
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from experiments.lib import reports
 from experiments.lib.configs import load_config
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import evaluation, inference, metric_writer, metrics, plots
+from seq2seq import decode, evaluation, inference, metric_writer, metrics, plots
 from seq2seq import runtime as rt
 
 CONFIG = "configs/multi30k.py"
@@ -141,7 +141,9 @@ def explore(args) -> None:
 def decode_on(state, data, config, split: str, beam: int, alpha: float) -> list:
   cfg = config.copy_and_resolve_references()
   cfg.decode.beam_size, cfg.decode.length_norm_alpha = beam, alpha
-  return inference.translate_split(state, data.splits[split], cfg)
+  return inference.translate_split(
+    state, data.splits[split], decode.DecodeSettings.from_config(cfg)
+  )
 
 
 def final(args) -> None:

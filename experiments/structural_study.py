@@ -71,7 +71,7 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import evaluation, inference, input_pipeline, metrics, structures
+from seq2seq import decode, evaluation, inference, input_pipeline, metrics, structures
 from seq2seq import runtime as rt
 from seq2seq.data import synthetic
 
@@ -162,9 +162,9 @@ def decode_speed(state, split: input_pipeline.Split, config) -> float | None:
   """Sentences per second of `inference.translate_split` (second pass; the first compiles)."""
   if len(split) == 0:
     return None
-  inference.translate_split(state, split, config)
+  inference.translate_split(state, split, decode.DecodeSettings.from_config(config))
   start = time.perf_counter()
-  inference.translate_split(state, split, config)
+  inference.translate_split(state, split, decode.DecodeSettings.from_config(config))
   return len(split) / (time.perf_counter() - start)
 
 
@@ -210,7 +210,9 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   out: dict[str, Any] = {"long_split": list(long_split), "long_sentences": len(ids)}
   out["long_bleu"] = metrics.bleu([hyps[i] for i in ids], [raw[i][1] for i in ids])[0]
   if ids and all(raw[i][2] is not None for i in ids):
-    forced = inference.teacher_forced_attention(state, input_pipeline.subset(test, ids), config)
+    forced = inference.teacher_forced_attention(
+      state, input_pipeline.subset(test, ids), decode.DecodeSettings.from_config(config)
+    )
     gold = [set(synthetic.parse_alignment(raw[i][2])) for i in ids]
     out["long_aer"] = metrics.alignment_error_rate([metrics.argmax_links(a) for a in forced], gold)
     out["long_attention_entropy"] = metrics.attention_entropy(forced)

@@ -11,8 +11,10 @@ pytree of arrays with the batch as leading axis. They are pure and traceable: th
 once, the time loop is one `jax.lax.while_loop` that exits as soon as every hypothesis has ended,
 and nothing happens on the host. They run eagerly as they are; to compile them with an NNX model,
 pass the split model to `jit_decode(graphdef, params, ...)` (a `jax.jit` with the graph definition
-static, which merges the model inside the trace), or call `decode_batch(state, batch, config)`,
-which does that for a `TrainState` and keeps one compiled function per static setting.
+static, which merges the model inside the trace), or call `decode_batch(state, batch, dec)`,
+which does that for a `TrainState` and keeps one compiled function per static setting. The
+decoding settings travel typed (`DecodeSettings.from_config`, built once where a run is
+evaluated or translated).
 
 Scores are sums of the model's log-probabilities (log-softmax over the full vocabulary). PAD and
 BOS are never produced: their log-probabilities are set to -inf before choosing (UNK too with
@@ -36,6 +38,7 @@ does (`ranking_score`), so the score of a decoded output equals the score its se
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -49,6 +52,48 @@ from flax import nnx
 from seq2seq import input_pipeline, lexicon
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+  """The `config.decode` section, typed (configs/default.py says what each field means), with
+  the two data settings decoding reads: `sources`, the source languages a batch packs side by
+  side (`input_pipeline.num_sources`), and `bucket_step`, the multiple decoding batches are
+  padded to (`data.bucket_step`), so few shapes compile."""
+
+  beam_size: int
+  max_len_ratio: float
+  length_norm_alpha: float
+  coverage_penalty: float
+  batch_size: int
+  max_input_tokens: int
+  ensemble: str
+  ensemble_combination: str
+  ensemble_attention: str
+  shortlist: str
+  shortlist_frequent: int
+  shortlist_per_word: int
+  shortlist_scope: str
+  replace_unk: bool
+  num_heatmaps: int
+  sources: int = 1
+  bucket_step: int = 1
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> DecodeSettings:
+    """The typed decoding settings of a run's config (`settings.validate` checks the values)."""
+    given = {k: v for k, v in config.decode.items()}
+    fields = {f.name for f in dataclasses.fields(cls)} - {"sources", "bucket_step"}
+    if unknown := sorted(set(given) - fields):
+      raise ValueError(f"unknown decode setting(s) {', '.join(unknown)}")
+    if missing := sorted(fields - set(given)):
+      raise ValueError(f"decode settings missing: {', '.join(missing)}")
+    sources = input_pipeline.num_sources(config.data)
+    return cls(**given, sources=sources, bucket_step=int(config.data.bucket_step))
+
+  def but(self, **changes: Any) -> DecodeSettings:
+    """These settings with `changes` (e.g. `beam_size=1` for greedy validation BLEU)."""
+    return dataclasses.replace(self, **changes)
 
 
 class DecodeResult(NamedTuple):
@@ -515,29 +560,28 @@ class Shortlisted:
     )
 
 
-def normalised_over(config: ml_collections.ConfigDict) -> str:
-  """What the scores of decoding and of forced decoding with `config` are log-probabilities
+def normalised_over(dec: DecodeSettings) -> str:
+  """What the scores of decoding and of forced decoding under `dec` are log-probabilities
   over: "vocabulary", or "shortlist" (`decode.shortlist`: its batch's or the sentence's own)."""
-  if not config.decode.shortlist:
+  if not dec.shortlist:
     return "vocabulary"
-  return f"shortlist ({config.decode.shortlist_scope})"
+  return f"shortlist ({dec.shortlist_scope})"
 
 
 def shortlist_of(
-  batch: Mapping[str, Any], config: ml_collections.ConfigDict
+  batch: Mapping[str, Any], dec: DecodeSettings
 ) -> tuple[jax.Array | None, jax.Array | None]:
-  """(ids [N], per-sentence mask [B, N] or None) of the batch's shortlist under
-  `config.decode` (`decode.shortlist_scope`); (None, None) without a shortlist."""
-  cfg = config.decode
-  if not cfg.shortlist:
+  """(ids [N], per-sentence mask [B, N] or None) of the batch's shortlist under `dec`
+  (`decode.shortlist_scope`); (None, None) without a shortlist."""
+  if not dec.shortlist:
     return None, None
-  table = lexicon.load_cached(cfg.shortlist)
+  table = lexicon.load_cached(dec.shortlist)
   src = np.asarray(batch["src"])
-  ids = lexicon.shortlist(table, src, cfg.shortlist_frequent, cfg.shortlist_per_word)
+  ids = lexicon.shortlist(table, src, dec.shortlist_frequent, dec.shortlist_per_word)
   mask = None
-  if cfg.shortlist_scope == "sentence":
+  if dec.shortlist_scope == "sentence":
     mask = lexicon.sentence_candidates(
-      table, src, ids, cfg.shortlist_frequent, cfg.shortlist_per_word
+      table, src, ids, dec.shortlist_frequent, dec.shortlist_per_word
     )
     mask = jnp.asarray(mask)
   return jnp.asarray(ids), mask
@@ -551,17 +595,17 @@ def max_output_len(src_len: int, max_len_ratio: float) -> int:
 def decode_batch(
   state: Any,
   batch: Mapping[str, Any],
-  config: ml_collections.ConfigDict,
+  dec: DecodeSettings,
   *,
   ban_unk: bool = False,
   nbest: int | None = None,
 ) -> DecodeResult:
-  """Decodes `batch["src"]` / `batch["src_mask"]` [B, S] with the `config.decode` settings
+  """Decodes `batch["src"]` / `batch["src_mask"]` [B, S] with the decoding settings `dec`
   (never producing UNK with `ban_unk`: the paper's No-UNK protocol); with `nbest`, the n-best
   lists [B, N, ...] (`jit_decode`).
 
   `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
-  `config.decode.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
+  `dec.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
   with S the padded source length (of one source, where a multi-source batch packs two). With
   `decode.shortlist` (a lexical table, `seq2seq.lexicon`) the output layer runs over the
   batch's shortlist only, each sentence over its own with `decode.shortlist_scope="sentence"`
@@ -569,20 +613,19 @@ def decode_batch(
   keeps one compiled function per static setting, so bucketed source lengths reuse their
   compilations.
   """
-  cfg = config.decode
-  sources = input_pipeline.num_sources(config.data)  # Multi-source batches pack them side by side.
   src = jnp.asarray(batch["src"], jnp.int32)
   mask = jnp.asarray(batch["src_mask"], jnp.int32)
-  output_ids, output_mask = shortlist_of(batch, config)
+  output_ids, output_mask = shortlist_of(batch, dec)
   return jit_decode(
     state.graphdef,
     state.params,
     src,
     mask,
-    beam_size=int(cfg.beam_size),
-    max_len=max_output_len(src.shape[1] // sources, cfg.max_len_ratio),
-    length_norm_alpha=float(cfg.length_norm_alpha),
-    coverage_beta=float(cfg.coverage_penalty),
+    beam_size=int(dec.beam_size),
+    # Multi-source batches pack the sources side by side: the limit is one source's length's.
+    max_len=max_output_len(src.shape[1] // dec.sources, dec.max_len_ratio),
+    length_norm_alpha=float(dec.length_norm_alpha),
+    coverage_beta=float(dec.coverage_penalty),
     ban_unk=ban_unk,
     nbest=nbest,
     output_ids=output_ids,
@@ -684,22 +727,20 @@ def jit_force_decode(
 FORCED_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
 
 
-def score_batch(
-  state: Any, batch: Mapping[str, Any], config: ml_collections.ConfigDict
-) -> ForcedResult:
+def score_batch(state: Any, batch: Mapping[str, Any], dec: DecodeSettings) -> ForcedResult:
   """Scores the batch's target side given its source (`force_decode`) with the run's ranking
-  settings (`config.decode.length_norm_alpha`, `coverage_penalty`) and over its shortlist where
+  settings (`dec.length_norm_alpha`, `coverage_penalty`) and over its shortlist where
   it decodes with one (`shortlist_of`), so the scores are what its search would report; `state`
   is a `steps.TrainState`. One compiled function per padded shape, so bucketed batches reuse
   them."""
   arrays = {k: jnp.asarray(batch[k], jnp.int32) for k in FORCED_KEYS}
-  output_ids, output_mask = shortlist_of(batch, config)
+  output_ids, output_mask = shortlist_of(batch, dec)
   return jit_force_decode(
     state.graphdef,
     state.params,
     arrays,
-    length_norm_alpha=float(config.decode.length_norm_alpha),
-    coverage_beta=float(config.decode.coverage_penalty),
+    length_norm_alpha=float(dec.length_norm_alpha),
+    coverage_beta=float(dec.coverage_penalty),
     output_ids=output_ids,
     output_mask=output_mask,
   )

@@ -21,6 +21,7 @@ from flax import nnx
 from seq2seq import (
   checkpoints,
   console,
+  decode,
   ensemble,
   explorer,
   files,
@@ -59,8 +60,7 @@ def valid_scores(
   a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
   sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
   retraining."""
-  greedy = config.copy_and_resolve_references()
-  greedy.decode.beam_size = 1
+  greedy = decode.DecodeSettings.from_config(config).but(beam_size=1)
   translations = inference.translate_split(
     rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
   )
@@ -244,7 +244,9 @@ def gold_links(raw) -> list[set[metrics.Link]] | None:
   return [set(synthetic.parse_alignment(r[2])) for r in raw]
 
 
-def attention_figures(state, data, split_name: str, config, translations, raw, forced=None) -> dict:
+def attention_figures(
+  state, data, split_name: str, dec: decode.DecodeSettings, translations, raw, forced=None
+) -> dict:
   """Over- and under-translation of the decoded `translations`, and, with gold links, AER and
   entropy of the references' teacher-forced attention; all over words (`pieces_to_words`).
   `forced`: that attention (`word_attention`) if the caller has it already."""
@@ -290,7 +292,7 @@ def attention_figures(state, data, split_name: str, config, translations, raw, f
   if gold is None:
     return results
   if forced is None:
-    forced = inference.word_attention(state, data, split_name, config)
+    forced = inference.word_attention(state, data, split_name, dec)
   for i, (alpha, r) in enumerate(zip(forced, raw, strict=True)):
     if alpha.shape != (len(r[1].split()), len(r[0].split())):
       raise ValueError(
@@ -327,9 +329,10 @@ def evaluate_split(
   tgt_tok = data.tgt_tokenizer
   tgt_lang = input_pipeline.languages(config.data)[0 if data.reverse else 1]
   plain = metrics.pretokenized(config)
-  translations = inference.translate_split(state, split, config, progress=f"decoding {split_name}")
+  dec = decode.DecodeSettings.from_config(config)
+  translations = inference.translate_split(state, split, dec, progress=f"decoding {split_name}")
   hyps = [
-    inference.output_text(tr, src, data.src_tokenizer, tgt_tok, config.decode.replace_unk)
+    inference.output_text(tr, src, data.src_tokenizer, tgt_tok, dec.replace_unk)
     for tr, (src, _, _) in zip(translations, raw, strict=True)
   ]
   refs = [r[1] for r in raw]
@@ -344,7 +347,7 @@ def evaluate_split(
   if keep:  # The paper's protocol: the subset decoded again with UNK forbidden (--ignore-unk).
     sub = input_pipeline.subset(split, keep)
     label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
-    again = inference.translate_split(state, sub, config, ban_unk=True, progress=label)
+    again = inference.translate_split(state, sub, dec, ban_unk=True, progress=label)
     no_unk_hyps = [
       inference.output_text(tr, raw[i][0], data.src_tokenizer, tgt_tok)
       for tr, i in zip(again, keep, strict=True)
@@ -366,7 +369,7 @@ def evaluate_split(
       "oov_recall": recall,
       "oov_reference_tokens": oov_refs,
       "num_sentences": len(hyps),
-      "beam_size": int(config.decode.beam_size),
+      "beam_size": dec.beam_size,
       "bleu_by_length": metrics.bleu_by_length(hyps, refs, src_lengths, pretokenized=plain),
       "bleu_conventions": metrics.bleu_conventions(tgt_tok, tgt_lang, pretokenized=plain),
     }
@@ -375,9 +378,9 @@ def evaluate_split(
   forced = heads = None
   if attends:
     if gold_links(raw) is not None:
-      forced = inference.word_attention(state, data, split_name, config)
-    results.update(attention_figures(state, data, split_name, config, translations, raw, forced))
-    heads = inference.decoded_heads(state, split, translations, config)
+      forced = inference.word_attention(state, data, split_name, dec)
+    results.update(attention_figures(state, data, split_name, dec, translations, raw, forced))
+    heads = inference.decoded_heads(state, split, translations, dec)
   if not write:
     return results
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -391,7 +394,7 @@ def evaluate_split(
     {config.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png"
   )
   step = int(jax.device_get(state.step))
-  for i in range(min(config.decode.num_heatmaps, len(hyps)) if attends else 0):
+  for i in range(min(dec.num_heatmaps, len(hyps)) if attends else 0):
     tr = translations[i]
     src_words = inference.source_tokens(raw[i][0], data.src_tokenizer)
     out_words = inference.output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]

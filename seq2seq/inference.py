@@ -128,24 +128,27 @@ def check_replace_unk(config, model: nnx.Module | None = None) -> None:
     )
 
 
+def _batches(split: input_pipeline.Split, dec: decode.DecodeSettings):
+  """The split in batches of `decode.batch_size` padded to multiples of `data.bucket_step`."""
+  return input_pipeline.iter_batches(split, dec.batch_size, dec.bucket_step)
+
+
 def translate_split(
   state,
   split: input_pipeline.Split,
-  config,
+  dec: decode.DecodeSettings,
   *,
   ban_unk: bool = False,
   progress: str | None = None,
 ) -> list[Hypothesis]:
-  """Decodes every sentence of `split` in order with the `config.decode` settings (never
+  """Decodes every sentence of `split` in order with the decoding settings `dec` (never
   producing UNK with `ban_unk`), showing progress on the console under the label `progress`
   if one is given."""
   out: list[Hypothesis | None] = [None] * len(split)
-  over = decode.normalised_over(config)
+  over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
-  for batch in input_pipeline.iter_batches(
-    split, config.decode.batch_size, config.data.bucket_step
-  ):
-    result = jax.device_get(decode.decode_batch(state, batch, config, ban_unk=ban_unk))
+  for batch in _batches(split, dec):
+    result = jax.device_get(decode.decode_batch(state, batch, dec, ban_unk=ban_unk))
     for row, index in enumerate(batch["index"]):
       if index >= 0:
         out[index] = _hypothesis(result, (row,), batch["src_mask"][row], over)
@@ -170,20 +173,23 @@ def _hypothesis(
 
 
 def nbest_split(
-  state, split: input_pipeline.Split, config, nbest: int, *, progress: str | None = None
+  state,
+  split: input_pipeline.Split,
+  dec: decode.DecodeSettings,
+  nbest: int,
+  *,
+  progress: str | None = None,
 ) -> list[list[Hypothesis]]:
   """The `nbest` best translations of every sentence of `split` in order, best first, with the
-  `config.decode` settings (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
+  decoding settings `dec` (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
   is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
   first is what `translate_split` returns. Progress shows under the label `progress`."""
-  decode.check_nbest(nbest, int(config.decode.beam_size))
+  decode.check_nbest(nbest, dec.beam_size)
   out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
-  over = decode.normalised_over(config)
+  over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
-  for batch in input_pipeline.iter_batches(
-    split, config.decode.batch_size, config.data.bucket_step
-  ):
-    result = jax.device_get(decode.decode_batch(state, batch, config, nbest=nbest))
+  for batch in _batches(split, dec):
+    result = jax.device_get(decode.decode_batch(state, batch, dec, nbest=nbest))
     for row, index in enumerate(batch["index"]):
       for rank in range(nbest if index >= 0 else 0):
         if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.
@@ -195,16 +201,14 @@ def nbest_split(
   return out
 
 
-def score_split(state, split: input_pipeline.Split, config) -> list[Scored]:
+def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) -> list[Scored]:
   """Scores the target of every pair of `split` given its source, in order (`decode.score_batch`
-  with the `config.decode` ranking settings), in batches of `decode.batch_size` padded to
+  with the ranking settings of `dec`), in batches of `decode.batch_size` padded to
   multiples of `data.bucket_step`, so few shapes compile."""
   out: list[Scored | None] = [None] * len(split)
-  over = decode.normalised_over(config)
-  for batch in input_pipeline.iter_batches(
-    split, config.decode.batch_size, config.data.bucket_step
-  ):
-    result = jax.device_get(decode.score_batch(state, batch, config))
+  over = decode.normalised_over(dec)
+  for batch in _batches(split, dec):
+    result = jax.device_get(decode.score_batch(state, batch, dec))
     for row, index in enumerate(batch["index"]):
       if index < 0:
         continue
@@ -219,7 +223,7 @@ def score_split(state, split: input_pipeline.Split, config) -> list[Scored]:
   return out
 
 
-def _teacher_forced(state, split: input_pipeline.Split, config, output: str):
+def _teacher_forced(state, split: input_pipeline.Split, dec: decode.DecodeSettings, output: str):
   """(index, the model's teacher-forced aux `output` for that sentence [T_pad, ...]) for every
   sentence of `split`, in batches of `decode.batch_size` padded to `data.bucket_step` (jitted:
   one compilation per padded shape)."""
@@ -228,9 +232,7 @@ def _teacher_forced(state, split: input_pipeline.Split, config, output: str):
       b["src"], b["src_mask"], b["tgt_in"], return_aux=True
     )[1][output]
   )
-  for batch in input_pipeline.iter_batches(
-    split, config.decode.batch_size, config.data.bucket_step
-  ):
+  for batch in _batches(split, dec):
     keys = {k: batch[k] for k in ("src", "src_mask", "tgt_in")}
     values = np.asarray(jax.device_get(model_fn(state.params, keys)))
     for row, index in enumerate(batch["index"]):
@@ -238,21 +240,23 @@ def _teacher_forced(state, split: input_pipeline.Split, config, output: str):
         yield int(index), values[row]
 
 
-def teacher_forced_attention(state, split: input_pipeline.Split, config) -> list[np.ndarray]:
+def teacher_forced_attention(
+  state, split: input_pipeline.Split, dec: decode.DecodeSettings
+) -> list[np.ndarray]:
   """alpha [T, S] of the reference translations over the split's tokens (words or pieces; the
   target EOS step and the source EOS column dropped). `word_attention` maps them to words."""
   out: list[np.ndarray | None] = [None] * len(split)
-  for index, alpha in _teacher_forced(state, split, config, "alpha"):
+  for index, alpha in _teacher_forced(state, split, dec, "alpha"):
     n_tgt, n_src = len(split.tgt.row(index)), len(split.src.row(index))
     out[index] = alpha[:n_tgt, :n_src]
   return out
 
 
-def word_attention(state, data, split_name: str, config) -> list[np.ndarray]:
+def word_attention(state, data, split_name: str, dec: decode.DecodeSettings) -> list[np.ndarray]:
   """Teacher-forced attention of the references between words [T', S'], whatever the tokens:
   `teacher_forced_attention` mapped by `pieces_to_words` (the identity for word tokens)."""
   split = data.splits[split_name]
-  forced = teacher_forced_attention(state, split, config)
+  forced = teacher_forced_attention(state, split, dec)
   return [
     metrics.pieces_to_words(
       alpha,
@@ -270,7 +274,10 @@ def head_name(n: int) -> str:
 
 
 def decoded_heads(
-  state, split: input_pipeline.Split, translations: Sequence[Hypothesis], config
+  state,
+  split: input_pipeline.Split,
+  translations: Sequence[Hypothesis],
+  dec: decode.DecodeSettings,
 ) -> list[list[np.ndarray]] | None:
   """Each head's attention over every decoded sentence: per sentence a list of N arrays
   [len(tr.attention), S_real], or None unless the attention structure has several heads
@@ -285,7 +292,7 @@ def decoded_heads(
   outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
   forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
   out: list[list[np.ndarray] | None] = [None] * len(split)
-  for index, heads_TNS in _teacher_forced(state, forced, config, "alpha_heads"):
+  for index, heads_TNS in _teacher_forced(state, forced, dec, "alpha_heads"):
     n_out, n_src = translations[index].attention.shape
     heads_TNS = heads_TNS[:n_out, :, :n_src]
     out[index] = [heads_TNS[:, n] for n in range(heads_TNS.shape[1])]

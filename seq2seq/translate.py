@@ -81,6 +81,7 @@ class Translator:
       config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
     )
     self.config = config
+    self.decoding = decode.DecodeSettings.from_config(config)  # What a call changes from.
     self.state = rt.host_local(evaluation.direction_state(state, config.model.direction))
     self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
     if config.model.direction == "reverse":  # Target-language text in, source language out.
@@ -97,12 +98,13 @@ class Translator:
     the run's decode settings or those given (`beam_size=5`, any `decode.*` field)."""
     return translate_lines(self, sentences, nbest=nbest, **decode_settings)[0]
 
-  def decode_config(self, **decode_settings: Any) -> ml_collections.ConfigDict:
-    """The run's config with `decode_settings` (decode.* fields) in place of its own, validated;
-    the run's own config when none is given. What picks the models (the ensemble settings) is
-    fixed when the run loads: ValueError for those, and for a name that is no decode field."""
+  def decoding_with(self, **decode_settings: Any) -> decode.DecodeSettings:
+    """The run's decoding settings with `decode_settings` (decode.* fields) in place of its own,
+    validated as a config is; the run's own when none is given. What picks the models (the
+    ensemble settings) is fixed when the run loads: ValueError for those, and for a name that is
+    no decode field."""
     if not decode_settings:
-      return self.config
+      return self.decoding
     if unknown := sorted(set(decode_settings) - set(self.config.decode)):
       raise ValueError(f"not decode settings: {', '.join(unknown)}")
     if fixed := sorted(k for k in decode_settings if k.startswith("ensemble")):
@@ -110,7 +112,7 @@ class Translator:
     config = self.config.copy_and_resolve_references()
     config.decode.update(decode_settings)
     settings.validate(config)
-    return config
+    return decode.DecodeSettings.from_config(config)
 
   def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
     """Each target's log-probabilities given its source (`score_lines`)."""
@@ -157,7 +159,7 @@ def translate_lines(
   """([the `nbest` best `Hypothesis` of each line, best first], counts of lines "truncated"
   and left "too_long").
 
-  `decode_settings` (decode.* fields, `Translator.decode_config`) replace the run's for this
+  `decode_settings` (decode.* fields, `Translator.decoding_with`) replace the run's for this
   call; 1 <= nbest <= decode.beam_size (ValueError otherwise). A blank line gets no hypothesis
   ([]); a list is shorter than `nbest` only where fewer hypotheses finished within the length
   limit (`decode.nbest_of_pool`). Lines longer than the model can address are truncated, with a
@@ -166,10 +168,10 @@ def translate_lines(
   warning names it (search memory grows with the square of the length a sentence, and its
   batch's padding with it, so one such line would sink the whole file).
   """
-  config = t.decode_config(**decode_settings)
-  decode.check_nbest(nbest, int(config.decode.beam_size))
+  dec = t.decoding_with(**decode_settings)
+  decode.check_nbest(nbest, dec.beam_size)
   ids, keep, truncated, too_long = [], [], 0, []
-  longest = int(config.decode.max_input_tokens)
+  longest = dec.max_input_tokens
   for i, line in enumerate(lines):
     if _blank(t, line):
       continue
@@ -197,10 +199,10 @@ def translate_lines(
       shown,
     )
   found = inference.nbest_split(
-    t.state, _split(ids, [[] for _ in ids]), config, nbest, progress="translating"
+    t.state, _split(ids, [[] for _ in ids]), dec, nbest, progress="translating"
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
-  replace_unk = config.decode.replace_unk
+  replace_unk = dec.replace_unk
   for i, hyps in zip(keep, found, strict=True):
     out[i] = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
   return out, {"truncated": truncated, "too_long": len(too_long)}
@@ -228,7 +230,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
   if len(sources) != len(targets):
     raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one per source")
   out: list[Scored | None] = [None] * len(sources)
-  over = decode.normalised_over(t.config)
+  over = decode.normalised_over(t.decoding)
   src_ids, tgt_ids, keep = [], [], []
   for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
     error = _unscorable(t, source, target)
@@ -242,7 +244,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
       ids = copying.copy_targets(ids, *tokens)
     tgt_ids.append(ids)
     keep.append(i)
-  forced = inference.score_split(t.state, _split(src_ids, tgt_ids), t.config)
+  forced = inference.score_split(t.state, _split(src_ids, tgt_ids), t.decoding)
   for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
     tokens = [*inference.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
     out[i] = dataclasses.replace(f, tokens=tokens)
@@ -343,13 +345,14 @@ def translate_file(
   lines, invalid = read_sources(input_path, input_pipeline.num_sources(config.data))
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
-  found, skipped = translate_lines(Translator(config, workdir), lines, nbest=max(nbest, 1))
+  t = Translator(config, workdir)
+  found, skipped = translate_lines(t, lines, nbest=max(nbest, 1))
 
   def record(source: str, h: Hypothesis | None) -> dict[str, Any]:
     attention = [] if h is None else np.round(h.attention, 4).tolist()
     return {"source": source, "target": "" if h is None else h.text, "attention": attention}
 
-  over = decode.normalised_over(config)
+  over = decode.normalised_over(t.decoding)
   if nbest and over != "vocabulary":
     logging.warning("n-best scores are log-probabilities normalised over the %s", over)
 

@@ -197,7 +197,7 @@ def test_decode_batch_from_train_state(batch):
   state = steps.create_train_state(config, jax.random.key(0), VOCAB, VOCAB)
   for beam_size in (1, 2):
     config.decode.beam_size = beam_size
-    res = decode.decode_batch(state, batch, config)
+    res = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))
     max_len = decode.max_output_len(7, config.decode.max_len_ratio)
     assert res.tokens.shape == (batch["src"].shape[0], max_len)
     assert res.tokens.dtype == jnp.int32

@@ -22,6 +22,7 @@ from seq2seq import (
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tk
 from seq2seq.data import synthetic
+from seq2seq.decode import DecodeSettings
 
 REFS = [
   "the cat sat on the mat .",
@@ -376,9 +377,11 @@ def _word_of_each_piece(pieces):
 def test_teacher_forced_attention_of_a_sentencepiece_run_is_word_level(sp_run):
   config, data, state = sp_run
   raw = data.raw("valid")
-  forced = inference.word_attention(state, data, "valid", config)
+  forced = inference.word_attention(state, data, "valid", DecodeSettings.from_config(config))
   assert [a.shape for a in forced] == [(len(t.split()), len(s.split())) for s, t, _ in raw]
-  pieces = inference.teacher_forced_attention(state, data.splits["valid"], config)
+  pieces = inference.teacher_forced_attention(
+    state, data.splits["valid"], DecodeSettings.from_config(config)
+  )
   assert sum(p.shape != a.shape for p, a in zip(pieces, forced, strict=True)) > len(raw) // 2
   for p, a, (s, t, _) in zip(pieces, forced, raw, strict=True):
     sw = _word_of_each_piece(data.src_tokenizer.tokenize(s))
@@ -451,9 +454,9 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
     [bool(np.any(split.tgt.row(i) == tk.UNK_ID)) for i in range(len(split))],
   )
   assert 0 < len(keep) < len(split)
-  plain = inference.translate_split(state, split, config)
+  plain = inference.translate_split(state, split, DecodeSettings.from_config(config))
   banned = inference.translate_split(
-    state, input_pipeline.subset(split, keep), config, ban_unk=True
+    state, input_pipeline.subset(split, keep), DecodeSettings.from_config(config), ban_unk=True
   )
   assert all(tk.UNK_ID in plain[i].ids for i in keep)
   assert not any(tk.UNK_ID in tr.ids for tr in banned)

@@ -144,7 +144,7 @@ def test_with_its_own_shortlist_a_sentence_translates_the_same_alone_and_in_any_
   from seq2seq import decode
 
   def outputs(config, state, batch):
-    result = decode.decode_batch(state, batch, config)
+    result = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))
     return np.asarray(result.tokens), np.asarray(result.scores)
 
   batch = shortlist_batch()
@@ -173,13 +173,13 @@ def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, 
 
   config, state = shortlisted_run(tmp_path, scope, beam_size)
   batch = shortlist_batch(seed=6)
-  result = decode.decode_batch(state, batch, config)
+  result = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))
   tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
   mask = np.arange(tokens.shape[1])[None] < lengths[:, None]
   tgt_out = np.where(mask, tokens, PAD_ID).astype(np.int32)
   tgt_in = np.concatenate([np.full((len(tgt_out), 1), BOS_ID), tgt_out[:, :-1]], axis=1)
   forced = {**batch, "tgt_in": tgt_in, "tgt_out": tgt_out, "tgt_mask": mask.astype(np.int32)}
-  scored = decode.score_batch(state, forced, config)
+  scored = decode.score_batch(state, forced, decode.DecodeSettings.from_config(config))
   np.testing.assert_allclose(
     np.asarray(scored.scores), np.asarray(result.scores), rtol=1e-4, atol=1e-4
   )
@@ -187,9 +187,11 @@ def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, 
     np.asarray(scored.norm_scores), np.asarray(result.norm_scores), rtol=1e-4, atol=1e-4
   )
   # A word outside the shortlist is impossible under it: -inf, not a full-vocabulary score.
-  ids = np.asarray(decode.shortlist_of(batch, config)[0])
+  ids = np.asarray(decode.shortlist_of(batch, decode.DecodeSettings.from_config(config))[0])
   outside = next(w for w in range(4, SHORT_VOCAB) if w not in ids)
   forced["tgt_out"] = np.where(mask, forced["tgt_out"], PAD_ID)
   forced["tgt_out"][0, 0] = outside
-  assert np.isneginf(float(decode.score_batch(state, forced, config).scores[0]))
-  assert decode.normalised_over(config) == f"shortlist ({scope})"
+  assert np.isneginf(
+    float(decode.score_batch(state, forced, decode.DecodeSettings.from_config(config)).scores[0])
+  )
+  assert decode.normalised_over(decode.DecodeSettings.from_config(config)) == f"shortlist ({scope})"

@@ -245,5 +245,5 @@ def test_decoding_limits_the_output_by_one_source_s_length(monkeypatch):
   monkeypatch.setattr(decode, "jit_decode", lambda *a, **k: seen.update(k))
   batch = {"src": np.ones((2, 2 * 12), np.int32), "src_mask": np.ones((2, 2 * 12), np.int32)}
   state = type("State", (), {"graphdef": None, "params": None})()
-  decode.decode_batch(state, batch, cfg)
+  decode.decode_batch(state, batch, decode.DecodeSettings.from_config(cfg))
   assert seen["max_len"] == decode.max_output_len(12, cfg.decode.max_len_ratio)

@@ -391,7 +391,7 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
   batch = random_batch(seed=3, batch=4, src_len=7, vocab=30)
   n_src = batch["src_mask"].sum(1)
   batch["src"][np.arange(4), n_src - 1] = EOS_ID  # Real rows end in EOS, as the pipeline's do.
-  res = jax.device_get(decode.decode_batch(state, batch, cfg))
+  res = jax.device_get(decode.decode_batch(state, batch, decode.DecodeSettings.from_config(cfg)))
   translations = []
   for b in range(4):
     n = int(res.lengths[b])
@@ -402,7 +402,11 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
   split = input_pipeline.Split("decoded", sources, rows([[]] * 4), np.arange(4))
   cfg.decode.batch_size = 3  # Two batches, the last one padded.
   for b, (tr, heads) in enumerate(
-    zip(translations, inference.decoded_heads(state, split, translations, cfg), strict=True)
+    zip(
+      translations,
+      inference.decoded_heads(state, split, translations, decode.DecodeSettings.from_config(cfg)),
+      strict=True,
+    )
   ):
     assert len(heads) == 2 and heads[0].shape == tr.attention.shape
     np.testing.assert_allclose((heads[0] + heads[1]) / 2, tr.attention, atol=1e-5)
@@ -410,7 +414,10 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
   soft = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
-  assert inference.decoded_heads(soft, split, translations, cfg) is None
+  assert (
+    inference.decoded_heads(soft, split, translations, decode.DecodeSettings.from_config(cfg))
+    is None
+  )
 
 
 # ----------------------------------------------------------------------------- hard attention
