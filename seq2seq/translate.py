@@ -163,10 +163,9 @@ def translate_lines(
   call; 1 <= nbest <= decode.beam_size (ValueError otherwise). A blank line gets no hypothesis
   ([]); a list is shorter than `nbest` only where fewer hypotheses finished within the length
   limit (`decode.nbest_of_pool`). Lines longer than the model can address are truncated, with a
-  warning. A line of more than
-  `decode.max_input_tokens` tokens (in any source) is not decoded: it gets no hypothesis, and a
-  warning names it (search memory grows with the square of the length a sentence, and its
-  batch's padding with it, so one such line would sink the whole file).
+  warning. A line of more than `decode.max_input_tokens` tokens (in any source) is not decoded:
+  it gets no hypothesis, and a warning names it (search memory grows with the square of a
+  sentence's length, and its batch's padding with it, so one such line would sink the file).
   """
   dec = t.decoding_with(**decode_settings)
   decode.check_nbest(nbest, dec.beam_size)
