@@ -32,11 +32,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from flax import nnx
 
-from seq2seq import steps
+from seq2seq import decode, steps
 
 COMBINATIONS = ("mean_prob", "mean_logprob")
 
@@ -149,14 +148,14 @@ class Ensemble(nnx.Module):
     return (combined, {"alpha": alpha}) if return_aux else (combined, alpha)
 
 
-def workdirs(config: ml_collections.ConfigDict) -> list[Path]:
-  """The member runs `config.decode.ensemble` names ([] when it names none)."""
-  return [Path(w.strip()) for w in config.decode.ensemble.split(",") if w.strip()]
+def workdirs(dec: decode.DecodeSettings) -> list[Path]:
+  """The member runs `decode.ensemble` names ([] when it names none)."""
+  return [Path(w.strip()) for w in dec.ensemble.split(",") if w.strip()]
 
 
-def attention_setting(config: ml_collections.ConfigDict) -> str | int:
+def attention_setting(dec: decode.DecodeSettings) -> str | int:
   """`decode.ensemble_attention` as `Ensemble` takes it: "mean" or a member index."""
-  attention = str(config.decode.ensemble_attention)
+  attention = str(dec.ensemble_attention)
   return int(attention) if attention.isdigit() else attention
 
 
@@ -167,10 +166,10 @@ def _vocab_text(workdir: Path, side: str) -> str:
   return "".join(p.read_text(errors="replace") for p in sorted(folder.glob("*")) if p.is_file())
 
 
-def prepare_workdir(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
+def prepare_workdir(dec: decode.DecodeSettings, workdir: str | Path) -> None:
   """Gives the workdir an ensemble is evaluated or translated in the members' vocabularies
   (copied from the first member when it has none), after checking they all share them."""
-  members = workdirs(config)
+  members = workdirs(dec)
   if not members:
     return
   for member in members:
@@ -189,19 +188,18 @@ def prepare_workdir(config: ml_collections.ConfigDict, workdir: str | Path) -> N
 
 
 def load(
-  config: ml_collections.ConfigDict,
-  restore_member: Callable[[Path], steps.TrainState],
+  dec: decode.DecodeSettings, restore_member: Callable[[Path], steps.TrainState]
 ) -> steps.TrainState:
-  """The runs `config.decode.ensemble` names as one decoding state, each restored by
+  """The runs `decode.ensemble` names as one decoding state, each restored by
   `restore_member(workdir)` (`evaluation` restores its best, else latest, checkpoint with the
   config it was trained with), combined as `decode.ensemble_combination` with the attention of
   `decode.ensemble_attention`. `prepare_workdir` checks the vocabularies first."""
-  models = [restore_member(workdir).model() for workdir in workdirs(config)]
+  models = [restore_member(workdir).model() for workdir in workdirs(dec)]
   if len({m.extends_vocabulary for m in models}) > 1:
     raise ValueError(
       "ensemble members must all copy from the source (model.copy) or none: their outputs span "
       "different vocabularies"
     )
-  ensemble = Ensemble(models, config.decode.ensemble_combination, attention_setting(config))
+  ensemble = Ensemble(models, dec.ensemble_combination, attention_setting(dec))
   graphdef, params = nnx.split(ensemble, nnx.Param)
   return steps.TrainState(jnp.zeros((), jnp.int32), params, None, graphdef, optax.identity())

@@ -129,8 +129,9 @@ def restore_for_eval(
 ) -> steps.TrainState:
   """What evaluation and translation decode: the ensemble `decode.ensemble` names (see
   `seq2seq.ensemble`), else the run in `workdir` (`restore_run`)."""
-  if ensemble.workdirs(config):
-    return ensemble.load(config, lambda member: restore_member(member, runtime))
+  dec = decode.DecodeSettings.from_config(config)
+  if ensemble.workdirs(dec):
+    return ensemble.load(dec, lambda member: restore_member(member, runtime))
   return restore_run(config, workdir, src_vocab, tgt_vocab, runtime)
 
 
@@ -172,14 +173,14 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   workdir's lock (`files.workdir_lock`) while it runs.
   """
   settings.validate(config)
-  if not ensemble.workdirs(config):  # (An ensemble's members load their own configs.)
+  if not ensemble.workdirs(decode.DecodeSettings.from_config(config)):  # (Members load their own.)
     checkpoints.check_model_config(Path(workdir), config)
   with files.workdir_lock([workdir], enabled=jax.process_index() == 0):
     return _evaluate_splits(config, workdir, data, runtime, eval_fn, writer)
 
 
 def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
-  ensemble.prepare_workdir(config, workdir)
+  ensemble.prepare_workdir(decode.DecodeSettings.from_config(config), workdir)
   workdir = Path(workdir)
   runtime = runtime or rt.Runtime()
   data = data or rt.load_data(config, workdir)

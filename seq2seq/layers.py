@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 
 # float64 is for numerical checks only (it needs `jax.enable_x64`).
@@ -22,7 +23,15 @@ INIT_SCHEMES = ("paper", "glorot")
 ROLES = ("other", "attention", "recurrent", "zeros")
 
 
-def compute_dtype(cfg: ml_collections.ConfigDict) -> jnp.dtype:
+class LayerSettings(Protocol):
+  """What the layers read of the model's settings (`models.ModelSettings` has these)."""
+
+  dtype: str  # The compute dtype's name (`_DTYPES`).
+  init: str  # The initialisation scheme (`INIT_SCHEMES`).
+  layer_norm: bool  # Layer normalisation inside the GRU cell.
+
+
+def compute_dtype(cfg: LayerSettings) -> jnp.dtype:
   """The compute dtype named by `cfg.dtype` (parameters are always float32)."""
   if cfg.dtype not in _DTYPES:
     raise ValueError(f"model.dtype={cfg.dtype!r} is not one of {sorted(_DTYPES)}")
@@ -66,7 +75,7 @@ def kernel_init(scheme: str, role: str, num_blocks: int = 1) -> nnx.Initializer:
 def dense(
   in_features: int,
   out_features: int,
-  cfg: ml_collections.ConfigDict,
+  cfg: LayerSettings,
   *,
   rngs: nnx.Rngs,
   role: str = "other",
@@ -158,7 +167,7 @@ def matmul(x: jax.Array, w_KN: jax.Array, dtype: jnp.dtype) -> jax.Array:
   return out.reshape(*x.shape[:-1], w_KN.shape[1])
 
 
-def embed(vocab_size: int, features: int, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+def embed(vocab_size: int, features: int, cfg: LayerSettings, *, rngs: nnx.Rngs):
   """A word-embedding table [vocab, features] (N(0, 0.01^2) under the paper init)."""
   init = nnx.initializers.normal(0.01) if cfg.init == "paper" else nnx.initializers.normal(0.1)
   return nnx.Embed(
@@ -179,7 +188,7 @@ class GRUCell(nnx.Module):
   is kept in float32; matmuls run in the configured compute dtype.
   """
 
-  def __init__(self, in_features: int, hidden: int, cfg: ml_collections.ConfigDict, *, rngs):
+  def __init__(self, in_features: int, hidden: int, cfg: LayerSettings, *, rngs):
     self.hidden = hidden
     self.project = dense(in_features, 3 * hidden, cfg, rngs=rngs, use_bias=True)
     self.u_zr = dense(hidden, 2 * hidden, cfg, rngs=rngs, role="recurrent", num_blocks=2)

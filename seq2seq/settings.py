@@ -38,6 +38,7 @@ import ml_collections
 
 from seq2seq import (
   alignment_features,
+  decode,
   ensemble,
   inference,
   input_pipeline,
@@ -86,8 +87,9 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     raise ValueError(f"train.learning_rate must be positive, got {config.train.learning_rate}")
   model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(config.data))
   objective.Objective.from_config(config)
-  steps.make_optimizer(config.train)  # Optimiser, schedule and their settings.
-  steps.anneal_factor(config.train, 0.0)  # The annealing's name.
+  train = steps.TrainSettings.from_config(config)
+  steps.make_optimizer(train)  # Optimiser, schedule and their settings.
+  steps.anneal_factor(train, 0.0)  # The annealing's name.
   if not 0.0 <= config.train.anneal_to <= 1.0:
     raise ValueError(f"train.anneal_to must be in [0, 1], got {config.train.anneal_to}")
   if not 0.0 <= config.train.ema_decay < 1.0:
@@ -102,14 +104,14 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     raise ValueError(
       f"data.batching={config.data.batching!r} is not one of {input_pipeline.BATCHINGS}"
     )
-  dec = config.decode
+  dec = decode.DecodeSettings.from_config(config)
   if dec.ensemble_combination not in ensemble.COMBINATIONS:
     raise ValueError(
       f"decode.ensemble_combination={dec.ensemble_combination!r} is not one of "
       f"{ensemble.COMBINATIONS}"
     )
-  members = ensemble.workdirs(config)
-  attention = ensemble.attention_setting(config)
+  members = ensemble.workdirs(dec)
+  attention = ensemble.attention_setting(dec)
   if attention != "mean" and not (isinstance(attention, int) and attention < max(len(members), 1)):
     raise ValueError(
       f"decode.ensemble_attention={str(attention)!r}: 'mean' or a member index below {len(members)}"
@@ -132,8 +134,8 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   # Beam search stops once no open beam can beat the best finished output; that bound assumes a
   # ranking score that never rises as an output grows, which a negative alpha or beta breaks.
   for name in ("length_norm_alpha", "coverage_penalty"):
-    if dec[name] < 0:
-      raise ValueError(f"decode.{name} must be >= 0, got {dec[name]}")
+    if getattr(dec, name) < 0:
+      raise ValueError(f"decode.{name} must be >= 0, got {getattr(dec, name)}")
   inference.check_replace_unk(config)
   return model
 

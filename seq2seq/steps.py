@@ -7,6 +7,7 @@ when several train together). Batches: see `seq2seq.objective`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -58,7 +59,48 @@ def ema_decay_at(decay: float, step: jax.Array) -> jax.Array:
   return jnp.minimum(decay, (1.0 + step) / (10.0 + step))
 
 
-def learning_rate_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  """The `config.train` section, typed (configs/default.py says what each field means): what
+  the optimiser, the schedule, the annealing and the training loop read."""
+
+  optimizer: str
+  learning_rate: float
+  adadelta_rho: float
+  adadelta_eps: float
+  clip_norm: float
+  warmup_steps: int
+  decay: str
+  anneal: str
+  anneal_to: float
+  ema_decay: float
+  label_smoothing: float
+  loss_normalization: str
+  loss_terms: str
+  softmax: str
+  num_steps: int
+  max_minutes: float
+  log_every: int
+  eval_every: int
+  checkpoint_every: int
+  keep_checkpoints: int
+  valid_bleu: bool
+  final_eval: bool
+  nonfinite: str
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> TrainSettings:
+    """The typed training settings of a run's config (`settings.validate` checks the values)."""
+    given = dict(config.train.items())
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if unknown := sorted(set(given) - fields):
+      raise ValueError(f"unknown train setting(s) {', '.join(unknown)}")
+    if missing := sorted(fields - set(given)):
+      raise ValueError(f"train settings missing: {', '.join(missing)}")
+    return cls(**given)
+
+
+def learning_rate_schedule(cfg: TrainSettings) -> optax.Schedule:
   """Linear warm-up over `warmup_steps`, then constant or inverse square root."""
   base, warmup = cfg.learning_rate, cfg.warmup_steps
 
@@ -91,7 +133,7 @@ def schedule_count(opt_state: Any, step: jax.Array) -> jax.Array:
 ANNEALS = ("none", "linear", "cosine")
 
 
-def anneal_factor(cfg: ml_collections.ConfigDict, progress: jax.Array) -> jax.Array:
+def anneal_factor(cfg: TrainSettings, progress: jax.Array) -> jax.Array:
   """The factor `train.anneal` puts on the learning rate once `progress` (0 to 1) of the budget
   is spent: 1 at the start, falling to `train.anneal_to` at the end, along a straight line or
   half a cosine (warm-up and decay of `learning_rate_schedule` apply beneath it); 1 throughout
@@ -108,7 +150,7 @@ def anneal_factor(cfg: ml_collections.ConfigDict, progress: jax.Array) -> jax.Ar
   return 1.0 - (1.0 - cfg.anneal_to) * fall
 
 
-def budget_progress(cfg: ml_collections.ConfigDict, step: int, elapsed_s: float) -> float:
+def budget_progress(cfg: TrainSettings, step: int, elapsed_s: float) -> float:
   """The share of the budget spent after `step` updates and `elapsed_s` seconds of training:
   the larger of step / num_steps and, with a wall-clock budget, elapsed / max_minutes, so a run
   that its budget stops ends annealed too."""
@@ -125,8 +167,8 @@ _OPTIMIZERS = {
 }
 
 
-def make_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """The optimiser of a `config.train` section: clip the global norm, then the update rule."""
+def make_optimizer(cfg: TrainSettings) -> optax.GradientTransformation:
+  """The optimiser of the training settings: clip the global norm, then the update rule."""
   if cfg.optimizer not in _OPTIMIZERS:
     raise ValueError(
       f"train.optimizer={cfg.optimizer!r} is not one of {', '.join(sorted(_OPTIMIZERS))}"
@@ -164,8 +206,9 @@ def create_train_state(
     lexicon=lexicon,
   )
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = make_optimizer(config.train)
-  ema = params if config.train.ema_decay > 0 else None
+  train = TrainSettings.from_config(config)
+  tx = make_optimizer(train)
+  ema = params if train.ema_decay > 0 else None
   terms = {t.name: t.init_state() for t in objective.Objective.from_config(config).terms}
   terms = {name: s for name, s in terms.items() if s is not None} or None
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, terms, ema)
@@ -204,9 +247,10 @@ def train_step(
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
-  learning_rate = learning_rate_schedule(config.train)(schedule_count(state.opt_state, state.step))
+  train = TrainSettings.from_config(config)
+  learning_rate = learning_rate_schedule(train)(schedule_count(state.opt_state, state.step))
   if state.progress is not None:
-    factor = anneal_factor(config.train, state.progress)
+    factor = anneal_factor(train, state.progress)
     learning_rate = learning_rate * factor
 
   def update(params, opt_state, ema):
@@ -215,7 +259,7 @@ def train_step(
       updates = jax.tree.map(lambda u: (factor * u).astype(u.dtype), updates)
     params = optax.apply_updates(params, updates)
     if ema is not None:
-      decay = ema_decay_at(config.train.ema_decay, state.step)
+      decay = ema_decay_at(train.ema_decay, state.step)
       ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
     return params, opt_state, ema
 

@@ -54,14 +54,15 @@ class NonFiniteError(ValueError):
   """Training met a non-finite loss or gradient with `train.nonfinite="stop"`."""
 
 
-def handle_nonfinite(workdir: Path, step: int, batch, config, last_checkpoint) -> None:
-  """Records the offending batch (WORKDIR/nonfinite/step_N.json), then stops or carries on."""
+def handle_nonfinite(workdir: Path, step: int, batch, nonfinite: str, last_checkpoint) -> None:
+  """Records the offending batch (WORKDIR/nonfinite/step_N.json), then stops or carries on as
+  `train.nonfinite` says ("stop" or "skip")."""
   out = workdir / "nonfinite"
   out.mkdir(exist_ok=True)
   ids = [int(i) for i in batch["index"] if i >= 0]
   path = out / f"step_{step}_process_{jax.process_index()}.json"
   files.write_atomic(path, json.dumps({"step": step, "train_example_indices": ids}) + "\n")
-  if config.train.nonfinite == "stop":
+  if nonfinite == "stop":
     raise NonFiniteError(
       f"non-finite loss or gradient at step {step}; the update was not applied, the last good "
       f"checkpoint (step {last_checkpoint}) is kept, the batch's example ids are in {path}"
@@ -217,7 +218,8 @@ class Loop:
 
   def __init__(self, members: Members, train_step: Callable | None):
     self.members, self.runtime = members, rt.Runtime()
-    config, self.tcfg = members.configs[0], members.configs[0].train
+    config = members.configs[0]
+    self.tcfg = steps.TrainSettings.from_config(config)
     self.config, self.primary = config, jax.process_index() == 0
     self.data = open_data(members, self.runtime)
     self.writers = [metric_writer.MetricWriter(wd, enabled=self.primary) for wd in members.workdirs]
@@ -351,7 +353,7 @@ class Loop:
           self.members.workdirs[k],
           done,
           host_batch,
-          self.members.configs[k],
+          self.members.configs[k].train.nonfinite,
           self.ckpts[k].latest_step(),
         )
 

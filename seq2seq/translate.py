@@ -72,16 +72,16 @@ class Translator:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path):
     settings.validate(config)  # Before loading anything.
-    if not ensemble.workdirs(config):  # (An ensemble's members load their own configs.)
+    self.decoding = decode.DecodeSettings.from_config(config)  # What a call changes from.
+    if not ensemble.workdirs(self.decoding):  # (An ensemble's members load their own configs.)
       checkpoints.check_model_config(Path(workdir), config)
-    ensemble.prepare_workdir(config, workdir)  # An ensemble's vocabularies, checked.
+    ensemble.prepare_workdir(self.decoding, workdir)  # An ensemble's vocabularies, checked.
     workdir = Path(workdir)
     vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
     state = evaluation.restore_for_eval(
       config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
     )
     self.config = config
-    self.decoding = decode.DecodeSettings.from_config(config)  # What a call changes from.
     self.state = rt.host_local(evaluation.direction_state(state, config.model.direction))
     self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
     if config.model.direction == "reverse":  # Target-language text in, source language out.

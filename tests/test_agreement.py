@@ -27,7 +27,7 @@ def agreement_config(weight=1.0):
 
 def state_of(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = steps.make_optimizer(cfg.train)
+  tx = steps.make_optimizer(steps.TrainSettings.from_config(cfg))
   return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 

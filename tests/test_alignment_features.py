@@ -55,7 +55,7 @@ def test_coverage_is_the_running_sum_of_the_attention():
 
 def _train_state(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = steps.make_optimizer(cfg.train)
+  tx = steps.make_optimizer(steps.TrainSettings.from_config(cfg))
   return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 

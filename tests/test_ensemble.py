@@ -13,7 +13,7 @@ from flax import nnx
 from helpers import decode_random_batch, random_batch, randomise
 
 from configs import tiny
-from seq2seq import ensemble, evaluation, models, settings, steps
+from seq2seq import decode, ensemble, evaluation, models, settings, steps
 from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
@@ -86,6 +86,10 @@ def _config(members, **decode):
   return config
 
 
+def _decoding(members) -> decode.DecodeSettings:
+  return decode.DecodeSettings.from_config(_config(members))
+
+
 def test_an_ensemble_of_a_run_with_itself_evaluates_as_the_run(trained, tmp_path):
   single = json.loads((trained / "eval" / "test" / "results.json").read_text())
   config = _config([trained, trained])
@@ -104,11 +108,11 @@ def test_members_with_other_vocabularies_are_refused_in_one_line(trained, tmp_pa
   vocab_file = next(p for p in sorted((other / "vocab" / side).glob("*")) if p.is_file())
   vocab_file.write_text(vocab_file.read_text() + "extra\n")
   with pytest.raises(ValueError, match=rf"must share vocabularies: .*other/vocab/{side} differs"):
-    ensemble.prepare_workdir(_config([trained, other]), tmp_path / "ens")
+    ensemble.prepare_workdir(_decoding([trained, other]), tmp_path / "ens")
   ens = tmp_path / "ens2"  # A workdir holding the other run's vocabularies.
   shutil.copytree(other / "vocab", ens / "vocab")
   with pytest.raises(ValueError, match=rf"ens2/vocab/{side} differs from the ensemble members'"):
-    ensemble.prepare_workdir(_config([trained]), ens)
+    ensemble.prepare_workdir(_decoding([trained]), ens)
 
 
 @pytest.mark.parametrize(
@@ -149,8 +153,7 @@ def test_a_copying_member_and_a_plain_one_are_refused_in_one_line():
   cfg.model.copy = True
   copying = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
   members = {"a": plain, "b": copying}
-  config = _config(["a", "b"])
   with pytest.raises(ValueError, match="must all copy from the source"):
-    ensemble.load(config, lambda workdir: members[str(workdir)])
-  config = _config(["b", "b"])
-  assert ensemble.load(config, lambda workdir: members[str(workdir)]).model().extends_vocabulary
+    ensemble.load(_decoding(["a", "b"]), lambda workdir: members[str(workdir)])
+  both = ensemble.load(_decoding(["b", "b"]), lambda workdir: members[str(workdir)])
+  assert both.model().extends_vocabulary

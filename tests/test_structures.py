@@ -240,7 +240,7 @@ def b_args(b):
 
 def _train_state(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = steps.make_optimizer(cfg.train)
+  tx = steps.make_optimizer(steps.TrainSettings.from_config(cfg))
   baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None
   return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline)
 

@@ -1,5 +1,6 @@
 """Training library: loss, optimisers, and a tiny model overfitting fixed pairs per score."""
 
+import dataclasses
 import functools
 
 import jax
@@ -54,13 +55,13 @@ def test_label_smoothing_is_zero_at_the_smoothed_target_of_a_copied_word():
 def test_unknown_optimizer_lists_valid(tiny_config):
   tiny_config.train.optimizer = "lion"
   with pytest.raises(ValueError, match="'lion' is not one of adadelta, adam, sgd"):
-    steps.make_optimizer(tiny_config.train)
+    steps.make_optimizer(steps.TrainSettings.from_config(tiny_config))
 
 
 def test_adadelta_uses_paper_constants(tiny_config):
   cfg = tiny_config.train
   cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "adadelta", 1.0, 0.0
-  tx = steps.make_optimizer(cfg)
+  tx = steps.make_optimizer(steps.TrainSettings.from_config(tiny_config))
   g = {"w": jnp.asarray([0.5])}
   updates, _ = tx.update(g, tx.init(g), g)
   # First Adadelta step: -sqrt(0 + eps) / sqrt((1 - rho) g^2 + eps) * g.
@@ -71,7 +72,7 @@ def test_adadelta_uses_paper_constants(tiny_config):
 def test_gradient_clipping(tiny_config):
   cfg = tiny_config.train
   cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "sgd", 1.0, 1.0
-  tx = steps.make_optimizer(cfg)
+  tx = steps.make_optimizer(steps.TrainSettings.from_config(tiny_config))
   g = {"w": jnp.asarray([30.0, 40.0])}
   updates, _ = tx.update(g, tx.init(g))
   np.testing.assert_allclose(np.asarray(updates["w"]), [-0.6, -0.8], rtol=1e-6)
@@ -151,22 +152,22 @@ def test_paper_configs_use_groundhog_normalisation():
 def test_anneal_falls_from_one_to_anneal_to_over_the_budget(tiny_config, anneal, at_half):
   cfg = tiny_config.train
   cfg.anneal, cfg.anneal_to = anneal, 0.1
-  factor = [float(steps.anneal_factor(cfg, p)) for p in (0.0, 0.25, 0.5, 1.0, 2.0)]
+  train = steps.TrainSettings.from_config(tiny_config)
+  factor = [float(steps.anneal_factor(train, p)) for p in (0.0, 0.25, 0.5, 1.0, 2.0)]
   assert factor[0] == 1.0 and factor[2] == pytest.approx(at_half)
   assert factor[3] == factor[4] == pytest.approx(0.1)  # Past the budget it stays at the floor.
   linear_quarter = 1.0 - 0.9 * 0.25
   cosine_quarter = 1.0 - 0.9 * 0.5 * (1.0 - np.cos(np.pi / 4))
   assert factor[1] == pytest.approx(linear_quarter if anneal == "linear" else cosine_quarter)
-  cfg.anneal = "step"
   with pytest.raises(ValueError, match="'step' is not one of"):
-    steps.anneal_factor(cfg, 0.5)
+    steps.anneal_factor(dataclasses.replace(train, anneal="step"), 0.5)
 
 
 def test_budget_progress_is_the_larger_share_of_steps_and_of_the_clock(tiny_config):
-  cfg = tiny_config.train
-  cfg.num_steps, cfg.max_minutes = 1000, 0.0
+  tiny_config.train.num_steps, tiny_config.train.max_minutes = 1000, 0.0
+  cfg = steps.TrainSettings.from_config(tiny_config)
   assert steps.budget_progress(cfg, 250, 1e6) == 0.25  # No wall-clock budget: steps alone.
-  cfg.max_minutes = 10.0
+  cfg = dataclasses.replace(cfg, max_minutes=10.0)
   assert steps.budget_progress(cfg, 250, 300.0) == 0.5  # Half of the 600 s spent.
   assert steps.budget_progress(cfg, 900, 300.0) == 0.9
   assert steps.budget_progress(cfg, 900, 6000.0) == 1.0
