@@ -24,6 +24,10 @@ length normalisation, UNK replacement), on `valid` and `test`:
   OUT/average/lastK_seed_I. A run's own row is its best checkpoint by validation BLEU, often an
   earlier one, so the averages are compared with the last checkpoint they end at.
 
+With `--only shortlists` (one run given) the three seed-0 rows of full vocabulary and shortlists
+are decoded alone and the other rows of OUT/decoding.json are kept as they were, with where and
+when they were made; the new rows' machine and date go under "shortlists".
+
 Writes OUT/decoding.json (every result, command, the CPU and load) and OUT/decoding.md. Nothing is
 tuned here: the test rows are reported beside the validation rows they would be selected on.
 """
@@ -101,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--config", default="configs/multi30k.py", help="the runs' config file")
   p.add_argument("--out", required=True)
   p.add_argument("--average", type=int, default=0, help="also the mean of each run's last K")
+  p.add_argument(
+    "--only",
+    choices=["shortlists"],
+    help="decode the seed-0 rows of full vocabulary and shortlists alone, keeping every other row "
+    "of OUT/decoding.json as it is (one --runs: the ensemble's members need not exist)",
+  )
   args = p.parse_args(argv)
   out = Path(args.out).resolve()
   out.mkdir(parents=True, exist_ok=True)
@@ -113,12 +123,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   from seq2seq import tokenizer
 
   refs, tgt_tok = references(runs[0]), tokenizer.load(runs[0] / "vocab" / "tgt")
-  rows: dict[str, Any] = {
-    f"seed {i}": {"workdir": str(r), **results(r, refs, tgt_tok)} for i, r in enumerate(runs)
-  }
-  members = ",".join(str(r) for r in runs)
-  command = evaluate(args.config, out / "ensemble", {**shared, "decode.ensemble": members})
-  rows["ensemble"] = {"command": command, **results(out / "ensemble", refs, tgt_tok)}
+  kept = out / "decoding.json"
+  if args.only and kept.exists():
+    rows: dict[str, Any] = json.loads(kept.read_text())["rows"]
+  elif args.only:
+    rows = {}
+  else:
+    rows = {
+      f"seed {i}": {"workdir": str(r), **results(r, refs, tgt_tok)} for i, r in enumerate(runs)
+    }
+    members = ",".join(str(r) for r in runs)
+    command = evaluate(args.config, out / "ensemble", {**shared, "decode.ensemble": members})
+    rows["ensemble"] = {"command": command, **results(out / "ensemble", refs, tgt_tok)}
 
   table = out / "lexicon.npz"
   lexicon = ["python", "-m", "seq2seq.build_lexicon", f"--workdir={runs[0]}", f"--out={table}"]
@@ -137,9 +153,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     row = timed_evaluate(args.config, out / folder, overrides)
     if "shortlist" in name:
       row["command"] = f"{lexicon} && {row['command']}"
-    rows[name] = {**row, **results(out / folder, refs, tgt_tok)}
+    rows[name] = {**row, "workdir": str(runs[0]), **results(out / folder, refs, tgt_tok)}
 
-  if args.average:
+  if args.average and not args.only:
     for k in (1, args.average):
       for i, r in enumerate(runs):
         workdir = out / "average" / f"last{k}_seed_{i}"
@@ -157,19 +173,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           rows[name][split]["step"] = "+".join(map(str, averaged))
 
   # The ensemble's own state has no step: its rows name the members' checkpoints.
-  steps = [rows[f"seed {i}"]["test"]["step"] for i in range(len(runs))]
+  seed0 = results(runs[0], refs, tgt_tok)["test"]["step"]
+  steps = [rows[f"seed {i}"]["test"]["step"] for i in range(len(runs))] if not args.only else []
   for split in SPLITS:
-    rows["ensemble"][split]["step"] = "/".join(map(str, steps))
+    if steps:
+      rows["ensemble"][split]["step"] = "/".join(map(str, steps))
     for name in ("seed 0, full vocabulary", "seed 0, shortlist", "seed 0, shortlist per sentence"):
-      rows[name][split]["step"] = steps[0]
-  record = {
+      rows[name][split]["step"] = seed0
+  made = {
     "runs": [str(r) for r in runs],
-    "rows": rows,
     "cpu": reports.cpu_info(),
     "load_average": {"start": load_start, "end": reports.load_average()},
     "minutes": (time.perf_counter() - started) / 60,
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
   }
+  if args.only and kept.exists():  # The other rows keep where and when they were made.
+    record = {**json.loads(kept.read_text()), "rows": rows, "shortlists": made}
+  else:
+    record = {**made, "rows": rows}
   (out / "decoding.json").write_text(json.dumps(record, indent=2) + "\n")
   (out / "decoding.md").write_text(markdown(record))
   print(markdown(record))
@@ -189,6 +210,16 @@ def markdown(record: dict[str, Any]) -> str:
     "outside the target vocabulary that the output holds. Eval minutes: the wall time of the "
     "row's `main.py --mode=eval` (valid and test, No-UNK pass included), the three seed-0 "
     "rows run one after another.",
+  ]
+  if "shortlists" in record:
+    made = record["shortlists"]
+    lines[-1] += (
+      f" The seed-0 rows of full vocabulary and shortlists were decoded later "
+      f"(`--only shortlists`) on {made['date']}, {made['cpu'].get('cpu_model', '?')}, load "
+      f"average {made['load_average']['start']} at the start, from {made['runs'][0]}: compare "
+      "them with each other."
+    )
+  lines += [
     "",
     "| system | checkpoint step | valid BLEU | valid chrF | test BLEU | test chrF | "
     "test BLEU No-UNK | test OOV produced | eval minutes |",

@@ -112,3 +112,30 @@ def test_alignment_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
   assert "Command: `python -m experiments.alignment_study " in md and "minutes of wall clock" in md
   for suffix in ("", "_long", "_aer"):
     assert (out / f"alignment_study{suffix}.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(trained, tmp_path):
+  """`--only shortlists` decodes seed 0 over the full vocabulary and both shortlist scopes, each
+  row with its wall minutes, and keeps the rows (an ensemble's) it did not decode."""
+  out = tmp_path / "decoding"
+  out.mkdir()
+  figures = {"bleu": 1.0, "chrf": 2.0, "bleu_no_unk": 3.0, "step": 9, "oov_recall": 0.5}
+  ensemble = {"command": "earlier", "valid": figures, "test": figures}
+  earlier = {"date": "then", "cpu": {"cpu_model": "X"}, "load_average": {"start": 1, "end": 2}}
+  (out / "decoding.json").write_text(json.dumps({**earlier, "rows": {"ensemble": ensemble}}))
+  args = ["--runs", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
+  run_module("experiments.decoding_study", *args, "--only", "shortlists")
+  record = json.loads((out / "decoding.json").read_text())
+  names = ["seed 0, full vocabulary", "seed 0, shortlist", "seed 0, shortlist per sentence"]
+  assert list(record["rows"]) == ["ensemble", *names]
+  assert record["rows"]["ensemble"] == ensemble and record["date"] == "then"  # Kept as made.
+  assert record["shortlists"]["runs"] == [str(trained)]
+  own = json.loads((trained / "eval" / "test" / "results.json").read_text())
+  for name in names:
+    row = record["rows"][name]
+    assert row["eval_minutes"] > 0 and row["test"]["step"] == own["step"]
+  # The run decoded as an ensemble of itself over the full vocabulary is the run itself.
+  assert record["rows"][names[0]]["test"]["bleu"] == pytest.approx(own["bleu"])
+  assert "decode.shortlist_scope=sentence" in record["rows"][names[2]]["command"]
+  assert "decoded later (`--only shortlists`)" in (out / "decoding.md").read_text()
