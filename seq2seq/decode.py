@@ -622,7 +622,7 @@ def decode_batch(
     src,
     mask,
     beam_size=int(dec.beam_size),
-    # Multi-source batches pack the sources side by side: the limit is one source's length's.
+    # Multi-source batches pack the sources side by side: the limit follows one source's length.
     max_len=max_output_len(src.shape[1] // dec.sources, dec.max_len_ratio),
     length_norm_alpha=float(dec.length_norm_alpha),
     coverage_beta=float(dec.coverage_penalty),

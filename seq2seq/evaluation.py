@@ -401,9 +401,8 @@ def evaluate_split(
     out_words = inference.output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
     if not tr.attention.size:
       continue
-    maps = {
-      "": tr.attention
-    }  # The attention used (multi-head: the mean of the heads), each head's.
+    # The attention used (multi-head: the mean of the heads), then each head's.
+    maps = {"": tr.attention}
     maps |= {
       "_" + inference.head_name(n).replace(" ", ""): a
       for n, a in enumerate(heads[i] if heads else [])
