@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   load_start = reports.load_average()
   started = time.perf_counter()
 
+  from experiments.lib import runs as runs_lib
   from seq2seq import tokenizer
 
   refs, tgt_tok = references(runs[0]), tokenizer.load(runs[0] / "vocab" / "tgt")
@@ -173,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           rows[name][split]["step"] = "+".join(map(str, averaged))
 
   # The ensemble's own state has no step: its rows name the members' checkpoints.
-  seed0 = results(runs[0], refs, tgt_tok)["test"]["step"]
+  seed0 = runs_lib.read_results(runs[0])["test"]["step"]
   steps = [rows[f"seed {i}"]["test"]["step"] for i in range(len(runs))] if not args.only else []
   for split in SPLITS:
     if steps:

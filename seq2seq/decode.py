@@ -49,7 +49,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import input_pipeline, lexicon
+from seq2seq import input_pipeline, lexicon, registry
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -82,18 +82,9 @@ class DecodeSettings:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> DecodeSettings:
     """The typed decoding settings of a run's config (`settings.validate` checks the values)."""
-    given = {k: v for k, v in config.decode.items()}
-    fields = {f.name for f in dataclasses.fields(cls)} - {"sources", "bucket_step"}
-    if unknown := sorted(set(given) - fields):
-      raise ValueError(f"unknown decode setting(s) {', '.join(unknown)}")
-    if missing := sorted(fields - set(given)):
-      raise ValueError(f"decode settings missing: {', '.join(missing)}")
     sources = input_pipeline.num_sources(config.data)
-    return cls(**given, sources=sources, bucket_step=int(config.data.bucket_step))
-
-  def but(self, **changes: Any) -> DecodeSettings:
-    """These settings with `changes` (e.g. `beam_size=1` for greedy validation BLEU)."""
-    return dataclasses.replace(self, **changes)
+    derived = {"sources": sources, "bucket_step": int(config.data.bucket_step)}
+    return registry.typed_section(cls, dict(config.decode.items()), "decode", **derived)
 
 
 class DecodeResult(NamedTuple):

@@ -5,6 +5,7 @@ explorer's per-sentence records written under WORKDIR/eval (`evaluate_splits`, w
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections.abc import Sequence
@@ -60,7 +61,7 @@ def valid_scores(
   a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
   sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
   retraining."""
-  greedy = decode.DecodeSettings.from_config(config).but(beam_size=1)
+  greedy = dataclasses.replace(decode.DecodeSettings.from_config(config), beam_size=1)
   translations = inference.translate_split(
     rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
   )

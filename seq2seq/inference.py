@@ -61,10 +61,9 @@ def with_text(
   replace_unk: bool = False,
 ) -> Hypothesis:
   """`hyp` with its `text` (`output_text`) and `tokens` (`output_tokens`) filled in."""
-  text = output_text(hyp, src_text, src_tok, tgt_tok, replace_unk)
-  return dataclasses.replace(
-    hyp, text=text, tokens=output_tokens(hyp.ids, src_text, src_tok, tgt_tok)
-  )
+  tokens = output_tokens(hyp.ids, src_text, src_tok, tgt_tok)
+  text = _text(tokens, hyp, src_text, src_tok, tgt_tok, replace_unk)
+  return dataclasses.replace(hyp, text=text, tokens=tokens)
 
 
 def output_text(
@@ -82,7 +81,13 @@ def output_text(
   Models without attention are refused earlier (`check_replace_unk`). A copying model's extended
   id V + j is source token j (`copying.output_tokens`).
   """
-  tokens = output_tokens(tr.ids, src_text, src_tok, tgt_tok)
+  return _text(
+    output_tokens(tr.ids, src_text, src_tok, tgt_tok), tr, src_text, src_tok, tgt_tok, replace_unk
+  )
+
+
+def _text(tokens, tr: Hypothesis, src_text: str, src_tok, tgt_tok, replace_unk: bool) -> str:
+  """`output_text` of the translation `tr` whose output tokens are `tokens`."""
   if replace_unk and tr.attention.size:  # Copied from the first source's real words (no EOS).
     src_tokens = src_tok.tokenize(builders.split_sources(src_text)[0])
     src_tokens = src_tokens[: tr.attention.shape[1] - 1]  # Those decoded: a line can be cut.

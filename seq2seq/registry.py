@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,17 @@ class Spec:
       if getattr(self.settings, f.name) != f.default
     ]
     return f"{self.name}({', '.join(changed)})" if changed else self.name
+
+
+def typed_section(cls: type[S], given: dict[str, Any], section: str, **derived: Any) -> S:
+  """`cls` (a dataclass of one config section's fields) from the section's values `given`, with
+  the `derived` fields that do not come from it; ValueError naming any unknown or missing field."""
+  fields = {f.name for f in dataclasses.fields(cls)} - set(derived)
+  if unknown := sorted(set(given) - fields):
+    raise ValueError(f"unknown {section} setting(s) {', '.join(unknown)}")
+  if missing := sorted(fields - set(given)):
+    raise ValueError(f"{section} settings missing: {', '.join(missing)}")
+  return cls(**given, **derived)
 
 
 def _show(value: Any) -> str:

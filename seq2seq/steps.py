@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from seq2seq import addons, input_pipeline, models, objective, structures
+from seq2seq import addons, input_pipeline, models, objective, registry, structures
 from seq2seq import lexicon as lexicon_lib
 
 
@@ -91,13 +91,7 @@ class TrainSettings:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> TrainSettings:
     """The typed training settings of a run's config (`settings.validate` checks the values)."""
-    given = dict(config.train.items())
-    fields = {f.name for f in dataclasses.fields(cls)}
-    if unknown := sorted(set(given) - fields):
-      raise ValueError(f"unknown train setting(s) {', '.join(unknown)}")
-    if missing := sorted(fields - set(given)):
-      raise ValueError(f"train settings missing: {', '.join(missing)}")
-    return cls(**given)
+    return registry.typed_section(cls, dict(config.train.items()), "train")
 
 
 def learning_rate_schedule(cfg: TrainSettings) -> optax.Schedule:
