@@ -57,7 +57,9 @@ def get_config() -> ml_collections.ConfigDict:
   # extension). Unused with one source language.
   m.multi_source = "concat"
   # "paper": s_i = GRU(s_{i-1}, [E y_{i-1}; c_i]), attention queried by s_{i-1}; "cgru": Nematus'
-  # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i).
+  # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i);
+  # "luong(cell=lstm, layers=1, input_feeding=true, residual=false)": Luong et al. 2015, stacked
+  # cells run first, attention queried by the top h_t, logits from h~_t = tanh(W_c [c_t; h_t]).
   m.decoder = "paper"
   m.tie_embeddings = False  # W_o = E^T for the target side (Press & Wolf); needs maxout = emb.
   m.layer_norm = False  # Layer normalisation of every GRU's gate pre-activations (Ba et al.).

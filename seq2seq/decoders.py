@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,17 +45,36 @@ def spec(text: str | registry.Spec) -> registry.Spec:
 
 @dataclasses.dataclass(frozen=True)
 class Decoder(abc.ABC):
-  """One decoder recurrence. `build` adds its parameters to the model under the names in
-  `PARAMS` (so the parameter tree, and every checkpoint, is the model's own flat one); the
-  other methods read them from the model."""
+  """One decoder recurrence and its readout. `build` adds its parameters to the model under the
+  names in `PARAMS` (so the parameter tree, and every checkpoint, is the model's own flat one);
+  the other methods read them from the model. `settings` are its own (`Settings`, named in the
+  `model.decoder` spec)."""
 
   name: ClassVar[str] = ""
   PARAMS: ClassVar[tuple[str, ...]] = ()
+  Settings: ClassVar[type] = registry.NoSettings
+  settings: Any = registry.NoSettings()
 
   def build(self, model: nnx.Module, cfg: Any, ctx_dim: int, *, rngs: nnx.Rngs) -> None:
     """Adds the recurrence's parameters to `model`, for a context c_i of width `ctx_dim`: the
     GRU that reads the word (`model.cell`), then the decoder's own."""
     model.cell = layers.GRUCell(cfg.emb_dim, cfg.dec_hidden, cfg, rngs=rngs)
+
+  def build_readout(self, model: nnx.Module, cfg: Any, ctx_dim: int, *, rngs: nnx.Rngs) -> None:
+    """Adds the readout's parameters (after the attention's and the features'): the paper's
+    deep output t_i = maxout(U_o s + V_o E y_{i-1} + C_o c_i)."""
+    model.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
+    model.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+    model.c_o = layers.dense(ctx_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+
+  @classmethod
+  def readout_width(cls, cfg: Any) -> int:
+    """The width of what the output layer reads (the deep output's maxout units)."""
+    return cfg.maxout_dim
+
+  def init_state(self, model: nnx.Module, s0_BD: jax.Array) -> Any:
+    """The recurrence's state before the first word, from s_0 [B, D]."""
+    return s0_BD
 
   def project(self, model: nnx.Module, emb: jax.Array) -> jax.Array:
     """The word input's GRU projection [..., 3D] for embeddings [..., E]."""
@@ -65,12 +84,24 @@ class Decoder(abc.ABC):
   def step(
     self,
     model: nnx.Module,
-    s_prev: jax.Array,
+    s_prev: Any,
     x3: jax.Array,
     attend: Callable[[jax.Array], structures.Attended],
-  ) -> tuple[jax.Array, structures.Attended, jax.Array]:
-    """(s_i [B, D], the step's Attended, the state the deep output reads) from s_{i-1} and the
-    step's input projection x3 [B, 3D] (the word's, plus what add-ons feed the recurrence)."""
+    rng: jax.Array | None = None,
+  ) -> tuple[Any, structures.Attended, jax.Array]:
+    """(s_i, the step's Attended, the state the readout reads [B, D]) from s_{i-1} and the
+    step's input projection x3 (the word's, plus what add-ons feed the recurrence); `rng`: the
+    step's random key in training (None when decoding)."""
+
+  def readout(self, model, readout_s, emb, ctx, reads, dropout_rng=None) -> jax.Array:
+    """What the output layer reads, any leading axes: the deep output's maxout of the state
+    the step returned, E y_{i-1} [..., E], c_i [..., H] and the context add-ons' contexts
+    `reads` (by add-on name), with dropout."""
+    t = model.u_o(readout_s) + model.v_o(emb) + model.c_o(ctx)
+    for name, addon in model.addons:
+      if name in reads:
+        t = t + addon.readout(model, reads[name])
+    return layers.dropout(layers.maxout(t), model.dropout_rate, dropout_rng)
 
 
 @register("paper")
@@ -78,13 +109,13 @@ class Decoder(abc.ABC):
 class PaperDecoder(Decoder):
   """The paper's decoder: attention from s_{i-1}, one GRU fed [E y_{i-1} ; c_i]."""
 
-  PARAMS = ("cell", "context_proj")
+  PARAMS = ("cell", "context_proj", "u_o", "v_o", "c_o")
 
   def build(self, model, cfg, ctx_dim, *, rngs):
     super().build(model, cfg, ctx_dim, rngs=rngs)
     model.context_proj = layers.dense(ctx_dim, 3 * cfg.dec_hidden, cfg, rngs=rngs)
 
-  def step(self, model, s_prev, x3, attend):
+  def step(self, model, s_prev, x3, attend, rng=None):
     att = attend(s_prev)
     return model.cell(s_prev, x3 + model.context_proj(att.context)), att, s_prev
 
@@ -94,22 +125,105 @@ class PaperDecoder(Decoder):
 class ConditionalGRU(Decoder):
   """Nematus' conditional GRU: a GRU on the word, attention from its state, a GRU on c_i."""
 
-  PARAMS = ("cell", "cell2")
+  PARAMS = ("cell", "cell2", "u_o", "v_o", "c_o")
 
   def build(self, model, cfg, ctx_dim, *, rngs):
     super().build(model, cfg, ctx_dim, rngs=rngs)
     model.cell2 = layers.GRUCell(ctx_dim, cfg.dec_hidden, cfg, rngs=rngs)
 
-  def step(self, model, s_prev, x3, attend):
+  def step(self, model, s_prev, x3, attend, rng=None):
     s1 = model.cell(s_prev, x3)
     att = attend(s1)
     new_s = model.cell2(s1, model.cell2.project(att.context))
     return new_s, att, new_s
 
 
+class LuongState(NamedTuple):
+  """The Luong decoder's state: each layer's cell state (bottom first) and h~_{t-1}, the
+  attentional state fed to the next step's input (zeros before the first word)."""
+
+  layers: tuple[Any, ...]
+  feed: jax.Array  # [B, D] float32.
+
+
+@register("luong")
+@dataclasses.dataclass(frozen=True)
+class LuongDecoder(Decoder):
+  """Luong et al. (2015): a stack of recurrent layers run first; attention from the top layer's
+  new output h_t; the attentional state h~_t = tanh(W_c [c_t ; h_t]) is what the output layer
+  reads (logits = W_s h~_t, no deep output) and, with input feeding, what the next step's
+  bottom layer reads beside the word: its input is [E y_{t-1} ; h~_{t-1}].
+
+  Every layer's output starts at s_0 (memory cells at zero), h~_0 = 0. Between layers the
+  outputs pass through dropout (`model.dropout`, training only); with `residual`, a layer above
+  the first adds its input to its output. h~_t is dropped out where the output layer reads it;
+  the next step is fed it whole."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    cell: str = "lstm"  # gru | lstm.
+    layers: int = 1  # Stacked recurrent layers.
+    input_feeding: bool = True  # Feed h~_{t-1} into the bottom layer's input.
+    residual: bool = False  # Layers above the first add their input to their output.
+
+    def __post_init__(self):
+      if self.cell not in layers.CELLS:
+        raise ValueError(f"cell must be one of {', '.join(layers.CELLS)}, got {self.cell!r}")
+      if self.layers < 1:
+        raise ValueError(f"layers must be at least 1, got {self.layers}")
+
+  # `cell` reads [E y ; h~]: its projection of the word, `feed_proj` of h~ (input feeding).
+  # `cell_2`, ..., `cell_L` are the layers above; `w_c` is W_c.
+  PARAMS = ("cell", "feed_proj", "w_c")
+
+  def _cells(self, model) -> list[nnx.Module]:
+    return [model.cell] + [getattr(model, f"cell_{k}") for k in range(2, self.settings.layers + 1)]
+
+  def build(self, model, cfg, ctx_dim, *, rngs):
+    d, kind = cfg.dec_hidden, self.settings.cell
+    model.cell = layers.make_cell(kind, cfg.emb_dim, d, cfg, rngs=rngs)
+    if self.settings.input_feeding:
+      gates = model.cell.project.out_features
+      model.feed_proj = layers.dense(d, gates, cfg, rngs=rngs)
+    for k in range(2, self.settings.layers + 1):
+      setattr(model, f"cell_{k}", layers.make_cell(kind, d, d, cfg, rngs=rngs))
+
+  def build_readout(self, model, cfg, ctx_dim, *, rngs):
+    model.w_c = layers.dense(ctx_dim + cfg.dec_hidden, cfg.dec_hidden, cfg, rngs=rngs)
+
+  @classmethod
+  def readout_width(cls, cfg):
+    return cfg.dec_hidden
+
+  def init_state(self, model, s0_BD):
+    cells = tuple(cell.initial(s0_BD) for cell in self._cells(model))
+    return LuongState(cells, jnp.zeros(s0_BD.shape, jnp.float32))
+
+  def step(self, model, s_prev, x3, attend, rng=None):
+    if self.settings.input_feeding:
+      x3 = x3 + model.feed_proj(s_prev.feed)
+    new_layers, below = [], None
+    for k, (cell, state) in enumerate(zip(self._cells(model), s_prev.layers, strict=True)):
+      if k:  # Layers above the first read the output below, dropped out in training.
+        key = None if rng is None else jax.random.fold_in(rng, 1000 + k)
+        x3 = cell.project(layers.dropout(below, model.dropout_rate, key))
+      state = cell(state, x3)
+      new_layers.append(state)
+      h = cell.output(state)
+      below = h + below if (k and self.settings.residual) else h
+    att = attend(below)
+    both = jnp.concatenate([att.context.astype(jnp.float32), below], axis=-1)
+    attentional = jnp.tanh(model.w_c(both).astype(jnp.float32))
+    return LuongState(tuple(new_layers), attentional), att, attentional
+
+  def readout(self, model, readout_s, emb, ctx, reads, dropout_rng=None):
+    """h~_t with dropout: the output layer reads it alone."""
+    return layers.dropout(readout_s, model.dropout_rate, dropout_rng)
+
+
 def make_decoder(cfg: Any) -> Decoder:
-  """The decoder `cfg.decoder` (a `registry.Spec`) names."""
-  return REGISTRY.get(cfg.decoder.name)()
+  """The decoder `cfg.decoder` (a `registry.Spec`) names, with its settings."""
+  return REGISTRY.get(cfg.decoder.name)(settings=cfg.decoder.settings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +232,9 @@ class OutputLayer:
 
   PARAMS: ClassVar[tuple[str, ...]] = ("w_o",)
 
-  def build(self, model: nnx.Module, cfg: Any, vocab: int, *, rngs: nnx.Rngs) -> None:
-    model.w_o = layers.dense(cfg.maxout_dim, vocab, cfg, rngs=rngs, use_bias=True)
+  def build(self, model: nnx.Module, cfg: Any, width: int, vocab: int, *, rngs: nnx.Rngs) -> None:
+    """W_o [width, vocab]: `width` is what the decoder's readout gives (`readout_width`)."""
+    model.w_o = layers.dense(width, vocab, cfg, rngs=rngs, use_bias=True)
 
   def __call__(self, model: nnx.Module, t: jax.Array, output_ids: jax.Array | None = None):
     """Logits [..., V] (float32) of the maxout output t [..., M], or [..., N] over `output_ids`."""
@@ -136,7 +251,7 @@ class TiedOutputLayer:
 
   PARAMS: ClassVar[tuple[str, ...]] = ("out_bias",)
 
-  def build(self, model: nnx.Module, cfg: Any, vocab: int, *, rngs: nnx.Rngs) -> None:
+  def build(self, model: nnx.Module, cfg: Any, width: int, vocab: int, *, rngs: nnx.Rngs) -> None:
     model.out_bias = nnx.Param(jnp.zeros((vocab,), jnp.float32))
 
   def __call__(self, model: nnx.Module, t: jax.Array, output_ids: jax.Array | None = None):

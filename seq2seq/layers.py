@@ -4,6 +4,8 @@
 * `GRUCell`: one step of the paper's gated recurrent unit (reset gate applied *before* the
   recurrent matmul, eq. (A.1)-(A.4) of Bahdanau et al.), with the input projection hoisted out so
   callers can apply it to all time steps at once.
+* `LSTMCell`: one step of a long short-term memory (Hochreiter and Schmidhuber 1997, with the
+  forget gate of Gers et al. 2000), the cell Luong et al. (2015) stack; same hoisted projection.
 * `matmul`: x @ W in the compute dtype. Under bfloat16 it multiplies bfloat16 inputs and
   accumulates and returns float32 (mixed precision), forward and backward.
 * `compute_dtype`, `dropout`, `maxout`.
@@ -11,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +30,7 @@ class LayerSettings(Protocol):
 
   dtype: str  # The compute dtype's name (`_DTYPES`).
   init: str  # The initialisation scheme (`INIT_SCHEMES`).
-  layer_norm: bool  # Layer normalisation inside the GRU cell.
+  layer_norm: bool  # Layer normalisation inside the recurrent cells.
 
 
 def compute_dtype(cfg: LayerSettings) -> jnp.dtype:
@@ -200,6 +202,15 @@ class GRUCell(nnx.Module):
       self.ln_zr = GateNorm(2, hidden)
       self.ln_h = GateNorm(1, hidden)
 
+  def initial(self, h_BH: jax.Array) -> jax.Array:
+    """The state whose output is `h_BH` (a GRU's state is its output)."""
+    return h_BH.astype(jnp.float32)
+
+  @staticmethod
+  def output(state: jax.Array) -> jax.Array:
+    """The output h [B, H] of a state."""
+    return state
+
   def __call__(self, h_BH: jax.Array, x3_B3H: jax.Array) -> jax.Array:
     """One step: state [B, H] (float32) and projected input [B, 3H] -> new state [B, H]."""
     x3 = x3_B3H.astype(jnp.float32)
@@ -214,6 +225,63 @@ class GRUCell(nnx.Module):
       u_h = self.ln_h(u_h)
     candidate = jnp.tanh(x_h + u_h)
     return (1.0 - z) * h_BH + z * candidate
+
+
+CELLS = ("gru", "lstm")  # The recurrent cells a stacked recurrence may choose.
+
+
+def make_cell(kind: str, in_features: int, hidden: int, cfg: LayerSettings, *, rngs):
+  """A `GRUCell` or an `LSTMCell` (`kind` in `CELLS`)."""
+  if kind not in CELLS:
+    raise ValueError(f"unknown cell {kind!r}; valid: {', '.join(CELLS)}")
+  return (GRUCell if kind == "gru" else LSTMCell)(in_features, hidden, cfg, rngs=rngs)
+
+
+class LSTMState(NamedTuple):
+  """An LSTM's state: the output h and the memory cell c, [B, H] each, float32."""
+
+  h: jax.Array
+  c: jax.Array
+
+
+class LSTMCell(nnx.Module):
+  """i, f, o = sigmoid(.), g = tanh(.) of W x + U h (+ b); c' = f c + i g, h' = o tanh(c').
+
+  As `GRUCell`: the input projection `project(x) -> x4 [..., 4H]` (gate order i, f, g, o, bias
+  included) is applied outside the scan; the state is float32, matmuls in the compute dtype.
+  The forget gate's bias starts at 1 (Jozefowicz et al. 2015), so memory is kept at first."""
+
+  def __init__(self, in_features: int, hidden: int, cfg: LayerSettings, *, rngs):
+    self.hidden = hidden
+    self.project = dense(in_features, 4 * hidden, cfg, rngs=rngs, use_bias=True)
+    forget = jnp.zeros((4 * hidden,), jnp.float32).at[hidden : 2 * hidden].set(1.0)
+    self.project.bias[...] = forget
+    self.u = dense(hidden, 4 * hidden, cfg, rngs=rngs, role="recurrent", num_blocks=4)
+    self.layer_norm = bool(cfg.layer_norm)
+    if self.layer_norm:  # Of each gate's input and recurrent pre-activations, and of c'.
+      self.ln_x = GateNorm(4, hidden)
+      self.ln_u = GateNorm(4, hidden)
+      self.ln_c = GateNorm(1, hidden)
+
+  def initial(self, h_BH: jax.Array) -> LSTMState:
+    """The state whose output is `h_BH`, its memory empty."""
+    h = h_BH.astype(jnp.float32)
+    return LSTMState(h, jnp.zeros_like(h))
+
+  @staticmethod
+  def output(state: LSTMState) -> jax.Array:
+    """The output h [B, H] of a state."""
+    return state.h
+
+  def __call__(self, state: LSTMState, x4_B4H: jax.Array) -> LSTMState:
+    """One step: the state and projected input [B, 4H] -> the new state."""
+    x4, u4 = x4_B4H.astype(jnp.float32), self.u(state.h).astype(jnp.float32)
+    if self.layer_norm:
+      x4, u4 = self.ln_x(x4), self.ln_u(u4)
+    i, f, g, o = jnp.split(x4 + u4, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * state.c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    shown = self.ln_c(c) if self.layer_norm else c
+    return LSTMState(jax.nn.sigmoid(o) * jnp.tanh(shown), c)
 
 
 class GateNorm(nnx.Module):

@@ -13,6 +13,10 @@ s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{
   s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i])
   t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
 
+That recurrence and readout are the `paper` decoder; `model.decoder` may choose another
+(`seq2seq.decoders`): Nematus' conditional GRU, or Luong et al.'s stacked decoder, which queries
+the attention with its new top-layer state h_t and reads out h~_t = tanh(W_c [c_t ; h_t]).
+
 Alignment features (`seq2seq.alignment_features`: Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016;
 Chorowski et al. 2015), all off by default, enter the additive score through its keys:
 
@@ -94,7 +98,8 @@ def restrict(logits: jax.Array, output_mask: jax.Array | None) -> jax.Array:
 class DecoderState(NamedTuple):
   """What one decoder step hands to the next."""
 
-  s: jax.Array  # [B, D] s_{i-1}, float32.
+  s: Any  # The recurrence's state (`decoders.Decoder.init_state`): s_{i-1} [B, D] float32 for
+  # the paper's and cGRU decoders, each layer's state and h~_{t-1} for Luong's (`LuongState`).
   features: dict[str, jax.Array]  # Each alignment feature's state [B, S] (e.g. the coverage).
   structure: Any = ()  # What the attention structure carries across steps (soft: nothing).
   addons: dict[str, Any] = {}  # Each add-on's state (intra-attention's `addons.IntraMemory`).
@@ -218,9 +223,7 @@ class Seq2Seq(nnx.Module):
           for spec in cfg.features
         }
       )
-    self.u_o = layers.dense(cfg.dec_hidden, 2 * cfg.maxout_dim, cfg, rngs=rngs, use_bias=True)
-    self.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
-    self.c_o = layers.dense(ctx, 2 * cfg.maxout_dim, cfg, rngs=rngs)
+    self.decoder.build_readout(self, cfg, ctx, rngs=rngs)
     self.tgt_vocab = tgt_vocab
     self.dtype = layers.compute_dtype(cfg)
     sizes = (cfg, src_vocab, tgt_vocab, annot)
@@ -228,7 +231,7 @@ class Seq2Seq(nnx.Module):
     for addon in context_addons.values():
       addon.build(self, *sizes, rngs=rngs, tables=tables)
     self.output = decoders.make_output_layer(cfg)
-    self.output.build(self, cfg, tgt_vocab, rngs=rngs)
+    self.output.build(self, cfg, self.decoder.readout_width(cfg), tgt_vocab, rngs=rngs)
     output_addons = addons.make_addons(cfg, addons.OUTPUT)
     for addon in output_addons.values():
       addon.build(self, *sizes, rngs=rngs, tables=tables)
@@ -273,7 +276,9 @@ class Seq2Seq(nnx.Module):
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
     addon_states = {n: a.init_state(self, s0, steps) for n, a in self.addons}
-    state = DecoderState(s0, feature_states, attention_state, addon_states)
+    state = DecoderState(
+      self.decoder.init_state(self, s0), feature_states, attention_state, addon_states
+    )
     addon_data = {n: a.prepare(self, src_BS, src_mask_BS) for n, a in self.addons}
     return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared, addon_data)
 
@@ -328,22 +333,19 @@ class Seq2Seq(nnx.Module):
         reads[name] = read
         x3_B3D = x3_B3D + addon.gru_input(self, read)
     attend = lambda query: self._context(enc, state._replace(s=query), rng, decoding)
-    new_s, att, readout_s = self.decoder.step(self, state.s, x3_B3D, attend)
+    new_s, att, readout_s = self.decoder.step(self, state.s, x3_B3D, attend, rng)
     moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
     stored = {n: a.store(self, state.addons[n], new_s) for n, a in self.addons}
     new_state = state._replace(s=new_s, features=moved, structure=att.state, addons=stored)
     return new_state, att, reads, readout_s
 
-  def _readout(self, prev_state, emb_prev, ctx, dropout_rng=None, output_ids=None, reads=None):
-    """Deep output: logits [..., V] from s_{i-1}, E y_{i-1}, c_i and the context add-ons'
-    contexts `reads`, any leading axes, or [..., N] over the words `output_ids` [N] only
-    (sampled softmax, `seq2seq.softmax`). The logits are accumulated and returned in float32
-    whatever the compute dtype."""
-    t = self.u_o(prev_state) + self.v_o(emb_prev) + self.c_o(ctx)
-    for name, addon in self.addons:
-      if name in (reads or {}):
-        t = t + addon.readout(self, reads[name])
-    t = layers.dropout(layers.maxout(t), self.dropout_rate, dropout_rng)
+  def _readout(self, readout_s, emb_prev, ctx, dropout_rng=None, output_ids=None, reads=None):
+    """Logits [..., V] from the decoder's readout (`decoders.Decoder.readout`: the paper's deep
+    output of s_{i-1}, E y_{i-1}, c_i and the context add-ons' contexts `reads`; Luong's h~_t),
+    any leading axes, or [..., N] over the words `output_ids` [N] only (sampled softmax,
+    `seq2seq.softmax`). The logits are accumulated and returned in float32 whatever the compute
+    dtype."""
+    t = self.decoder.readout(self, readout_s, emb_prev, ctx, reads or {}, dropout_rng)
     return self.output(self, t, output_ids)
 
   # ------------------------------------------------------------------ decoding API
@@ -388,9 +390,8 @@ class Seq2Seq(nnx.Module):
     "sample_logp" and "entropy", multi-head's "alpha_heads").
     """
     rngs = jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None,) * 3
-    attention_rng = None
-    if dropout_rng is not None and self.uses_attention:
-      attention_rng = jax.random.fold_in(dropout_rng, 3)
+    # Step i's key (for sampling structures and a stacked decoder's dropout between layers).
+    step_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, 3)
     enc = self.encode(src_BS, src_mask_BS, rngs[0], steps=tgt_in_BT.shape[1])
     emb_BTE = layers.dropout(
       self.embed(self._feed_back(tgt_in_BT)), self.dropout_rate, rngs[1]
@@ -399,7 +400,7 @@ class Seq2Seq(nnx.Module):
 
     def step(state, inputs):
       x3, i = inputs
-      rng = None if attention_rng is None else jax.random.fold_in(attention_rng, i)
+      rng = None if step_rng is None else jax.random.fold_in(step_rng, i)
       new_state, att, reads, readout_s = self._recur(enc, state, x3, rng, decoding)
       return new_state, (readout_s, att.context, att.alpha, att.extras, reads)
 
@@ -483,7 +484,9 @@ class MultiSource(Seq2Seq):
     )
     s0 = self.init_proj(encoded[0][2]) + self.init_proj2(encoded[1][2])
     s0 = jnp.tanh(s0.astype(jnp.float32))
-    state = DecoderState(s0, {}, self.structure.init_state(src_mask_BS[:, :half]), {})
+    state = DecoderState(
+      self.decoder.init_state(self, s0), {}, self.structure.init_state(src_mask_BS[:, :half]), {}
+    )
     return Encoded(
       annotations,
       keys,
@@ -673,10 +676,17 @@ class ModelSettings:
           f"model.intra_attention={self.intra_attention!r}: a positional score cannot attend "
           "over the decoder's past; use a content score (additive, dot, general, ...)"
         )
-    if self.tie_embeddings and self.maxout_dim != self.emb_dim:
+    readout = decoders.REGISTRY.get(self.decoder.name).readout_width(self)
+    if self.tie_embeddings and readout != self.emb_dim:
+      width = "model.dec_hidden" if self.decoder.name == "luong" else "model.maxout_dim"
       raise ValueError(
         f"model.tie_embeddings reads the output layer from the target embeddings: "
-        f"model.maxout_dim ({self.maxout_dim}) must equal model.emb_dim ({self.emb_dim})"
+        f"{width} ({readout}) must equal model.emb_dim ({self.emb_dim})"
+      )
+    if self.intra_attention and self.decoder.name == "luong":
+      raise ValueError(
+        "model.intra_attention attends over the paper decoder's past states: use "
+        "model.decoder=paper or cgru with it"
       )
     if self.lexicon_bias and not MODELS[self.name].uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")

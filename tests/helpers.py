@@ -335,3 +335,25 @@ class TableModel:
     logits = self.table[state_BD[:, 0].astype(jnp.int32), y_prev_B]
     alpha = jax.nn.one_hot(y_prev_B % enc.mask.shape[1], enc.mask.shape[1])
     return state_BD, logits, alpha
+
+
+def check_scores_match_search(translator, sources: list[str], nbest: int) -> None:
+  """Greedy and beam (`nbest` of them) outputs of `translator` (a `seq2seq.load`), scored as
+  given translations, get the scores, ranking scores and attention their search reported. An
+  output cut at the length limit is scored with EOS after it: its tokens' part equals what the
+  search reported. Asks for at least three finished outputs, to compare whole scores."""
+  finished = 0
+  for beam_size, n in ((1, 1), (nbest, nbest)):
+    found = translator.translate(sources, beam_size=beam_size, nbest=n)
+    pairs = [(s, h) for s, hyps in zip(sources, found, strict=True) for h in hyps]
+    scored = translator.score([s for s, _ in pairs], [h.text for _, h in pairs])
+    for (_, h), r in zip(pairs, scored, strict=True):
+      assert r.error is None and r.tokens == [*h.tokens, "</s>"]
+      k = len(r.tokens) if h.finished else len(h.tokens)
+      np.testing.assert_allclose(sum(r.token_scores[:k]), h.score, rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(r.attention[:k], h.attention, atol=1e-5)
+      if h.finished:
+        np.testing.assert_allclose(r.score, h.score, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(r.norm_score, h.norm_score, rtol=1e-4, atol=1e-4)
+      finished += h.finished
+  assert finished >= 3, "want finished outputs to compare whole scores"

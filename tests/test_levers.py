@@ -84,7 +84,7 @@ def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
   assert not np.allclose(np.asarray(alpha_changed[:, 0]), np.asarray(alpha[:, 0]))
   cfg.model.decoder = "lstm"
   with pytest.raises(
-    ValueError, match=r"unknown decoder 'lstm' \(model.decoder\); valid: paper, cgru"
+    ValueError, match=r"unknown decoder 'lstm' \(model.decoder\); valid: paper, cgru, luong"
   ):
     settings.validate(cfg)
 

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import run_main
+from helpers import check_scores_match_search, run_main
 
 import seq2seq
 from seq2seq import checkpoints, translate
@@ -141,24 +141,8 @@ def test_api_takes_any_decode_setting_for_one_call_and_refuses_others(loaded):
 
 def test_api_scores_of_its_own_translations_are_what_the_search_reported(loaded):
   """Greedy and beam (n-best) outputs, scored as given translations, get the scores, ranking
-  scores and attention their search reported. An output cut at the length limit is scored with
-  EOS after it: its tokens' part equals what the search reported."""
-  sources = [s for s in SOURCES if s.strip()]
-  finished = 0
-  for beam_size, nbest in ((1, 1), (3, 3)):
-    found = loaded.translate(sources, beam_size=beam_size, nbest=nbest)
-    pairs = [(s, h) for s, hyps in zip(sources, found, strict=True) for h in hyps]
-    scored = loaded.score([s for s, _ in pairs], [h.text for _, h in pairs])
-    for (_, h), r in zip(pairs, scored, strict=True):
-      assert r.error is None and r.tokens == [*h.tokens, "</s>"]
-      n = len(r.tokens) if h.finished else len(h.tokens)
-      np.testing.assert_allclose(sum(r.token_scores[:n]), h.score, rtol=1e-4, atol=1e-4)
-      np.testing.assert_allclose(r.attention[:n], h.attention, atol=1e-5)
-      if h.finished:
-        np.testing.assert_allclose(r.score, h.score, rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(r.norm_score, h.norm_score, rtol=1e-4, atol=1e-4)
-      finished += h.finished
-  assert finished >= 3, "want finished outputs to compare whole scores"
+  scores and attention their search reported (`helpers.check_scores_match_search`)."""
+  check_scores_match_search(loaded, [s for s in SOURCES if s.strip()], NBEST)
 
 
 def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, tmp_path):
