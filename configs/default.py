@@ -60,6 +60,9 @@ def get_config() -> ml_collections.ConfigDict:
   # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i);
   # "luong(cell=lstm, layers=1, input_feeding=true, residual=false)": Luong et al. 2015, stacked
   # cells run first, attention queried by the top h_t, logits from h~_t = tanh(W_c [c_t; h_t]).
+  # Attention weights from the scores: "softmax" (the paper's), "sparsemax" (Martins and
+  # Astudillo 2016) or "entmax15" (1.5-entmax, Peters et al. 2019), the last two exactly sparse.
+  m.normaliser = "softmax"
   m.decoder = "paper"
   m.tie_embeddings = False  # W_o = E^T for the target side (Press & Wolf); needs maxout = emb.
   m.layer_norm = False  # Layer normalisation of every GRU's gate pre-activations (Ba et al.).
@@ -116,7 +119,9 @@ def get_config() -> ml_collections.ConfigDict:
   t.adadelta_rho = 0.95  # Adadelta decay (paper: 0.95).
   t.adadelta_eps = 1e-6  # Adadelta epsilon (paper: 1e-6).
   t.warmup_steps = 0  # Linear learning-rate warm-up steps.
-  t.decay = "constant"  # Schedule after warm-up: "constant" or "rsqrt".
+  # Schedule after warm-up: "constant", "rsqrt", or "halving(after=A, every=E)": the rate
+  # halves after update A and every E updates after (Luong et al.: after epoch 5, each epoch).
+  t.decay = "constant"
   # Anneal the learning rate over the budget: "none", "linear" or "cosine" from 1x down to
   # `anneal_to` x, by the share spent of num_steps or of the wall clock (max_minutes), whichever
   # is larger, so a run its wall-clock budget stops ends annealed (it then follows the clock:

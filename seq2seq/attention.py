@@ -33,12 +33,14 @@ def context(alpha_BS: jax.Array, annotations_BSH: jax.Array, mask_BS: jax.Array)
   return jnp.einsum("bs,bsh->bh", alpha_BS.astype(dtype), values)
 
 
-def attend(score, query_BD, keys_BSK, annotations_BSH, mask_BS):
+def attend(score, query_BD, keys_BSK, annotations_BSH, mask_BS, normalise=masked_softmax):
   """Scores one query per sentence against its source, normalises and reads the context.
 
   `score(query_D, keys_SK, annotations_SH) -> e_S` is written for a single query and lifted
-  over the batch with `jax.vmap`. Returns (context_BH float32, alpha_BS float32).
+  over the batch with `jax.vmap`; `normalise(e, mask)` turns the scores into weights (a
+  `seq2seq.normalisers` normaliser; the softmax by default). Returns (context_BH float32,
+  alpha_BS float32).
   """
   e_BS = jax.vmap(score)(query_BD, keys_BSK, annotations_BSH)
-  alpha_BS = masked_softmax(e_BS, mask_BS)
+  alpha_BS = normalise(e_BS, mask_BS)
   return context(alpha_BS, annotations_BSH, mask_BS), alpha_BS

@@ -249,7 +249,8 @@ def gold_links(raw) -> list[set[metrics.Link]] | None:
 def attention_figures(
   state, data, split_name: str, dec: decode.DecodeSettings, translations, raw, forced=None
 ) -> dict:
-  """Over- and under-translation of the decoded `translations`, and, with gold links, AER and
+  """Over- and under-translation of the decoded `translations`, the share of their attention
+  weights that are exactly zero (`metrics.zero_share`), and, with gold links, AER and
   entropy of the references' teacher-forced attention; all over words (`pieces_to_words`).
   `forced`: that attention (`word_attention`) if the caller has it already."""
   split = data.splits[split_name]
@@ -287,6 +288,7 @@ def attention_figures(
     "under_translation": under,
     "under_translation_content": content,
     "source_words": sum(len(spans) for spans in src_spans),
+    "attention_zero_share": metrics.zero_share(tr.attention for tr in translations),
     **metrics.twin_figures(offsets),
     "aer_subword_mapping": metrics.subword_mapping(src_tok, tgt_tok),
   }

@@ -369,6 +369,18 @@ def attention_entropy(alphas: Iterable[np.ndarray]) -> float:
   return float(np.mean(values)) if values else 0.0
 
 
+def zero_share(alphas: Iterable[np.ndarray]) -> float:
+  """The share of attention weights that are exactly zero, over every (output step, source
+  position) cell of every sentence: how sparse the attention is (softmax: 0 but for underflow;
+  sparsemax and 1.5-entmax: the positions left out of each step's support)."""
+  zeros = cells = 0
+  for alpha in alphas:
+    a = np.asarray(alpha)
+    zeros += int(np.sum(a == 0.0))
+    cells += a.size
+  return zeros / cells if cells else 0.0
+
+
 # ----------------------------------------------------------------- subword pieces as words
 
 WORD_START = "\u2581"  # SentencePiece's mark ("▁") on a piece that starts a word.

@@ -72,6 +72,7 @@ from seq2seq import (
   copying,
   decoders,
   layers,
+  normalisers,
   registry,
   scores,
   structures,
@@ -607,6 +608,7 @@ class ModelSettings:
   decoder: registry.Spec = registry.Spec("paper")
   copy: bool = False
   copy_eos: str = "target"
+  normaliser: registry.Spec = registry.Spec("softmax")
   multi_source: str = "concat"
   sources: int = 1  # Source languages of the corpus (not a config.model field: from data.local).
 
@@ -640,6 +642,7 @@ class ModelSettings:
         "attention": structures.spec(given["attention"]),
         "features": alignment_features.specs(given["features"]),
         "decoder": decoders.spec(given.get("decoder", "paper")),
+        "normaliser": normalisers.spec(given.get("normaliser", "softmax")),
       }
     )
     typed.check()
@@ -653,6 +656,13 @@ class ModelSettings:
     attention = str(self.attention)
     if not MODELS[self.name].uses_attention and self.attention.name != "soft":
       raise ValueError(f"model.attention={attention!r} needs model.name=rnnsearch")
+    if self.normaliser.name != "softmax":
+      if not MODELS[self.name].uses_attention or not structure.normalised:
+        raise ValueError(
+          f"model.normaliser={str(self.normaliser)!r} normalises attention scores: it needs "
+          f"model.name=rnnsearch|agreement and a structure that normalises scores (got "
+          f"{self.name!r}, {attention!r})"
+        )
     if not structure.uses_score and self.score.name != "additive":
       raise ValueError(
         f"model.attention={attention!r} scores with its own parameters; leave model.score "

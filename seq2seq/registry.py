@@ -92,6 +92,31 @@ def _convert(value: str, kind: Any, where: str) -> Any:
     raise ValueError(f"{where} must be {kind.__name__}, got {value.strip()!r}") from None
 
 
+def parse_settings(settings_cls: type[S], text: str, field: str) -> S:
+  """The `settings_cls` instance that the spec `text` ("name" or "name(k=v, ...)") gives, each
+  value read as its field's type; ValueError naming `field` for an unknown setting or value."""
+  match = _SPEC.match(text)
+  if match is None:
+    raise ValueError(f"{field}={text!r} is not a spec: use NAME or NAME(key=value, ...)")
+  name, body = match.group(1), match.group(2)
+  fields = {f.name: f for f in dataclasses.fields(settings_cls)}
+  hints = typing.get_type_hints(settings_cls)
+  values = {}
+  for item in split_top_level(body or "", ","):
+    if not item.strip():
+      continue
+    key, eq, value = item.partition("=")
+    key = key.strip()
+    if not eq or key not in fields:
+      valid = ", ".join(fields) or "none"
+      raise ValueError(f"{field}: {name} has no setting {key!r}; valid: {valid}")
+    values[key] = _convert(value, hints[key], f"{field}: {name}({key}=...)")
+  try:
+    return settings_cls(**values)
+  except ValueError as e:
+    raise ValueError(f"{field}={text!r}: {e}") from None
+
+
 class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter syntax)
   """Classes registered under names; `kind` names them in errors ("unknown KIND 'x'; valid: ...")
   and `field` is the config field whose specs name them (e.g. "model.attention").
@@ -134,25 +159,9 @@ class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter synta
     match = _SPEC.match(str(text))
     if match is None:
       raise ValueError(f"{self.field}={text!r} is not a spec: use NAME or NAME(key=value, ...)")
-    name, body = match.group(1), match.group(2)
+    name = match.group(1)
     settings_cls = getattr(self.get(name), "Settings", NoSettings)
-    fields = {f.name: f for f in dataclasses.fields(settings_cls)}
-    hints = typing.get_type_hints(settings_cls)
-    values = {}
-    for item in split_top_level(body or "", ","):
-      if not item.strip():
-        continue
-      key, eq, value = item.partition("=")
-      key = key.strip()
-      if not eq or key not in fields:
-        valid = ", ".join(fields) or "none"
-        raise ValueError(f"{self.field}: {name} has no setting {key!r}; valid: {valid}")
-      values[key] = _convert(value, hints[key], f"{self.field}: {name}({key}=...)")
-    try:
-      settings = settings_cls(**values)
-    except ValueError as e:
-      raise ValueError(f"{self.field}={text!r}: {e}") from None
-    return Spec(name, settings)
+    return Spec(name, parse_settings(settings_cls, str(text), self.field))
 
   def specs(self, text: str) -> tuple[Spec, ...]:
     """The specs of a "+"-separated list ("" or "none": no component)."""

@@ -39,11 +39,13 @@ import ml_collections
 from seq2seq import (
   alignment_features,
   decode,
+  decoders,
   ensemble,
   inference,
   input_pipeline,
   lexicon,
   models,
+  normalisers,
   objective,
   registry,
   saved_format,
@@ -182,6 +184,7 @@ REMOVED_FIELDS = ("model.intra_attention_len",)
 # config without the field reads as if it held this value.
 ADDED_FIELDS = {
   "model.decoder": "paper",
+  "model.normaliser": "softmax",
   "model.tie_embeddings": False,
   "model.layer_norm": False,
   "model.intra_attention": "",
@@ -339,8 +342,10 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
 def components_help() -> str:
   """Every registered component and its settings with their defaults."""
   sections = (
+    ("model.decoder", decoders.REGISTRY),
     ("model.score", scores.REGISTRY),
     ("model.attention", structures.REGISTRY),
+    ("model.normaliser", normalisers.REGISTRY),
     ("model.features", alignment_features.REGISTRY),
     ("train.loss_terms", objective.REGISTRY),
     ("train.softmax", softmax.REGISTRY),

@@ -94,19 +94,47 @@ class TrainSettings:
     return registry.typed_section(cls, dict(config.train.items()), "train")
 
 
+@dataclasses.dataclass(frozen=True)
+class Halving:
+  """`train.decay="halving(after=A, every=E)"`: the rate halves after update A and again every E
+  updates after it (Luong et al. 2015: after epoch 5, every epoch; give both in updates)."""
+
+  after: int = 0
+  every: int = 1
+
+  def __post_init__(self):
+    if self.after < 0 or self.every < 1:
+      raise ValueError(f"halving needs after >= 0 and every >= 1, got {self.after}, {self.every}")
+
+
+# `train.decay`'s schedules and their settings.
+DECAYS = {"constant": registry.NoSettings, "rsqrt": registry.NoSettings, "halving": Halving}
+
+
+def decay_spec(decay: str) -> registry.Spec:
+  """The `train.decay` string as a spec: constant, rsqrt or halving with its settings."""
+  name = decay.partition("(")[0].strip()
+  if name not in DECAYS:
+    raise ValueError(f"train.decay={decay!r} is not one of {list(DECAYS)}")
+  return registry.Spec(name, registry.parse_settings(DECAYS[name], decay, "train.decay"))
+
+
 def learning_rate_schedule(cfg: TrainSettings) -> optax.Schedule:
-  """Linear warm-up over `warmup_steps`, then constant or inverse square root."""
+  """Linear warm-up over `warmup_steps`, then constant, inverse square root or halving."""
   base, warmup = cfg.learning_rate, cfg.warmup_steps
+  decay_of = decay_spec(cfg.decay)
 
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     ramp = jnp.minimum(1.0, (step + 1.0) / warmup) if warmup > 0 else 1.0
-    if cfg.decay == "constant":
+    if decay_of.name == "constant":
       decay = 1.0
-    elif cfg.decay == "rsqrt":
+    elif decay_of.name == "rsqrt":
       decay = jax.lax.rsqrt(jnp.maximum(step + 1.0, max(warmup, 1)) / max(warmup, 1))
-    else:
-      raise ValueError(f"train.decay={cfg.decay!r} is not one of ['constant', 'rsqrt']")
+    else:  # Halvings so far: none up to `after` updates, then one per `every`.
+      after, every = decay_of.settings.after, decay_of.settings.every
+      halvings = jnp.where(step < after, 0.0, jnp.floor((step - after) / every) + 1.0)
+      decay = jnp.exp2(-halvings)
     return base * ramp * decay
 
   return schedule

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq import attention, layers, registry
+from seq2seq import attention, layers, normalisers, registry
 
 REGISTRY: registry.Registry[Structure] = registry.Registry(
   "attention structure", field="model.attention"
@@ -63,7 +63,9 @@ def make_structure(
   """Builds the structure `structure` (a spec) for queries of size D and annotations of size H;
   `cfg` holds the model's shared settings (`models.ModelSettings`)."""
   parsed = spec(structure)
-  return get(parsed.name)(query_dim, annot_dim, cfg, parsed.settings, rngs=rngs)
+  built = get(parsed.name)(query_dim, annot_dim, cfg, parsed.settings, rngs=rngs)
+  built.normalise = normalisers.make_normaliser(getattr(cfg, "normaliser", "softmax"))
+  return built
 
 
 def uses_rng(structure: str | registry.Spec) -> bool:
@@ -88,6 +90,9 @@ class Structure(nnx.Module):
   name = "base"
   uses_score = True  # Scores through the model's score function (and its alignment features).
   sampled = False  # Samples where to look: training adds `objective.reinforce_loss`.
+  # Whether its weights come from a normaliser (`model.normaliser`), which `make_structure` sets.
+  normalised = True
+  normalise: normalisers.Normaliser = normalisers.Softmax()
   Settings = registry.NoSettings  # The structure's own settings (a frozen dataclass).
 
   def __init__(self, query_dim: int, annot_dim: int, cfg: Any, settings: Any, *, rngs: nnx.Rngs):
@@ -122,7 +127,9 @@ class Soft(Structure):
   def __call__(
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
   ):
-    context, alpha = attention.attend(score, query_BD, keys, annotations_BSH, mask_BS)
+    context, alpha = attention.attend(
+      score, query_BD, keys, annotations_BSH, mask_BS, self.normalise
+    )
     return Attended(context, alpha, state, {})
 
 
@@ -197,7 +204,7 @@ class LocalM(Structure):
     d = self.window
     win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, centre_B - d, 2 * d + 1)
     in_window = win.mask_BW & (jnp.abs(win.positions_BW - centre_B[:, None]) <= d)
-    alpha_BW = attention.masked_softmax(win.e_BW, in_window)
+    alpha_BW = self.normalise(win.e_BW, in_window)
     context, alpha_BS = _read_window(win, alpha_BW, in_window, mask_BS.shape[-1])
     return Attended(context, alpha_BS, state + 1, {})
 
@@ -238,7 +245,7 @@ class LocalP(Structure):
     offset_BW = win.positions_BW.astype(jnp.float32) - p_B[:, None]
     in_window = win.mask_BW & (jnp.abs(offset_BW) <= d)
     sigma = d / 2.0
-    alpha_BW = attention.masked_softmax(win.e_BW, in_window) * jnp.exp(
+    alpha_BW = self.normalise(win.e_BW, in_window) * jnp.exp(
       -jnp.square(offset_BW) / (2.0 * sigma * sigma)
     )
     context, alpha_BS = _read_window(win, alpha_BW, in_window, src_len)
@@ -304,6 +311,8 @@ class Monotonic(Structure):
   `bias_init`), N(0, `noise`^2) noise added to them in training. The state is the previous
   alignment [B, S], one-hot at the first word before the first step; training carries the
   expected alignment, decoding the hard choice."""
+
+  normalised = False  # Its weights are the expected alignment of sigmoid emissions.
 
   @dataclasses.dataclass(frozen=True)
   class Settings:
@@ -441,7 +450,7 @@ class Convolutional(Structure):
     gate_BF = self.gate(query_BD)
     features_BSF = jnp.where(real, _unit(keys * gate_BF[:, None, :].astype(keys.dtype)), 0.0)
     e_BS = self.conv_att(features_BSF.astype(keys.dtype))[..., 0]
-    alpha_BS = attention.masked_softmax(e_BS, mask_BS)
+    alpha_BS = self.normalise(e_BS, mask_BS)
     return Attended(attention.context(alpha_BS, annotations_BSH, mask_BS), alpha_BS, state, {})
 
 
@@ -504,7 +513,7 @@ class MultiHead(Structure):
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
   ):
     e_BNS = jax.vmap(self.head_scores)(query_BD, keys, annotations_BSH)
-    alpha_BNS = attention.masked_softmax(e_BNS, mask_BS[:, None, :])
+    alpha_BNS = self.normalise(e_BNS, mask_BS[:, None, :])
     values = jnp.where(mask_BS.astype(bool)[..., None], annotations_BSH.astype(jnp.float32), 0.0)
     heads_BNH = jnp.einsum("bns,bsh->bnh", alpha_BNS, values)
     context = self.w_o(heads_BNH.reshape(heads_BNH.shape[0], -1)).astype(jnp.float32)
@@ -528,7 +537,7 @@ class Hard(Structure):
   def __call__(
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
   ):
-    alpha_BS = attention.masked_softmax(_scores(score, query_BD, keys, annotations_BSH), mask_BS)
+    alpha_BS = self.normalise(_scores(score, query_BD, keys, annotations_BSH), mask_BS)
     seen = alpha_BS > 0
     log_alpha_BS = jnp.log(jnp.where(seen, alpha_BS, 1.0))
     if rng is not None and not decoding:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from helpers import random_batch
 
-from seq2seq import objective, scores, steps
+from configs import tiny
+from seq2seq import objective, scores, settings, steps
 
 
 def test_cross_entropy_matches_numpy_and_ignores_padding():
@@ -237,3 +238,16 @@ def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
       hyps = f.read().split("\n")[:-1]
     score = metrics.bleu(hyps, refs, pretokenized=metrics.pretokenized(config))[0]
     assert score == pytest.approx(row["bleu"])
+
+
+def test_halving_keeps_the_rate_then_halves_it_every_e_updates():
+  """Luong et al.'s schedule: learning rate 1 until update `after`, then halved every `every`."""
+  cfg = tiny.get_config()
+  cfg.train.learning_rate, cfg.train.decay = 1.0, "halving(after=4, every=2)"
+  schedule = steps.learning_rate_schedule(steps.TrainSettings.from_config(cfg))
+  got = [float(schedule(step)) for step in range(9)]
+  assert got == [1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.125]
+  for bad, message in [("halving(every=0)", "every >= 1"), ("rsqrt(after=3)", "no setting")]:
+    cfg.train.decay = bad
+    with pytest.raises(ValueError, match=message):
+      settings.validate(cfg)
