@@ -30,7 +30,7 @@ def _luong(c: ml_collections.ConfigDict, layers: int) -> None:
   """The decoder, score and window of the paper's best system."""
   c.model.decoder = f"luong(cell=lstm, layers={layers}, input_feeding=true)"
   c.model.score = "general"
-  c.model.attention = "local_p(window=10)"
+  c.model.attention = "local_p"  # Its default window, D = 10, is the paper's.
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:

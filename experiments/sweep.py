@@ -77,16 +77,24 @@ class GridSweep(driver.Study):
       "every trained point is also decoded with each combination, from its own checkpoints, "
       "without training again",
     )
+    parser.add_argument(
+      "--points",
+      default=None,
+      metavar="POINT,...",
+      help="the grid's points to keep (default: all of the cross product), for a study whose "
+      "points are not a whole cross product",
+    )
     parser.add_argument("--baseline", default=None, help="point tested against (default: first)")
 
   def points(self, args: argparse.Namespace) -> list[Point]:
     if not args.grid:
       raise ValueError("--grid KEY=V1,V2,... is required")
     config = configs.load_config(args.config)
-    trained = [
-      Point(p.name, configs.typed(config, p.overrides))
-      for p in sweeps.grid_points(sweeps.parse_grid(args.grid))
-    ]
+    grid = sweeps.grid_points(sweeps.parse_grid(args.grid))
+    if args.points:
+      kept = set(driver.names_flag(args.points, [p.name for p in grid], "point"))
+      grid = [p for p in grid if p.name in kept]
+    trained = [Point(p.name, configs.typed(config, p.overrides)) for p in grid]
     decodings = sweeps.parse_grid(args.decode)
     decoding_keys = ("decode.", *checkpoints.DECODING_SWITCHES)
     if outside := [key for key in decodings if not key.startswith(decoding_keys)]:
@@ -127,8 +135,13 @@ def markdown(result: dict[str, Any]) -> str:
   # What coverage and the other alignment features are for (words translated twice or never),
   # and what a structure that limits where attention looks may change.
   with_coverage = bool({"model.features", "model.attention"} & set(result["grid"]))
+  # What a sparse normaliser changes: how many attention weights are exactly zero.
+  with_zeros = "model.normaliser" in result["grid"] and all(
+    r.get("attention_zero_share_mean") is not None for r in rows
+  )
   header += ["AER"] * with_aer + ["OOV recall"] * with_oov + ["twin peaks"] * with_twins
-  header += ["over-translated", "unattended"] * with_coverage + [f"p vs {baseline}"]
+  header += ["over-translated", "unattended"] * with_coverage + ["zero weights"] * with_zeros
+  header += [f"p vs {baseline}"]
   cells = []
   for r in rows:
     cells.append(
@@ -139,6 +152,7 @@ def markdown(result: dict[str, Any]) -> str:
       + [mean_sd(r, "oov_recall", 3)] * with_oov
       + [mean_sd(r, "identical_word_peaks", 3)] * with_twins
       + [mean_sd(r, "over_translation", 0), mean_sd(r, "under_translation", 0)] * with_coverage
+      + [mean_sd(r, "attention_zero_share", 3)] * with_zeros
       + [fmt(r["p_value_vs_baseline"], 4)]
     )
   grid = ", ".join(f"`{k}` = {', '.join(v)}" for k, v in result["grid"].items())
@@ -175,6 +189,11 @@ def markdown(result: dict[str, Any]) -> str:
       " max(0, n_hyp - max(1, n_ref)), `<unk>` left out); unattended: source content words (outside"
       f" the {metrics.CONTENT_RANK} most frequent) that no output word's attention peaks on; both"
       " summed over the test split (`seq2seq.metrics`)."
+    )
+  if with_zeros:
+    lines.append(
+      "Zero weights: the share of the test outputs' attention weights (every output step,"
+      " every source position, padding left out) that are exactly zero."
     )
   n = result["significance"]["n_samples"]
   lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))

@@ -82,3 +82,18 @@ def test_run_command_runs_from_the_root_and_fails_in_one_line(capfd):
   assert capfd.readouterr().out.splitlines() == [f"$ {out}", str(ROOT)]
   with pytest.raises(SystemExit, match="failed with exit code 3"):
     run_command("python -c 'raise SystemExit(3)'")
+
+
+def test_a_sweep_keeps_only_the_points_named_and_refuses_unknown_ones(tmp_path):
+  """`--points` keeps part of the cross product (Luong et al.'s Table 4 is not a whole one):
+  the jobs, and so the definition, hold only those points."""
+  out = tmp_path / "part"
+  argv = ["--out", str(out), "--config=configs/tiny.py", "--launcher", "jobs", "--seeds", "0"]
+  argv += ["--grid", "model.attention=soft,local_m", "--grid", "model.score=dot,location"]
+  grid_sweep.main([*argv, "--points", "attention=soft+score=location,attention=local_m+score=dot"])
+  only = [
+    line.split("--only=")[1].split()[0] for line in (out / "jobs.txt").read_text().splitlines()
+  ]
+  assert only == ["attention=soft+score=location", "attention=local_m+score=dot"]
+  with pytest.raises(SystemExit, match="unknown point"):
+    grid_sweep.main([*argv, "--points", "attention=hard+score=dot"])

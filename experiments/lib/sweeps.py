@@ -55,6 +55,7 @@ TEST_METRICS = (
   "under_translation",
   "identical_word_peaks",
   "length_ratio",
+  "attention_zero_share",
 )
 # Of the validation split, what a study selects on: BLEU and the output/reference length.
 VALID_METRICS = ("bleu", "length_ratio")
