@@ -60,6 +60,10 @@ def get_config() -> ml_collections.ConfigDict:
   # conditional GRU, s'_i = GRU1(s_{i-1}, E y_{i-1}), attention queried by s'_i, s_i = GRU2(s'_i, c_i);
   # "luong(cell=lstm, layers=1, input_feeding=true, residual=false)": Luong et al. 2015, stacked
   # cells run first, attention queried by the top h_t, logits from h~_t = tanh(W_c [c_t; h_t]).
+  # The source encoder, "rnn(cell=gru, layers=1, bidirectional=true, residual=false,
+  # reverse=false)": GRU or LSTM layers, both directions or one (right to left with reverse,
+  # Sutskever et al.'s reversed source); the default is the paper's bidirectional GRU.
+  m.encoder = "rnn"
   # Attention weights from the scores: "softmax" (the paper's), "sparsemax" (Martins and
   # Astudillo 2016) or "entmax15" (1.5-entmax, Peters et al. 2019), the last two exactly sparse.
   m.normaliser = "softmax"

@@ -4,7 +4,8 @@ Axes: B batch, S source positions, T target positions, E embedding, He encoder u
 direction, H = 2 He annotation size, D decoder units, K key size of the score function, M maxout
 units, V target vocabulary.
 
-Encoder: a bidirectional GRU; annotation h_j = [fwd h_j ; bwd h_j] [B, S, H]. Decoder state
+Encoder (`seq2seq.encoders`, `model.encoder`): by default the paper's bidirectional GRU;
+annotation h_j = [fwd h_j ; bwd h_j] [B, S, H]. Decoder state
 s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{i-1}:
 
   alpha_i = masked softmax_j a(s_{i-1}, h_j),  c_i = sum_j alpha_ij h_j         (RNNsearch)
@@ -71,6 +72,7 @@ from seq2seq import (
   alignment_features,
   copying,
   decoders,
+  encoders,
   layers,
   normalisers,
   registry,
@@ -123,65 +125,6 @@ class Encoded(NamedTuple):
   addons: dict[str, Any] = {}
 
 
-class BiGRUEncoder(nnx.Module):
-  """Bidirectional GRU over source embeddings, respecting padding in both directions; with
-  `bidirectional=False`, the forward GRU alone (the paper's RNNencdec, Cho et al. 2014)."""
-
-  def __init__(
-    self,
-    vocab_size: int,
-    cfg: ModelSettings,
-    *,
-    rngs: nnx.Rngs,
-    bidirectional: bool = True,
-  ):
-    self.dropout_rate = cfg.dropout
-    self.unroll = int(cfg.scan_unroll)
-    self.embed = layers.embed(vocab_size, cfg.emb_dim, cfg, rngs=rngs)
-    self.fwd = layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs)
-    self.bwd = (
-      layers.GRUCell(cfg.emb_dim, cfg.enc_hidden, cfg, rngs=rngs) if bidirectional else None
-    )
-
-  def __call__(self, src_BS, mask_BS, dropout_rng=None):
-    """Returns annotations [B, S, H] (float32), fwd state at the last real token, bwd h_1.
-
-    One direction: annotations are the forward states [B, S, He] and bwd h_1 is None."""
-    emb = layers.dropout(self.embed(src_BS), self.dropout_rate, dropout_rng)
-    mask_SB1 = jnp.swapaxes(mask_BS, 0, 1)[..., None].astype(bool)
-    h0 = jnp.zeros((src_BS.shape[0], self.fwd.hidden), jnp.float32)
-    # Input projections of every position, outside the scans: [S, B, 3He].
-    x_fwd = jnp.swapaxes(self.fwd.project(emb), 0, 1)
-    if self.bwd is None:
-
-      def step_fwd(h, inputs):
-        x3, m = inputs
-        h = jnp.where(m, self.fwd(h, x3), h)  # Padding leaves the state untouched.
-        return h, h
-
-      fwd_last, fwd_SBH = jax.lax.scan(step_fwd, h0, (x_fwd, mask_SB1), unroll=self.unroll)
-      return jnp.swapaxes(fwd_SBH, 0, 1), fwd_last, None
-    x_bwd = jnp.swapaxes(self.bwd.project(emb), 0, 1)
-
-    # Both directions in one scan (step t reads position t forwards and S - 1 - t backwards):
-    # half as many sequential steps as two scans, the same arithmetic.
-    def step(carry, inputs):
-      h_f, h_b = carry
-      x3_f, m_f, x3_b, m_b = inputs
-      h_f = jnp.where(m_f, self.fwd(h_f, x3_f), h_f)  # Padding leaves the state untouched.
-      h_b = jnp.where(m_b, self.bwd(h_b, x3_b), h_b)
-      return (h_f, h_b), (h_f, h_b)
-
-    flip = lambda a: jnp.flip(a, axis=0)
-    inputs = (x_fwd, mask_SB1, flip(x_bwd), flip(mask_SB1))
-    (fwd_last, bwd_first), (fwd_SBH, bwd_rev_SBH) = jax.lax.scan(
-      step, (h0, h0), inputs, unroll=self.unroll
-    )
-    fwd_BSH, bwd_BSH = jnp.swapaxes(fwd_SBH, 0, 1), jnp.swapaxes(flip(bwd_rev_SBH), 0, 1)
-    annotations = jnp.concatenate([fwd_BSH, bwd_BSH], axis=-1)
-    return annotations, fwd_last, bwd_first
-
-
 class Seq2Seq(nnx.Module):
   """The encoder-decoder shared by RNNsearch and both RNNencdec models: `uses_attention` and
   `bidirectional` (the encoder) tell them apart. The decoder's recurrence and output layer are
@@ -200,12 +143,14 @@ class Seq2Seq(nnx.Module):
   bidirectional = True
 
   def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, tables=None):
-    # The annotation h_j = [fwd ; bwd], or the one-direction RNNencdec's summary c.
-    annot = 2 * cfg.enc_hidden if self.bidirectional else cfg.enc_hidden
     tables = tables or {}
     self.dropout_rate = cfg.dropout
     self.scan_unroll = int(cfg.scan_unroll)  # Steps per iteration of the training scans.
-    self.encoder = BiGRUEncoder(src_vocab, cfg, rngs=rngs, bidirectional=self.bidirectional)
+    self.encoder = encoders.make_encoder(
+      cfg, src_vocab, rngs=rngs, bidirectional=self.bidirectional
+    )
+    # The annotation h_j: [fwd ; bwd] with both directions, else one direction's output.
+    annot = self.encoder.width
     if not self.bidirectional:  # c = tanh(V h_Tx); s_0 = tanh(V' c) is `init_proj` below.
       self.summary_proj = layers.dense(cfg.enc_hidden, cfg.enc_hidden, cfg, rngs=rngs)
     self.embed = layers.embed(tgt_vocab, cfg.emb_dim, cfg, rngs=rngs)
@@ -266,12 +211,18 @@ class Seq2Seq(nnx.Module):
     if self.uses_attention:
       keys = self.structure.keys(self.score, annotations, src_mask_BS)
       attention_state = self.structure.init_state(src_mask_BS)
-    if self.bidirectional:  # s_0 = tanh(W_s bwd h_1); RNNencdec-bi's c = [fwd h_Tx ; bwd h_1].
+    # One direction: the output after reading the whole sentence, whichever way it read.
+    last = fwd_last if bwd_first is None else bwd_first
+    if not self.bidirectional:  # Cho et al.: c = tanh(V h_Tx), s_0 = tanh(V' c).
+      fixed = jnp.tanh(self.summary_proj(last).astype(jnp.float32))
+      s0 = jnp.tanh(self.init_proj(fixed).astype(jnp.float32))
+    elif fwd_last is not None and bwd_first is not None:
+      # s_0 = tanh(W_s bwd h_1); RNNencdec-bi's c = [fwd h_Tx ; bwd h_1].
       fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
       s0 = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
-    else:  # Cho et al.: c = tanh(V h_Tx), s_0 = tanh(V' c).
-      fixed = jnp.tanh(self.summary_proj(fwd_last).astype(jnp.float32))
-      s0 = jnp.tanh(self.init_proj(fixed).astype(jnp.float32))
+    else:  # A one-direction encoder: s_0 = tanh(W_s h_last), and c = h_last.
+      fixed = last
+      s0 = jnp.tanh(self.init_proj(last).astype(jnp.float32))
     prepared = {n: self.features[n].prepare(annotations) for n in self.feature_names}
     # The fertility N_j that the coverage divides by and the fertility penalty reads (else 1).
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
@@ -459,7 +410,7 @@ class MultiSource(Seq2Seq):
     """The first source's score and structure, then the second source's encoder, s_0
     projection and score (and the gate)."""
     super()._build_attention(cfg, annot, rngs)
-    self.encoder2 = BiGRUEncoder(self.src_vocab, cfg, rngs=rngs)
+    self.encoder2 = encoders.make_encoder(cfg, self.src_vocab, rngs=rngs)
     self.init_proj2 = layers.dense(cfg.enc_hidden, cfg.dec_hidden, cfg, rngs=rngs)
     self.score2 = scores.make_score(cfg.score, cfg.dec_hidden, annot, cfg, rngs=rngs)
     if cfg.multi_source == "gate":
@@ -606,6 +557,7 @@ class ModelSettings:
   tie_embeddings: bool = False
   layer_norm: bool = False
   decoder: registry.Spec = registry.Spec("paper")
+  encoder: registry.Spec = registry.Spec("rnn", encoders.RNNEncoder.Settings())
   copy: bool = False
   copy_eos: str = "target"
   normaliser: registry.Spec = registry.Spec("softmax")
@@ -643,6 +595,7 @@ class ModelSettings:
         "features": alignment_features.specs(given["features"]),
         "decoder": decoders.spec(given.get("decoder", "paper")),
         "normaliser": normalisers.spec(given.get("normaliser", "softmax")),
+        "encoder": encoders.spec(given.get("encoder", "rnn")),
       }
     )
     typed.check()
@@ -714,6 +667,9 @@ class ModelSettings:
         raise ValueError(f"model.multi_source needs a content score, not {str(self.score)!r}")
       if self.copy or self.lexicon_bias or self.intra_attention:
         raise ValueError("model.multi_source does not combine with copy, lexicon_bias or intra")
+      if not self.encoder.settings.bidirectional:
+        raise ValueError("two source languages start the decoder from both backward encoders: "
+                         "model.encoder needs bidirectional=true")
     if self.copy_eos not in copying.COPY_EOS:
       raise ValueError(f"model.copy_eos={self.copy_eos!r} is not one of {copying.COPY_EOS}")
     if self.copy and self.name != "rnnsearch":

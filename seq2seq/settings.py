@@ -40,6 +40,7 @@ from seq2seq import (
   alignment_features,
   decode,
   decoders,
+  encoders,
   ensemble,
   inference,
   input_pipeline,
@@ -185,6 +186,7 @@ REMOVED_FIELDS = ("model.intra_attention_len",)
 ADDED_FIELDS = {
   "model.decoder": "paper",
   "model.normaliser": "softmax",
+  "model.encoder": "rnn",
   "model.tie_embeddings": False,
   "model.layer_norm": False,
   "model.intra_attention": "",
@@ -342,6 +344,7 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
 def components_help() -> str:
   """Every registered component and its settings with their defaults."""
   sections = (
+    ("model.encoder", encoders.REGISTRY),
     ("model.decoder", decoders.REGISTRY),
     ("model.score", scores.REGISTRY),
     ("model.attention", structures.REGISTRY),

@@ -239,9 +239,11 @@ def test_luong_settings_are_checked():
     settings.validate(cfg)
 
 
-# A run of the stacked Luong decoder on configs/tiny.py: everything a run of the paper's does.
+# A run of the stacked Luong decoder over a stacked LSTM reading the reversed source, on
+# configs/tiny.py: everything a run of the paper's model does.
 LUONG_RUN = (
   "--config.model.decoder=luong(layers=2, residual=true)",
+  "--config.model.encoder=rnn(cell=lstm, layers=2, bidirectional=false, reverse=true)",
   "--config.model.score=general",
   "--config.model.dropout=0.1",
 )
@@ -283,6 +285,7 @@ def test_a_luong_run_resumes_as_it_ran(luong_run, tmp_path):
   step_b, got = final_params(workdir)
   assert step_a == step_b == 20 and set(got) == set(want)
   assert any("cell_2" in key for key in want) and any("feed_proj" in key for key in want)
+  assert any("fwd_2" in key for key in want) and not any("bwd" in key for key in want)
   for key in want:
     np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 

@@ -1,0 +1,152 @@
+"""The source encoder (`model.encoder`): GRU or LSTM cells, stacked layers, one direction or both,
+the reversed source, residual connections, against a float64 loop over each sentence's real
+words written here; and every combination in both decoders."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from helpers import random_batch, randomise
+
+from configs import tiny
+from seq2seq import models, settings, steps
+
+VOCAB = 50
+
+
+def _param(x) -> np.ndarray:
+  return np.asarray(x[...], np.float64)
+
+
+def _sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def _step(cell, kind, state, x):
+  """One step of `cell` on the input x [I] (its projection included): the new state."""
+  x_proj = x @ _param(cell.project.kernel) + _param(cell.project.bias)
+  if kind == "lstm":
+    h, c = state
+    i, f, g, o = np.split(x_proj + h @ _param(cell.u.kernel), 4)
+    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    return _sigmoid(o) * np.tanh(c), c
+  d = state.shape[0]
+  zr = _sigmoid(x_proj[: 2 * d] + state @ _param(cell.u_zr.kernel))
+  z, r = zr[:d], zr[d:]
+  return (1 - z) * state + z * np.tanh(x_proj[2 * d :] + (r * state) @ _param(cell.u_h.kernel))
+
+
+def _run(cell, kind, xs, backwards):
+  """Outputs [L, He] of one cell over xs [L, I] (in source order) and its last output."""
+  he = cell.hidden
+  state = (np.zeros(he), np.zeros(he)) if kind == "lstm" else np.zeros(he)
+  outs = [None] * len(xs)
+  order = range(len(xs) - 1, -1, -1) if backwards else range(len(xs))
+  for t in order:
+    state = _step(cell, kind, state, xs[t])
+    outs[t] = state[0] if kind == "lstm" else state
+  return np.stack(outs), outs[order[-1]]
+
+
+def _reference(encoder, s, src_row, length):
+  """Annotations [length, width] and (fwd last, bwd first) of one sentence's real words."""
+  x = _param(encoder.embed.embedding)[src_row[:length]]
+  fwd_last = bwd_first = None
+  for k in range(1, s["layers"] + 1):
+    fwd = encoder.fwd if k == 1 else getattr(encoder, f"fwd_{k}")
+    if s["bidirectional"]:
+      bwd = encoder.bwd if k == 1 else getattr(encoder, f"bwd_{k}")
+      f_out, fwd_last = _run(fwd, s["cell"], x, backwards=False)
+      b_out, bwd_first = _run(bwd, s["cell"], x, backwards=True)
+      out = np.concatenate([f_out, b_out], axis=-1)
+    else:
+      out, last = _run(fwd, s["cell"], x, backwards=s["reverse"])
+      fwd_last, bwd_first = (None, last) if s["reverse"] else (last, None)
+    x = out + x if (k > 1 and s["residual"]) else out
+  return x, fwd_last, bwd_first
+
+
+ENCODERS = [
+  {"cell": "gru", "layers": 1, "bidirectional": True, "residual": False, "reverse": False},
+  {"cell": "lstm", "layers": 2, "bidirectional": True, "residual": True, "reverse": False},
+  {"cell": "lstm", "layers": 3, "bidirectional": False, "residual": False, "reverse": True},
+  {"cell": "gru", "layers": 2, "bidirectional": False, "residual": True, "reverse": False},
+]
+
+
+def _spec(s):
+  return "rnn(" + ", ".join(f"{k}={str(v).lower()}" for k, v in s.items()) + ")"
+
+
+def _name(s):
+  way = "bi" if s["bidirectional"] else ("reversed" if s["reverse"] else "forward")
+  return f"{s['cell']}{s['layers']}-{way}" + ("-residual" if s["residual"] else "")
+
+
+def _config(encoder, decoder="paper", **model):
+  cfg = tiny.get_config()
+  cfg.model.encoder, cfg.model.decoder, cfg.model.score = _spec(encoder), decoder, "general"
+  for key, value in model.items():
+    cfg.model[key] = value
+  settings.validate(cfg)
+  return cfg
+
+
+@pytest.mark.parametrize("encoder", ENCODERS, ids=_name)
+def test_encoder_matches_a_float64_loop_over_the_real_words(encoder):
+  cfg = _config(encoder)
+  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  b = random_batch(seed=4, vocab=VOCAB)
+  enc = model.encoder(jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]))
+  width = (2 if encoder["bidirectional"] else 1) * cfg.model.enc_hidden
+  assert enc.annotations.shape == (*b["src"].shape, width)
+  for row, length in enumerate(b["src_mask"].sum(1)):
+    want, fwd_last, bwd_first = _reference(model.encoder, encoder, b["src"][row], int(length))
+    np.testing.assert_allclose(enc.annotations[row, :length], want, rtol=1e-5, atol=1e-6)
+    for got, expected in ((enc.fwd_last, fwd_last), (enc.bwd_first, bwd_first)):
+      assert (got is None) == (expected is None)
+      if expected is not None:
+        np.testing.assert_allclose(got[row], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("decoder", ["paper", "luong(layers=2)"])
+@pytest.mark.parametrize("encoder", ENCODERS[1:], ids=_name)
+def test_every_encoder_decodes_as_it_trains_in_both_decoders(encoder, decoder):
+  cfg = _config(encoder, decoder)
+  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(1)))
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=5, vocab=VOCAB).items()}
+  forced = model(b["src"], b["src_mask"], b["tgt_in"])
+  enc = model.encode(b["src"], b["src_mask"])
+  state = enc.init_state
+  for i in range(b["tgt_in"].shape[1]):
+    state, logits, _ = model.decoder_step(enc, state, b["tgt_in"][:, i])
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("encoder", ENCODERS[1:3], ids=_name)
+def test_stacked_encoders_train_in_bfloat16_with_dropout_between_layers(encoder):
+  cfg = _config(encoder, "luong(layers=2)", dtype="bfloat16", dropout=0.2)
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  batch = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB).items()}
+  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  losses = []
+  for i in range(8):
+    state, metrics = step(state, batch, jax.random.key(i))
+    losses.append(float(metrics["loss"]))
+  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_encoder_settings_are_checked():
+  cfg = tiny.get_config()
+  for spec, message in [
+    ("rnn(cell=rnn)", "cell must be one of gru, lstm"),
+    ("rnn(layers=0)", "layers must be at least 1"),
+    ("rnn(reverse=true)", "set bidirectional=false"),
+  ]:
+    cfg.model.encoder = spec
+    with pytest.raises(ValueError, match=message):
+      settings.validate(cfg)
