@@ -21,6 +21,7 @@ reads) and `bwd`; the cells of layer k >= 2, `fwd_k` and `bwd_k`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -111,7 +112,8 @@ class RNNEncoder(nnx.Module):
       new = []
       for cell, state, x, m in zip(cells, states, xs[0], xs[1], strict=True):
         moved = cell(state, x)
-        new.append(jax.tree.map(lambda a, b: jnp.where(m, a, b), moved, state))  # Padding: kept.
+        kept = functools.partial(jnp.where, m)  # Padding leaves the state as it was.
+        new.append(jax.tree.map(kept, moved, state))
       return tuple(new), tuple(cell.output(st) for cell, st in zip(cells, new, strict=True))
 
     start = tuple(cell.initial(h0) for cell in cells)

@@ -668,8 +668,10 @@ class ModelSettings:
       if self.copy or self.lexicon_bias or self.intra_attention:
         raise ValueError("model.multi_source does not combine with copy, lexicon_bias or intra")
       if not self.encoder.settings.bidirectional:
-        raise ValueError("two source languages start the decoder from both backward encoders: "
-                         "model.encoder needs bidirectional=true")
+        raise ValueError(
+          "two source languages start the decoder from both backward encoders: "
+          "model.encoder needs bidirectional=true"
+        )
     if self.copy_eos not in copying.COPY_EOS:
       raise ValueError(f"model.copy_eos={self.copy_eos!r} is not one of {copying.COPY_EOS}")
     if self.copy and self.name != "rnnsearch":
