@@ -127,6 +127,14 @@ class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter synta
   def __init__(self, kind: str, *, field: str = "", sort: bool = False):
     self.kind, self.field, self.sort = kind, field or kind, sort
     self._classes: dict[str, type[T]] = {}
+    self._aliases: dict[str, str] = {}
+
+  def alias(self, name: str, canonical: str) -> None:
+    """`name` reads as the registered `canonical` (a paper's own name for it, e.g. Luong's
+    "concat" for the additive score); specs print the canonical name."""
+    if name in self._classes or name in self._aliases or canonical not in self._classes:
+      raise ValueError(f"{self.kind} alias {name!r} -> {canonical!r}: taken, or not registered")
+    self._aliases[name] = canonical
 
   def register(self, name: str) -> Callable[[type[T]], type[T]]:
     """Class decorator adding a class under `name` (also set as its `name` attribute)."""
@@ -142,10 +150,15 @@ class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter synta
 
     return add
 
+  def aliases(self) -> dict[str, str]:
+    """{alias: the registered name it reads as}."""
+    return dict(self._aliases)
+
   def names(self) -> list[str]:
     return sorted(self._classes) if self.sort else list(self._classes)
 
   def get(self, name: str) -> type[T]:
+    name = self._aliases.get(name, name)
     if name not in self._classes:
       raise ValueError(
         f"unknown {self.kind} {name!r} ({self.field}); valid: {', '.join(self.names())}"
@@ -159,7 +172,7 @@ class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter synta
     match = _SPEC.match(str(text))
     if match is None:
       raise ValueError(f"{self.field}={text!r} is not a spec: use NAME or NAME(key=value, ...)")
-    name = match.group(1)
+    name = self._aliases.get(match.group(1), match.group(1))
     settings_cls = getattr(self.get(name), "Settings", NoSettings)
     return Spec(name, parse_settings(settings_cls, str(text), self.field))
 
@@ -181,4 +194,5 @@ class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter synta
       settings = getattr(self._classes[name], "Settings", NoSettings)
       args = ", ".join(f"{f.name}={_show(f.default)}" for f in dataclasses.fields(settings))
       lines.append(f"{name}({args})" if args else name)
+    lines += [f"{alias} (another name for {name})" for alias, name in self._aliases.items()]
     return "\n".join(lines)

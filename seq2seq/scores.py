@@ -96,6 +96,9 @@ class Additive(Score):
     return self.v_a(hidden_SA)[:, 0]
 
 
+REGISTRY.alias("concat", "additive")  # Luong et al.'s name: v_a^T tanh(W_a [s ; h_j]).
+
+
 @register("dot")
 class Dot(Score):
   """Luong et al.: e_j = s^T h_j (requires dec_hidden == 2 * enc_hidden)."""

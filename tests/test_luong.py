@@ -225,6 +225,8 @@ def test_luong_decoder_trains_in_bfloat16(decoder):
 
 def test_luong_settings_are_checked():
   cfg = tiny.get_config()
+  cfg.model.decoder, cfg.model.score = "luong", "concat"  # Luong's name for the additive score.
+  assert str(settings.validate(cfg).score) == "additive"
   cfg.model.decoder = "luong(cell=rnn)"
   with pytest.raises(ValueError, match="cell must be one of gru, lstm"):
     settings.validate(cfg)

@@ -345,12 +345,16 @@ def components_page() -> str:
       + f', e.g. `--config.{field}="{reg.names()[0]}"`.',
       "",
     ]
-    lines = dict(zip(reg.names(), reg.settings_help().splitlines(), strict=True))
+    # settings_help lists every name, then the aliases.
+    lines = dict(zip(reg.names(), reg.settings_help().splitlines(), strict=False))
     for name in reg.names():
       cls = reg.get(name)
       settings_cls = getattr(cls, "Settings", registry.NoSettings)
       fields = dataclasses.fields(settings_cls)
       out += [f"### `{name}`", "", f"Spec with its defaults: `{lines[name]}`", ""]
+      also = [alias for alias, canonical in reg.aliases().items() if canonical == name]
+      out += [f"Also named: `{alias} (another name for {name})`" for alias in also]
+      out += [""] if also else []
       doc = (
         cls.__doc__
         if cls.__doc__ and cls.__doc__ != getattr(cls.__base__, "__doc__", None)
