@@ -73,7 +73,8 @@ def references(run: Path) -> dict[str, list[str]]:
   from seq2seq.data import builders
 
   config = checkpoints.load_config(run)
-  corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run))
+  data_settings = input_pipeline.DataSettings.from_config(config)
+  corpus = builders.prepare_corpus(data_settings, input_pipeline.data_dir(data_settings, run))
   return {split: [ex.tgt for ex in corpus.read(split)] for split in SPLITS}
 
 

@@ -181,7 +181,7 @@ def model_fingerprint(name: str) -> dict:
   )
   copy_map = np.where(np.arange(vocab) % 3 == 0, -1, np.arange(vocab)).astype(np.int32)
   state = steps.create_train_state(cfg, jax.random.key(0), vocab, vocab, copy_map, table)
-  sources = input_pipeline.num_sources(cfg.data)
+  sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(cfg))
   batch, src_len, tgt_len = 4, 7, 6
   src_mask = np.tile((np.arange(src_len)[None] < rng.integers(2, src_len + 1, (batch, 1))), sources)
   tgt_mask = np.arange(tgt_len)[None] < rng.integers(2, tgt_len + 1, (batch, 1))

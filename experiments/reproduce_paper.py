@@ -71,7 +71,7 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.configs import apply_overrides, load_config, parse_sets
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
-from seq2seq import plots
+from seq2seq import input_pipeline, plots
 from seq2seq.data import builders
 
 PRESETS = ("smoke", "cpu", "paper")
@@ -114,7 +114,7 @@ def mean_target_tokens(config: ml_collections.ConfigDict, data_dir: Path, max_le
   Builds the corpus in `data_dir` if needed. Counts whitespace words, which is what the word
   tokenizer keeps (a SentencePiece vocabulary makes this an estimate).
   """
-  corpus = builders.prepare_corpus(config.data, data_dir)
+  corpus = builders.prepare_corpus(input_pipeline.DataSettings.from_config(config), data_dir)
   lengths = [
     len(ex.tgt.split()) + 1
     for ex in corpus.read("train")

@@ -138,10 +138,11 @@ def speedups(ways: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 def prepare_corpus(config_file: str, data_dir: str) -> None:
   from experiments.lib import configs
+  from seq2seq import input_pipeline
   from seq2seq.data import builders
 
   config = configs.load_config(config_file)
-  builders.prepare_corpus(config.data, Path(data_dir))
+  builders.prepare_corpus(input_pipeline.DataSettings.from_config(config), Path(data_dir))
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -82,7 +82,7 @@ class DecodeSettings:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> DecodeSettings:
     """The typed decoding settings of a run's config (`settings.validate` checks the values)."""
-    sources = input_pipeline.num_sources(config.data)
+    sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
     derived = {"sources": sources, "bucket_step": int(config.data.bucket_step)}
     return registry.typed_section(cls, dict(config.decode.items()), "decode", **derived)
 

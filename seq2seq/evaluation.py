@@ -196,12 +196,16 @@ def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
   if direction == "reverse":
     data = input_pipeline.reversed_data(data)
   step = int(jax.device_get(state.step))
-  results = {}
+  results, data_settings = {}, input_pipeline.DataSettings.from_config(config)
   for split in ("valid", "test", input_pipeline.LONG_TEST):
     if split not in data.splits:
       continue
     batches = input_pipeline.eval_batches(
-      data, split, config, process_index=jax.process_index(), process_count=jax.process_count()
+      data,
+      split,
+      data_settings,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
     )
     result = evaluate_loss(eval_fn, state, batches, runtime)
     if not np.isfinite(result["loss"]):
@@ -331,7 +335,9 @@ def evaluate_split(
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer
-  tgt_lang = input_pipeline.languages(config.data)[0 if data.reverse else 1]
+  tgt_lang = input_pipeline.languages(input_pipeline.DataSettings.from_config(config))[
+    0 if data.reverse else 1
+  ]
   plain = metrics.pretokenized(config)
   dec = decode.DecodeSettings.from_config(config)
   translations = inference.translate_split(state, split, dec, progress=f"decoding {split_name}")

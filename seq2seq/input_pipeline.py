@@ -38,7 +38,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import copying
+from seq2seq import copying, registry
 from seq2seq import tokenizer as tokenizer_lib
 from seq2seq.data import builders, synthetic
 
@@ -198,8 +198,58 @@ def subset(split: Split, keep: Sequence[int] | np.ndarray, name: str | None = No
 LONG_TEST = "test_long"  # The long-sentence evaluation split (`data.long_test_min_words`).
 
 
-def has_long_test(data_config) -> bool:
-  """Whether a `data` config section asks for the long test split (`data.long_test_min_words`)."""
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The `config.data` section, typed (configs/default.py says what each field means), with the
+  two settings from elsewhere that loading the data reads: the run's `seed` (folded into the
+  shuffle) and `model.copy` (copying targets). `from_config` builds it once from a run's
+  config; everything below it reads this."""
+
+  corpus: str
+  src_vocab_size: int
+  tgt_vocab_size: int
+  tokenizer: str
+  pretokenizer: str
+  sp_model_type: str
+  max_len: int
+  batch_size: int
+  batching: str
+  pool_batches: int
+  max_tokens: int
+  bucket_step: int
+  shuffle_seed: int
+  cache_dir: str
+  train_pairs: int
+  long_test_min_words: int
+  long_test_max_words: int
+  synthetic: builders.SyntheticSettings
+  local: builders.LocalSettings
+  seed: int = 0
+  copy: bool = False
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict | DataSettings) -> DataSettings:
+    """The typed data settings of a run's config (itself if typed already)."""
+    if isinstance(config, DataSettings):
+      return config
+    d = config.data
+    sections = {
+      "synthetic": registry.typed_section(
+        builders.SyntheticSettings, dict(d.synthetic.items()), "data.synthetic"
+      ),
+      "local": registry.typed_section(builders.LocalSettings, dict(d.local.items()), "data.local"),
+    }
+    return registry.typed_section(
+      cls,
+      {**dict(d.items()), **sections},
+      "data",
+      seed=int(config.seed),
+      copy=bool(config.model.copy),
+    )
+
+
+def has_long_test(data_config: DataSettings) -> bool:
+  """Whether the data settings ask for the long test split (`data.long_test_min_words`)."""
   return data_config.long_test_min_words > 0
 
 
@@ -210,7 +260,7 @@ def long_test_indices(sources: Sequence[str], lo: int, hi: int) -> np.ndarray:
   return np.asarray([i for i, n in enumerate(words) if lo <= n <= hi], np.int64)
 
 
-def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
+def languages(data_config: builders.CorpusSettings) -> tuple[str, str]:
   """Source and target language codes of `data.corpus` (Moses splits words per language); a
   multi-source corpus's first source language."""
   if data_config.corpus == "local":
@@ -218,7 +268,7 @@ def languages(data_config: ml_collections.ConfigDict) -> tuple[str, str]:
   return "en", "fr"
 
 
-def source_vocab_size(data_config: ml_collections.ConfigDict) -> int:
+def source_vocab_size(data_config: DataSettings) -> int:
   """The size of the source vocabulary: `data.src_vocab_size` per source language, so two
   sources share one joint vocabulary of their words that holds twice as many (the specials
   once), and switching `data.local.src_lang` from "en" to "en+de" covers each language about as
@@ -229,7 +279,7 @@ def source_vocab_size(data_config: ml_collections.ConfigDict) -> int:
   return tokenizer_lib.NUM_SPECIALS + sources * (size - tokenizer_lib.NUM_SPECIALS)
 
 
-def num_sources(data_config: ml_collections.ConfigDict) -> int:
+def num_sources(data_config: builders.CorpusSettings) -> int:
   """How many source languages the corpus has (2 for a multi-source "en+de")."""
   if data_config.corpus == "local":
     return len(builders.source_languages(data_config.local.src_lang))
@@ -255,15 +305,12 @@ def parse_links(text: str, src_len: int, tgt_len: int, where: str) -> list[int]:
   return out
 
 
-def load_alignments(
-  config: ml_collections.ConfigDict, examples: Sequence[builders.Example], split: Split
-) -> Ragged:
+def load_alignments(d: DataSettings, examples: Sequence[builders.Example], split: Split) -> Ragged:
   """The gold links of the training split: the corpus's own (embedded corpus) or, for local
   text, the file DIR/PREFIX.`data.local.align` (one Pharaoh line per line of the text files).
 
   Positions index the tokens of the configured word tokenizer.
   """
-  d = config.data
   if d.corpus == "local":
     if not d.local.align:
       raise ValueError(
@@ -287,9 +334,9 @@ def load_alignments(
   )
 
 
-def data_dir(config: ml_collections.ConfigDict, workdir: str | os.PathLike[str]) -> Path:
+def data_dir(d: DataSettings, workdir: str | os.PathLike[str]) -> Path:
   """Where built datasets live: `data.cache_dir`, or WORKDIR/data when that is empty."""
-  return Path(config.data.cache_dir or Path(workdir) / "data")
+  return Path(d.cache_dir or Path(workdir) / "data")
 
 
 def _tokenize(
@@ -342,7 +389,7 @@ def length_filter(split: Split, max_len: int) -> np.ndarray:
 
 
 def load_data(
-  config: ml_collections.ConfigDict,
+  d: DataSettings,
   workdir: str | os.PathLike[str],
   *,
   batch_keys: Sequence[str] = (),
@@ -351,14 +398,13 @@ def load_data(
   `batch_keys` are the extra batch keys the objective reads (`objective.batch_keys`: "align"
   loads the training split's gold alignments).
 
-  Datasets go to `data_dir(config, workdir)`, vocabularies to WORKDIR/vocab/src and
+  Datasets go to `data_dir(d, workdir)`, vocabularies to WORKDIR/vocab/src and
   WORKDIR/vocab/tgt (built from the training split on first use; a saved vocabulary of another
   kind or size raises ValueError). Each split is read once and tokenised into int32 arrays
   that stay in memory.
   """
-  d = config.data
   start = time.perf_counter()
-  corpus = builders.prepare_corpus(d, data_dir(config, workdir))
+  corpus = builders.prepare_corpus(d, data_dir(d, workdir))
   built = time.perf_counter()
 
   examples = {name: list(corpus.read(name)) for name in SPLIT_NAMES}
@@ -390,13 +436,13 @@ def load_data(
   splits = {
     name: _tokenize(examples[name], name, src_tok, tgt_tok, num_sources(d)) for name in SPLIT_NAMES
   }
-  if config.model.copy:
+  if d.copy:
     splits = {
       name: with_copy_targets(split, examples[name], src_tok, tgt_tok)
       for name, split in splits.items()
     }
   if "align" in batch_keys:  # A term of the objective reads gold links.
-    links = load_alignments(config, train, splits["train"])
+    links = load_alignments(d, train, splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
   subsets = {}
   if has_long_test(d):
@@ -588,14 +634,14 @@ class _Unpool(grain.experimental.FlatMapTransform):
     return element
 
 
-def _shuffle_seed(config: ml_collections.ConfigDict) -> int:
-  """A 32-bit seed folding `config.seed` with `data.shuffle_seed`."""
-  return int(np.random.SeedSequence([config.seed, config.data.shuffle_seed]).generate_state(1)[0])
+def _shuffle_seed(d: DataSettings) -> int:
+  """A 32-bit seed folding the run's `seed` with `data.shuffle_seed`."""
+  return int(np.random.SeedSequence([d.seed, d.shuffle_seed]).generate_state(1)[0])
 
 
 def train_dataset(
   data: Data,
-  config: ml_collections.ConfigDict,
+  d: DataSettings,
   *,
   process_index: int = 0,
   process_count: int = 1,
@@ -616,7 +662,6 @@ def train_dataset(
 
   Pools run across epoch boundaries, so no pair is dropped at the end of an epoch.
   """
-  d = config.data
   if d.batching not in BATCHINGS:
     raise ValueError(f"unknown data.batching {d.batching!r}; use one of {BATCHINGS}")
   rows = process_rows(d.batch_size, process_index, process_count)
@@ -631,7 +676,7 @@ def train_dataset(
       f"{longest_t} (data.max_len={d.max_len}, data.bucket_step={d.bucket_step})"
     )
 
-  seed = _shuffle_seed(config)
+  seed = _shuffle_seed(d)
   pool_size = d.pool_batches * d.batch_size
   if d.batching == "paper":
     split_pool = functools.partial(paper_batches, split=split, batch_size=d.batch_size)
@@ -659,7 +704,7 @@ def train_dataset(
 
 def train_iterator(
   data: Data,
-  config: ml_collections.ConfigDict,
+  d: DataSettings,
   *,
   process_index: int = 0,
   process_count: int = 1,
@@ -667,9 +712,9 @@ def train_iterator(
   """A checkpointable iterator over `train_dataset` batches.
 
   `it.get_state()` is a small dict of ints (JSON-serialisable); `it.set_state(state)` on a fresh
-  iterator built with the same data and config resumes at exactly the next batch.
+  iterator built with the same data and settings resumes at exactly the next batch.
   """
-  ds = train_dataset(data, config, process_index=process_index, process_count=process_count)
+  ds = train_dataset(data, d, process_index=process_index, process_count=process_count)
   return iter(ds)
 
 
@@ -679,7 +724,7 @@ def train_iterator(
 def eval_batches(
   data: Data,
   split: str,
-  config: ml_collections.ConfigDict,
+  d: DataSettings,
   *,
   batch_size: int | None = None,
   process_index: int = 0,
@@ -693,9 +738,9 @@ def eval_batches(
   """
   if split not in data.splits:
     raise ValueError(f"unknown split {split!r}; use one of {tuple(data.splits)}")
-  size = batch_size or config.data.batch_size
+  size = batch_size or d.batch_size
   rows = process_rows(size, process_index, process_count)
-  return iter_batches(data.splits[split], size, config.data.bucket_step, rows)
+  return iter_batches(data.splits[split], size, d.bucket_step, rows)
 
 
 def iter_batches(

@@ -73,7 +73,10 @@ def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipelin
   processes, process 0 builds the datasets and vocabularies in the shared workdir first and the
   others then load them."""
   load = functools.partial(
-    input_pipeline.load_data, config, workdir, batch_keys=objective.batch_keys(config)
+    input_pipeline.load_data,
+    input_pipeline.DataSettings.from_config(config),
+    workdir,
+    batch_keys=objective.batch_keys(config),
   )
   if jax.process_count() == 1:
     return load()

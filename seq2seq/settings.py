@@ -88,7 +88,8 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
       raise ValueError(f"{dotted} must be at least {least}, got {value}")
   if not config.train.learning_rate > 0:
     raise ValueError(f"train.learning_rate must be positive, got {config.train.learning_rate}")
-  model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(config.data))
+  data = input_pipeline.DataSettings.from_config(config)
+  model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(data))
   objective.Objective.from_config(config)
   train = steps.TrainSettings.from_config(config)
   steps.make_optimizer(train)  # Optimiser, schedule and their settings.

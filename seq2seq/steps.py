@@ -214,7 +214,7 @@ def create_train_state(
   bias's table learned at the start of training, `model.lexicon_bias=train`; without it, a
   `model.lexicon_bias` table file is read here)."""
   model_settings = models.ModelSettings.from_config(
-    config.model, input_pipeline.num_sources(config.data)
+    config.model, input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
   )
   bias = model_settings.lexicon_bias  # "" when off.
   if lexicon is None and bias not in ("", addons.LEXICON_FROM_TRAINING):

@@ -241,8 +241,12 @@ class Loop:
       config, self.runtime, stacked=members.together, train_step=train_step
     )
     fresh = initial_states(members, self.data, self.runtime, resumed=resume is not None)
+    self.data_settings = input_pipeline.DataSettings.from_config(config)
     self.it = input_pipeline.train_iterator(
-      self.data, config, process_index=jax.process_index(), process_count=jax.process_count()
+      self.data,
+      self.data_settings,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
     )
     self.elapsed_before, skipped_before = 0.0, [0] * len(members)
     if resume is not None:
@@ -391,7 +395,7 @@ class Loop:
     batches = input_pipeline.eval_batches(
       self.data,
       "valid",
-      self.config,
+      self.data_settings,
       process_index=jax.process_index(),
       process_count=jax.process_count(),
     )

@@ -132,7 +132,7 @@ def _sources(t: Translator, line: str) -> list[str]:
   """The texts of `line`'s sources: the line itself, or for a multi-source run its sources
   joined by `builders.SOURCE_SEPARATOR` (`read_sources` joins one file per language); ValueError
   where a line holds another number of them."""
-  count = input_pipeline.num_sources(t.config.data)
+  count = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(t.config))
   texts = builders.split_sources(line, count)
   if len(texts) != count:
     raise ValueError(
@@ -341,7 +341,9 @@ def translate_file(
   for path in (output_path, alignments_path):
     if path and path != "-":
       files.check_writable(path)
-  lines, invalid = read_sources(input_path, input_pipeline.num_sources(config.data))
+  lines, invalid = read_sources(
+    input_path, input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
+  )
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
   t = Translator(config, workdir)
@@ -408,7 +410,9 @@ def score_file(
   for path in (output_path, alignments_path):
     if path and path != "-":
       files.check_writable(path)
-  sources, invalid_src = read_sources(input_path, input_pipeline.num_sources(config.data))
+  sources, invalid_src = read_sources(
+    input_path, input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
+  )
   targets, invalid_tgt = _read_lines(reference_path)
   if len(sources) != len(targets):
     raise ValueError(

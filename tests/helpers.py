@@ -357,3 +357,11 @@ def check_scores_match_search(translator, sources: list[str], nbest: int) -> Non
         np.testing.assert_allclose(r.norm_score, h.norm_score, rtol=1e-4, atol=1e-4)
       finished += h.finished
   assert finished >= 3, "want finished outputs to compare whole scores"
+
+
+def data_settings(config):
+  """A run's config -> its typed data section (`input_pipeline.DataSettings`), what the data
+  functions take."""
+  from seq2seq import input_pipeline
+
+  return input_pipeline.DataSettings.from_config(config)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from helpers import final_params
+from helpers import data_settings, final_params
 
 from configs import tiny
 from seq2seq import average, checkpoints, evaluation, input_pipeline, steps, train
@@ -72,7 +72,7 @@ def test_an_averaged_run_evaluates_with_the_averaged_parameters(trained, tmp_pat
   mean = at20.replace(params=jax.tree.map(lambda a, b: (a + b) / 2, at10.params, at20.params))
 
   def test_loss(state):
-    batches = input_pipeline.eval_batches(data, "test", config)
+    batches = input_pipeline.eval_batches(data, "test", data_settings(config))
     return evaluation.evaluate_loss(eval_fn, state, batches, runtime)["loss"]
 
   want, last = test_loss(mean), test_loss(at20)

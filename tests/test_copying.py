@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise
+from helpers import data_settings, random_batch, randomise
 
 from configs import tiny
 from seq2seq import copying, decode, inference, input_pipeline, metrics, models, settings
@@ -167,7 +167,7 @@ def test_the_input_pipeline_builds_copy_targets_into_tgt_out(tmp_path):
   cfg = tiny.get_config()
   cfg.model.copy = True
   cfg.data.tgt_vocab_size = 40  # Most target words unknown: many to copy.
-  data = input_pipeline.load_data(cfg, tmp_path)
+  data = input_pipeline.load_data(data_settings(cfg), tmp_path)
   split = data.splits["train"]
   batch = input_pipeline.make_batch(split, np.arange(16), cfg.data.bucket_step)
   extended = batch["tgt_out"] >= data.tgt_tokenizer.size

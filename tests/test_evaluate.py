@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import data_settings
 
 from configs import tiny
 from seq2seq import (
@@ -226,7 +227,7 @@ def sp_run(tmp_path_factory):
   config = tiny.get_config()
   config.data.tokenizer = "sentencepiece"
   config.decode.beam_size = 1
-  data = input_pipeline.load_data(config, tmp_path_factory.mktemp("sp"))
+  data = input_pipeline.load_data(data_settings(config), tmp_path_factory.mktemp("sp"))
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
   state = steps.create_train_state(config, jax.random.key(0), *sizes)
   return config, data, state
@@ -296,7 +297,7 @@ def rnnencdec_run(tmp_path_factory):
   config.model.name = "rnnencdec"
   config.decode.beam_size = 1
   workdir = tmp_path_factory.mktemp("rnnencdec")
-  data = input_pipeline.load_data(config, workdir)
+  data = input_pipeline.load_data(data_settings(config), workdir)
   state = rt.initial_state(config, data.src_tokenizer.size, data.tgt_tokenizer.size, rt.Runtime())
   ckpt = checkpoints.Checkpointer(workdir, config)
   ckpt.save(state, None)
@@ -442,7 +443,7 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   A model pushed to emit <unk> everywhere shows the difference."""
   config = tiny.get_config()
   config.decode.beam_size = 2
-  data = input_pipeline.load_data(config, tmp_path)
+  data = input_pipeline.load_data(data_settings(config), tmp_path)
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
   state = steps.create_train_state(config, jax.random.key(0), *sizes)
   model = state.model()

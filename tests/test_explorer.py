@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 import sacrebleu
-from helpers import explorer_records, explorer_run, run_main
+from helpers import data_settings, explorer_records, explorer_run, run_main
 
 from configs import tiny
 from seq2seq import evaluation, explorer, input_pipeline, steps
@@ -166,7 +166,7 @@ def test_multihead_records_hold_one_map_per_head_whose_mean_is_the_attention(tmp
   config = tiny.get_config()
   config.model.attention = "multihead(heads=2)"
   config.decode.beam_size = 1
-  data = input_pipeline.load_data(config, tmp_path / "run")
+  data = input_pipeline.load_data(data_settings(config), tmp_path / "run")
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
   state = steps.create_train_state(config, jax.random.key(0), *sizes)
   evaluation.evaluate_split(state, data, "valid", config, tmp_path / "out")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import data_settings
 
 from configs import tiny
 from seq2seq import input_pipeline as ip
@@ -30,7 +31,7 @@ def _config(**data_overrides):
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
   config = _config()
-  return ip.load_data(config, tmp_path_factory.mktemp("workdir")), config
+  return ip.load_data(data_settings(config), tmp_path_factory.mktemp("workdir")), config
 
 
 def _take(it, n):
@@ -67,7 +68,7 @@ def _check_padding_row(batch, r):
 def test_training_batch_layout(tiny_data):
   data, config = tiny_data
   b, step = config.data.batch_size, config.data.bucket_step
-  for batch in _take(ip.train_iterator(data, config), 10):
+  for batch in _take(ip.train_iterator(data, data_settings(config)), 10):
     assert set(batch) == set(ip.BATCH_KEYS)
     assert all(v.dtype == np.int32 for v in batch.values())
     s, t = batch["src"].shape[1], batch["tgt_in"].shape[1]
@@ -83,7 +84,7 @@ def test_training_batch_layout(tiny_data):
 def test_batch_tokens_match_the_raw_text(tiny_data):
   data, config = tiny_data
   raw = data.raw("valid")
-  batch = next(ip.eval_batches(data, "valid", config))
+  batch = next(ip.eval_batches(data, "valid", data_settings(config)))
   for r, i in enumerate(batch["index"]):
     src, tgt, align = raw[i]
     n, m = len(src.split()), len(tgt.split())
@@ -96,7 +97,7 @@ def test_batch_tokens_match_the_raw_text(tiny_data):
 def test_paper_pools_are_sorted_by_length_and_full(tiny_data):
   data, config = tiny_data
   pools = config.data.pool_batches
-  batches = _take(ip.train_iterator(data, config), 3 * pools)
+  batches = _take(ip.train_iterator(data, data_settings(config)), 3 * pools)
   for p in range(3):
     pool = batches[p * pools : (p + 1) * pools]
     assert all((b["index"] >= 0).all() for b in pool)
@@ -115,14 +116,14 @@ def test_paper_pools_are_sorted_by_length_and_full(tiny_data):
 
 def test_length_filter_drops_and_counts_long_pairs(tmp_path):
   config = _config(max_len=8)
-  data = ip.load_data(config, tmp_path)
+  data = ip.load_data(data_settings(config), tmp_path)
   split = data.splits["train"]
   too_long = (split.src_lengths > 8) | (split.tgt_lengths > 8)
   assert data.stats["train_too_long"] == too_long.sum() > 0
   b = config.data.batch_size
   kept = int((~too_long).sum())
   # Within the first epoch every pair is seen at most once, and never a long one.
-  batches = _take(ip.train_iterator(data, config), kept // b)
+  batches = _take(ip.train_iterator(data, data_settings(config)), kept // b)
   ids = np.concatenate([x["index"] for x in batches])
   assert len(set(ids.tolist())) == len(ids) and not too_long[ids].any()
   for batch in batches:
@@ -136,14 +137,16 @@ def test_each_epoch_is_a_new_permutation_of_the_kept_pairs(tiny_data):
   # One pair per batch and per pool: the batches follow the shuffled stream itself.
   config = _config(batch_size=1, pool_batches=1, max_len=8)
   keep = np.flatnonzero(ip.length_filter(data.splits["train"], 8))
-  it = ip.train_iterator(data, config)
+  it = ip.train_iterator(data, data_settings(config))
   stream = np.array([batch["index"][0] for batch in _take(it, 2 * len(keep))])
   first, second = stream[: len(keep)], stream[len(keep) :]
   np.testing.assert_array_equal(np.sort(first), keep)
   np.testing.assert_array_equal(np.sort(second), keep)
   assert not np.array_equal(first, second)
   assert not np.array_equal(first, keep)
-  other = ip.train_iterator(data, _config(batch_size=1, pool_batches=1, max_len=8, shuffle_seed=1))
+  other = ip.train_iterator(
+    data, data_settings(_config(batch_size=1, pool_batches=1, max_len=8, shuffle_seed=1))
+  )
   assert not np.array_equal([batch["index"][0] for batch in _take(other, len(keep))], first)
 
 
@@ -152,11 +155,11 @@ def test_each_epoch_is_a_new_permutation_of_the_kept_pairs(tiny_data):
 def test_iterator_state_restores_exactly_through_json(tiny_data, batching, skip):
   data, _ = tiny_data
   config = _config(batching=batching, max_tokens=200)
-  it = ip.train_iterator(data, config)
+  it = ip.train_iterator(data, data_settings(config))
   _take(it, skip)
   state = json.loads(json.dumps(it.get_state()))
   expected = _take(it, 6)
-  resumed = ip.train_iterator(data, config)
+  resumed = ip.train_iterator(data, data_settings(config))
   resumed.set_state(state)
   for want, got in zip(expected, _take(resumed, 6), strict=True):
     for key in ip.BATCH_KEYS:
@@ -168,7 +171,7 @@ def test_token_budget_batching(tiny_data):
   config = _config(batching="tokens", max_tokens=150)
   b = config.data.batch_size
   seen_partial = False
-  for batch in _take(ip.train_iterator(data, config), 40):
+  for batch in _take(ip.train_iterator(data, data_settings(config)), 40):
     real = batch["index"] >= 0
     assert batch["src"].shape[0] == b and real[: real.sum()].all()  # Padding rows come last.
     assert real.sum() * batch["tgt_in"].shape[1] <= 150
@@ -177,14 +180,16 @@ def test_token_budget_batching(tiny_data):
     seen_partial |= not real.all()
   assert seen_partial
   with pytest.raises(ValueError, match="max_tokens=20"):
-    ip.train_iterator(data, _config(batching="tokens", max_tokens=20))
+    ip.train_iterator(data, data_settings(_config(batching="tokens", max_tokens=20)))
 
 
 def test_distinct_batch_shapes_over_an_epoch_are_bounded(tiny_data):
   data, config = tiny_data
   d = config.data
   kept = int(ip.length_filter(data.splits["train"], d.max_len).sum())
-  batches = _take(ip.train_iterator(data, config), kept // d.batch_size + d.pool_batches)
+  batches = _take(
+    ip.train_iterator(data, data_settings(config)), kept // d.batch_size + d.pool_batches
+  )
   s_sizes = {x["src"].shape[1] for x in batches}
   t_sizes = {x["tgt_in"].shape[1] for x in batches}
   bound = d.max_len // d.bucket_step + 1
@@ -195,9 +200,12 @@ def test_distinct_batch_shapes_over_an_epoch_are_bounded(tiny_data):
 @pytest.mark.parametrize("process_count", [2, 4])
 def test_processes_get_disjoint_rows_of_the_global_batch(tiny_data, process_count):
   data, config = tiny_data
-  global_batches = _take(ip.train_iterator(data, config), 5)
+  global_batches = _take(ip.train_iterator(data, data_settings(config)), 5)
   local = [
-    _take(ip.train_iterator(data, config, process_index=p, process_count=process_count), 5)
+    _take(
+      ip.train_iterator(data, data_settings(config), process_index=p, process_count=process_count),
+      5,
+    )
     for p in range(process_count)
   ]
   for k, want in enumerate(global_batches):
@@ -211,16 +219,16 @@ def test_processes_get_disjoint_rows_of_the_global_batch(tiny_data, process_coun
 def test_batch_size_not_divisible_by_process_count_raises(tiny_data):
   data, config = tiny_data
   with pytest.raises(ValueError, match="batch_size=16 is not divisible by process_count=3"):
-    ip.train_iterator(data, config, process_index=0, process_count=3)
+    ip.train_iterator(data, data_settings(config), process_index=0, process_count=3)
   with pytest.raises(ValueError, match="process_index=2"):
-    ip.train_iterator(data, config, process_index=2, process_count=2)
+    ip.train_iterator(data, data_settings(config), process_index=2, process_count=2)
 
 
 @pytest.mark.parametrize("split", ["valid", "test"])
 def test_eval_batches_cover_every_example_once_in_order(tiny_data, split):
   data, config = tiny_data
   b = 24  # 64 examples: two full batches and a padded one.
-  batches = list(ip.eval_batches(data, split, config, batch_size=b))
+  batches = list(ip.eval_batches(data, split, data_settings(config), batch_size=b))
   n = len(data.splits[split])
   assert len(batches) == -(-n // b)
   index = np.concatenate([x["index"] for x in batches])
@@ -236,7 +244,11 @@ def test_eval_batches_cover_every_example_once_in_order(tiny_data, split):
   assert len(data.raw(split)) == n
   # Two processes: each gets half the rows of every batch.
   halves = [
-    list(ip.eval_batches(data, split, config, batch_size=b, process_index=p, process_count=2))
+    list(
+      ip.eval_batches(
+        data, split, data_settings(config), batch_size=b, process_index=p, process_count=2
+      )
+    )
     for p in range(2)
   ]
   for whole, first, second in zip(batches, *halves, strict=True):
@@ -246,15 +258,15 @@ def test_eval_batches_cover_every_example_once_in_order(tiny_data, split):
 
 def test_eval_keeps_long_pairs(tmp_path):
   config = _config(max_len=6)
-  data = ip.load_data(config, tmp_path)
-  batches = list(ip.eval_batches(data, "valid", config))
+  data = ip.load_data(data_settings(config), tmp_path)
+  batches = list(ip.eval_batches(data, "valid", data_settings(config)))
   lengths = np.concatenate([_lengths(x)[0][x["index"] >= 0] for x in batches])
   assert len(lengths) == len(data.splits["valid"]) and lengths.max() > 6
 
 
 def test_long_test_split_holds_the_test_pairs_of_that_source_length(tmp_path):
   config = _config(long_test_min_words=12, long_test_max_words=15)
-  data = ip.load_data(config, tmp_path)
+  data = ip.load_data(data_settings(config), tmp_path)
   test, long = data.raw("test"), data.raw(ip.LONG_TEST)
   keep = [i for i, (src, _, _) in enumerate(test) if 12 <= len(src.split()) <= 15]
   assert 0 < len(keep) < len(test)  # Tiny sentences run from 3 to 18 words.
@@ -264,11 +276,13 @@ def test_long_test_split_holds_the_test_pairs_of_that_source_length(tmp_path):
   for row, i in enumerate(keep):
     np.testing.assert_array_equal(split.src.row(row), whole.src.row(i))
     np.testing.assert_array_equal(split.tgt.row(row), whole.tgt.row(i))
-  batches = list(ip.eval_batches(data, ip.LONG_TEST, config))
+  batches = list(ip.eval_batches(data, ip.LONG_TEST, data_settings(config)))
   assert sum(int((b["index"] >= 0).sum()) for b in batches) == len(keep)
-  assert ip.LONG_TEST not in ip.load_data(_config(), tmp_path).splits  # Off by default.
+  assert (
+    ip.LONG_TEST not in ip.load_data(data_settings(_config()), tmp_path).splits
+  )  # Off by default.
   with pytest.raises(ValueError, match="no test pair has 40 to 80 source words"):
-    ip.load_data(_config(long_test_min_words=40), tmp_path)
+    ip.load_data(data_settings(_config(long_test_min_words=40)), tmp_path)
 
 
 def test_reversed_data_swaps_the_sides_and_transposes_the_links(tiny_data):
@@ -287,11 +301,11 @@ def test_reversed_data_swaps_the_sides_and_transposes_the_links(tiny_data):
 
 def test_sentencepiece_pipeline_round_trips_the_raw_text(tmp_path):
   config = _config(tokenizer="sentencepiece")
-  data = ip.load_data(config, tmp_path)
+  data = ip.load_data(data_settings(config), tmp_path)
   assert isinstance(data.tgt_tokenizer, tk.SentencePieceTokenizer)
   raw = data.raw("valid")
   checked = 0
-  for batch in ip.eval_batches(data, "valid", config):
+  for batch in ip.eval_batches(data, "valid", data_settings(config)):
     for r, i in enumerate(batch["index"]):
       if i >= 0 and tk.UNK_ID not in batch["tgt_out"][r] and tk.UNK_ID not in batch["src"][r]:
         assert data.tgt_tokenizer.decode(batch["tgt_out"][r]) == raw[i][1]
@@ -310,8 +324,8 @@ def test_synthetic_builds_are_keyed_by_their_settings():
 
 def test_reloading_reuses_the_dataset_and_vocabulary(tmp_path):
   config = _config()
-  first = ip.load_data(config, tmp_path)
-  second = ip.load_data(config, tmp_path)
+  first = ip.load_data(data_settings(config), tmp_path)
+  second = ip.load_data(data_settings(config), tmp_path)
   assert len(list((tmp_path / "data" / "synthetic_corpus").iterdir())) == 1
   for side in ("src", "tgt"):
     assert tk.has_vocabulary(tmp_path / "vocab" / side)
@@ -322,7 +336,7 @@ def test_reloading_reuses_the_dataset_and_vocabulary(tmp_path):
   assert first.stats["unk_rate"]["train_src"] > 0  # The 200-id shortlist leaves unknown words.
   config.data.src_vocab_size = 300
   with pytest.raises(ValueError, match=r"size=200 \(requested 300\)"):
-    ip.load_data(config, tmp_path)
+    ip.load_data(data_settings(config), tmp_path)
 
 
 # ------------------------------------------------------------------------------ local text
@@ -358,10 +372,10 @@ def local_files(tmp_path):
 
 def test_local_text_builds_and_batches(local_files, tmp_path):
   config = _local_config(local_files)
-  data = ip.load_data(config, tmp_path / "work")
+  data = ip.load_data(data_settings(config), tmp_path / "work")
   assert data.stats["examples"] == {"train": 60, "valid": 10, "test": 10}
   assert data.raw("valid")[3] == (_sentences(10)[3], _sentences(10, 1)[3].upper(), None)
-  batch = next(ip.train_iterator(data, config))
+  batch = next(ip.train_iterator(data, data_settings(config)))
   assert batch["src"].shape[0] == config.data.batch_size
   np.testing.assert_array_equal(data.splits["test"].line, np.arange(10))
 
@@ -369,7 +383,7 @@ def test_local_text_builds_and_batches(local_files, tmp_path):
 def test_local_text_mismatched_line_counts_raise_before_building(local_files, tmp_path):
   _write_split(local_files, "val", _sentences(10), _sentences(9))
   with pytest.raises(ValueError, match=r"val\.en has 10 lines, .*val\.fr has 9"):
-    ip.load_data(_local_config(local_files), tmp_path / "work")
+    ip.load_data(data_settings(_local_config(local_files)), tmp_path / "work")
   built = list((tmp_path / "work" / "data").glob("local_text/*/*/*.array_record*"))
   assert not built
 
@@ -377,7 +391,7 @@ def test_local_text_mismatched_line_counts_raise_before_building(local_files, tm
 def test_local_text_missing_file_names_path_and_setting(local_files, tmp_path):
   (local_files / "test.fr").unlink()
   with pytest.raises(FileNotFoundError, match=r"test\.fr.*config\.data\.local\.dir"):
-    ip.load_data(_local_config(local_files), tmp_path / "work")
+    ip.load_data(data_settings(_local_config(local_files)), tmp_path / "work")
 
 
 def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
@@ -389,7 +403,7 @@ def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
   tgt[8] = "   \t"  # Whitespace-only target.
   src[9], tgt[9] = "", b"\xc3"  # Both problems: counted once, as invalid UTF-8.
   _write_split(local_files, "train", src, tgt)
-  data = ip.load_data(_local_config(local_files), tmp_path / "work")
+  data = ip.load_data(data_settings(_local_config(local_files)), tmp_path / "work")
   assert data.stats["skipped_while_building"]["train"] == {"invalid_utf8": 3, "empty": 2}
   assert data.stats["skipped_while_building"]["valid"] == {"invalid_utf8": 0, "empty": 0}
   assert data.stats["examples"]["train"] == 55
@@ -400,24 +414,24 @@ def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
 
 def test_local_text_rebuilds_when_files_change(local_files, tmp_path):
   config = _local_config(local_files)
-  first = builders.make_builder(config.data, tmp_path).builder_config.name
+  first = builders.make_builder(data_settings(config), tmp_path).builder_config.name
   _write_split(local_files, "test", _sentences(11), _sentences(11))
-  assert builders.make_builder(config.data, tmp_path).builder_config.name != first
+  assert builders.make_builder(data_settings(config), tmp_path).builder_config.name != first
 
 
 def test_local_text_build_is_keyed_by_content_not_modification_time(local_files, tmp_path):
   """A fresh copy of the same files (new mtimes, as each session's shared data has) reuses the
   build; an edit that keeps the size rebuilds."""
   config = _local_config(local_files)
-  first = builders.make_builder(config.data, tmp_path).builder_config.name
+  first = builders.make_builder(data_settings(config), tmp_path).builder_config.name
   path = local_files / "train.fr"
   data = path.read_bytes()
   stat = path.stat()
   os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**10))
-  assert builders.make_builder(config.data, tmp_path).builder_config.name == first
+  assert builders.make_builder(data_settings(config), tmp_path).builder_config.name == first
   path.write_bytes(data.replace(b"A", b"B", 1))
   os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-  assert builders.make_builder(config.data, tmp_path).builder_config.name != first
+  assert builders.make_builder(data_settings(config), tmp_path).builder_config.name != first
 
 
 def test_making_a_builder_leaves_nothing_in_the_temp_folder(local_files, tmp_path, monkeypatch):
@@ -426,14 +440,15 @@ def test_making_a_builder_leaves_nothing_in_the_temp_folder(local_files, tmp_pat
   temp = tmp_path / "temp"
   temp.mkdir()
   monkeypatch.setattr(tempfile, "tempdir", str(temp))
-  for corpus_config in (_config().data, _local_config(local_files).data):
+  for config in (_config(), _local_config(local_files)):
+    corpus_config = data_settings(config)
     builders.make_builder(corpus_config, tmp_path / "data")
   assert list(temp.iterdir()) == []
 
 
 def test_unknown_corpus_raises(tmp_path):
   with pytest.raises(ValueError, match="unknown corpus 'europarl'"):
-    ip.load_data(_config(corpus="europarl"), tmp_path)
+    ip.load_data(data_settings(_config(corpus="europarl")), tmp_path)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "multi30k").is_dir(), reason="../shared/data is absent")
@@ -451,10 +466,10 @@ def test_multi30k_first_lines(tmp_path):
         head = list(itertools.islice(f, 200))
       (Path(local.dir) / f"{prefix}.{lang}").write_bytes(b"".join(head))
       lines[prefix, lang] = [x.decode().strip() for x in head]
-  data = ip.load_data(config, tmp_path / "work")
+  data = ip.load_data(data_settings(config), tmp_path / "work")
   assert data.stats["examples"] == {"train": 200, "valid": 200, "test": 200}
   raw = data.raw("test")
   assert [r[0] for r in raw] == lines[local.test, local.src_lang]
   assert [r[1] for r in raw] == lines[local.test, local.tgt_lang]
-  batches = list(ip.eval_batches(data, "valid", config))
+  batches = list(ip.eval_batches(data, "valid", data_settings(config)))
   assert sum(int((x["index"] >= 0).sum()) for x in batches) == 200

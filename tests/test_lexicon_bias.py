@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, random_lexicon
+from helpers import data_settings, random_batch, random_lexicon
 
 from configs import tiny
 from seq2seq import addons, lexicon, models, settings, steps
@@ -123,5 +123,5 @@ def test_train_pairs_keeps_the_first_pairs(tmp_path):
 
   cfg = tiny.get_config()
   cfg.data.train_pairs = 120
-  data = input_pipeline.load_data(cfg, tmp_path)
+  data = input_pipeline.load_data(data_settings(cfg), tmp_path)
   assert len(data.splits["train"]) == 120 and len(data.splits["valid"]) == 64

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import randomise
+from helpers import data_settings, randomise
 
 from configs import tiny
 from seq2seq import (
@@ -59,13 +59,13 @@ def config(directory, combine="concat"):
 def test_two_sources_are_read_aligned_and_packed_side_by_side(tmp_path):
   rows = write_corpus(tmp_path / "corpus")
   cfg = config(tmp_path / "corpus")
-  data = input_pipeline.load_data(cfg, tmp_path / "work")
+  data = input_pipeline.load_data(data_settings(cfg), tmp_path / "work")
   split = data.splits["train"]
   assert split.src2 is not None and len(split) == len(rows)
   assert data.src_tokenizer.decode(split.src.row(0)) == rows[0][0]
   assert data.src_tokenizer.decode(split.src2.row(0)) == rows[0][1]  # One joint vocabulary.
   cfg.data.src_vocab_size = 10  # Per source language: 4 specials + 2 x 6 words.
-  small = input_pipeline.load_data(cfg, tmp_path / "small")
+  small = input_pipeline.load_data(data_settings(cfg), tmp_path / "small")
   assert small.src_tokenizer.size == 16
   batch = input_pipeline.make_batch(split, np.array([0, 1, -1]), bucket_step=4)
   s = batch["src"].shape[1] // 2
@@ -84,7 +84,7 @@ def test_misaligned_source_files_are_one_error_line(tmp_path):
   path = tmp_path / "corpus" / "train.de"
   path.write_text(path.read_text() + "ein Satz zu viel .\n")
   with pytest.raises(ValueError, match=r"train.en has 18 lines, .*train.de has 19"):
-    input_pipeline.load_data(config(tmp_path / "corpus"), tmp_path / "work")
+    input_pipeline.load_data(data_settings(config(tmp_path / "corpus")), tmp_path / "work")
 
 
 @pytest.mark.parametrize("combine", ["concat", "gate"])
@@ -150,7 +150,7 @@ def test_a_single_source_holding_the_separator_stays_one_source(tmp_path):
   train_en.write_text(train_en.read_text().replace("the man sees", "the\x1fman sees", 1))
   cfg = config(tmp_path / "corpus")
   cfg.data.local.src_lang = "en"
-  data = input_pipeline.load_data(cfg, tmp_path / "work")
+  data = input_pipeline.load_data(data_settings(cfg), tmp_path / "work")
   src = data.raw("train")[0][0]
   assert src == rows[0][0]
   words = inference.source_tokens(src, data.src_tokenizer)
@@ -209,7 +209,7 @@ def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch
   test_de.write_text("".join(line + "\n" for line in lines))
   cfg = config(tmp_path / "corpus")
   cfg.decode.beam_size = 1
-  data = input_pipeline.load_data(cfg, tmp_path / "work")
+  data = input_pipeline.load_data(data_settings(cfg), tmp_path / "work")
   split = data.splits["test"]
   assert tok.UNK_ID in split.src2.row(0) and tok.UNK_ID not in split.src.row(0)
   state = steps.create_train_state(

@@ -52,11 +52,12 @@ def build_data(sweep: Sweep) -> list[Path]:
   for point in sweep.points:
     for run in sweep.runs(point):
       config = run.config()
-      folder = input_pipeline.data_dir(config, run.workdir).resolve()
+      data_settings = input_pipeline.DataSettings.from_config(config)
+      folder = input_pipeline.data_dir(data_settings, run.workdir).resolve()
       key = (str(folder), config.data.to_json())
       if key in built or folder.is_relative_to(run.workdir.resolve()):
         continue
-      builders.prepare_corpus(config.data, folder)
+      builders.prepare_corpus(data_settings, folder)
       built[key] = folder
   return sorted(set(built.values()))
 

@@ -107,11 +107,14 @@ def is_finished(run: Run, config: ml_collections.ConfigDict | None = None) -> bo
     if record is None or "test" not in record["results"]:
       return False
     # A converted run (`records`): its record says what it trained and evaluated.
-    if input_pipeline.has_long_test(config.data) and long not in record["results"]:
+    if (
+      input_pipeline.has_long_test(input_pipeline.DataSettings.from_config(config))
+      and long not in record["results"]
+    ):
       _cannot_evaluate_again(run)
     return record["updates"] >= config.train.num_steps
   missing = (
-    input_pipeline.has_long_test(config.data)
+    input_pipeline.has_long_test(input_pipeline.DataSettings.from_config(config))
     and not (run.workdir / "eval" / long / "results.json").exists()
   )
   if not steps:
@@ -241,7 +244,9 @@ def hypotheses(run: Run, split: str = "test") -> list[str]:
 def test_examples(run: Run) -> list[builders.Example]:
   """The test split's pairs, from the run's (built) corpus."""
   config = run.config()
-  corpus = builders.prepare_corpus(config.data, input_pipeline.data_dir(config, run.workdir))
+  data_settings = input_pipeline.DataSettings.from_config(config)
+  folder = input_pipeline.data_dir(data_settings, run.workdir)
+  corpus = builders.prepare_corpus(data_settings, folder)
   return list(corpus.read("test"))
 
 

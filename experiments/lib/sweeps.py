@@ -272,7 +272,7 @@ def references(sweep: Sweep) -> list[str]:
 def long_test_words(sweep: Sweep) -> tuple[int, int]:
   """Source words (inclusive) of the long test split the runs evaluate (`data.long_test_min_words`
   and `_max_words` of the first run); ValueError when the config has none."""
-  data = sweep.runs(sweep.points[0])[0].config().data
+  data = input_pipeline.DataSettings.from_config(sweep.runs(sweep.points[0])[0].config())
   if not input_pipeline.has_long_test(data):
     raise ValueError(
       "no long test split: set data.long_test_min_words and data.long_test_max_words"

@@ -32,9 +32,8 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
@@ -92,6 +91,40 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 # ------------------------------------------------------------------------------ synthetic corpus
 
 
+@dataclasses.dataclass(frozen=True)
+class SyntheticSettings:
+  """The `config.data.synthetic` section, typed (configs/default.py says what each means)."""
+
+  train_pairs: int
+  valid_pairs: int
+  test_pairs: int
+  vocab_size: int
+  min_len: int
+  max_len: int
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSettings:
+  """The `config.data.local` section, typed."""
+
+  dir: str
+  src_lang: str
+  tgt_lang: str
+  train: str
+  valid: str
+  test: str
+  align: str
+
+
+class CorpusSettings(Protocol):
+  """What building a corpus reads of the data settings (`input_pipeline.DataSettings`)."""
+
+  corpus: str
+  synthetic: SyntheticSettings
+  local: LocalSettings
+
+
 @dataclasses.dataclass(eq=False)
 class SyntheticConfig(tfds.core.BuilderConfig):
   """Generator settings of the embedded corpus (see `config.data.synthetic`)."""
@@ -105,7 +138,7 @@ class SyntheticConfig(tfds.core.BuilderConfig):
   seed: int = 0
 
   @classmethod
-  def from_settings(cls, settings: ml_collections.ConfigDict) -> SyntheticConfig:
+  def from_settings(cls, settings: SyntheticSettings) -> SyntheticConfig:
     """Builds the config from `config.data.synthetic`; the name encodes every field."""
     s = settings
     generator = _short_hash(inspect.getsource(synthetic))[:8]
@@ -181,7 +214,7 @@ class LocalTextConfig(tfds.core.BuilderConfig):
   prefixes: tuple[tuple[str, str], ...] = ()  # (pipeline split, file prefix) pairs.
 
   @classmethod
-  def from_settings(cls, settings: ml_collections.ConfigDict) -> LocalTextConfig:
+  def from_settings(cls, settings: LocalSettings) -> LocalTextConfig:
     """Builds the config from `config.data.local`, checking that every file exists.
 
     The name encodes the languages, the prefixes and a hash of the files' resolved paths and
@@ -194,7 +227,7 @@ class LocalTextConfig(tfds.core.BuilderConfig):
     """
     s = settings
     directory = Path(s.dir).expanduser().resolve()
-    prefixes = tuple((split, str(s[split])) for split in SPLITS)
+    prefixes = tuple((split, str(getattr(s, split))) for split in SPLITS)
     config = cls(
       name="unnamed",
       description=f"Parallel text from {directory}.",
@@ -418,7 +451,7 @@ _FEATURE_KEYS: dict[str, dict[str, str]] = {
 
 
 def make_builder(
-  data_config: ml_collections.ConfigDict, data_dir: str | os.PathLike[str]
+  data_config: CorpusSettings, data_dir: str | os.PathLike[str]
 ) -> tfds.core.DatasetBuilder:
   """The builder of `data_config.corpus` under `data_dir` (not yet prepared)."""
   data_dir = os.fspath(data_dir)
@@ -438,9 +471,7 @@ def make_builder(
   raise ValueError(f"unknown corpus {corpus!r}; known corpora: {tuple(_FEATURE_KEYS)}")
 
 
-def prepare_corpus(
-  data_config: ml_collections.ConfigDict, data_dir: str | os.PathLike[str]
-) -> Corpus:
+def prepare_corpus(data_config: CorpusSettings, data_dir: str | os.PathLike[str]) -> Corpus:
   """Builds `data_config.corpus` under `data_dir` unless already built; returns its reader.
 
   Raises:
