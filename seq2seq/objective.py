@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import models, registry, structures, tokenizer
+from seq2seq import input_pipeline, models, registry, structures, tokenizer
 from seq2seq import softmax as softmax_lib
 
 
@@ -220,18 +220,18 @@ class Term(abc.ABC):
   penalty: ClassVar[bool] = False
 
   @classmethod
-  def implied(cls, config: ml_collections.ConfigDict) -> bool:
-    """Whether a run under `config` has this term without `train.loss_terms` naming it."""
+  def implied(cls, run: ObjectiveSettings) -> bool:
+    """Whether a run with these settings has this term without `train.loss_terms` naming it."""
     return False
 
   @classmethod  # noqa: B027 (an optional hook)
-  def check(cls, config: ml_collections.ConfigDict) -> None:
+  def check(cls, run: ObjectiveSettings) -> None:
     """Raises ValueError (one line) when `train.loss_terms` names the term for a run it does
     not apply to."""
 
   @classmethod
-  def build(cls, settings: Any, config: ml_collections.ConfigDict) -> Term:
-    """The term with its settings (and whatever else of `config` it reads)."""
+  def build(cls, settings: Any, run: ObjectiveSettings) -> Term:
+    """The term with its settings (and whatever else of the run's settings it reads)."""
     return cls(settings)
 
   def init_state(self) -> Any:
@@ -258,10 +258,37 @@ names = REGISTRY.names  # The registered terms, in registration order (the order
 get = REGISTRY.get  # The term class registered under a name.
 
 
-def _require_attention(config: ml_collections.ConfigDict, term: str) -> None:
-  if config.model.name in models.ENCDEC_NAMES:
+@dataclasses.dataclass(frozen=True)
+class ObjectiveSettings:
+  """What the objective and its terms read of a run's settings: the typed model section and the
+  train and data fields below. `from_config` builds it once from a run's config."""
+
+  model: models.ModelSettings
+  label_smoothing: float = 0.0
+  loss_normalization: str = "tokens"
+  loss_terms: str = ""
+  softmax: str = "full"
+  tokenizer: str = "word"  # `data.tokenizer`: gold links index words.
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> ObjectiveSettings:
+    """The objective's settings of a run's config (`settings.validate` checks the values)."""
+    t = config.train
+    sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
+    return cls(
+      models.ModelSettings.from_config(config.model, sources),
+      float(t.label_smoothing),
+      str(t.loss_normalization),
+      str(t.loss_terms),
+      str(t.softmax),
+      str(config.data.tokenizer),
+    )
+
+
+def _require_attention(run: ObjectiveSettings, term: str) -> None:
+  if run.model.name in models.ENCDEC_NAMES:
     raise ValueError(
-      f"train.loss_terms: {term} reads the attention, which model.name={config.model.name} lacks"
+      f"train.loss_terms: {term} reads the attention, which model.name={run.model.name} lacks"
     )
 
 
@@ -274,12 +301,12 @@ class CrossEntropy(Term):
   copy: bool = False  # The logits span the extended vocabulary V + S (`model.copy`).
 
   @classmethod
-  def implied(cls, config):
+  def implied(cls, run):
     return True
 
   @classmethod
-  def build(cls, settings, config):
-    return cls(config.train.label_smoothing, bool(config.model.copy))
+  def build(cls, settings, run):
+    return cls(run.label_smoothing, run.model.copy)
 
   def __call__(self, p: DirectionPass, ctx):
     vocab = p.logits.shape[-1] - p.batch["src"].shape[1] if self.copy else None
@@ -305,8 +332,8 @@ class Fertility(Term):
   settings: Settings = Settings()
 
   @classmethod
-  def check(cls, config):
-    _require_attention(config, "fertility")
+  def check(cls, run):
+    _require_attention(run, "fertility")
 
   def __call__(self, p: DirectionPass, ctx):
     penalty = fertility_loss(
@@ -337,9 +364,9 @@ class Supervision(Term):
   settings: Settings = Settings()
 
   @classmethod
-  def check(cls, config):
-    _require_attention(config, "supervision")
-    if config.data.tokenizer != "word":
+  def check(cls, run):
+    _require_attention(run, "supervision")
+    if run.tokenizer != "word":
       raise ValueError(
         "train.loss_terms: supervision needs data.tokenizer=word (gold links index words)"
       )
@@ -375,8 +402,8 @@ class Reinforce(Term):
   settings: Settings = Settings()
 
   @classmethod
-  def implied(cls, config):
-    return config.model.name != "agreement" and _sampled(config)
+  def implied(cls, run):
+    return run.model.name != "agreement" and _sampled(run)
 
   def init_state(self):
     return jnp.zeros((), jnp.float32)  # float32 scalar: the reward baseline b.
@@ -390,11 +417,11 @@ class Reinforce(Term):
     return kept, {"baseline": kept}
 
   @classmethod
-  def check(cls, config):
-    if not cls.implied(config):
+  def check(cls, run):
+    if not cls.implied(run):
       raise ValueError(
         "train.loss_terms: reinforce trains attention that samples its positions "
-        f"(model.attention=hard), not model.attention={config.model.attention!r}"
+        f"(model.attention=hard), not model.attention={str(run.model.attention)!r}"
       )
 
   def __call__(self, p: DirectionPass, ctx):
@@ -418,9 +445,9 @@ class Reinforce(Term):
     return surrogate - jax.lax.stop_gradient(surrogate), {"reward": mean_reward}
 
 
-def _sampled(config: ml_collections.ConfigDict) -> bool:
-  return config.model.name not in models.ENCDEC_NAMES and (
-    structures.get(structures.spec(config.model.attention).name).sampled
+def _sampled(run: ObjectiveSettings) -> bool:
+  return run.model.name not in models.ENCDEC_NAMES and (
+    structures.get(run.model.attention.name).sampled
   )
 
 
@@ -441,12 +468,12 @@ class AgreementBonus(Term):
   settings: Settings = Settings()
 
   @classmethod
-  def implied(cls, config):
-    return config.model.name == "agreement"
+  def implied(cls, run):
+    return run.model.name == "agreement"
 
   @classmethod
-  def check(cls, config):
-    if not cls.implied(config):
+  def check(cls, run):
+    if not cls.implied(run):
       raise ValueError(
         "train.loss_terms: agreement joins the two directions of model.name=agreement"
       )
@@ -475,24 +502,29 @@ class Objective:
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Objective:
-    """Every registered term that `config` turns on, in registration order."""
-    normalization = config.train.loss_normalization
+    """The objective of a run's config (`build` of its `ObjectiveSettings`)."""
+    return cls.build(ObjectiveSettings.from_config(config))
+
+  @classmethod
+  def build(cls, run: ObjectiveSettings) -> Objective:
+    """Every registered term that the run's settings turn on, in registration order."""
+    normalization = run.loss_normalization
     if normalization not in LOSS_NORMALIZATIONS:
       raise ValueError(
         f"train.loss_normalization={normalization!r} is not one of {LOSS_NORMALIZATIONS}"
       )
-    if normalization != "tokens" and config.model.name == "agreement":
+    if normalization != "tokens" and run.model.name == "agreement":
       raise ValueError("model.name=agreement trains with train.loss_normalization='tokens'")
-    listed = {spec.name: spec.settings for spec in REGISTRY.specs(config.train.loss_terms)}
+    listed = {spec.name: spec.settings for spec in REGISTRY.specs(run.loss_terms)}
     terms = []
     for name in names():
       term = get(name)
       if name in listed:
-        term.check(config)
-        terms.append(term.build(listed[name], config))
-      elif term.implied(config):
-        terms.append(term.build(term.Settings(), config))
-    return cls(tuple(terms), normalization, softmax_lib.make(config.train.softmax))
+        term.check(run)
+        terms.append(term.build(listed[name], run))
+      elif term.implied(run):
+        terms.append(term.build(term.Settings(), run))
+    return cls(tuple(terms), normalization, softmax_lib.make(run.softmax))
 
   def term(self, name: str) -> Term | None:
     """The configured term registered as `name`, or None."""
