@@ -73,6 +73,37 @@ ABOUT: dict[str, tuple[str, str]] = {
     "Intra-attention on Multi30k",
     "The decoder attending over its own earlier states, against the plain model.",
   ),
+  "multi30k_luong": (
+    "Luong et al.'s Table 4 on Multi30k",
+    "Luong, Pham and Manning (2015)'s decoder (two LSTM layers, input feeding) with global "
+    "attention (location, dot, general) and local-m and local-p attention (dot, general), "
+    "three seeds each; everything but the decoder as in the score study.",
+  ),
+  "multi30k_luong_scores": (
+    "The six score functions in Luong's decoder",
+    "The score study repeated with Luong et al.'s decoder, queried by the new top-layer state "
+    "h_t instead of s_{i-1}: whether the ranking of the scores depends on the decoder.",
+  ),
+  "multi30k_normalisers": (
+    "Attention normalisers in the paper's decoder",
+    "Softmax, sparsemax and 1.5-entmax with the additive score, three seeds each.",
+  ),
+  "multi30k_luong_normalisers": (
+    "Attention normalisers in Luong's decoder",
+    "Softmax, sparsemax and 1.5-entmax with the additive score in Luong et al.'s decoder.",
+  ),
+  "multi30k_luong_none": (
+    "Luong's decoder without attention",
+    "The ladder's first rung: the fixed summary of the encoder in place of the context.",
+  ),
+  "multi30k_luong_feeding": (
+    "Input feeding in Luong's decoder",
+    "Global location attention with and without feeding h~_{t-1} to the next step.",
+  ),
+  "multi30k_luong_depth": (
+    "One or two layers in Luong's decoder",
+    "Local-p attention with the general score in a decoder of one and of two LSTM layers.",
+  ),
   "multi30k_decoding": (
     "Decoding choices on Multi30k",
     "Beam, length normalisation, checkpoint averaging, ensembles and shortlists, decoded from "
@@ -895,13 +926,32 @@ def sharpness_conclusion(study: Path) -> list[str]:
   return out
 
 
+# Studies whose points repeat another study's with one thing changed: the other study and how
+# the sentence names it (the en→de score study against the en→fr one; the score study and the
+# normalisers in Luong's decoder against the paper's decoder).
+COUNTERPARTS = {
+  "multi30k_scores_en_de": ("multi30k_scores", "into French"),
+  "multi30k_luong_scores": ("multi30k_scores", "in the paper's decoder"),
+  "multi30k_luong_normalisers": ("multi30k_normalisers", "in the paper's decoder"),
+}
+
+
+def _counterpart(study: Path) -> tuple[dict[str, Any], str] | None:
+  """The counterpart study's report and its name in a sentence, where it has one."""
+  if study.name not in COUNTERPARTS:
+    return None
+  name, words = COUNTERPARTS[study.name]
+  path = RESULTS / name / "sweep.json"
+  return (json.loads(path.read_text()), words) if path.exists() else None
+
+
 def transfer_conclusion(study: Path, report: Mapping[str, Any]) -> list[str]:
-  """Whether the ranking of a study's points matches that of the same points in another study
-  on the other language pair (the en→de score study against the en→fr one)."""
-  other = RESULTS / "multi30k_scores"
-  if study.name != "multi30k_scores_en_de" or not (other / "sweep.json").exists():
+  """Whether the ranking of a study's points matches that of the same points in its counterpart
+  study (`COUNTERPARTS`)."""
+  found = _counterpart(study)
+  if found is None:
     return []
-  there = json.loads((other / "sweep.json").read_text())
+  there, words = found
   here_order = [n for n, _ in ranking(report["configurations"])]
   there_order = [n for n, _ in ranking(there["configurations"])]
   swapped = [
@@ -916,9 +966,58 @@ def transfer_conclusion(study: Path, report: Mapping[str, Any]) -> list[str]:
     else "the same order but for " + ", ".join(f"`{a}` and `{b}`" for a, b in swapped)
   )
   return [
-    f"Ranked by mean test BLEU the points stand in {same} as into French "
+    f"Ranked by mean test BLEU the points stand in {same} as {words} "
     f"({', '.join(there_order)} there; {', '.join(here_order)} here)."
   ]
+
+
+def counterpart_table(study: Path, report: Mapping[str, Any]) -> list[str]:
+  """The points this study shares with its counterpart side by side: mean ± sd test BLEU and,
+  where both have them, twin peaks and the share of zero attention weights, with each side's
+  rank by test BLEU."""
+  found = _counterpart(study)
+  if found is None:
+    return []
+  there, words = found
+  mine = {r["name"]: r for r in report["configurations"]}
+  theirs = {r["name"]: r for r in there["configurations"]}
+  shared = [n for n in mine if n in theirs]
+  if not shared:
+    return []
+  rank = lambda rows: {n: i + 1 for i, (n, _) in enumerate(ranking(rows))}
+  rank_here = rank([mine[n] for n in shared])
+  rank_there = rank([theirs[n] for n in shared])
+  both = lambda key: all(
+    r.get(f"{key}_mean") is not None for n in shared for r in (mine[n], theirs[n])
+  )
+  extra = [(k, t, d) for k, t, d in EXTRA_COLUMNS if both(k)]
+  header = ["point", f"test BLEU {words}", "rank", "test BLEU here", "rank"]
+  for _, label, _ in extra:
+    header += [f"{label} {words}", f"{label} here"]
+  cells = []
+  for n in shared:
+    row = [n, mean_sd(theirs[n], "bleu"), str(rank_there[n]), mean_sd(mine[n], "bleu")]
+    row.append(str(rank_here[n]))
+    for key, _, digits in extra:
+      row += [mean_sd(theirs[n], key, digits), mean_sd(mine[n], key, digits)]
+    cells.append(row)
+  source = COUNTERPARTS[study.name][0]
+  return [
+    f"## Beside `{source}`",
+    "",
+    *reports.table(header, cells),
+    "",
+    f"The points both studies trained, mean ± sd over seeds; ranks by mean test BLEU among these "
+    f"points on each side. `{source}` is the same study {words}.",
+    "",
+  ]
+
+
+# The attention figures a counterpart table shows where both studies have them.
+EXTRA_COLUMNS = (
+  ("identical_word_peaks", "twin peaks", 3),
+  ("attention_zero_share", "zero weights", 3),
+)
 
 
 def paper_conclusion(study: Path) -> list[str]:
@@ -1012,6 +1111,7 @@ def study_page(study: Path, out: Path = OUT) -> str:
   sweep_like = report is not None and bool(report.get("configurations"))
   if sweep_like:
     lines += results_table(report)
+    lines += counterpart_table(study, report)
     lines += significance(report, recs)
     lines += learning(report, study, page)
     lines += per_run(recs)
