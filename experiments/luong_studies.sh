@@ -10,9 +10,9 @@
 # another, on the score study's corpus files, exactly as the Bahdanau-decoder points were: the
 # decoder is the only difference between the two sides of the cross.
 #
-#     bash experiments/luong_studies.sh [table4|cross|normalisers|ladder]...
+#     bash experiments/luong_studies.sh [table4|cross|normalisers|ladder|alignment]...
 #
-# With no argument all four run, in that order (the order of the issue's measurements by what
+# With no argument all five run, in that order (the order of the issue's measurements by what
 # they need: the cross and the ladder reuse Table 4's points).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,5 +91,25 @@ ladder() {
     --grid "model.decoder=$FED2,$FED1"
 }
 
-[ $# -gt 0 ] || set -- table4 cross normalisers ladder
+# 5. AER on the embedded corpus, which has gold alignments (Luong et al.'s Table 6 reports AER
+# for their variants): the normalisers in both decoders at the embedded studies' plateau budget
+# and cpu preset (experiments/embedded_studies.sh; softmax in the paper's decoder is the
+# embedded score study's additive baseline, linked).
+EMBEDDED=(--config=configs/demo.py --seeds 0,1,2 --training sequential --launcher=local
+  --set model.emb_dim=64 --set model.enc_hidden=64 --set model.dec_hidden=128
+  --set model.attn_dim=64 --set model.maxout_dim=64 --set model.init=glorot
+  --set train.learning_rate=3e-3 --set data.synthetic.max_len=80 --set data.max_len=30
+  --set data.synthetic.train_pairs=20000 --set data.synthetic.valid_pairs=200
+  --set data.synthetic.test_pairs=1000 --set data.long_test_min_words=40
+  --set data.long_test_max_words=80 --set train.log_every=80 --set decode.num_heatmaps=2
+  --set train.num_steps=8000 --set train.eval_every=500 --set train.checkpoint_every=500
+  --set train.keep_checkpoints=2 --set train.valid_bleu=true)
+alignment() {
+  link $RESULTS/embedded_normalisers "decoder=paper+normaliser=softmax" "embedded_scores/runs/additive"
+  sweep "${EMBEDDED[@]}" --out $RESULTS/embedded_normalisers \
+    --grid "model.decoder=paper,luong(cell=lstm, layers=2, input_feeding=true)" \
+    --grid model.normaliser=softmax,sparsemax,entmax15
+}
+
+[ $# -gt 0 ] || set -- table4 cross normalisers ladder alignment
 for study in "$@"; do "$study"; done
