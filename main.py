@@ -6,7 +6,7 @@ explorer again.
       --config.model.score=dot
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=eval
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=translate --input=in.txt \
-      --output=out.txt --alignments=att.jsonl [--nbest=5]
+      --output=out.txt --alignments=att.jsonl [--nbest=5] [--word_alignments=out.align]
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=score --input=src.txt \
       --reference=tgt.txt --output=scores.jsonl
   python main.py --mode=report --workdir=runs/demo [--compare=runs/other]
@@ -37,6 +37,18 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("output", "-", "translate/score: where the output goes (- = stdout).")
 flags.DEFINE_string("alignments", None, "translate/score: optional JSON-lines file of attention.")
+flags.DEFINE_string(
+  "word_alignments",
+  None,
+  "translate/score: optional file of hard word alignments in Pharaoh format (i-j, source and "
+  "target word indices), one line per output line.",
+)
+flags.DEFINE_float(
+  "alignment_threshold",
+  0.0,
+  "translate/score: with --word_alignments, every link of at least this attention weight; 0: "
+  "one link per target word, to its most attended source word.",
+)
 flags.DEFINE_integer("nbest", 0, "translate: write the N best per line as an n-best list.")
 flags.DEFINE_string("reference", None, "score: the given translations, one per --input line.")
 flags.DEFINE_string("compare", None, "report: a second run's workdir, shown beside this one.")
@@ -61,6 +73,8 @@ def main(argv):
       output_path=FLAGS.output,
       alignments_path=FLAGS.alignments,
       nbest=FLAGS.nbest,
+      links_path=FLAGS.word_alignments,
+      links_threshold=FLAGS.alignment_threshold,
       reference_path=FLAGS.reference,
       compare=FLAGS.compare,
       as_json=FLAGS.json,

@@ -42,6 +42,8 @@ def run(
   output_path: str = "-",
   alignments_path: str | None = None,
   nbest: int = 0,
+  links_path: str | None = None,
+  links_threshold: float = 0.0,
   reference_path: str | None = None,
   compare: str | None = None,
   as_json: bool = False,
@@ -64,10 +66,15 @@ def run(
     return 1
   if mode == "report":  # Reads files only: nothing to log, nothing written beside the report.
     return _guarded(lambda: _report(workdir, compare))
+  links = {"links_path": links_path, "links_threshold": links_threshold}
   if mode == "translate":
-    job = lambda: _translate(config, workdir, input_path, output_path, alignments_path, nbest)
+    job = lambda: _translate(
+      config, workdir, input_path, output_path, alignments_path, nbest, links
+    )
   elif mode == "score":
-    job = lambda: _score(config, workdir, input_path, reference_path, output_path, alignments_path)
+    job = lambda: _score(
+      config, workdir, input_path, reference_path, output_path, alignments_path, links
+    )
   else:
     job = lambda: _train_or_eval(mode, config, workdir, as_json)
 
@@ -169,11 +176,13 @@ def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval"
   return f"{table}\n\n{console.where_to_look(workdir, list(results), prefix)}"
 
 
-def _translate(config, workdir: Path, input_path, output_path, alignments_path, nbest) -> None:
+def _translate(
+  config, workdir: Path, input_path, output_path, alignments_path, nbest, links
+) -> None:
   from seq2seq import translate
 
   counts = translate.translate_file(
-    config, workdir, input_path, output_path, alignments_path, nbest
+    config, workdir, input_path, output_path, alignments_path, nbest, **links
   )
   logging.info("translated: %s", counts)
   console.say(
@@ -183,11 +192,11 @@ def _translate(config, workdir: Path, input_path, output_path, alignments_path, 
   )
 
 
-def _score(config, workdir: Path, input_path, reference_path, output_path, alignments_path):
+def _score(config, workdir: Path, input_path, reference_path, output_path, alignments_path, links):
   from seq2seq import translate
 
   counts = translate.score_file(
-    config, workdir, input_path, reference_path, output_path, alignments_path
+    config, workdir, input_path, reference_path, output_path, alignments_path, **links
   )
   logging.info("scored: %s", counts)
   console.say(f"scored: {counts}")

@@ -66,6 +66,33 @@ def with_text(
   return dataclasses.replace(hyp, text=text, tokens=tokens)
 
 
+def word_links(
+  attention: np.ndarray,
+  src_ids: Sequence[int],
+  out_tokens: Sequence[str],
+  src_tok: tok.Tokenizer,
+  tgt_tok: tok.Tokenizer,
+  threshold: float = 0.0,
+) -> list[metrics.Link]:
+  """Hard word alignments of one sentence pair, (source word, target word) sorted: the attention
+  between tokens (rows: the output tokens, then EOS; columns: the source tokens, then EOS)
+  mapped to words as AER reads it (`metrics.pieces_to_words`: pieces merged, EOS left out),
+  then one link per target word to its highest-weighted source word (`threshold` 0), or every
+  link of weight at least `threshold`."""
+  src_spans = metrics.id_spans(src_tok, list(src_ids)[: max(attention.shape[1] - 1, 0)])
+  words = metrics.pieces_to_words(
+    np.asarray(attention), metrics.token_spans(tgt_tok, list(out_tokens)), src_spans
+  )
+  if threshold > 0:
+    return sorted(metrics.threshold_links(words, threshold))
+  return sorted(metrics.argmax_links(words))
+
+
+def pharaoh(links: Sequence[metrics.Link]) -> str:
+  """Links in Pharaoh format: "i-j" (source word i, target word j) separated by spaces."""
+  return " ".join(f"{s}-{t}" for s, t in links)
+
+
 def output_text(
   tr: Hypothesis,
   src_text: str,

@@ -50,6 +50,7 @@ from seq2seq import (
   files,
   inference,
   input_pipeline,
+  models,
   scores,
   settings,
 )
@@ -325,6 +326,9 @@ def translate_file(
   output_path: str,
   alignments_path: str | None = None,
   nbest: int = 0,
+  *,
+  links_path: str | None = None,
+  links_threshold: float = 0.0,
 ) -> dict[str, int]:
   """Translates `input_path` with the run in `workdir` (best checkpoint, else latest).
 
@@ -332,13 +336,16 @@ def translate_file(
   output) and, when `alignments_path` is given, one JSON object per line with `source`, `target`
   and `attention` (a list per output word, EOS included, of weights over the source words and
   EOS). With `nbest=N` writes the n-best list (`nbest_lines`) and one such JSON object per
-  n-best line, with its `index` and `rank` (0: the best) added. Returns counts: lines, empty,
-  invalid_utf8, truncated, too_long (untranslated: `translate_lines`).
+  n-best line, with its `index` and `rank` (0: the best) added. With `links_path`, hard word
+  alignments in Pharaoh format, one line per output line (`word_links`: argmax, or the links of
+  weight at least `links_threshold`). Returns counts: lines, empty, invalid_utf8, truncated,
+  too_long (untranslated: `translate_lines`).
   """
   settings.validate(config)  # Before loading anything.
   if nbest:
     decode.check_nbest(nbest, int(config.decode.beam_size))
-  for path in (output_path, alignments_path):
+  check_links(config, links_path, links_threshold)
+  for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
   lines, invalid = read_sources(
@@ -372,8 +379,34 @@ def translate_file(
   _write(output_path, text)
   if alignments_path:
     _write_jsonl(alignments_path, records)
+  if links_path:  # A line per output line: per n-best line (a blank input's one too).
+    shown = [(i, h) for i, hyps in enumerate(found) for h in hyps[: max(nbest, 1)] or [None]]
+    pharaoh = [
+      "" if h is None else _links(t, lines[i], h.attention, h.tokens, links_threshold)
+      for i, h in shown
+    ]
+    _write(links_path, "".join(line + "\n" for line in pharaoh))
   empty = sum(not hyps for hyps in found)
   return {"lines": len(lines), "empty": empty, "invalid_utf8": invalid, **skipped}
+
+
+def check_links(config: ml_collections.ConfigDict, path: str | None, threshold: float) -> None:
+  """Refuses, in one line, word alignments that the run or the threshold cannot give."""
+  if not path:
+    return
+  if not 0.0 <= threshold <= 1.0:
+    raise ValueError(f"--alignment_threshold must be in [0, 1] (0: argmax), got {threshold}")
+  if config.model.name in models.ENCDEC_NAMES:
+    raise ValueError(f"word alignments read the attention: model.name={config.model.name} has none")
+  if input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config)) > 1:
+    raise ValueError("word alignments name one source's words: this run reads two sources")
+
+
+def _links(t: Translator, line: str, attention, out_tokens, threshold: float) -> str:
+  """The Pharaoh line of one output of source `line` (`inference.word_links`)."""
+  src_ids = _encode_sources(t, line)[0]
+  links = inference.word_links(attention, src_ids, out_tokens, t.src_tok, t.tgt_tok, threshold)
+  return inference.pharaoh(links)
 
 
 def score_record(index: int, scored: Scored) -> dict[str, Any]:
@@ -398,16 +431,22 @@ def score_file(
   reference_path: str,
   output_path: str = "-",
   alignments_path: str | None = None,
+  *,
+  links_path: str | None = None,
+  links_threshold: float = 0.0,
 ) -> dict[str, int]:
   """Scores each line of `reference_path` as the translation of the same line of `input_path`
   with the run in `workdir`: one `score_record` per pair to `output_path` ("-" for standard
   output) and, with `alignments_path`, one JSON object per pair with `source`, `target` and the
   teacher-forced `attention` (a list per target token, EOS included, over the source tokens and
-  EOS; [] when not scored). Files of different line counts are refused before the model loads.
-  Returns counts: pairs, scored, unscored, invalid_utf8.
+  EOS; [] when not scored). With `links_path`, the pairs' hard word alignments in Pharaoh
+  format, one line per pair, as `translate_file` writes them (empty when not scored). Files of
+  different line counts are refused before the model loads. Returns counts: pairs, scored,
+  unscored, invalid_utf8.
   """
   settings.validate(config)  # Before loading anything.
-  for path in (output_path, alignments_path):
+  check_links(config, links_path, links_threshold)
+  for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
   sources, invalid_src = read_sources(
@@ -422,7 +461,8 @@ def score_file(
   invalid = invalid_src + invalid_tgt
   if invalid:
     logging.warning("%d lines held invalid UTF-8 (decoded with replacements)", invalid)
-  results = score_lines(Translator(config, workdir), sources, targets)
+  t = Translator(config, workdir)
+  results = score_lines(t, sources, targets)
   _write_jsonl(output_path, [score_record(i, r) for i, r in enumerate(results)])
   if alignments_path:
     attention = lambda r: np.round(r.attention, 4).tolist() if r.error is None else []
@@ -431,6 +471,12 @@ def score_file(
       for s, t, r in zip(sources, targets, results, strict=True)
     ]
     _write_jsonl(alignments_path, records)
+  if links_path:
+    pharaoh = [
+      "" if r.error else _links(t, source, r.attention, r.tokens[:-1], links_threshold)
+      for source, r in zip(sources, results, strict=True)
+    ]
+    _write(links_path, "".join(line + "\n" for line in pharaoh))
   unscored = sum(r.error is not None for r in results)
   return {
     "pairs": len(results),

@@ -266,3 +266,65 @@ def test_a_line_too_long_to_decode_is_left_empty_and_named_the_others_translated
   lines = out.read_text().split("\n")[:-1]
   alone = [h[0].text for h in seq2seq.load(trained).translate(short)]
   assert lines == [alone[0], "", alone[1]]
+
+
+@pytest.mark.slow
+def test_word_alignments_give_the_evaluations_aer_and_follow_the_nbest_list(trained, tmp_path):
+  """Forced scoring's Pharaoh links of the test split are the links the evaluation's AER counted
+  (argmax, and with a threshold: the same AER); translate writes one line per n-best line, each
+  link inside its sentence pair's words."""
+  from seq2seq import evaluation, metrics
+  from seq2seq import runtime as rt
+
+  raw = rt.load_data(checkpoints.load_config(trained), trained).raw("test")
+  (tmp_path / "src.txt").write_text("".join(r[0] + "\n" for r in raw))
+  (tmp_path / "ref.txt").write_text("".join(r[1] + "\n" for r in raw))
+  results = json.loads((trained / "eval" / "test" / "results.json").read_text())
+  gold = evaluation.gold_links(raw)
+  for threshold, key in (("0", "aer"), ("0.3", "aer_threshold")):
+    links = tmp_path / f"links_{threshold}.txt"
+    run_main(
+      trained,
+      "--config.train.num_steps=20",
+      "--mode=score",
+      f"--input={tmp_path}/src.txt",
+      f"--reference={tmp_path}/ref.txt",
+      f"--output={tmp_path}/scores.jsonl",
+      f"--word_alignments={links}",
+      f"--alignment_threshold={threshold}",
+    )
+    parsed = [
+      {tuple(int(i) for i in pair.split("-")) for pair in line.split()}
+      for line in links.read_text().split("\n")[:-1]
+    ]
+    assert len(parsed) == len(raw)
+    assert metrics.alignment_error_rate(parsed, gold) == pytest.approx(results[key], abs=1e-12)
+  run_main(
+    trained,
+    "--config.train.num_steps=20",
+    "--mode=translate",
+    f"--input={tmp_path}/src.txt",
+    f"--output={tmp_path}/nbest.txt",
+    f"--nbest={NBEST}",
+    f"--word_alignments={tmp_path}/nbest.align",
+  )
+  entries = read_nbest(tmp_path / "nbest.txt")
+  lines = (tmp_path / "nbest.align").read_text().split("\n")[:-1]
+  assert len(lines) == len(entries) > len(raw)
+  for (index, text, _, _), line in zip(entries, lines, strict=True):
+    pairs = [tuple(int(i) for i in pair.split("-")) for pair in line.split()]
+    assert len(pairs) == len(text.split())  # Argmax: one link per target word.
+    assert all(s < len(raw[index][0].split()) and t < len(text.split()) for s, t in pairs)
+
+
+def test_word_alignments_refuse_what_they_cannot_give(trained, tmp_path):
+  proc = run_main(
+    trained,
+    "--config.train.num_steps=20",
+    "--mode=translate",
+    f"--word_alignments={tmp_path}/x.align",
+    "--alignment_threshold=1.5",
+    check=False,
+  )
+  assert proc.returncode == 1 and "--alignment_threshold must be in [0, 1]" in proc.stderr
+  assert not (tmp_path / "x.align").exists()
