@@ -365,3 +365,44 @@ def data_settings(config):
   from seq2seq import input_pipeline
 
   return input_pipeline.DataSettings.from_config(config)
+
+
+def check_trains(cfg, batch, vocab: int, steps: int = 8, **state_args) -> None:
+  """`steps` train steps of `cfg` on one batch (from `random_batch`) give finite losses that
+  fall, and the parameters stay float32 whatever the compute dtype."""
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+
+  from seq2seq import steps as steps_lib
+
+  state = steps_lib.create_train_state(cfg, jax.random.key(0), vocab, vocab, **state_args)
+  b = {k: jnp.asarray(v) for k, v in batch.items()}
+  step = jax.jit(functools.partial(steps_lib.train_step, config=cfg))
+  losses = []
+  for i in range(steps):
+    state, metrics = step(state, b, jax.random.key(i))
+    losses.append(float(metrics["loss"]))
+  assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+
+
+def float64(x) -> np.ndarray:
+  """A parameter's (or array's) value in float64."""
+  return np.asarray(x[...], np.float64)
+
+
+def reference_cell_step(cell, kind: str, state, x_proj: np.ndarray):
+  """One step of a `layers.GRUCell` or `layers.LSTMCell` (`kind` "gru" or "lstm") in float64,
+  as the equations write it, from its projected input x_proj: the new state, h or (h, c)."""
+  sigmoid = lambda x: 1.0 / (1.0 + np.exp(-x))
+  if kind == "lstm":
+    h, c = state
+    i, f, g, o = np.split(x_proj + h @ float64(cell.u.kernel), 4)
+    c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    return sigmoid(o) * np.tanh(c), c
+  d = state.shape[0]
+  zr = sigmoid(x_proj[: 2 * d] + state @ float64(cell.u_zr.kernel))
+  z, r = zr[:d], zr[d:]
+  return (1 - z) * state + z * np.tanh(x_proj[2 * d :] + (r * state) @ float64(cell.u_h.kernel))

@@ -2,17 +2,14 @@
 the reversed source, residual connections, against a float64 loop over each sentence's real
 words written here; and every combination in both decoders."""
 
-import functools
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise
+from helpers import check_trains, random_batch, randomise, reference_cell_step
 
 from configs import tiny
-from seq2seq import models, settings, steps
+from seq2seq import models, settings
 
 VOCAB = 50
 
@@ -28,15 +25,7 @@ def _sigmoid(x):
 def _step(cell, kind, state, x):
   """One step of `cell` on the input x [I] (its projection included): the new state."""
   x_proj = x @ _param(cell.project.kernel) + _param(cell.project.bias)
-  if kind == "lstm":
-    h, c = state
-    i, f, g, o = np.split(x_proj + h @ _param(cell.u.kernel), 4)
-    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-    return _sigmoid(o) * np.tanh(c), c
-  d = state.shape[0]
-  zr = _sigmoid(x_proj[: 2 * d] + state @ _param(cell.u_zr.kernel))
-  z, r = zr[:d], zr[d:]
-  return (1 - z) * state + z * np.tanh(x_proj[2 * d :] + (r * state) @ _param(cell.u_h.kernel))
+  return reference_cell_step(cell, kind, state, x_proj)
 
 
 def _run(cell, kind, xs, backwards):
@@ -130,14 +119,7 @@ def test_every_encoder_decodes_as_it_trains_in_both_decoders(encoder, decoder):
 def test_stacked_encoders_train_in_bfloat16_with_dropout_between_layers(encoder):
   cfg = _config(encoder, "luong(layers=2)", dtype="bfloat16", dropout=0.2)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  batch = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB).items()}
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
-  losses = []
-  for i in range(8):
-    state, metrics = step(state, batch, jax.random.key(i))
-    losses.append(float(metrics["loss"]))
-  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+  check_trains(cfg, random_batch(seed=3, vocab=VOCAB), VOCAB)
 
 
 def test_encoder_settings_are_checked():

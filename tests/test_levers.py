@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, random_lexicon, randomise
+from helpers import check_trains, random_batch, random_lexicon, randomise
 
 from configs import tiny
 from experiments.lib import configs
@@ -101,15 +101,7 @@ def _bfloat16_config(overrides):
 
 def _trains_in_bfloat16(cfg, batch, **state_args):
   """Eight bfloat16 train steps on one batch: finite losses that fall, float32 parameters."""
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB, **state_args)
-  b = {k: jnp.asarray(v) for k, v in batch.items()}
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
-  losses = []
-  for i in range(8):
-    state, metrics = step(state, b, jax.random.key(i))
-    losses.append(float(metrics["loss"]))
-  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+  check_trains(cfg, batch, VOCAB, **state_args)
 
 
 @pytest.mark.parametrize(

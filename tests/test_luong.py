@@ -3,7 +3,6 @@ here from the paper's equations: stacked cells run first, attention from the top
 Luong's scores (dot, general, concat = additive, location) and windows (local-m, local-p),
 h~_t = tanh(W_c [c_t ; h_t]), logits = W_s h~_t, and h~_{t-1} fed to the next step's input."""
 
-import functools
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +12,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import check_scores_match_search, final_params, random_batch, randomise, run_main
+from helpers import (
+  check_scores_match_search,
+  check_trains,
+  final_params,
+  random_batch,
+  randomise,
+  reference_cell_step,
+  run_main,
+)
 
 import seq2seq
 from configs import tiny
@@ -25,7 +32,6 @@ from seq2seq import (
   lexicon,
   models,
   settings,
-  steps,
 )
 
 VOCAB = 50
@@ -49,20 +55,6 @@ def _softmax(e, allowed):
   e = np.where(allowed, e, -np.inf)
   w = np.exp(e - e[allowed].max())
   return w / w.sum()
-
-
-def _cell(cell, kind, state, x_proj):
-  """One step of the GRU or LSTM `cell` as the equations write it; the state is h, or (h, c)."""
-  if kind == "lstm":
-    h, c = state
-    i, f, g, o = np.split(x_proj + h @ _param(cell.u.kernel), 4)
-    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-    return _sigmoid(o) * np.tanh(c), c
-  d = state.shape[0]
-  zr = _sigmoid(x_proj[: 2 * d] + state @ _param(cell.u_zr.kernel))
-  z, r = zr[:d], zr[d:]
-  candidate = np.tanh(x_proj[2 * d :] + (r * state) @ _param(cell.u_h.kernel))
-  return (1 - z) * state + z * candidate
 
 
 def _score(model, name, q, ann):
@@ -117,7 +109,7 @@ def _reference(model, spec, score, structure, src, mask, tgt_in):
       for k, cell in enumerate(cells):
         if k:
           x = _linear(cell.project, below)
-        states[k] = _cell(cell, spec["cell"], states[k], x)
+        states[k] = reference_cell_step(cell, spec["cell"], states[k], x)
         h = states[k][0] if spec["cell"] == "lstm" else states[k]
         below = h + below if (k and spec["residual"]) else h
       e = _score(model, score, below, annotations[b])
@@ -212,15 +204,7 @@ def test_dropout_between_layers_only_in_training():
 def test_luong_decoder_trains_in_bfloat16(decoder):
   cfg, _ = _luong_model(decoder, "general", dtype="bfloat16")
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  batch = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB).items()}
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
-  losses = []
-  for i in range(8):
-    state, metrics = step(state, batch, jax.random.key(i))
-    losses.append(float(metrics["loss"]))
-  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
-  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+  check_trains(cfg, random_batch(seed=3, vocab=VOCAB), VOCAB)
 
 
 def test_luong_settings_are_checked():

@@ -109,13 +109,12 @@ def test_sparse_attention_in_both_decoders_decodes_as_it_trains_and_learns(decod
   """In either decoder a sparse normaliser gives attention rows that sum to 1 over the real
   positions with exact zeros among them; search's steps give the teacher-forced scores, and a
   few Adam steps lower the loss."""
-  import functools
 
   from flax import nnx
-  from helpers import random_batch, randomise
+  from helpers import check_trains, random_batch, randomise
 
   from configs import tiny
-  from seq2seq import models, settings, steps
+  from seq2seq import models, settings
 
   cfg = tiny.get_config()
   cfg.model.decoder, cfg.model.normaliser = decoder, name
@@ -135,13 +134,7 @@ def test_sparse_attention_in_both_decoders_decodes_as_it_trains_and_learns(decod
     )
     np.testing.assert_allclose(np.asarray(step_alpha), np.asarray(alpha[:, i]), atol=5e-6)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  train_state = steps.create_train_state(cfg, jax.random.key(0), 50, 50)
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
-  losses = []
-  for i in range(8):
-    train_state, metrics = step(train_state, b, jax.random.key(i))
-    losses.append(float(metrics["loss"]))
-  assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+  check_trains(cfg, b, 50)
 
 
 def test_monotonic_attention_refuses_another_normaliser():
