@@ -205,6 +205,7 @@ class LuongDecoder(Decoder):
     new_layers, below = [], None
     for k, (cell, state) in enumerate(zip(self._cells(model), s_prev.layers, strict=True)):
       if k:  # Layers above the first read the output below, dropped out in training.
+        # A stream of its own: a sampling structure draws from the step's key itself.
         key = None if rng is None else jax.random.fold_in(rng, 1000 + k)
         x3 = cell.project(layers.dropout(below, model.dropout_rate, key))
       state = cell(state, x3)
