@@ -17,6 +17,7 @@ from helpers import (
   check_trains,
   final_params,
   random_batch,
+  random_lexicon,
   randomise,
   reference_cell_step,
   run_main,
@@ -172,6 +173,39 @@ def test_luong_decoder_steps_as_it_trains_and_matches_the_loop(decoder):
   step = nnx.jit(lambda m, e, s, y: m.decoder_step(e, s, y))
   for i in range(tgt_in.shape[1]):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+  "addon",
+  [
+    {"copy": True},
+    {"features": "coverage+prev_attention"},
+    {"lexicon_bias": "train"},
+    {"multi_source": "gate"},
+  ],
+  ids=["copy", "features", "lexicon_bias", "two_sources"],
+)
+def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
+  """Copying, alignment features, the lexicon bias and a second source work in Luong's
+  decoder: search's steps give the teacher-forced scores."""
+  cfg = tiny.get_config()
+  cfg.model.decoder = "luong(layers=2)"
+  for key, value in addon.items():
+    cfg.model[key] = value
+  sources = 2 if "multi_source" in addon else 1
+  tables = {"lexicon": random_lexicon(VOCAB)} if "lexicon_bias" in addon else {}
+  tgt_vocab = VOCAB if tables else VOCAB + 3
+  build = models.build_model(
+    cfg.model, VOCAB, tgt_vocab, rngs=nnx.Rngs(0), sources=sources, **tables
+  )
+  model = randomise(build)
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB, src_len=8).items()}
+  forced = model(b["src"], b["src_mask"], b["tgt_in"])
+  enc = model.encode(b["src"], b["src_mask"])
+  state = enc.init_state
+  for i in range(b["tgt_in"].shape[1]):
+    state, logits, _ = model.decoder_step(enc, state, b["tgt_in"][:, i])
     np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=2e-5, atol=2e-5)
 
 
