@@ -87,6 +87,7 @@ def test_version_1_a_committed_config_reads_with_the_fields_added_since():
   expected["model"]["copy_eos"] = "target"
   expected["decode"]["max_input_tokens"] = 250
   expected["decode"]["shortlist_scope"] = "batch"
+  expected["model"]["normaliser"], expected["model"]["encoder"] = "softmax", "rnn"
   assert settings.upgrade(saved) == expected
   assert settings.upgrade({**saved, FIELD: 1}) == expected
 
