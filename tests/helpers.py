@@ -406,3 +406,14 @@ def reference_cell_step(cell, kind: str, state, x_proj: np.ndarray):
   zr = sigmoid(x_proj[: 2 * d] + state @ float64(cell.u_zr.kernel))
   z, r = zr[:d], zr[d:]
   return (1 - z) * state + z * np.tanh(x_proj[2 * d :] + (r * state) @ float64(cell.u_h.kernel))
+
+
+def check_steps_match_forced(model, batch, rtol: float = 2e-5, atol: float = 2e-5) -> None:
+  """Search's step-by-step decoder (`decoder_step` from `encode`'s initial state) gives the
+  teacher-forced logits of `batch` (jnp arrays from `random_batch`) at every position."""
+  forced = model(batch["src"], batch["src_mask"], batch["tgt_in"])
+  enc = model.encode(batch["src"], batch["src_mask"])
+  state = enc.init_state
+  for i in range(batch["tgt_in"].shape[1]):
+    state, logits, _ = model.decoder_step(enc, state, batch["tgt_in"][:, i])
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=rtol, atol=atol)

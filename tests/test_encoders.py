@@ -6,7 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import check_trains, random_batch, randomise, reference_cell_step
+from helpers import (
+  check_steps_match_forced,
+  check_trains,
+  random_batch,
+  randomise,
+  reference_cell_step,
+)
 
 from configs import tiny
 from seq2seq import models, settings
@@ -107,12 +113,7 @@ def test_every_encoder_decodes_as_it_trains_in_both_decoders(encoder, decoder):
   cfg = _config(encoder, decoder)
   model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(1)))
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=5, vocab=VOCAB).items()}
-  forced = model(b["src"], b["src_mask"], b["tgt_in"])
-  enc = model.encode(b["src"], b["src_mask"])
-  state = enc.init_state
-  for i in range(b["tgt_in"].shape[1]):
-    state, logits, _ = model.decoder_step(enc, state, b["tgt_in"][:, i])
-    np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=2e-5, atol=2e-5)
+  check_steps_match_forced(model, b)
 
 
 @pytest.mark.parametrize("encoder", ENCODERS[1:3], ids=_name)

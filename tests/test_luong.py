@@ -14,6 +14,7 @@ import pytest
 from flax import nnx
 from helpers import (
   check_scores_match_search,
+  check_steps_match_forced,
   check_trains,
   final_params,
   random_batch,
@@ -201,12 +202,7 @@ def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
   )
   model = randomise(build)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB, src_len=8).items()}
-  forced = model(b["src"], b["src_mask"], b["tgt_in"])
-  enc = model.encode(b["src"], b["src_mask"])
-  state = enc.init_state
-  for i in range(b["tgt_in"].shape[1]):
-    state, logits, _ = model.decoder_step(enc, state, b["tgt_in"][:, i])
-    np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=2e-5, atol=2e-5)
+  check_steps_match_forced(model, b)
 
 
 def test_input_feeding_carries_the_attentional_state_to_the_next_step():
