@@ -67,6 +67,8 @@ class Decoder(abc.ABC):
     model.v_o = layers.dense(cfg.emb_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
     model.c_o = layers.dense(ctx_dim, 2 * cfg.maxout_dim, cfg, rngs=rngs)
 
+  READOUT_FIELD: ClassVar[str] = "model.maxout_dim"  # The setting `readout_width` reads.
+
   @classmethod
   def readout_width(cls, cfg: Any) -> int:
     """The width of what the output layer reads (the deep output's maxout units)."""
@@ -190,6 +192,8 @@ class LuongDecoder(Decoder):
 
   def build_readout(self, model, cfg, ctx_dim, *, rngs):
     model.w_c = layers.dense(ctx_dim + cfg.dec_hidden, cfg.dec_hidden, cfg, rngs=rngs)
+
+  READOUT_FIELD = "model.dec_hidden"
 
   @classmethod
   def readout_width(cls, cfg):

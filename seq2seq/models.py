@@ -639,12 +639,12 @@ class ModelSettings:
           f"model.intra_attention={self.intra_attention!r}: a positional score cannot attend "
           "over the decoder's past; use a content score (additive, dot, general, ...)"
         )
-    readout = decoders.REGISTRY.get(self.decoder.name).readout_width(self)
-    if self.tie_embeddings and readout != self.emb_dim:
-      width = "model.dec_hidden" if self.decoder.name == "luong" else "model.maxout_dim"
+    decoder = decoders.REGISTRY.get(self.decoder.name)
+    if self.tie_embeddings and decoder.readout_width(self) != self.emb_dim:
       raise ValueError(
         f"model.tie_embeddings reads the output layer from the target embeddings: "
-        f"{width} ({readout}) must equal model.emb_dim ({self.emb_dim})"
+        f"{decoder.READOUT_FIELD} ({decoder.readout_width(self)}) must equal model.emb_dim "
+        f"({self.emb_dim})"
       )
     if self.intra_attention and self.decoder.name == "luong":
       raise ValueError(
