@@ -165,7 +165,10 @@ def get_config() -> ml_collections.ConfigDict:
   dec = c.decode = ml_collections.ConfigDict()
   dec.beam_size = 12  # Beam width (paper: 12); 1 is greedy.
   dec.max_len_ratio = 2.0  # Longest output as a multiple of the source length (plus 10).
-  dec.length_norm_alpha = 1.0  # Divide scores by length**alpha (1: GroundHog; 0: off).
+  # What finished outputs are ranked by (seq2seq/length_penalties.py): "power(alpha=A)" divides
+  # the score by length**A (A = 1: GroundHog's), "gnmt(alpha=A)" by ((5 + length) / 6)**A,
+  # "word(penalty=P)" subtracts P per token, "none" ranks by the score alone.
+  dec.length_penalty = "power"
   dec.coverage_penalty = 0.0  # GNMT coverage penalty beta (0: off).
   dec.batch_size = 64  # Sentences decoded together.
   # Translation leaves a line of more tokens than this untranslated, with a warning (search's

@@ -138,9 +138,15 @@ def explore(args) -> None:
     )
 
 
+def power_penalty(alpha: float) -> str:
+  """The `decode.length_penalty` that divides by length**alpha (the grid's records keep alpha
+  under its old name, `length_norm_alpha`)."""
+  return f"power(alpha={alpha})"
+
+
 def decode_on(state, data, config, split: str, beam: int, alpha: float) -> list:
   cfg = config.copy_and_resolve_references()
-  cfg.decode.beam_size, cfg.decode.length_norm_alpha = beam, alpha
+  cfg.decode.beam_size, cfg.decode.length_penalty = beam, power_penalty(alpha)
   return inference.translate_split(
     state, data.splits[split], decode.DecodeSettings.from_config(cfg)
   )
@@ -187,7 +193,7 @@ def final(args) -> None:
   best = max(grid, key=lambda g: g["valid_bleu"])  # First best: the cheaper setting on ties.
   chosen = config.copy_and_resolve_references()
   chosen.decode.beam_size = best["beam_size"]
-  chosen.decode.length_norm_alpha = best["length_norm_alpha"]
+  chosen.decode.length_penalty = power_penalty(best["length_norm_alpha"])
   chosen.decode.replace_unk = best["replace_unk"]
   start = time.perf_counter()
   test = evaluation.evaluate_split(state, data, "test", chosen, workdir / "eval" / "test")

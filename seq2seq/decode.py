@@ -22,13 +22,15 @@ BOS are never produced: their log-probabilities are set to -inf before choosing 
 hypothesis ends when it emits EOS; afterwards it only extends with PAD at zero cost. Beam search
 keeps K live hypotheses and, apart from them, a pool of the K best finished ones per sentence
 (`BeamState`): an extension by EOS moves to the pool, so live hypotheses that look better for the
-moment can never push a finished translation out. Finished hypotheses are ranked by
-score / length**alpha (GroundHog-style length normalisation for alpha = 1, raw log-probability
-for alpha = 0), where the length counts the tokens up to and including EOS, plus GNMT's coverage
+moment can never push a finished translation out. Finished hypotheses are ranked by a length
+penalty of their score and length (`decode.length_penalty`, `seq2seq.length_penalties`: by
+default score / length, GroundHog's normalisation), where the length counts the tokens up to and
+including EOS, plus GNMT's coverage
 penalty beta * sum_j log(min(sum_i alpha_ij, 1)) over the real source positions (Wu et al. 2016;
 beta = `decode.coverage_penalty`, 0 by default; coverage is floored at 1e-6 so an unattended word
 costs a finite beta * log(1e-6)). The search stops once no live hypothesis can beat the best
-finished one (with `nbest=N`, its N-th best finished one).
+finished one (with `nbest=N`, its N-th best finished one): each length penalty bounds what a
+live hypothesis can still reach (`LengthPenalty.bound`).
 
 `beam_search_nbest` returns the N best hypotheses of that pool (N <= K), best first;
 `beam_search` is its first. `force_decode` scores given outputs with the model's teacher-forced
@@ -49,9 +51,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import input_pipeline, lexicon, registry
+from seq2seq import input_pipeline, length_penalties, lexicon, registry
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+# A `decode.length_penalty` spec ("gnmt(alpha=0.6)") or the penalty it names.
+LengthPenaltyLike = str | length_penalties.LengthPenalty
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +68,7 @@ class DecodeSettings:
 
   beam_size: int
   max_len_ratio: float
-  length_norm_alpha: float
+  length_penalty: str
   coverage_penalty: float
   batch_size: int
   max_input_tokens: int
@@ -152,7 +157,7 @@ def greedy(
   *,
   max_len: int,
   ban_unk: bool = False,
-  length_norm_alpha: float = 1.0,
+  length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
 ) -> DecodeResult:
   """Picks the most probable next word at every step, for at most `max_len` (static) steps
@@ -160,7 +165,7 @@ def greedy(
 
   src_BS, src_mask_BS: [B, S] int. Returns a `DecodeResult` with L = max_len. Greedy ranks
   nothing; its `norm_scores` are what beam search would rank its outputs by (`ranking_score`
-  with `length_norm_alpha` and `coverage_beta`; an output that never ended counts L tokens).
+  with `length_penalty` and `coverage_beta`; an output that never ended counts L tokens).
   """
   enc = model.encode(src_BS, src_mask_BS, steps=max_len)
   batch, src_len = src_BS.shape
@@ -196,21 +201,13 @@ def greedy(
   )
   done = jax.lax.while_loop(cond, body, init)
   tokens, alpha, scores, lengths = done.tokens_BL, done.alpha_BLS, done.scores_B, done.lengths_B
-  norm = ranking_score(scores, lengths, alpha.sum(1), src_mask_BS, length_norm_alpha, coverage_beta)
+  norm = ranking_score(scores, lengths, alpha.sum(1), src_mask_BS, length_penalty, coverage_beta)
   return DecodeResult(tokens, lengths, scores, norm, alpha)
 
 
 def _tile(tree: Any, beam_size: int) -> Any:
   """Repeats every leaf [B, ...] to [B*K, ...], row b*K + k being beam k of sentence b."""
   return jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
-
-
-def _normalise(scores: jax.Array, lengths: jax.Array, length_norm_alpha: float) -> jax.Array:
-  """score / length**alpha; -inf stays -inf (and alpha = 0 returns the raw score)."""
-  if length_norm_alpha == 0:
-    return scores
-  denom = jnp.maximum(lengths, 1).astype(jnp.float32) ** length_norm_alpha
-  return scores / denom
 
 
 COVERAGE_FLOOR = 1e-6
@@ -227,13 +224,14 @@ def ranking_score(
   lengths_N: jax.Array | int,
   coverage_NS: jax.Array,
   mask_NS: jax.Array,
-  length_norm_alpha: float,
+  length_penalty: LengthPenaltyLike,
   coverage_beta: float,
 ) -> jax.Array:
-  """What beam search ranks an output by: score / length**alpha plus GNMT's coverage penalty of
+  """What beam search ranks an output by: its length penalty's rank of the score and length
+  (`length_penalties`), plus GNMT's coverage penalty of
   its attention summed over output positions, coverage_NS (left out when beta = 0); any leading
   axes N. Greedy search and `force_decode` report the same for their outputs."""
-  norm_N = _normalise(scores_N, lengths_N, length_norm_alpha)
+  norm_N = length_penalties.make(length_penalty).rank(scores_N, lengths_N)
   if coverage_beta == 0:
     return norm_N
   return norm_N + coverage_penalty(coverage_NS, mask_NS, coverage_beta)
@@ -284,7 +282,7 @@ def beam_search_pool(
   *,
   beam_size: int,
   max_len: int,
-  length_norm_alpha: float = 1.0,
+  length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
   ban_unk: bool = False,
   nbest: int = 1,
@@ -294,18 +292,20 @@ def beam_search_pool(
   `nbest` best).
 
   Each step extends the K live hypotheses by every word ([B, K, V] candidates). The K extensions
-  by EOS are ranked by score / length**alpha (plus the coverage penalty) and merged into the
+  by EOS are ranked by the length penalty (plus the coverage penalty) and merged into the
   finished pool, which keeps the K best; the K best extensions by any other word become the new
-  live hypotheses (they share one length, so the normalisation does not change their order; the
+  live hypotheses (they share one length, so the length penalty does not change their order; the
   coverage penalty may). The loop stops at `max_len`, or earlier when for every sentence no live
   hypothesis can still beat its `nbest`-th best finished one (static, 1 <= nbest <= K):
-  log-probabilities are <= 0, so a live score s can reach at most s / max_len**alpha, and the
-  coverage penalty is at most 0. The pool's first `nbest` members are then the best the beam can
-  find; it may hold fewer than K (empty slots score -inf), and later members are the best found
-  before the search stopped, not necessarily the best overall. Asking for more does not change
-  the best: the search only runs on until nothing left can beat the nbest-th.
+  log-probabilities are <= 0, so a live score s can reach at most the length penalty's
+  `bound(s, t, max_len)`, and the coverage penalty is at most 0. The pool's first `nbest`
+  members are then the best the beam can find; it may hold fewer than K (empty slots score
+  -inf), and later members are the best found before the search stopped, not necessarily the
+  best overall. Asking for more does not change the best: the search only runs on until nothing
+  left can beat the nbest-th.
   """
   check_nbest(nbest, beam_size)
+  ranker = length_penalties.make(length_penalty)
   batch, src_len = src_BS.shape
   k, n = beam_size, src_BS.shape[0] * beam_size
   enc = _tile(model.encode(src_BS, src_mask_BS, steps=max_len), k)
@@ -317,9 +317,7 @@ def beam_search_pool(
     return coverage_penalty(coverage_BKS, mask_BKS, coverage_beta)
 
   def cond(bs: BeamState):
-    reachable_BK = _normalise(
-      bs.live_scores, jnp.full_like(bs.fin_lengths, max_len), length_norm_alpha
-    )
+    reachable_BK = ranker.bound(bs.live_scores, bs.t, max_len)
     bound_B = jnp.max(jnp.where(jnp.isfinite(bs.live_scores), reachable_BK, -jnp.inf), axis=1)
     nth_fin_B = bs.fin_norm[:, nbest - 1]  # top_k keeps the pool sorted.
     return (bs.t < max_len) & ~jnp.all(nth_fin_B >= bound_B)
@@ -336,7 +334,7 @@ def beam_search_pool(
 
     # Extensions by EOS join the finished pool, which keeps its K best.
     eos_scores_BK = cand_BKV[..., EOS_ID]
-    eos_norm_BK = _normalise(eos_scores_BK, t + 1, length_norm_alpha) + penalty_BK
+    eos_norm_BK = ranker.rank(eos_scores_BK, t + 1) + penalty_BK
     eos_norm_BK = jnp.where(jnp.isfinite(eos_scores_BK), eos_norm_BK, -jnp.inf)
     pool_norm, keep_BK = jax.lax.top_k(jnp.concatenate([bs.fin_norm, eos_norm_BK], axis=1), k)
     pool = lambda fin, new: _gather_beams(jnp.concatenate([fin, new], axis=1), keep_BK)
@@ -350,7 +348,7 @@ def beam_search_pool(
     live_BKV = cand_BKV.at[..., EOS_ID].set(-jnp.inf)
     rank_BKV = live_BKV
     if coverage_beta != 0:
-      rank_BKV = _normalise(live_BKV, t + 1, length_norm_alpha) + penalty_BK[..., None]
+      rank_BKV = ranker.rank(live_BKV, t + 1) + penalty_BK[..., None]
     _, flat_BK = jax.lax.top_k(rank_BKV.reshape(batch, k * vocab), k)
     origin_BK, tok_BK = flat_BK // vocab, (flat_BK % vocab).astype(jnp.int32)
     live_scores = jnp.take_along_axis(live_BKV.reshape(batch, k * vocab), flat_BK, axis=1)
@@ -398,7 +396,7 @@ def nbest_of_pool(
   *,
   nbest: int,
   max_len: int,
-  length_norm_alpha: float = 1.0,
+  length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
 ) -> DecodeResult:
   """The `nbest` best hypotheses of every sentence in a final `BeamState`, best first: fields
@@ -413,7 +411,7 @@ def nbest_of_pool(
   batch, k = bs.fin_scores.shape
   mask_BKS = jnp.repeat(src_mask_BS[:, None], k, axis=1)
   live_norm_BK = ranking_score(
-    bs.live_scores, max_len, bs.live_alpha.sum(2), mask_BKS, length_norm_alpha, coverage_beta
+    bs.live_scores, max_len, bs.live_alpha.sum(2), mask_BKS, length_penalty, coverage_beta
   )
   live_best_BN = jnp.broadcast_to(jnp.argmax(live_norm_BK, axis=1)[:, None], (batch, nbest))
   rank_BN = jnp.broadcast_to(jnp.arange(nbest), (batch, nbest))
@@ -438,21 +436,21 @@ def beam_search_nbest(
 ) -> DecodeResult:
   """The `nbest` (static, <= beam_size) best outputs of `beam_search_pool` for every sentence,
   best first (`nbest_of_pool`): fields [B, N, ...]. Same settings as `beam_search_pool`
-  (beam_size, max_len and optionally length_norm_alpha, coverage_beta, ban_unk)."""
+  (beam_size, max_len and optionally length_penalty, coverage_beta, ban_unk)."""
   bs = beam_search_pool(model, src_BS, src_mask_BS, nbest=nbest, **settings)
   return nbest_of_pool(
     bs,
     src_mask_BS,
     nbest=nbest,
     max_len=settings["max_len"],
-    length_norm_alpha=settings.get("length_norm_alpha", 1.0),
+    length_penalty=settings.get("length_penalty", "power"),
     coverage_beta=settings.get("coverage_beta", 0.0),
   )
 
 
 def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **settings) -> DecodeResult:
   """The best output of `beam_search_pool` (same arguments: beam_size, max_len and optionally
-  length_norm_alpha, coverage_beta, ban_unk) for every sentence, the first of
+  length_penalty, coverage_beta, ban_unk) for every sentence, the first of
   `beam_search_nbest`: its best finished hypothesis, or, for a sentence where nothing finished
   within `max_len` steps, its best live one (length `max_len`, no EOS), ranked the same way."""
   best = beam_search_nbest(model, src_BS, src_mask_BS, nbest=1, **settings)
@@ -465,7 +463,7 @@ def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **setting
     "graphdef",
     "beam_size",
     "max_len",
-    "length_norm_alpha",
+    "length_penalty",
     "coverage_beta",
     "ban_unk",
     "nbest",
@@ -479,7 +477,7 @@ def jit_decode(
   *,
   beam_size: int,
   max_len: int,
-  length_norm_alpha: float = 1.0,
+  length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
   ban_unk: bool = False,
   nbest: int | None = None,
@@ -488,7 +486,7 @@ def jit_decode(
 ) -> DecodeResult:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1.
 
-  `graphdef`, `beam_size`, `max_len`, `length_norm_alpha`, `coverage_beta`, `ban_unk` and
+  `graphdef`, `beam_size`, `max_len`, `length_penalty`, `coverage_beta`, `ban_unk` and
   `nbest` are static; `params` is the model state, merged with `graphdef` inside the trace.
   With `nbest` (1 <= nbest <= beam_size) the result is the n-best list, fields [B, N, ...]
   (greedy's one output for beam_size 1); without it, the best output, fields [B, ...]. Any
@@ -504,7 +502,7 @@ def jit_decode(
     model = Shortlisted(model, output_ids, output_mask)
   settings = {
     "max_len": max_len,
-    "length_norm_alpha": length_norm_alpha,
+    "length_penalty": length_penalties.make(length_penalty),
     "coverage_beta": coverage_beta,
     "ban_unk": ban_unk,
   }
@@ -615,7 +613,7 @@ def decode_batch(
     beam_size=int(dec.beam_size),
     # Multi-source batches pack the sources side by side: the limit follows one source's length.
     max_len=max_output_len(src.shape[1] // dec.sources, dec.max_len_ratio),
-    length_norm_alpha=float(dec.length_norm_alpha),
+    length_penalty=length_penalties.make(dec.length_penalty),
     coverage_beta=float(dec.coverage_penalty),
     ban_unk=ban_unk,
     nbest=nbest,
@@ -641,7 +639,7 @@ def force_decode(
   tgt_out_BT: jax.Array,
   tgt_mask_BT: jax.Array,
   *,
-  length_norm_alpha: float = 1.0,
+  length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
   output_ids: jax.Array | None = None,
   output_mask: jax.Array | None = None,
@@ -682,19 +680,19 @@ def force_decode(
     jnp.sum(real_BT, axis=-1),
     alpha_BTS.sum(1),
     src_mask_BS,
-    length_norm_alpha,
+    length_penalty,
     coverage_beta,
   )
   return ForcedResult(token_BT, scores_B, norm_B, alpha_BTS)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "length_norm_alpha", "coverage_beta"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "length_penalty", "coverage_beta"))
 def jit_force_decode(
   graphdef: nnx.GraphDef,
   params: nnx.State,
   batch: Mapping[str, jax.Array],
   *,
-  length_norm_alpha: float = 1.0,
+  length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
   output_ids: jax.Array | None = None,
   output_mask: jax.Array | None = None,
@@ -708,7 +706,7 @@ def jit_force_decode(
     batch["tgt_in"],
     batch["tgt_out"],
     batch["tgt_mask"],
-    length_norm_alpha=length_norm_alpha,
+    length_penalty=length_penalties.make(length_penalty),
     coverage_beta=coverage_beta,
     output_ids=output_ids,
     output_mask=output_mask,
@@ -720,7 +718,7 @@ FORCED_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
 
 def score_batch(state: Any, batch: Mapping[str, Any], dec: DecodeSettings) -> ForcedResult:
   """Scores the batch's target side given its source (`force_decode`) with the run's ranking
-  settings (`dec.length_norm_alpha`, `coverage_penalty`) and over its shortlist where
+  settings (`dec.length_penalty`, `coverage_penalty`) and over its shortlist where
   it decodes with one (`shortlist_of`), so the scores are what its search would report; `state`
   is a `steps.TrainState`. One compiled function per padded shape, so bucketed batches reuse
   them."""
@@ -730,7 +728,7 @@ def score_batch(state: Any, batch: Mapping[str, Any], dec: DecodeSettings) -> Fo
     state.graphdef,
     state.params,
     arrays,
-    length_norm_alpha=float(dec.length_norm_alpha),
+    length_penalty=length_penalties.make(dec.length_penalty),
     coverage_beta=float(dec.coverage_penalty),
     output_ids=output_ids,
     output_mask=output_mask,

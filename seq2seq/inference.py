@@ -31,7 +31,7 @@ class Hypothesis:
   score: float = float("nan")  # log p(ids, EOS | source): the sum over the tokens and EOS.
   norm_score: float = float("nan")  # What beam search ranks by (`decode.ranking_score`).
   finished: bool = True  # False: cut at the length limit without EOS (then `score` and
-  # `attention` cover the tokens only, and `norm_score` divides by len(ids)**alpha).
+  # `attention` cover the tokens only, and `norm_score` counts len(ids) as the length).
   # What p is normalised over: "vocabulary", or "shortlist (batch)" / "shortlist (sentence)"
   # when decoding with `decode.shortlist` (`decode.normalised_over`).
   normalised_over: str = "vocabulary"

@@ -44,6 +44,7 @@ from seq2seq import (
   ensemble,
   inference,
   input_pipeline,
+  length_penalties,
   lexicon,
   models,
   normalisers,
@@ -136,10 +137,11 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   if model.copy and dec.shortlist:
     raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
   # Beam search stops once no open beam can beat the best finished output; that bound assumes a
-  # ranking score that never rises as an output grows, which a negative alpha or beta breaks.
-  for name in ("length_norm_alpha", "coverage_penalty"):
-    if getattr(dec, name) < 0:
-      raise ValueError(f"decode.{name} must be >= 0, got {getattr(dec, name)}")
+  # coverage penalty that never rises as an output grows, which a negative beta breaks. Each
+  # length penalty checks its own settings (a negative alpha fails there).
+  length_penalties.make(dec.length_penalty)
+  if dec.coverage_penalty < 0:
+    raise ValueError(f"decode.coverage_penalty must be >= 0, got {dec.coverage_penalty}")
   inference.check_replace_unk(config)
   return model
 
@@ -186,6 +188,7 @@ REMOVED_FIELDS = ("model.intra_attention_len",)
 # config without the field reads as if it held this value.
 ADDED_FIELDS = {
   "model.decoder": "paper",
+  "decode.length_penalty": "power",
   "model.normaliser": "softmax",
   "model.encoder": "rnn",
   "model.tie_embeddings": False,
@@ -285,6 +288,20 @@ def the_file_carries_its_version(saved: dict[str, Any]) -> dict[str, Any]:
   return saved
 
 
+# Fields that a version step after the first reads from an old config and replaces.
+REPLACED_FIELDS = ("decode.length_norm_alpha",)
+
+
+def length_penalties_by_name(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 3: `decode.length_norm_alpha` (score / length**alpha) became the spec
+  `decode.length_penalty`: alpha a reads as "power(alpha=a)", 0 as "none"."""
+  decode = saved.get("decode")
+  if decode is not None and "length_norm_alpha" in decode:
+    alpha = float(decode.pop("length_norm_alpha"))
+    decode["length_penalty"] = "none" if alpha == 0 else f"power(alpha={alpha})"
+  return saved
+
+
 # The saved format's versions: step N takes a config saved at version N - 1 to version N. A
 # change that renames or moves fields, changes what a value means, or renames the model's
 # parameters (`Step.params`) is a new step at the end; a field only added or removed goes in
@@ -293,6 +310,7 @@ HISTORY = saved_format.History(
   [
     saved_format.Step(1, components_own_their_settings),
     saved_format.Step(2, the_file_carries_its_version),
+    saved_format.Step(3, length_penalties_by_name),
   ],
   unversioned=lambda saved: 0 if is_legacy(saved) else 1,
 )
@@ -336,6 +354,9 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
     model["features"] = "+".join(str(s) for s in alignment_features.specs(model["features"]))
   if "softmax" in train:
     train["softmax"] = str(softmax.REGISTRY.spec(train["softmax"]))
+  decode = out.get("decode", {})
+  if "length_penalty" in decode:
+    decode["length_penalty"] = str(length_penalties.spec(decode["length_penalty"]))
   if "loss_terms" in train:
     terms = objective.REGISTRY.specs(train["loss_terms"])
     train["loss_terms"] = "+".join(str(s) for s in terms)
@@ -353,6 +374,7 @@ def components_help() -> str:
     ("model.features", alignment_features.REGISTRY),
     ("train.loss_terms", objective.REGISTRY),
     ("train.softmax", softmax.REGISTRY),
+    ("decode.length_penalty", length_penalties.REGISTRY),
   )
   return "\n\n".join(f"{field}:\n{reg.settings_help()}" for field, reg in sections)
 

@@ -177,7 +177,7 @@ def test_beam_coverage_penalty_changes_the_ranking_as_computed():
   for beta in (0.0, 0.3):
     want = _best_with_coverage(table, src_len, 3, 1.0, beta)
     res = decode.beam_search(
-      model, src, mask, beam_size=4, max_len=3, length_norm_alpha=1.0, coverage_beta=beta
+      model, src, mask, beam_size=4, max_len=3, length_penalty="power", coverage_beta=beta
     )
     got = tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])])
     assert got == want

@@ -46,8 +46,33 @@ def batch():
   return random_batch(seed=3, batch=6, src_len=7, vocab=VOCAB)
 
 
-def exhaustive_ranking(table_VV, max_len, alpha):
-  """Every ended output as (tokens, normalised score), best first, by enumeration in float64."""
+# Each length penalty, computed here by hand from a summed log-probability s and a length n.
+PENALTIES = {
+  "none": lambda s, n: s,
+  "power(alpha=0.6)": lambda s, n: s / n**0.6,
+  "power": lambda s, n: s / n,
+  "gnmt(alpha=0.6)": lambda s, n: s / ((5 + n) / 6) ** 0.6,
+  "word(penalty=0.5)": lambda s, n: s - 0.5 * n,
+  "word(penalty=3)": lambda s, n: s - 3.0 * n,
+  "word(penalty=-2)": lambda s, n: s + 2.0 * n,  # A reward: the longest outputs are reachable.
+}
+
+
+def penalised(penalty):
+  """A ranking function (s, n) -> rank: PENALTIES' entry, or s / n**alpha for a float alpha."""
+  if isinstance(penalty, str):
+    return PENALTIES[penalty]
+  return lambda s, n: s / n**penalty
+
+
+def as_spec(penalty) -> str:
+  return penalty if isinstance(penalty, str) else f"power(alpha={penalty})"
+
+
+def exhaustive_ranking(table_VV, max_len, penalty):
+  """Every ended output as (tokens, ranking score), best first, by enumeration in float64;
+  `penalty`: a PENALTIES name or the alpha of score / length**alpha."""
+  rank = penalised(penalty)
   logp = np.asarray(table_VV, np.float64)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
   words = [w for w in range(logp.shape[0]) if w not in (PAD_ID, BOS_ID, EOS_ID)]
@@ -56,34 +81,43 @@ def exhaustive_ranking(table_VV, max_len, alpha):
     for prefix in itertools.product(words, repeat=length - 1):
       seq = (*prefix, EOS_ID)
       score = sum(logp[p, w] for p, w in zip((BOS_ID, *seq[:-1]), seq, strict=True))
-      ranked.append((seq, score / length**alpha))
-  return sorted(ranked, key=lambda r: -r[1])
+      ranked.append((seq, score, rank(score, length)))
+  return [(seq, norm) for seq, _, norm in sorted(ranked, key=lambda r: -r[2])]
 
 
-def exhaustive_best(table_VV, max_len, alpha):
-  """(tokens, normalised score) of the best ended output, by enumeration in float64."""
-  return exhaustive_ranking(table_VV, max_len, alpha)[0]
+def exhaustive_best(table_VV, max_len, penalty):
+  """(tokens, ranking score) of the best ended output, by enumeration in float64."""
+  return exhaustive_ranking(table_VV, max_len, penalty)[0]
 
 
-@pytest.mark.parametrize("alpha", [0.0, 1.0, 0.6])
-def test_beam_matches_exhaustive_search(alpha):
+def score_of(table_VV, seq):
+  """The summed log-probability of `seq` (EOS included) under a fixed table, in float64."""
+  logp = np.asarray(table_VV, np.float64)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  return sum(logp[p, w] for p, w in zip((BOS_ID, *seq[:-1]), seq, strict=True))
+
+
+@pytest.mark.parametrize("penalty", list(PENALTIES))
+def test_beam_matches_exhaustive_search(penalty):
+  """A beam wider than every prefix finds the exhaustive best under every length penalty: only
+  stopping too early (a wrong bound) could make it miss."""
   vocab, max_len, rows = 6, 4, 5
   table = 2.0 * np.random.default_rng(7).normal(size=(rows, vocab, vocab))
   src = jnp.full((rows, 3), 5, jnp.int32)
   stand_in = TableModel(table)
   res = jax.jit(
     lambda s, m: decode.beam_search(
-      stand_in, s, m, beam_size=128, max_len=max_len, length_norm_alpha=alpha
+      stand_in, s, m, beam_size=128, max_len=max_len, length_penalty=penalty
     )
   )(src, jnp.ones_like(src))
   found_greedy_miss = False
   for b in range(rows):
-    seq, norm = exhaustive_best(table[b], max_len, alpha)
+    seq, norm = exhaustive_best(table[b], max_len, penalty)
     length = int(res.lengths[b])
     assert tuple(np.asarray(res.tokens[b, :length])) == seq
     assert np.all(np.asarray(res.tokens[b, length:]) == PAD_ID)
     np.testing.assert_allclose(res.norm_scores[b], norm, rtol=1e-5)
-    np.testing.assert_allclose(res.scores[b], norm * length**alpha, rtol=1e-5)
+    np.testing.assert_allclose(res.scores[b], score_of(table[b], seq), rtol=1e-5)
     # Attention history follows the reordered beams: one-hot at the previous token.
     prev = np.concatenate([[BOS_ID], np.asarray(res.tokens[b, : length - 1])])
     np.testing.assert_array_equal(res.alpha[b, :length], np.eye(3)[prev % 3])
@@ -96,6 +130,28 @@ def test_beam_matches_exhaustive_search(alpha):
   assert found_greedy_miss, "the tables should include a case greedy gets wrong"
 
 
+def test_a_word_penalty_stops_only_when_no_shorter_ending_can_win():
+  """Under word(penalty=3) the one-word output [w, EOS] (about -0.02 - 6) beats [EOS] alone
+  (about -5 - 3), which finishes first. A bound that assumed the longest ending (the right one
+  for length normalisation) would put the live [w] at -0.01 - 12, below -8, and stop with [EOS]."""
+  vocab, w = 6, 3
+  table = np.full((1, vocab, vocab), -5.0)
+  table[0, BOS_ID, EOS_ID], table[0, BOS_ID, w] = 0.0, 5.0
+  table[0, w, EOS_ID] = 5.0
+  src = jnp.full((1, 3), 5, jnp.int32)
+  res = decode.beam_search(
+    TableModel(table),
+    src,
+    jnp.ones_like(src),
+    beam_size=4,
+    max_len=4,
+    length_penalty="word(penalty=3)",
+  )
+  assert tuple(np.asarray(res.tokens[0, : int(res.lengths[0])])) == (w, EOS_ID)
+  want, _ = exhaustive_best(table[0], 4, "word(penalty=3)")
+  assert want == (w, EOS_ID)
+
+
 def test_beam_size_one_follows_the_greedy_path(model, batch):
   """A beam of one extends its live hypothesis by the best word other than EOS, as greedy does,
   but keeps every EOS extension in its finished pool. So where nothing can end it equals greedy
@@ -105,7 +161,7 @@ def test_beam_size_one_follows_the_greedy_path(model, batch):
   src, mask = src_of(batch)
   never_ends = tiny_model(eos_bias=-np.inf)
   beam1 = lambda m, alpha: jax.jit(
-    lambda s, k: decode.beam_search(m, s, k, beam_size=1, max_len=14, length_norm_alpha=alpha)
+    lambda s, k: decode.beam_search(m, s, k, beam_size=1, max_len=14, length_penalty=as_spec(alpha))
   )(src, mask)
   g = decode.greedy(never_ends, src, mask, max_len=14)
   b = beam1(never_ends, 1.0)
@@ -234,15 +290,15 @@ def test_beam_keeps_a_finished_translation_that_live_extensions_outrank():
   stand_in = TableModel(np.stack([logp]))
   src = jnp.full((1, 3), 5, jnp.int32)
   res = decode.beam_search(
-    stand_in, src, jnp.ones_like(src), beam_size=2, max_len=8, length_norm_alpha=1.0
+    stand_in, src, jnp.ones_like(src), beam_size=2, max_len=8, length_penalty="power"
   )
   assert int(res.lengths[0]) == 2
   assert tuple(np.asarray(res.tokens[0])) == (a, EOS_ID, *[PAD_ID] * 6)
   np.testing.assert_allclose(res.scores[0], np.log(0.4 * 0.5), rtol=1e-5)
 
 
-def _exhaustive_model_best(model, src, mask, vocab, max_len, alpha):
-  """(tokens, normalised score) of the best ended output of an NNX model, every sentence of at
+def _exhaustive_model_best(model, src, mask, vocab, max_len, penalty):
+  """(tokens, ranking score) of the best ended output of an NNX model, every sentence of at
   most `max_len` tokens scored teacher-forced in float64 (one source sentence)."""
   words = [w for w in range(vocab) if w not in (PAD_ID, BOS_ID, EOS_ID)]
   seqs = [
@@ -255,32 +311,31 @@ def _exhaustive_model_best(model, src, mask, vocab, max_len, alpha):
   tile = lambda x: jnp.repeat(x, len(seqs), axis=0)
   logits = model(tile(src), tile(mask), jnp.asarray(tgt_in, jnp.int32))
   logp = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32)), np.float64)
-  norms = []
+  norms, rank = [], penalised(penalty)
   for i, seq in enumerate(seqs):
-    score = sum(logp[i, t, w] for t, w in enumerate(seq))
-    norms.append(score / len(seq) ** alpha)
+    norms.append(rank(sum(logp[i, t, w] for t, w in enumerate(seq)), len(seq)))
   best = int(np.argmax(norms))
   return seqs[best], norms[best]
 
 
 @hypothesis.settings(deadline=None, max_examples=12, derandomize=True)
-@hypothesis.example(seed=23, alpha=1.0, name="rnnsearch")  # Old beam search lost its finished best.
+@hypothesis.example(seed=23, penalty="power", name="rnnsearch")  # Old beam lost its finished best.
 @hypothesis.given(
   seed=hypothesis.strategies.integers(0, 10_000),
-  alpha=hypothesis.strategies.sampled_from([0.0, 0.6, 1.0]),
+  penalty=hypothesis.strategies.sampled_from(list(PENALTIES)),
   name=hypothesis.strategies.sampled_from(["rnnsearch", "rnnencdec"]),
 )
-def test_beam_with_every_prefix_equals_exhaustive_search_on_tiny_models(seed, alpha, name):
+def test_beam_with_every_prefix_equals_exhaustive_search_on_tiny_models(seed, penalty, name):
   """Vocabulary 5 (three producible tokens), max length 5: at most 2**4 live prefixes, so a beam
-  of 16 holds every prefix and must find the best ended output under the same normalisation."""
+  of 16 holds every prefix and must find the best ended output under the same length penalty."""
   vocab, max_len = 5, 5
   cfg = tiny.get_config()
   cfg.model.name = name
   model = randomise(models.build_model(cfg.model, vocab, vocab, rngs=nnx.Rngs(seed)), seed, 3.0)
   src = jnp.asarray([[4, 3, 4, 2]], jnp.int32)
   mask = jnp.ones_like(src)
-  want, norm = _exhaustive_model_best(model, src, mask, vocab, max_len, alpha)
-  res = _beam_all_prefixes(model, src, mask, alpha)
+  want, norm = _exhaustive_model_best(model, src, mask, vocab, max_len, penalty)
+  res = _beam_all_prefixes(model, src, mask, penalty)
   got = tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])])
   assert got == want
   np.testing.assert_allclose(res.norm_scores[0], norm, rtol=1e-4, atol=1e-5)
@@ -289,20 +344,20 @@ def test_beam_with_every_prefix_equals_exhaustive_search_on_tiny_models(seed, al
 _BEAM_FNS = {}
 
 
-def _beam_all_prefixes(model, src, mask, alpha):
-  """Beam 16, max length 5, jitted once per (graph, alpha)."""
+def _beam_all_prefixes(model, src, mask, penalty):
+  """Beam 16, max length 5, jitted once per (graph, length penalty)."""
   graphdef, params = nnx.split(model)
-  key = (graphdef, alpha)
+  key = (graphdef, penalty)
   if key not in _BEAM_FNS:
     _BEAM_FNS[key] = jax.jit(
       lambda p, s, m: decode.beam_search(
-        nnx.merge(graphdef, p), s, m, beam_size=16, max_len=5, length_norm_alpha=alpha
+        nnx.merge(graphdef, p), s, m, beam_size=16, max_len=5, length_penalty=penalty
       )
     )
   return _BEAM_FNS[key](params, src, mask)
 
 
-@pytest.mark.parametrize("alpha", [0.0, 1.0])
+@pytest.mark.parametrize("alpha", [0.0, 1.0, "gnmt(alpha=0.6)", "word(penalty=-2)"])
 def test_nbest_equals_the_exhaustive_top_n(alpha):
   """A beam wider than every prefix (3 words, at most 27 live prefixes) must return the 5 best
   ended outputs in the exhaustive ranking's order, scores non-increasing, the first being
@@ -312,7 +367,7 @@ def test_nbest_equals_the_exhaustive_top_n(alpha):
   table = 2.0 * np.random.default_rng(0).normal(size=(rows, vocab, vocab))
   src = jnp.full((rows, 3), 5, jnp.int32)
   stand_in = TableModel(table)
-  settings = {"beam_size": 32, "max_len": max_len, "length_norm_alpha": alpha}
+  settings = {"beam_size": 32, "max_len": max_len, "length_penalty": as_spec(alpha)}
   search = jax.jit(lambda s, m: decode.beam_search_nbest(stand_in, s, m, nbest=nbest, **settings))
   res = jax.device_get(search(src, jnp.ones_like(src)))
   best = decode.beam_search(stand_in, src, jnp.ones_like(src), **settings)
@@ -326,7 +381,7 @@ def test_nbest_equals_the_exhaustive_top_n(alpha):
       assert tuple(res.tokens[b, rank, :length]) == seq
       np.testing.assert_array_equal(res.tokens[b, rank, length:], PAD_ID)
       np.testing.assert_allclose(res.norm_scores[b, rank], norm, rtol=1e-5)
-      np.testing.assert_allclose(res.scores[b, rank], norm * length**alpha, rtol=1e-5)
+      np.testing.assert_allclose(res.scores[b, rank], score_of(table[b], seq), rtol=1e-5)
       prev = np.concatenate([[BOS_ID], res.tokens[b, rank, : length - 1]])
       np.testing.assert_array_equal(res.alpha[b, rank, :length], np.eye(3)[prev % 3])
 
@@ -406,7 +461,7 @@ def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
     src, mask = jnp.concatenate([src, src2], axis=1), jnp.concatenate([mask, mask2], axis=1)
   model = tiny_model(name, attention=attention, sources=sources, **fields)
   graphdef, params = nnx.split(model)
-  ranking = {"length_norm_alpha": 0.6, "coverage_beta": 0.2}
+  ranking = {"length_penalty": "gnmt(alpha=0.6)", "coverage_beta": 0.2}
   for beam_size, nbest in ((1, 1), (4, 3)):
     res = jax.device_get(
       decode.jit_decode(

@@ -58,7 +58,11 @@ ERRORS = [
     ["--mode=translate", "--input=F/src.txt", "--output=F"],
     "it is a directory",
   ),
-  ("negative length norm", ["--config.decode.length_norm_alpha=-1"], "length_norm_alpha"),
+  (
+    "negative length norm",
+    ["--config.decode.length_penalty=power(alpha=-1)"],
+    "alpha must be >= 0",
+  ),
   ("negative coverage penalty", ["--config.decode.coverage_penalty=-1"], "coverage_penalty"),
   ("zero beam", ["--config.decode.beam_size=0"], "decode.beam_size must be at least 1"),
   ("negative steps", ["--config.train.num_steps=-5"], "train.num_steps must be at least 0"),

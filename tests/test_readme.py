@@ -77,6 +77,7 @@ def test_every_config_field_named_exists_or_is_upgraded_from(page):
   named = set(re.findall(pattern, page.read_text()))
   old = {f"model.{f}" for f in (*settings._MOVED, *settings._FEATURE_FIELDS)}
   old |= {f"train.{f}" for f in settings._TERM_FIELDS} | set(settings.REMOVED_FIELDS)
+  old |= set(settings.REPLACED_FIELDS)
 
   def exists(field: str) -> bool:
     node = config

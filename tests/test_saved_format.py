@@ -24,11 +24,20 @@ def current_form(config) -> dict:
   return json.loads(config.to_json_best_effort())
 
 
+def with_length_alpha(expected: dict) -> dict:
+  """A saved config's expected current form before version 3: its length_norm_alpha (1, the
+  default, in the committed ones) read as the length penalty "power"."""
+  assert expected["decode"].pop("length_norm_alpha") == 1.0
+  expected["decode"]["length_penalty"] = "power"
+  return expected
+
+
 def test_the_history_numbers_its_steps_and_each_says_what_changed():
-  assert settings.FORMAT_VERSION == settings.HISTORY.current == 2
+  assert settings.FORMAT_VERSION == settings.HISTORY.current == 3
   assert [(s.version, s.name) for s in settings.HISTORY.steps] == [
     (1, "components_own_their_settings"),
     (2, "the_file_carries_its_version"),
+    (3, "length_penalties_by_name"),
   ]
   assert all(s.change.startswith(f"Version {s.version}: ") for s in settings.HISTORY.steps)
 
@@ -59,7 +68,7 @@ def test_version_0_the_flat_layout_reads_as_specs_field_by_field():
     section, name = dotted.split(".")
     assert (name in expected[section]) == (dotted == "train.loss_normalization")
     expected[section].setdefault(name, value)
-  assert settings.upgrade(saved) == expected
+  assert settings.upgrade(saved) == with_length_alpha(expected)
   assert sorted(checkpoints.flatten(expected)) == sorted(
     checkpoints.flatten(current_form(tiny.get_config()))
   )
@@ -88,25 +97,42 @@ def test_version_1_a_committed_config_reads_with_the_fields_added_since():
   expected["decode"]["max_input_tokens"] = 250
   expected["decode"]["shortlist_scope"] = "batch"
   expected["model"]["normaliser"], expected["model"]["encoder"] = "softmax", "rnn"
+  expected = with_length_alpha(expected)
   assert settings.upgrade(saved) == expected
   assert settings.upgrade({**saved, FIELD: 1}) == expected
 
 
-def test_version_2_reads_as_it_was_saved_without_its_version():
+@pytest.mark.parametrize(
+  ("alpha", "penalty"), [(1.0, "power"), (0.6, "power(alpha=0.6)"), (0.0, "none")]
+)
+def test_version_2_length_norm_alpha_reads_as_the_length_penalty_it_was(alpha, penalty):
+  """Version 3 named the length penalty: score / length**alpha is power(alpha), and alpha 0,
+  the raw score, is none. Both rank every output alike (tests/test_length_penalties.py)."""
+  config = tiny.get_config()
+  saved = current_form(config)
+  del saved["decode"]["length_penalty"]
+  saved["decode"]["length_norm_alpha"] = alpha
+  saved[FIELD] = 2
+  config.decode.length_penalty = penalty
+  assert settings.upgrade(saved) == current_form(config)
+
+
+def test_version_3_reads_as_it_was_saved_without_its_version():
   config = tiny.get_config()
   config.model.attention, config.train.loss_terms = "local_p(window=4)", "fertility(weight=0.3)"
+  config.decode.length_penalty = "gnmt(alpha=0.7)"
   saved = settings.HISTORY.stamped(current_form(config))
-  assert saved[FIELD] == 2 and settings.HISTORY.version(saved) == 2
+  assert saved[FIELD] == 3 and settings.HISTORY.version(saved) == 3
   assert settings.upgrade(saved) == current_form(config)
   # A field added without a version bump is filled in at any version, this one too.
   del saved["decode"]["max_input_tokens"]
   assert settings.upgrade(saved)["decode"]["max_input_tokens"] == 250
 
 
-@pytest.mark.parametrize("version", [3, 10])
+@pytest.mark.parametrize("version", [4, 10])
 def test_a_config_saved_by_a_newer_seq2seq_is_refused_in_one_line(tmp_path, version):
   saved = settings.HISTORY.stamped(current_form(tiny.get_config())) | {FIELD: version}
-  message = f"saved by a newer seq2seq: format version {version} > 2"
+  message = f"saved by a newer seq2seq: format version {version} > 3"
   with pytest.raises(ValueError, match=message):
     settings.upgrade(saved)
   path = tmp_path / "config.json"
@@ -157,8 +183,11 @@ def test_upgrading_a_file_writes_the_current_version(tmp_path, capsys):
   path.write_text(VERSION_1.read_text())
   settings.main(["--upgrade", str(path)])
   written = json.loads(path.read_text())
-  assert written[FIELD] == 2 and written["model"]["copy_eos"] == "target"
-  assert capsys.readouterr().out.strip() == f"{path}: saved at format version 1, written at 2"
+  assert written[FIELD] == 3 and written["model"]["copy_eos"] == "target"
+  assert (
+    written["decode"]["length_penalty"] == "power" and "length_norm_alpha" not in written["decode"]
+  )
+  assert capsys.readouterr().out.strip() == f"{path}: saved at format version 1, written at 3"
   settings.main(["--upgrade", str(path)])
   assert json.loads(path.read_text()) == written
 

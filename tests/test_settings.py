@@ -89,7 +89,14 @@ def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, me
     ({"train.optimizer": "lion"}, "lion"),
     ({"data.batching": "words"}, "data.batching='words' is not one of"),
     ({"decode.beam_size": 0}, "decode.beam_size must be at least 1"),
-    ({"decode.length_norm_alpha": -1.0}, "decode.length_norm_alpha must be >= 0"),
+    (
+      {"decode.length_penalty": "gnmt(alpha=-1)"},
+      "decode.length_penalty='gnmt\\(alpha=-1\\)': alpha must be >= 0",
+    ),
+    (
+      {"decode.length_penalty": "linear"},
+      "unknown length penalty 'linear' \\(decode.length_penalty\\)",
+    ),
     ({"train.num_steps": -5}, "train.num_steps must be at least 0, got -5"),
     ({"train.learning_rate": -1.0}, "train.learning_rate must be positive, got -1.0"),
     ({"data.batch_size": -4}, "data.batch_size must be at least 1, got -4"),

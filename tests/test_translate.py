@@ -126,8 +126,8 @@ def loaded(trained):
 
 def test_api_takes_any_decode_setting_for_one_call_and_refuses_others(loaded):
   """`translate(..., FIELD=V)` decodes with decode.FIELD=V for that call only: without length
-  normalisation (alpha 0) the ranking score is the score; the run's own settings stay."""
-  plain = loaded.translate(["the cat sleeps ."], length_norm_alpha=0.0)[0][0]
+  normalisation the ranking score is the score; the run's own settings stay."""
+  plain = loaded.translate(["the cat sleeps ."], length_penalty="none")[0][0]
   assert plain.norm_score == pytest.approx(plain.score)
   again = loaded.translate(["the cat sleeps ."])[0][0]
   assert again.norm_score != pytest.approx(again.score)  # Alpha 1 (configs/tiny.py) divides.
@@ -135,8 +135,8 @@ def test_api_takes_any_decode_setting_for_one_call_and_refuses_others(loaded):
     loaded.translate(["the cat ."], beam=2)
   with pytest.raises(ValueError, match="decode.ensemble is fixed when the run loads"):
     loaded.translate(["the cat ."], ensemble="runs/other")
-  with pytest.raises(ValueError, match="length_norm_alpha"):  # Validated as the config is.
-    loaded.translate(["the cat ."], length_norm_alpha=-1.0)
+  with pytest.raises(ValueError, match="alpha must be >= 0"):  # Validated as the config is.
+    loaded.translate(["the cat ."], length_penalty="power(alpha=-1)")
 
 
 def test_api_scores_of_its_own_translations_are_what_the_search_reported(loaded):
