@@ -53,6 +53,12 @@ flags.DEFINE_integer("nbest", 0, "translate: write the N best per line as an n-b
 flags.DEFINE_string("reference", None, "score: the given translations, one per --input line.")
 flags.DEFINE_string("compare", None, "report: a second run's workdir, shown beside this one.")
 flags.DEFINE_bool("json", False, "train/eval: print every result as JSON instead of the table.")
+flags.DEFINE_string(
+  "compilation_cache",
+  "workdir",
+  "Where compiled programs are kept for the next run of any mode, so a second translate compiles "
+  "nothing: 'workdir' (WORKDIR/jax_cache), a folder, or 'none'.",
+)
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
@@ -79,6 +85,7 @@ def main(argv):
       compare=FLAGS.compare,
       as_json=FLAGS.json,
       verbose=FLAGS["verbosity"].present and FLAGS.verbosity >= 0,
+      compilation_cache=FLAGS.compilation_cache,
     )
   )
 

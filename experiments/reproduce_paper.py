@@ -72,6 +72,7 @@ from experiments.lib.configs import apply_overrides, load_config, parse_sets
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
 from seq2seq import input_pipeline, plots
+from seq2seq import runtime as rt
 from seq2seq.data import builders
 
 PRESETS = ("smoke", "cpu", "paper")
@@ -370,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs = build_runs(args.preset, args.corpus, args.with_star, out, sets, seeds)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"error: {e}") from e
-  runs_lib.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
+  rt.enable_compilation_cache(args.compilation_cache or str(out / "jax_cache"))
   start = time.perf_counter()
   records: dict[str, list[dict[str, Any]]] = {}
   for name, model_runs in runs.items():

@@ -48,9 +48,14 @@ def run(
   compare: str | None = None,
   as_json: bool = False,
   verbose: bool = False,
+  compilation_cache: str | None = None,
 ) -> int:
   """Runs `mode` ("train", "eval", "translate", "score" or "report") on `workdir`; returns the
-  exit status (0, or 1 after a one-line error). `config` may be None for "report" only."""
+  exit status (0, or 1 after a one-line error). `config` may be None for "report" only.
+
+  `compilation_cache`: where JAX keeps the compiled programs for the next process
+  (`runtime.enable_compilation_cache`): "workdir" for WORKDIR/jax_cache, unless this process
+  already has a cache folder; a folder; None or "none" for no cache."""
   if mode not in MODES:
     raise ValueError(f"mode {mode!r} is not one of {MODES}")
   workdir = Path(workdir)
@@ -88,6 +93,7 @@ def run(
 
   def logged_job():  # An unusable workdir (a file, no permission) fails here: one error line.
     with console.logged_to(workdir, verbose) as log_path:
+      _use_compilation_cache(compilation_cache, workdir)
       logging.info("config:\n%s", config)
       if not verbose:
         console.hide_library_progress()
@@ -99,6 +105,15 @@ def run(
         raise
 
   return _guarded(logged_job, verbose)
+
+
+def _use_compilation_cache(where: str | None, workdir: Path) -> None:
+  from seq2seq import runtime
+
+  if where == "workdir":
+    runtime.enable_compilation_cache(workdir / "jax_cache", replace=False)
+  else:
+    runtime.enable_compilation_cache(where)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ import jax
 import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
+from jax.experimental.compilation_cache import compilation_cache
 
 from seq2seq import input_pipeline, objective, steps
 
@@ -141,3 +142,26 @@ def host_local(state: steps.TrainState) -> steps.TrainState:
   if jax.process_count() == 1:
     return state
   return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state)
+
+
+def enable_compilation_cache(path: str | Path | None, *, replace: bool = True) -> Path | None:
+  """JAX's persistent compilation cache in `path` for every program this process compiles, so a
+  later process (a second `--mode=translate`, a resumed run, a sweep's next run) loads them
+  instead of compiling again: the same executables, so results do not change. None or "none"
+  leaves it off; with `replace` False a process that already has a cache folder (a sweep's
+  shared one, the tests') keeps it. Returns the folder in use, or None.
+
+  Processes may share one folder: an entry read while another process writes it is a cache
+  miss (JAX warns and compiles), never a wrong program.
+  """
+  current = jax.config.jax_compilation_cache_dir
+  if path is None or str(path).lower() == "none" or (current and not replace):
+    return Path(current) if current else None
+  Path(path).mkdir(parents=True, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", str(path))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  # A cache already opened (a program compiled before, as validating a config does) keeps its
+  # folder until reset; the next compilation opens the new one.
+  compilation_cache.reset_cache()
+  return Path(path)

@@ -79,6 +79,28 @@ def test_translate_mode_keeps_lines_and_survives_bad_bytes(trained, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_second_translate_loads_every_program_from_the_compilation_cache(trained, tmp_path):
+  """--compilation_cache=DIR: the first process fills DIR, the second adds no entry (every
+  program it ran was loaded, none compiled) and translates the same."""
+  source, cache = tmp_path / "in.txt", tmp_path / "cache"
+  source.write_text("the cat sleeps .\nthe dog does not eat apples .\n")
+  entries, outputs = [], []
+  for i in range(2):
+    out = tmp_path / f"out{i}.txt"
+    translate = ["--mode=translate", f"--input={source}", f"--output={out}"]
+    run_main(
+      trained,
+      *translate,
+      f"--compilation_cache={cache}",
+      "--config.train.num_steps=20",
+      own_process=True,
+    )
+    entries.append(sorted(p.name for p in cache.iterdir()))
+    outputs.append(out.read_text())
+  assert entries[0] and entries[1] == entries[0]
+  assert outputs[1] == outputs[0] and outputs[0].count("\n") == 2
+
+
 def test_resume_equals_uninterrupted_run(trained, tmp_path):
   workdir = tmp_path / "resumed"
   run_main(workdir, "--config.train.num_steps=10", "--config.train.final_eval=false")

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib import configs, launch, plots, records, reports, stats, sweeps
-from experiments.lib import runs as runs_lib
 from experiments.lib.presets import STUDIES
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
+from seq2seq import runtime as rt
 
 LAUNCHERS = ("local", "jobs", "cores")
 
@@ -231,7 +231,7 @@ def main(study: Study, argv: Sequence[str] | None = None) -> dict[str, Any] | No
     print(f"run them, e.g.: xargs -d '\\n' -P 2 -I{{}} sh -c {{}} < {written[0]}")
     print(f"then: python -m {study.module} ... --collect")
     return None
-  runs_lib.enable_compilation_cache(args.compilation_cache or str(sweep.out / "jax_cache"))
+  rt.enable_compilation_cache(args.compilation_cache or str(sweep.out / "jax_cache"))
   start = time.perf_counter()
   if args.launcher == "cores":
     trained = train_on_cores(sweep, study.module, arguments, args.processes)

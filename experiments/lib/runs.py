@@ -371,17 +371,3 @@ def execute(run: Run) -> dict[str, Any]:
   """Trains `run` if it is unfinished, then its record with `reused` (it was finished before)."""
   trained = train_alone(run)
   return {**record(run), "reused": not trained}
-
-
-def enable_compilation_cache(path: str) -> None:
-  """JAX's persistent compilation cache in `path` (every program; "none" leaves it off).
-
-  Processes may share one folder: an entry read while another process writes it is a cache
-  miss (JAX warns and compiles), never a wrong program.
-  """
-  if path.lower() == "none":
-    return
-  Path(path).mkdir(parents=True, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", str(path))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
