@@ -104,14 +104,17 @@ class NoPenalty(LengthPenalty):
 @register("power")
 @dataclasses.dataclass(frozen=True)
 class Power(LengthPenalty):
-  """s / n^alpha (GroundHog's normalisation at alpha = 1)."""
+  """s / base(n)^alpha with base(n) = n (GroundHog's normalisation at alpha = 1)."""
 
   Settings: ClassVar[type] = AlphaSettings
+
+  def base(self, lengths: jax.Array) -> jax.Array:
+    return lengths
 
   def rank(self, scores, lengths):
     if self.settings.alpha == 0:
       return scores
-    return scores / _float_lengths(lengths) ** self.settings.alpha
+    return scores / self.base(_float_lengths(lengths)) ** self.settings.alpha
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,13 +124,13 @@ class GnmtSettings(AlphaSettings):
 
 @register("gnmt")
 @dataclasses.dataclass(frozen=True)
-class Gnmt(LengthPenalty):
-  """s / ((5 + n) / 6)^alpha (Wu et al. 2016)."""
+class Gnmt(Power):
+  """s / ((5 + n) / 6)^alpha (Wu et al. 2016): `power` over a base that grows from 1."""
 
   Settings: ClassVar[type] = GnmtSettings
 
-  def rank(self, scores, lengths):
-    return scores / ((5.0 + _float_lengths(lengths)) / 6.0) ** self.settings.alpha
+  def base(self, lengths):
+    return (5.0 + lengths) / 6.0
 
 
 @dataclasses.dataclass(frozen=True)
