@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from experiments.lib import stats
-from seq2seq import checkpoints, copying, decode, evaluation, inference, input_pipeline
+from seq2seq import checkpoints, copying, decode, evaluation, inference, input_pipeline, settings
 from seq2seq import lexicon as lexicon_lib
 from seq2seq import runtime as rt
 
@@ -49,13 +49,13 @@ def sharpness(alphas: Sequence[np.ndarray]) -> dict[str, float]:
 def measure(workdir: Path, config, split_name: str, limit: int) -> dict[str, dict[str, float]]:
   """The run's attention sharpness at initialisation and at its evaluated checkpoint (`config`:
   the run's saved config)."""
-  runtime = rt.Runtime()
-  data = rt.load_data(config, workdir)
+  runtime, run = rt.Runtime(), settings.validate(config)
+  data = rt.load_data(run, workdir)
   split = input_pipeline.subset(data.splits[split_name], np.arange(limit))
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   states = {
-    "init": rt.initial_state(config, *sizes, runtime, **_tables(data, config, workdir)),
-    "trained": evaluation.restore_run(config, workdir, *sizes, runtime),
+    "init": rt.initial_state(run, *sizes, runtime, **_tables(data, config, workdir)),
+    "trained": evaluation.restore_run(run, workdir, *sizes, runtime),
   }
   out = {}
   for name, state in states.items():

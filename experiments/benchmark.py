@@ -69,7 +69,7 @@ from configs import tiny as tiny_config
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT, apply_overrides, parse_sets
 from experiments.lib.timing import median_seconds, timed_calls
-from seq2seq import models, objective, scores, steps
+from seq2seq import models, objective, scores, settings, steps
 from seq2seq import runtime as rt
 
 PRESETS = ("bench", "paper", "tiny")
@@ -212,8 +212,9 @@ def count_matmul_flops(jaxpr: Any) -> float:
 def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
   """Matmul FLOPs per target token counted in the traced forward pass and train step."""
   src_vocab, tgt_vocab = cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
+  run = settings.validate(cfg)
   state = jax.eval_shape(
-    lambda: steps.create_train_state(cfg, jax.random.key(0), src_vocab, tgt_vocab)
+    lambda: steps.create_train_state(run, jax.random.key(0), src_vocab, tgt_vocab)
   )
   batch = {k: jnp.asarray(v) for k, v in random_batch(cfg).items()}
   tokens = float(np.sum(random_batch(cfg)["tgt_mask"]))
@@ -222,7 +223,7 @@ def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
     model = nnx.merge(state.graphdef, params)
     return model(b["src"], b["src_mask"], b["tgt_in"])
 
-  step = functools.partial(steps.train_step, config=cfg)
+  step = functools.partial(steps.train_step, run=run)
   fwd = jax.make_jaxpr(forward)(state.params, batch)
   trn = jax.make_jaxpr(step)(state, batch, jax.random.key(1))
   return {
@@ -311,8 +312,9 @@ class TrainBench:
     runtime = rt.Runtime()  # One data axis over every device, as in training.
     runtime.check_batch_size(cfg.data.batch_size)
     t0 = time.perf_counter()
+    run = settings.validate(cfg)
     state = steps.create_train_state(
-      cfg, jax.random.key(seed), cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
+      run, jax.random.key(seed), cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
     )
     state = jax.block_until_ready(jax.device_put(state, runtime.replicated))
     self.init_s = time.perf_counter() - t0
@@ -321,7 +323,7 @@ class TrainBench:
     self.batch = runtime.put_batch(host_batch)
     self._base_rng = jax.device_put(jax.random.key(seed + 1), runtime.replicated)
     self._rngs: list[jax.Array] = []
-    step_fn, _ = rt.compile_steps(cfg, runtime)  # Batch sharded, state replicated, donated.
+    step_fn, _ = rt.compile_steps(run, runtime)  # Batch sharded, state replicated, donated.
     t0 = time.perf_counter()
     lowered = step_fn.lower(state, self.batch, self._rng(0))
     t1 = time.perf_counter()

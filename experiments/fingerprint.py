@@ -163,7 +163,7 @@ def model_fingerprint(name: str) -> dict:
   import numpy as np
 
   from configs import tiny
-  from seq2seq import decode, input_pipeline, lexicon, steps
+  from seq2seq import decode, input_pipeline, lexicon, settings, steps
 
   cfg = tiny.get_config()
   for dotted, value in MODELS[name].items():
@@ -180,8 +180,9 @@ def model_fingerprint(name: str) -> dict:
     np.arange(vocab, dtype=np.int32),
   )
   copy_map = np.where(np.arange(vocab) % 3 == 0, -1, np.arange(vocab)).astype(np.int32)
-  state = steps.create_train_state(cfg, jax.random.key(0), vocab, vocab, copy_map, table)
-  sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(cfg))
+  run = settings.validate(cfg)
+  state = steps.create_train_state(run, jax.random.key(0), vocab, vocab, copy_map, table)
+  sources = input_pipeline.num_sources(run.data)
   batch, src_len, tgt_len = 4, 7, 6
   src_mask = np.tile((np.arange(src_len)[None] < rng.integers(2, src_len + 1, (batch, 1))), sources)
   tgt_mask = np.arange(tgt_len)[None] < rng.integers(2, tgt_len + 1, (batch, 1))
@@ -195,7 +196,7 @@ def model_fingerprint(name: str) -> dict:
   arrays = {k: jnp.asarray(v, jnp.int32) for k, v in arrays.items()}
   leaves = jax.tree.leaves(state.params)
   record: dict = {"params": sorted(_digest_array(x) for x in leaves), "train": []}
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  step = jax.jit(functools.partial(steps.train_step, run=run))
   for i in range(3):
     state, metrics = step(state, arrays, jax.random.fold_in(jax.random.key(1), i))
     record["train"].append({k: repr(float(v)) for k, v in sorted(metrics.items())})

@@ -38,7 +38,7 @@ import numpy as np
 from experiments.lib import reports
 from experiments.lib.configs import load_config
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import decode, evaluation, inference, metric_writer, metrics, plots
+from seq2seq import decode, evaluation, inference, metric_writer, metrics, plots, settings
 from seq2seq import runtime as rt
 
 CONFIG = "configs/multi30k.py"
@@ -160,11 +160,11 @@ def final(args) -> None:
   if (workdir / "final.json").exists():
     return
   config = run.config()
-  runtime = rt.Runtime()
-  data = rt.load_data(config, workdir)
+  runtime, run_settings = rt.Runtime(), settings.validate(config)
+  data = rt.load_data(run_settings, workdir)
   save_data_stats(data, workdir)
   state = evaluation.restore_for_eval(
-    config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
+    run_settings, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   state = rt.host_local(state)
   raw = data.raw("valid")
@@ -196,7 +196,9 @@ def final(args) -> None:
   chosen.decode.length_penalty = power_penalty(best["length_norm_alpha"])
   chosen.decode.replace_unk = best["replace_unk"]
   start = time.perf_counter()
-  test = evaluation.evaluate_split(state, data, "test", chosen, workdir / "eval" / "test")
+  test = evaluation.evaluate_split(
+    state, data, "test", settings.validate(chosen), workdir / "eval" / "test"
+  )
   test["decode_s"] = time.perf_counter() - start
   test["step"] = int(state.step)
   out = {"decode_grid": grid, "chosen_decode": best, "test": test}

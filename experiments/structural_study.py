@@ -71,7 +71,7 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import decode, evaluation, inference, input_pipeline, metrics, structures
+from seq2seq import decode, evaluation, inference, input_pipeline, metrics, settings, structures
 from seq2seq import runtime as rt
 from seq2seq.data import synthetic
 
@@ -198,10 +198,10 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
     if cached.get("long_split") == list(long_split) and "step_ms_long" in cached:
       return cached
   config = run.config()
-  runtime = rt.Runtime()
-  data = rt.load_data(config, run.workdir)
+  runtime, run_settings = rt.Runtime(), settings.validate(config)
+  data = rt.load_data(run_settings, run.workdir)
   state = evaluation.restore_for_eval(
-    config, run.workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
+    run_settings, run.workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   raw = data.raw("test")
   test = data.splits["test"]

@@ -77,13 +77,13 @@ def average_checkpoints(
   if out.exists() and any(out.iterdir()):
     raise FileExistsError(f"{out} exists and is not empty; give a new --out")
   config = checkpoints.load_config(workdir)
-  settings.validate(config)
-  if raw and not config.train.ema_decay:
+  run = settings.validate(config)
+  if raw and not run.train.ema_decay:
     raise ValueError(f"--raw: {workdir} keeps no moving average (train.ema_decay=0)")
   vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
   runtime = rt.Runtime()
-  template = rt.abstract_state(config, vocab["src"].size, vocab["tgt"].size, runtime)
-  source = checkpoints.Checkpointer(workdir, config, subdir=subdir)
+  template = rt.abstract_state(run, vocab["src"].size, vocab["tgt"].size, runtime)
+  source = checkpoints.Checkpointer(workdir, run.train.keep_checkpoints, subdir=subdir)
   chosen = choose_steps(source.manager.all_steps(), last, steps_)
   states, data_state = [], None
   for step in chosen:
@@ -102,9 +102,9 @@ def average_checkpoints(
   else:
     shutil.copy(workdir / "config.json", out / "config.json")
   shutil.copytree(workdir / "vocab", out / "vocab")
-  if not config.data.cache_dir and (workdir / "data").is_dir():
+  if not run.data.cache_dir and (workdir / "data").is_dir():
     shutil.copytree(workdir / "data", out / "data")
-  target = checkpoints.Checkpointer(out, config, max_to_keep=1)
+  target = checkpoints.Checkpointer(out, 1)
   target.save(averaged, data_state)
   target.close()
   record = {"source": str(workdir), "steps": chosen, "step": chosen[-1], "raw": raw}

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq import checkpoints, lexicon
+from seq2seq import checkpoints, lexicon, settings
 from seq2seq import runtime as rt
 
 
@@ -26,8 +26,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   )
   args = parser.parse_args(argv)
   workdir = Path(args.workdir)
-  config = checkpoints.load_config(workdir)
-  data = rt.load_data(config, workdir)
+  data = rt.load_data(settings.validate(checkpoints.load_config(workdir)), workdir)
   table = lexicon.build(data, top=args.top, iterations=args.iterations)
   out = Path(args.out) if args.out else workdir / lexicon.FILE
   table.save(out)

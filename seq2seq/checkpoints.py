@@ -274,19 +274,12 @@ class Checkpointer:
   """`ocp.CheckpointManager` over WORKDIR/checkpoints: the train state and the data iterator;
   damaged steps set aside when it opens (module docstring)."""
 
-  def __init__(
-    self,
-    workdir: Path,
-    config: ml_collections.ConfigDict,
-    *,
-    subdir: str = "checkpoints",
-    max_to_keep: int | None = None,
-  ):
+  def __init__(self, workdir: Path, max_to_keep: int, *, subdir: str = "checkpoints"):
     root = (Path(workdir) / subdir).absolute()
     if jax.process_index() == 0:
       set_aside_damaged(root)
     options = ocp.CheckpointManagerOptions(
-      max_to_keep=max_to_keep or config.train.keep_checkpoints,
+      max_to_keep=max_to_keep,
       create=True,
       enable_async_checkpointing=False,
       cleanup_tmp_directories=True,  # A write cut short by a kill is never loaded, and goes.

@@ -72,24 +72,26 @@ def run(
   if mode == "report":  # Reads files only: nothing to log, nothing written beside the report.
     return _guarded(lambda: _report(workdir, compare))
   links = {"links_path": links_path, "links_threshold": links_threshold}
-  if mode == "translate":
-    job = lambda: _translate(
-      config, workdir, input_path, output_path, alignments_path, nbest, links
-    )
-  elif mode == "score":
-    job = lambda: _score(
-      config, workdir, input_path, reference_path, output_path, alignments_path, links
-    )
-  else:
-    job = lambda: _train_or_eval(mode, config, workdir, as_json)
+  typed = []
 
-  def validate():  # Before the workdir (or its log) is touched.
+  def validate():  # Once, before the workdir (or its log) is touched; the mode reads this.
     from seq2seq import settings
 
-    settings.validate(config)
+    typed.append(settings.validate(config))
 
   if _guarded(validate):
     return 1
+  run_settings = typed[0]
+  if mode == "translate":
+    job = lambda: _translate(
+      run_settings, workdir, input_path, output_path, alignments_path, nbest, links
+    )
+  elif mode == "score":
+    job = lambda: _score(
+      run_settings, workdir, input_path, reference_path, output_path, alignments_path, links
+    )
+  else:
+    job = lambda: _train_or_eval(mode, run_settings, workdir, as_json)
 
   def logged_job():  # An unusable workdir (a file, no permission) fails here: one error line.
     with console.logged_to(workdir, verbose) as log_path:
@@ -163,17 +165,17 @@ def _say_error(line: str, verbose: bool) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
-def _train_or_eval(mode: str, config, workdir: Path, as_json: bool) -> int:
+def _train_or_eval(mode: str, run_settings, workdir: Path, as_json: bool) -> int:
   from seq2seq import evaluation, train  # JAX and the data stack: not needed by report mode.
 
   if mode == "train":
-    results = train.train_and_evaluate(config, workdir)
+    results = train.train_and_evaluate(run_settings, workdir)
   else:
-    results = evaluation.evaluate_splits(config, workdir)
+    results = evaluation.evaluate_splits(run_settings, workdir)
   if as_json:
     print(json.dumps({"workdir": str(workdir), "results": results}, indent=2, sort_keys=True))
   else:
-    print(closing_summary(results, workdir, prefix=evaluation.eval_prefix(config)))
+    print(closing_summary(results, workdir, prefix=evaluation.eval_prefix(run_settings.model)))
   return PREEMPTED if "preempted_at_step" in results else 0
 
 
@@ -192,12 +194,12 @@ def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval"
 
 
 def _translate(
-  config, workdir: Path, input_path, output_path, alignments_path, nbest, links
+  run_settings, workdir: Path, input_path, output_path, alignments_path, nbest, links
 ) -> None:
   from seq2seq import translate
 
   counts = translate.translate_file(
-    config, workdir, input_path, output_path, alignments_path, nbest, **links
+    run_settings, workdir, input_path, output_path, alignments_path, nbest, **links
   )
   logging.info("translated: %s", counts)
   console.say(
@@ -207,11 +209,13 @@ def _translate(
   )
 
 
-def _score(config, workdir: Path, input_path, reference_path, output_path, alignments_path, links):
+def _score(
+  run_settings, workdir: Path, input_path, reference_path, output_path, alignments_path, links
+):
   from seq2seq import translate
 
   counts = translate.score_file(
-    config, workdir, input_path, reference_path, output_path, alignments_path, **links
+    run_settings, workdir, input_path, reference_path, output_path, alignments_path, **links
   )
   logging.info("scored: %s", counts)
   console.say(f"scored: {counts}")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 import sacrebleu
 from absl import logging
@@ -54,14 +53,14 @@ def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime
 
 
 def valid_scores(
-  state: steps.TrainState, data, config: ml_collections.ConfigDict, hypotheses_out=None
+  state: steps.TrainState, data, run: settings.RunSettings, hypotheses_out=None
 ) -> dict[str, float]:
   """Validation BLEU with greedy decoding (cheap enough to run at every evaluation), and
   `unk_rate`: the share of the output's words that are <unk> (before any UNK replacement), what
   a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
   sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
   retraining."""
-  greedy = dataclasses.replace(decode.DecodeSettings.from_config(config), beam_size=1)
+  greedy = dataclasses.replace(run.decode, beam_size=1)
   translations = inference.translate_split(
     rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
   )
@@ -77,7 +76,9 @@ def valid_scores(
   words = sum(len(t.ids) for t in translations)
   unks = sum(t.ids.count(tok.UNK_ID) for t in translations)
   return {
-    "bleu": metrics.bleu(hyps, [r[1] for r in raw], pretokenized=metrics.pretokenized(config))[0],
+    "bleu": metrics.bleu(
+      hyps, [r[1] for r in raw], pretokenized=metrics.pretokenized(run.data.corpus)
+    )[0],
     "unk_rate": unks / max(words, 1),
   }
 
@@ -85,7 +86,9 @@ def valid_scores(
 VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each evaluation's outputs.
 
 
-def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) -> steps.TrainState:
+def restore_run(
+  run: settings.RunSettings, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+) -> steps.TrainState:
   """The run's best checkpoint by validation BLEU if one was kept and is intact, else, of the
   intact regular checkpoints, the one with the best validation BLEU in metrics.jsonl (the latest
   among equals, and when none was validated), with the parameters evaluation uses
@@ -93,14 +96,14 @@ def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) 
   reported by its folder and skipped (`checkpoints.Checkpointer` sets aside those that fail
   their checksums); never restored as garbage."""
   workdir = Path(workdir)
-  fresh = rt.abstract_state(config, src_vocab, tgt_vocab, runtime)
+  fresh = rt.abstract_state(run, src_vocab, tgt_vocab, runtime)
   bleu = {
     r["step"]: r["bleu"]
     for r in metric_writer.read_metrics(workdir)
     if r["split"] == "valid" and "bleu" in r
   }
   for subdir in ("best", "checkpoints"):
-    ckpt = checkpoints.Checkpointer(workdir, config, subdir=subdir)
+    ckpt = checkpoints.Checkpointer(workdir, run.train.keep_checkpoints, subdir=subdir)
     held = sorted(ckpt.manager.all_steps(), key=lambda s: (bleu.get(s, -1.0), s), reverse=True)
     try:
       for step in held:
@@ -119,30 +122,29 @@ def restore_run(config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime) 
 def restore_member(workdir: Path, runtime) -> steps.TrainState:
   """An ensemble member: its run restored with the config it was trained with, as the
   direction that config names."""
-  config = checkpoints.load_config(workdir)
+  run = settings.validate(checkpoints.load_config(workdir))
   sizes = [tok.load(Path(workdir) / "vocab" / side).size for side in ("src", "tgt")]
-  state = restore_run(config, Path(workdir), *sizes, runtime)
-  return direction_state(state, config.model.direction)
+  state = restore_run(run, Path(workdir), *sizes, runtime)
+  return direction_state(state, run.model.direction)
 
 
 def restore_for_eval(
-  config, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+  run: settings.RunSettings, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
 ) -> steps.TrainState:
   """What evaluation and translation decode: the ensemble `decode.ensemble` names (see
   `seq2seq.ensemble`), else the run in `workdir` (`restore_run`)."""
-  dec = decode.DecodeSettings.from_config(config)
-  if ensemble.workdirs(dec):
-    return ensemble.load(dec, lambda member: restore_member(member, runtime))
-  return restore_run(config, workdir, src_vocab, tgt_vocab, runtime)
+  if ensemble.workdirs(run.decode):
+    return ensemble.load(run.decode, lambda member: restore_member(member, runtime))
+  return restore_run(run, workdir, src_vocab, tgt_vocab, runtime)
 
 
 DIRECTIONS = settings.DIRECTIONS
 
 
-def eval_prefix(config) -> str:
+def eval_prefix(model: models.ModelSettings) -> str:
   """The folder of a run's evaluations: "eval", or "eval_reverse" for an agreement run's
   reverse model."""
-  direction = config.model.direction
+  direction = model.direction
   return "eval" if direction == "forward" else f"eval_{direction}"
 
 
@@ -163,8 +165,11 @@ def direction_state(state: steps.TrainState, direction: str) -> steps.TrainState
   return steps.TrainState(state.step, params, None, graphdef, state.tx)
 
 
-def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, writer=None):
-  """Evaluates the best (else latest) checkpoint on the valid and test splits (and "test_long"
+def evaluate_splits(
+  config: settings.Config, workdir, *, data=None, runtime=None, eval_fn=None, writer=None
+) -> dict:
+  """Evaluates (`config`: a run's config, or its `settings.RunSettings`) the best (else latest)
+  checkpoint on the valid and test splits (and "test_long"
   with `data.long_test_min_words`).
 
   Per split: loss and perplexity, then decoding with the `decode` settings and every metric of
@@ -173,37 +178,39 @@ def evaluate_splits(config, workdir, *, data=None, runtime=None, eval_fn=None, w
   read target -> source, into WORKDIR/eval_reverse/SPLIT/. Returns {split: results}. Holds the
   workdir's lock (`files.workdir_lock`) while it runs.
   """
-  settings.validate(config)
-  if not ensemble.workdirs(decode.DecodeSettings.from_config(config)):  # (Members load their own.)
-    checkpoints.check_model_config(Path(workdir), config)
+  run = settings.validate(config)
+  if not ensemble.workdirs(run.decode):  # (Members load their own.)
+    checkpoints.check_model_config(Path(workdir), run.config)
   with files.workdir_lock([workdir], enabled=jax.process_index() == 0):
-    return _evaluate_splits(config, workdir, data, runtime, eval_fn, writer)
+    return evaluate_run(run, workdir, data=data, runtime=runtime, eval_fn=eval_fn, writer=writer)
 
 
-def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
-  ensemble.prepare_workdir(decode.DecodeSettings.from_config(config), workdir)
+def evaluate_run(
+  run: settings.RunSettings, workdir, *, data=None, runtime=None, eval_fn=None, writer=None
+) -> dict:
+  """`evaluate_splits` of a run whose settings are typed and checked already, by a caller that
+  holds the workdir (the training loop's final evaluation)."""
+  ensemble.prepare_workdir(run.decode, workdir)
   workdir = Path(workdir)
   runtime = runtime or rt.Runtime()
-  data = data or rt.load_data(config, workdir)
+  data = data or rt.load_data(run, workdir)
   if eval_fn is None:
-    _, eval_fn = rt.compile_steps(config, runtime)
-  state = restore_for_eval(
-    config, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
-  )
-  direction = config.model.direction
+    _, eval_fn = rt.compile_steps(run, runtime)
+  state = restore_for_eval(run, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime)
+  direction = run.model.direction
   state = direction_state(state, direction)
-  prefix = eval_prefix(config)
+  prefix = eval_prefix(run.model)
   if direction == "reverse":
     data = input_pipeline.reversed_data(data)
   step = int(jax.device_get(state.step))
-  results, data_settings = {}, input_pipeline.DataSettings.from_config(config)
+  results = {}
   for split in ("valid", "test", input_pipeline.LONG_TEST):
     if split not in data.splits:
       continue
     batches = input_pipeline.eval_batches(
       data,
       split,
-      data_settings,
+      run.data,
       process_index=jax.process_index(),
       process_count=jax.process_count(),
     )
@@ -219,7 +226,7 @@ def _evaluate_splits(config, workdir, data, runtime, eval_fn, writer):
       rt.host_local(state),
       data,
       split,
-      config,
+      run,
       out,
       extra=result,
       writer=writer,
@@ -320,7 +327,15 @@ def attention_figures(
 
 
 def evaluate_split(
-  state, data, split_name: str, config, out_dir: Path, *, extra=None, writer=None, write=True
+  state,
+  data,
+  split_name: str,
+  run: settings.RunSettings,
+  out_dir: Path,
+  *,
+  extra=None,
+  writer=None,
+  write=True,
 ) -> dict:
   """Decodes a split and scores it: BLEU (all / No UNK / tokenised / by length), chrF, and
   for models with attention over/under-translation and (gold links) AER and entropy.
@@ -331,15 +346,13 @@ def evaluate_split(
   `decode.num_heatmaps` sentences) when `write`; `extra` (loss, step, ...) is merged into the
   results first.
   """
-  inference.check_replace_unk(config, state.model())
+  inference.check_replace_unk(run.decode, state.model())
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer
-  tgt_lang = input_pipeline.languages(input_pipeline.DataSettings.from_config(config))[
-    0 if data.reverse else 1
-  ]
-  plain = metrics.pretokenized(config)
-  dec = decode.DecodeSettings.from_config(config)
+  tgt_lang = input_pipeline.languages(run.data)[0 if data.reverse else 1]
+  plain = metrics.pretokenized(run.data.corpus)
+  dec = run.decode
   translations = inference.translate_split(state, split, dec, progress=f"decoding {split_name}")
   hyps = [
     inference.output_text(tr, src, data.src_tokenizer, tgt_tok, dec.replace_unk)
@@ -400,9 +413,7 @@ def evaluate_split(
     data, split_name, translations, hyps, plain, attends=attends, heads=heads, forced=forced
   )
   explorer.write_sentences(out_dir, records)
-  plots.bleu_vs_length(
-    {config.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png"
-  )
+  plots.bleu_vs_length({run.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png")
   step = int(jax.device_get(state.step))
   for i in range(min(dec.num_heatmaps, len(hyps)) if attends else 0):
     tr = translations[i]

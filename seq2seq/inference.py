@@ -139,23 +139,23 @@ def output_tokens(
   return tgt_tok.decode_tokens(ids)
 
 
-def check_replace_unk(config, model: nnx.Module | None = None) -> None:
+def check_replace_unk(dec: decode.DecodeSettings, model: nnx.Module | models.ModelSettings) -> None:
   """Raises ValueError when `decode.replace_unk` is set for a model without attention.
 
   UNK replacement copies the source word an output attends to most; RNNencdec (any model whose
   `uses_attention` is False) has no attention, so it would copy an arbitrary word. `model` is
-  the model that will decode; without one, the model `config.model` describes is built
-  abstractly (shapes only, no parameters), so callers can check before loading anything.
+  the model that will decode, or its settings (so callers can check before loading anything).
   """
-  if not config.decode.replace_unk:
+  if not dec.replace_unk:
     return
-  if model is None:
-    size = tok.NUM_SPECIALS + 1
-    build = lambda: models.build_model(config.model, size, size, rngs=nnx.Rngs(0))
-    model = nnx.eval_shape(build)
-  if not model.uses_attention:
+  if isinstance(model, models.ModelSettings):
+    name, uses_attention = model.name, models.MODELS[model.name].uses_attention
+  else:
+    names = [n for n, cls in models.MODELS.items() if type(model) is cls]
+    name, uses_attention = (names or [type(model).__name__])[0], model.uses_attention
+  if not uses_attention:
     raise ValueError(
-      f"decode.replace_unk needs attention: model.name={config.model.name} has none "
+      f"decode.replace_unk needs attention: model.name={name} has none "
       "(set --config.decode.replace_unk=False)"
     )
 

@@ -395,8 +395,8 @@ def load_data(
   batch_keys: Sequence[str] = (),
 ) -> Data:
   """Builds (or reuses) the tfds corpus and the vocabularies, and tokenises every split;
-  `batch_keys` are the extra batch keys the objective reads (`objective.batch_keys`: "align"
-  loads the training split's gold alignments).
+  `batch_keys` are the extra batch keys the objective reads (`objective.Objective.batch_keys`:
+  "align" loads the training split's gold alignments).
 
   Datasets go to `data_dir(d, workdir)`, vocabularies to WORKDIR/vocab/src and
   WORKDIR/vocab/tgt (built from the training split on first use; a saved vocabulary of another

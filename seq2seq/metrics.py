@@ -63,7 +63,7 @@ def bleu(
   """(corpus BLEU, sacrebleu signature) with sacrebleu's default 13a tokenisation, of the
   lowercased texts with `lowercase` (the convention of the published Multi30k figures).
 
-  `pretokenized` says the texts are written tokenised by design (`pretokenized(config)`: the
+  `pretokenized` says the texts are written tokenised by design (`pretokenized(corpus)`: the
   embedded corpus), which turns off sacrebleu's warning about tokenised input; the score and
   signature are the same either way.
   """
@@ -85,12 +85,13 @@ def _corpus_bleu(hypotheses, references, pretokenized, lowercase):
   return metric.corpus_score(scored_text(hypotheses), [list(references)]), metric
 
 
-def pretokenized(config) -> bool:
-  """Whether the run's corpus text is written tokenised: the embedded corpus is generated with
-  its punctuation as words of their own ("le chat dort ."), so that text is both its plain and
-  its tokenised form and the sacrebleu warning that lines "end in a tokenized period" is a
-  false alarm. Local text and WMT'14 are plain text (detokenised hypotheses are scored)."""
-  return config.data.corpus == "synthetic"
+def pretokenized(corpus: str) -> bool:
+  """Whether the text of the run's `data.corpus` is written tokenised: the embedded corpus is
+  generated with its punctuation as words of their own ("le chat dort ."), so that text is both
+  its plain and its tokenised form and the sacrebleu warning that lines "end in a tokenized
+  period" is a false alarm. Local text and WMT'14 are plain text (detokenised hypotheses are
+  scored)."""
+  return corpus == "synthetic"
 
 
 def bleu_words(text: str, tokenizer: tok.Tokenizer | None = None, lang: str = "") -> list[str]:

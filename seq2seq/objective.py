@@ -541,11 +541,6 @@ class Objective:
     return tuple(sorted({k for t in self.terms for k in t.batch_keys}))
 
 
-def batch_keys(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-  """The extra batch keys the input pipeline must build for `config`'s objective."""
-  return Objective.from_config(config).batch_keys
-
-
 def direction_pass(
   model, batch, rng, needs: frozenset[str], softmax: softmax_lib.Softmax
 ) -> DirectionPass:

@@ -8,12 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.experimental.compilation_cache import compilation_cache
 
-from seq2seq import input_pipeline, objective, steps
+from seq2seq import input_pipeline, settings, steps
 
 MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
 
@@ -44,7 +43,7 @@ class Runtime:
 
 
 def compile_steps(
-  config: ml_collections.ConfigDict,
+  run: settings.RunSettings,
   runtime: Runtime,
   *,
   stacked: bool = False,
@@ -52,12 +51,12 @@ def compile_steps(
 ):
   """The jitted train and eval steps with their shardings (state replicated, batch sharded).
 
-  `train_step(state, batch, rng) -> (state, metrics)` defaults to `steps.train_step` with
-  `config`; `stacked`: vmap both steps over a leading member axis of the state (and of the rng),
+  `train_step(state, batch, rng) -> (state, metrics)` defaults to `steps.train_step` of the
+  run; `stacked`: vmap both steps over a leading member axis of the state (and of the rng),
   one batch shared by every member (seeds trained together).
   """
   rep, bat = runtime.replicated, runtime.batch
-  train_fn = train_step or functools.partial(steps.train_step, config=config)
+  train_fn = train_step or functools.partial(steps.train_step, run=run)
   eval_fn = steps.eval_step
   if stacked:
     train_fn = jax.vmap(train_fn, in_axes=(0, None, 0))
@@ -69,15 +68,15 @@ def compile_steps(
   return train_fn, eval_fn
 
 
-def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipeline.Data:
+def load_data(run: settings.RunSettings, workdir: Path) -> input_pipeline.Data:
   """`input_pipeline.load_data` with the batch keys the objective reads; with several
   processes, process 0 builds the datasets and vocabularies in the shared workdir first and the
   others then load them."""
   load = functools.partial(
     input_pipeline.load_data,
-    input_pipeline.DataSettings.from_config(config),
+    run.data,
     workdir,
-    batch_keys=objective.batch_keys(config),
+    batch_keys=run.objective.batch_keys,
   )
   if jax.process_count() == 1:
     return load()
@@ -86,11 +85,11 @@ def load_data(config: ml_collections.ConfigDict, workdir: Path) -> input_pipelin
   return data or load()
 
 
-def _init(config, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):
-  """`steps.create_train_state` of the config with everything but the key bound."""
+def _init(run: settings.RunSettings, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):
+  """`steps.create_train_state` of the run with everything but the key bound."""
   return functools.partial(
     steps.create_train_state,
-    config,
+    run,
     src_vocab=src_vocab,
     tgt_vocab=tgt_vocab,
     copy_map=copy_map,
@@ -98,28 +97,30 @@ def _init(config, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):
   )
 
 
-def _init_key(config) -> jax.Array:
-  return jax.random.fold_in(jax.random.key(config.seed), 0)
+def _init_key(run: settings.RunSettings) -> jax.Array:
+  return jax.random.fold_in(jax.random.key(run.seed), 0)
 
 
 def initial_state(
-  config,
+  run: settings.RunSettings,
   src_vocab: int,
   tgt_vocab: int,
   runtime: Runtime,
   copy_map: np.ndarray | None = None,
   lexicon=None,
 ) -> steps.TrainState:
-  """A fresh, replicated state from the config's seed (`copy_map`, `lexicon`: tables built from
+  """A fresh, replicated state from the run's seed (`copy_map`, `lexicon`: tables built from
   the data, see `steps.create_train_state`)."""
-  init = _init(config, src_vocab, tgt_vocab, copy_map, lexicon)
-  return jax.jit(init, out_shardings=runtime.replicated)(_init_key(config))
+  init = _init(run, src_vocab, tgt_vocab, copy_map, lexicon)
+  return jax.jit(init, out_shardings=runtime.replicated)(_init_key(run))
 
 
-def abstract_state(config, src_vocab: int, tgt_vocab: int, runtime: Runtime) -> steps.TrainState:
+def abstract_state(
+  run: settings.RunSettings, src_vocab: int, tgt_vocab: int, runtime: Runtime
+) -> steps.TrainState:
   """The shapes, dtypes and (replicated) shardings of `initial_state`, computed without
   compiling or running the initialisers: the template a checkpoint is restored into."""
-  shapes = jax.eval_shape(_init(config, src_vocab, tgt_vocab), _init_key(config))
+  shapes = jax.eval_shape(_init(run, src_vocab, tgt_vocab), _init_key(run))
   return jax.tree.map(
     lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=runtime.replicated), shapes
   )

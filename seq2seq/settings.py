@@ -1,10 +1,13 @@
-"""One check of a run's settings, and the migration of saved configs to the current form.
+"""A run's typed settings, checked once, and the migration of saved configs to the current form.
 
-`validate(config)` is called by every entry point (training, evaluation, translation, the seed
-group) before anything is built or loaded: it types the model section (`models.ModelSettings`,
-which parses the score, structure and feature specs and checks the rules across them), builds
-the objective (`objective.Objective`, whose terms check what they need) and checks the
-remaining choices, so a mistake fails at once in one line.
+`validate(config) -> RunSettings` is called once by every entry point (training, evaluation,
+translation, averaging, the experiment scripts) before anything is built or loaded: it types
+every section (`models.ModelSettings`, which parses the score, structure and feature specs and
+checks the rules across them; `input_pipeline.DataSettings`; `steps.TrainSettings`;
+`decode.DecodeSettings`), builds the objective (`objective.Objective`, whose terms check what
+they need) and checks the remaining choices, so a mistake fails at once in one line. Below the
+entry points the code reads the `RunSettings` (or the one section it needs), never the config;
+the config itself is only written (a workdir's `config.json`) and compared with a saved one.
 
 A saved config (a workdir's `config.json`, a committed study's run) carries its format version
 (`saved_format.FIELD`); `HISTORY` lists the versions, each with the step that migrates to it:
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -79,9 +83,30 @@ AT_LEAST = {
 }
 
 
-def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
-  """Checks every setting of a run and returns its typed model settings; raises ValueError
-  with one line naming the setting and its valid values."""
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+  """Every section of a run's config, typed and checked (what `validate` returns), and the
+  config they were read from: what a workdir's config.json holds, kept for writing that file
+  and comparing it with a saved one, never read for a setting."""
+
+  seed: int
+  model: models.ModelSettings
+  data: input_pipeline.DataSettings
+  train: steps.TrainSettings
+  decode: decode.DecodeSettings
+  objective: objective.Objective
+  config: ml_collections.ConfigDict = dataclasses.field(compare=False, repr=False)
+
+
+# What an entry point takes: a run's config, or its settings typed by `validate` already.
+Config = ml_collections.ConfigDict | RunSettings
+
+
+def validate(config: Config) -> RunSettings:
+  """Checks every setting of a run and returns them typed; raises ValueError with one line
+  naming the setting and its valid values. Settings already typed are returned as they are."""
+  if isinstance(config, RunSettings):
+    return config
   for dotted, least in AT_LEAST.items():
     section, name = dotted.split(".")
     value = config[section][name]
@@ -91,7 +116,7 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
     raise ValueError(f"train.learning_rate must be positive, got {config.train.learning_rate}")
   data = input_pipeline.DataSettings.from_config(config)
   model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(data))
-  objective.Objective.from_config(config)
+  objective_ = objective.Objective.from_config(config)
   train = steps.TrainSettings.from_config(config)
   steps.make_optimizer(train)  # Optimiser, schedule and their settings.
   steps.anneal_factor(train, 0.0)  # The annealing's name.
@@ -142,8 +167,8 @@ def validate(config: ml_collections.ConfigDict) -> models.ModelSettings:
   length_penalties.make(dec.length_penalty)
   if dec.coverage_penalty < 0:
     raise ValueError(f"decode.coverage_penalty must be >= 0, got {dec.coverage_penalty}")
-  inference.check_replace_unk(config)
-  return model
+  inference.check_replace_unk(dec, model)
+  return RunSettings(int(config.seed), model, data, train, dec, objective_, config)
 
 
 # --------------------------------------------------------------------------- saved configs

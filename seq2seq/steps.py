@@ -1,14 +1,16 @@
 """The train state, the optimisers and the pure steps.
 
-`train_step(state, batch, rng, *, config) -> (state, metrics)` and `eval_step(state, batch) ->
+`train_step(state, batch, rng, *, run) -> (state, metrics)` and `eval_step(state, batch) ->
 metrics` are pure functions of their arguments (the training loop jits them, vmapped over seeds
-when several train together). Batches: see `seq2seq.objective`.
+when several train together). `run` is a run's typed settings (`settings.RunSettings`, built
+by `settings.validate`; here only its model, train and objective sections are read, the
+`StepSettings` protocol). Batches: see `seq2seq.objective`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,7 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from seq2seq import addons, input_pipeline, models, objective, registry, structures
+from seq2seq import addons, models, objective, registry, structures
 from seq2seq import lexicon as lexicon_lib
 
 
@@ -201,26 +203,31 @@ def make_optimizer(cfg: TrainSettings) -> optax.GradientTransformation:
   return rule
 
 
+class StepSettings(Protocol):
+  """What the train state and its update read of a run's typed settings."""
+
+  model: models.ModelSettings
+  train: TrainSettings
+  objective: objective.Objective
+
+
 def create_train_state(
-  config: ml_collections.ConfigDict,
+  run: StepSettings,
   rng: jax.Array,
   src_vocab: int,
   tgt_vocab: int,
   copy_map: np.ndarray | None = None,
   lexicon: Any = None,
 ) -> TrainState:
-  """A fresh state: parameters initialised from `rng`, optimiser state zero, step 0
-  (`copy_map`: a copying model's vocabulary map, `copying.vocab_map`; `lexicon`: the lexicon
-  bias's table learned at the start of training, `model.lexicon_bias=train`; without it, a
-  `model.lexicon_bias` table file is read here)."""
-  model_settings = models.ModelSettings.from_config(
-    config.model, input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
-  )
-  bias = model_settings.lexicon_bias  # "" when off.
+  """A fresh state of the run's model and optimiser: parameters initialised from `rng`,
+  optimiser state zero, step 0 (`copy_map`: a copying model's vocabulary map,
+  `copying.vocab_map`; `lexicon`: the lexicon bias's table learned at the start of training,
+  `model.lexicon_bias=train`; without it, a `model.lexicon_bias` table file is read here)."""
+  bias = run.model.lexicon_bias  # "" when off.
   if lexicon is None and bias not in ("", addons.LEXICON_FROM_TRAINING):
     lexicon = lexicon_lib.Lexicon.load(bias)
   model = models.build_model(
-    model_settings,
+    run.model,
     src_vocab,
     tgt_vocab,
     rngs=nnx.Rngs(params=rng),
@@ -228,10 +235,9 @@ def create_train_state(
     lexicon=lexicon,
   )
   graphdef, params = nnx.split(model, nnx.Param)
-  train = TrainSettings.from_config(config)
-  tx = make_optimizer(train)
-  ema = params if train.ema_decay > 0 else None
-  terms = {t.name: t.init_state() for t in objective.Objective.from_config(config).terms}
+  tx = make_optimizer(run.train)
+  ema = params if run.train.ema_decay > 0 else None
+  terms = {t.name: t.init_state() for t in run.objective.terms}
   terms = {name: s for name, s in terms.items() if s is not None} or None
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, terms, ema)
 
@@ -241,11 +247,12 @@ def train_step(
   batch: dict[str, jax.Array],
   rng: jax.Array,
   *,
-  config: ml_collections.ConfigDict,
+  run: StepSettings,
 ) -> tuple[TrainState, dict[str, Any]]:
-  """One update. `rng` is this step's key (derive it with `jax.random.fold_in(base, step)`).
+  """One update of the run's objective. `rng` is this step's key (derive it with
+  `jax.random.fold_in(base, step)`).
 
-  Bind `config` with `functools.partial` before jitting. Metrics: loss (the objective optimised:
+  Bind `run` with `functools.partial` before jitting. Metrics: loss (the objective optimised:
   per target token, or per sentence with train.loss_normalization="sentences", then with
   ce_loss per target token beside it),
   tokens, grad_norm (before clipping), learning_rate, finite (false: the update was not applied);
@@ -255,13 +262,11 @@ def train_step(
   `objective.loss_fn`; tokens are the forward direction's, so tokens/s counts sentence pairs as for
   a plain model).
   """
-  objective_ = objective.Objective.from_config(config)
+  objective_ = run.objective
   keyed = (
-    config.model.dropout > 0
+    run.model.dropout > 0
     or objective_.softmax.uses_rng
-    or (
-      config.model.name not in models.ENCDEC_NAMES and structures.uses_rng(config.model.attention)
-    )
+    or (run.model.name not in models.ENCDEC_NAMES and structures.uses_rng(run.model.attention))
   )
   dropout_rng = rng if keyed else None
   grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
@@ -269,7 +274,7 @@ def train_step(
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
-  train = TrainSettings.from_config(config)
+  train = run.train
   learning_rate = learning_rate_schedule(train)(schedule_count(state.opt_state, state.step))
   if state.progress is not None:
     factor = anneal_factor(train, state.progress)

@@ -11,7 +11,7 @@ lines every `train.log_every` steps, validation loss, perplexity and greedy BLEU
 `train.eval_every` (keeping each member's best checkpoint in WORKDIR/best), checkpoints every
 `train.checkpoint_every`, and the final evaluation of every member (`evaluation.evaluate_splits`).
 
-The step is passed in (`train_step`, default `steps.train_step` with the config): tests hand
+The step is passed in (`train_step`, default `steps.train_step` of the run's settings): tests hand
 the loop a step that misbehaves on purpose rather than the library carrying test hooks.
 """
 
@@ -28,7 +28,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 
@@ -136,21 +135,19 @@ class Members:
   """The runs one loop trains and how their state is laid out: one plain state, or (together)
   one state stacked over G members, whose step metrics then carry a leading axis [G]."""
 
-  def __init__(self, configs: Sequence[ml_collections.ConfigDict], workdirs, together: bool):
+  def __init__(self, configs: Sequence[settings.Config], workdirs, together: bool):
     if len(configs) != len(workdirs) or not configs:
       raise ValueError(f"need one workdir per config; got {len(configs)} and {len(workdirs)}")
     if len(configs) > 1 and not together:
       raise ValueError("several members train only together (stacked)")
     if together and jax.process_count() > 1:
       raise ValueError("seeds are trained together in one process; run groups per host")
-    for config in configs:
-      settings.validate(config)
-    self.configs = list(configs)
+    self.runs = [settings.validate(config) for config in configs]  # What the loop reads.
     self.workdirs = [Path(w) for w in workdirs]
     self.together = together
 
   def __len__(self) -> int:
-    return len(self.configs)
+    return len(self.runs)
 
   def state(self, state: steps.TrainState, k: int) -> steps.TrainState:
     """Member k's own train state."""
@@ -173,7 +170,7 @@ class Members:
 
   def step_keys(self) -> Callable[[int], jax.Array]:
     """step -> the step's random key(s): fold_in(fold_in(key(seed), 1), step) per member."""
-    bases = [jax.random.fold_in(jax.random.key(c.seed), 1) for c in self.configs]
+    bases = [jax.random.fold_in(jax.random.key(run.seed), 1) for run in self.runs]
     if not self.together:
       return lambda step: jax.random.fold_in(bases[0], step)
     fold = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
@@ -182,7 +179,7 @@ class Members:
 
 
 def train_members(
-  configs: Sequence[ml_collections.ConfigDict],
+  configs: Sequence[settings.Config],
   workdirs: Sequence[str | Path],
   *,
   together: bool = False,
@@ -218,16 +215,13 @@ class Loop:
 
   def __init__(self, members: Members, train_step: Callable | None):
     self.members, self.runtime = members, rt.Runtime()
-    config = members.configs[0]
-    self.tcfg = steps.TrainSettings.from_config(config)
-    self.config, self.primary = config, jax.process_index() == 0
+    run = members.runs[0]
+    self.tcfg, self.primary = run.train, jax.process_index() == 0
     self.data = open_data(members, self.runtime)
     self.writers = [metric_writer.MetricWriter(wd, enabled=self.primary) for wd in members.workdirs]
-    pairs = list(zip(members.workdirs, members.configs, strict=True))
-    self.ckpts = [checkpoints.Checkpointer(wd, cfg) for wd, cfg in pairs]
-    self.bests = [
-      checkpoints.Checkpointer(wd, cfg, subdir="best", max_to_keep=1) for wd, cfg in pairs
-    ]
+    pairs = list(zip(members.workdirs, members.runs, strict=True))
+    self.ckpts = [checkpoints.Checkpointer(wd, r.train.keep_checkpoints) for wd, r in pairs]
+    self.bests = [checkpoints.Checkpointer(wd, 1, subdir="best") for wd in members.workdirs]
     resume = common_step(self.ckpts)
     self.start = int(resume or 0)  # The first step to train.
     for w, ckpt, best in zip(self.writers, self.ckpts, self.bests, strict=True):
@@ -238,10 +232,10 @@ class Loop:
       held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, self.bests, strict=True)
     ]
     self.train_fn, self.eval_fn = rt.compile_steps(
-      config, self.runtime, stacked=members.together, train_step=train_step
+      run, self.runtime, stacked=members.together, train_step=train_step
     )
     fresh = initial_states(members, self.data, self.runtime, resumed=resume is not None)
-    self.data_settings = input_pipeline.DataSettings.from_config(config)
+    self.data_settings = run.data
     self.it = input_pipeline.train_iterator(
       self.data,
       self.data_settings,
@@ -357,7 +351,7 @@ class Loop:
           self.members.workdirs[k],
           done,
           host_batch,
-          self.members.configs[k].train.nonfinite,
+          self.members.runs[k].train.nonfinite,
           self.ckpts[k].latest_step(),
         )
 
@@ -400,14 +394,14 @@ class Loop:
       process_count=jax.process_count(),
     )
     result = evaluation.evaluate_loss(self.eval_fn, self.state.for_eval(), batches, self.runtime)
-    for k, (w, cfg) in enumerate(zip(self.writers, members.configs, strict=True)):
+    for k, (w, run) in enumerate(zip(self.writers, members.runs, strict=True)):
       scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
       scalars["elapsed_s"] = self.elapsed()
       if self.tcfg.valid_bleu:
         member_state = members.state(self.state, k)
         out = members.workdirs[k] / evaluation.VALID_HYPOTHESES.format(step=done)
         out = out if self.primary else None
-        scalars.update(evaluation.valid_scores(member_state.for_eval(), self.data, cfg, out))
+        scalars.update(evaluation.valid_scores(member_state.for_eval(), self.data, run, out))
         if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
           self.best_bleu[k] = scalars["bleu"]
           self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
@@ -420,7 +414,7 @@ class Loop:
           files.kill_point("after-best-checkpoint")
       w.write(done, "valid", scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
-      who = f"seed {cfg.seed}: " * members.together
+      who = f"seed {run.seed}: " * members.together
       console.say(valid_line(done, scalars, self.best_bleu[k], who))
     self.eta.paused("eval", time.perf_counter() - paused)
 
@@ -446,11 +440,11 @@ class Loop:
     for c in (*self.ckpts, *self.bests):
       c.close()
     results = []
-    for k, (cfg, wd) in enumerate(zip(self.members.configs, self.members.workdirs, strict=True)):
+    for k, (run, wd) in enumerate(zip(self.members.runs, self.members.workdirs, strict=True)):
       final = {}
-      if self.tcfg.final_eval:
-        final = evaluation.evaluate_splits(
-          cfg,
+      if self.tcfg.final_eval:  # (The loop holds the workdir's lock and wrote its config.json.)
+        final = evaluation.evaluate_run(
+          run,
           wd,
           data=self.data,
           runtime=self.runtime,
@@ -468,13 +462,13 @@ LOGGED = ("loss", "learning_rate", "grad_norm")  # Step metrics every train line
 def open_data(members: Members, runtime: rt.Runtime) -> input_pipeline.Data:
   """Every member's workdir with its config.json, and the first config's data (built on first
   use), its vocabularies copied into the other members' workdirs."""
-  config = members.configs[0]
-  for cfg, wd in zip(members.configs, members.workdirs, strict=True):
+  run = members.runs[0]
+  for member, wd in zip(members.runs, members.workdirs, strict=True):
     wd.mkdir(parents=True, exist_ok=True)
-    checkpoints.check_and_save_config(wd, cfg)
-  runtime.check_batch_size(config.data.batch_size)
-  console.say(f"data: reading the {config.data.corpus} corpus (built on first use)")
-  data = rt.load_data(config, members.workdirs[0])
+    checkpoints.check_and_save_config(wd, member.config)
+  runtime.check_batch_size(run.data.batch_size)
+  console.say(f"data: reading the {run.data.corpus} corpus (built on first use)")
+  data = rt.load_data(run, members.workdirs[0])
   for wd in members.workdirs[1:]:  # One vocabulary for all: the same ids in every workdir.
     if not (wd / "vocab").exists():
       shutil.copytree(members.workdirs[0] / "vocab", wd / "vocab")
@@ -490,18 +484,18 @@ def initial_states(
   copying model's source -> target map and the learned lexicon (`model.lexicon_bias=train`,
   learned on a fresh start only: a resumed run restores it) are saved with the parameters; the
   lexicon also as WORKDIR/lexicon.npz."""
-  config = members.configs[0]
+  model = members.runs[0].model
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   copy_map = table = None
-  if config.model.copy:
+  if model.copy:
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  if config.model.lexicon_bias == addons.LEXICON_FROM_TRAINING and not resumed:
+  if model.lexicon_bias == addons.LEXICON_FROM_TRAINING and not resumed:
     console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
     table = lexicon_lib.build(data)
     if jax.process_index() == 0:
       for wd in members.workdirs:
         table.save(wd / lexicon_lib.FILE)
-  return [rt.initial_state(cfg, *sizes, runtime, copy_map, table) for cfg in members.configs]
+  return [rt.initial_state(run, *sizes, runtime, copy_map, table) for run in members.runs]
 
 
 class Eta:
@@ -569,7 +563,7 @@ def valid_line(step: int, scalars: dict[str, float], best: float, who: str = "")
 
 
 def train_and_evaluate(
-  config: ml_collections.ConfigDict, workdir: str | Path, *, train_step: Callable | None = None
+  config: settings.Config, workdir: str | Path, *, train_step: Callable | None = None
 ) -> dict[str, Any]:
   """Trains (or resumes) the run in `workdir`, then reports validation and test results: the
   loop of `train_members` with one member. Returns the final evaluation results ({} without

@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import ml_collections
 import numpy as np
 from absl import logging
 
@@ -64,30 +63,32 @@ NBEST_SEPARATOR = " ||| "
 
 
 class Translator:
-  """A trained run ready to translate and score: `config`, the restored model `state` (best
-  checkpoint, else latest) and the source and target tokenizers.
+  """A trained run ready to translate and score: its typed settings `run` (from a config, or
+  given typed by a caller that validated it, `settings.validate`), the restored model `state`
+  (best checkpoint, else latest) and the source and target tokenizers.
 
   An agreement run uses its `model.direction` model ("reverse": target-language text in,
   source language out), as evaluation does.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str | Path):
-    settings.validate(config)  # Before loading anything.
-    self.decoding = decode.DecodeSettings.from_config(config)  # What a call changes from.
+  def __init__(self, config: settings.Config, workdir: str | Path):
+    self.run = settings.validate(config)  # Before loading anything.
+    config = self.run.config
+    self.decoding = self.run.decode  # What a call changes from.
     if not ensemble.workdirs(self.decoding):  # (An ensemble's members load their own configs.)
       checkpoints.check_model_config(Path(workdir), config)
     ensemble.prepare_workdir(self.decoding, workdir)  # An ensemble's vocabularies, checked.
     workdir = Path(workdir)
     vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
     state = evaluation.restore_for_eval(
-      config, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
+      self.run, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
     )
-    self.config = config
-    self.state = rt.host_local(evaluation.direction_state(state, config.model.direction))
+    self.config = config  # What `decoding_with` changes and validates again.
+    self.state = rt.host_local(evaluation.direction_state(state, self.run.model.direction))
     self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
-    if config.model.direction == "reverse":  # Target-language text in, source language out.
+    if self.run.model.direction == "reverse":  # Target-language text in, source language out.
       self.src_tok, self.tgt_tok = self.tgt_tok, self.src_tok
-    self.score_spec = scores.spec(config.model.score)
+    self.score_spec = self.run.model.score
     positions = scores.get(self.score_spec.name).source_limit(self.score_spec.settings)
     # The most source tokens the model can address (room left for EOS); None: no limit.
     self.max_source_tokens = None if positions is None else positions - 1
@@ -112,8 +113,7 @@ class Translator:
       raise ValueError(f"decode.{fixed[0]} is fixed when the run loads: pass it to seq2seq.load")
     config = self.config.copy_and_resolve_references()
     config.decode.update(decode_settings)
-    settings.validate(config)
-    return decode.DecodeSettings.from_config(config)
+    return settings.validate(config).decode
 
   def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
     """Each target's log-probabilities given its source (`score_lines`)."""
@@ -133,7 +133,7 @@ def _sources(t: Translator, line: str) -> list[str]:
   """The texts of `line`'s sources: the line itself, or for a multi-source run its sources
   joined by `builders.SOURCE_SEPARATOR` (`read_sources` joins one file per language); ValueError
   where a line holds another number of them."""
-  count = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(t.config))
+  count = input_pipeline.num_sources(t.run.data)
   texts = builders.split_sources(line, count)
   if len(texts) != count:
     raise ValueError(
@@ -239,7 +239,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
       continue
     src_ids.append(_encode_sources(t, source))
     ids = t.tgt_tok.encode(target)
-    if t.config.model.copy:  # Words outside the vocabulary are scored as copies.
+    if t.run.model.copy:  # Words outside the vocabulary are scored as copies.
       tokens = (t.tgt_tok.tokenize(target), t.src_tok.tokenize(source), t.tgt_tok.size)
       ids = copying.copy_targets(ids, *tokens)
     tgt_ids.append(ids)
@@ -320,7 +320,7 @@ def nbest_lines(index: int, hypotheses: Sequence[Hypothesis]) -> list[str]:
 
 
 def translate_file(
-  config: ml_collections.ConfigDict,
+  config: settings.Config,
   workdir: str | Path,
   input_path: str,
   output_path: str,
@@ -341,19 +341,17 @@ def translate_file(
   weight at least `links_threshold`). Returns counts: lines, empty, invalid_utf8, truncated,
   too_long (untranslated: `translate_lines`).
   """
-  settings.validate(config)  # Before loading anything.
+  run = settings.validate(config)  # Before loading anything.
   if nbest:
-    decode.check_nbest(nbest, int(config.decode.beam_size))
-  check_links(config, links_path, links_threshold)
+    decode.check_nbest(nbest, run.decode.beam_size)
+  check_links(run, links_path, links_threshold)
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
-  lines, invalid = read_sources(
-    input_path, input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
-  )
+  lines, invalid = read_sources(input_path, input_pipeline.num_sources(run.data))
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
-  t = Translator(config, workdir)
+  t = Translator(run, workdir)
   found, skipped = translate_lines(t, lines, nbest=max(nbest, 1))
 
   def record(source: str, h: Hypothesis | None) -> dict[str, Any]:
@@ -390,15 +388,15 @@ def translate_file(
   return {"lines": len(lines), "empty": empty, "invalid_utf8": invalid, **skipped}
 
 
-def check_links(config: ml_collections.ConfigDict, path: str | None, threshold: float) -> None:
+def check_links(run: settings.RunSettings, path: str | None, threshold: float) -> None:
   """Refuses, in one line, word alignments that the run or the threshold cannot give."""
   if not path:
     return
   if not 0.0 <= threshold <= 1.0:
     raise ValueError(f"--alignment_threshold must be in [0, 1] (0: argmax), got {threshold}")
-  if config.model.name in models.ENCDEC_NAMES:
-    raise ValueError(f"word alignments read the attention: model.name={config.model.name} has none")
-  if input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config)) > 1:
+  if run.model.name in models.ENCDEC_NAMES:
+    raise ValueError(f"word alignments read the attention: model.name={run.model.name} has none")
+  if input_pipeline.num_sources(run.data) > 1:
     raise ValueError("word alignments name one source's words: this run reads two sources")
 
 
@@ -425,7 +423,7 @@ def score_record(index: int, scored: Scored) -> dict[str, Any]:
 
 
 def score_file(
-  config: ml_collections.ConfigDict,
+  config: settings.Config,
   workdir: str | Path,
   input_path: str,
   reference_path: str,
@@ -444,14 +442,12 @@ def score_file(
   different line counts are refused before the model loads. Returns counts: pairs, scored,
   unscored, invalid_utf8.
   """
-  settings.validate(config)  # Before loading anything.
-  check_links(config, links_path, links_threshold)
+  run = settings.validate(config)  # Before loading anything.
+  check_links(run, links_path, links_threshold)
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
-  sources, invalid_src = read_sources(
-    input_path, input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
-  )
+  sources, invalid_src = read_sources(input_path, input_pipeline.num_sources(run.data))
   targets, invalid_tgt = _read_lines(reference_path)
   if len(sources) != len(targets):
     raise ValueError(
@@ -461,7 +457,7 @@ def score_file(
   invalid = invalid_src + invalid_tgt
   if invalid:
     logging.warning("%d lines held invalid UTF-8 (decoded with replacements)", invalid)
-  t = Translator(config, workdir)
+  t = Translator(run, workdir)
   results = score_lines(t, sources, targets)
   _write_jsonl(output_path, [score_record(i, r) for i, r in enumerate(results)])
   if alignments_path:

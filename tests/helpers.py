@@ -375,11 +375,13 @@ def check_trains(cfg, batch, vocab: int, steps: int = 8, **state_args) -> None:
   import jax
   import jax.numpy as jnp
 
+  from seq2seq import settings
   from seq2seq import steps as steps_lib
 
-  state = steps_lib.create_train_state(cfg, jax.random.key(0), vocab, vocab, **state_args)
+  run = settings.validate(cfg)
+  state = steps_lib.create_train_state(run, jax.random.key(0), vocab, vocab, **state_args)
   b = {k: jnp.asarray(v) for k, v in batch.items()}
-  step = jax.jit(functools.partial(steps_lib.train_step, config=cfg))
+  step = jax.jit(functools.partial(steps_lib.train_step, run=run))
   losses = []
   for i in range(steps):
     state, metrics = step(state, b, jax.random.key(i))

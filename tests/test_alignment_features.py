@@ -11,7 +11,7 @@ from flax import nnx
 from helpers import TableModel, random_batch, randomise
 
 from configs import tiny
-from seq2seq import decode, models, objective, steps, train
+from seq2seq import decode, models, objective, settings, steps, train
 from seq2seq import runtime as rt
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -240,7 +240,7 @@ def test_local_alignments_reach_the_batch_as_a_matrix(tmp_path):
   from seq2seq import input_pipeline as ip
 
   _local_corpus(tmp_path / "c", ["0-0 2-1", "1-0 0-2", ""])
-  data = rt.load_data(_local_config(tmp_path / "c"), tmp_path / "w")
+  data = rt.load_data(settings.validate(_local_config(tmp_path / "c")), tmp_path / "w")
   batch = ip.make_batch(data.splits["train"], np.array([0, 1, 2, -1]), 8)
   align = batch["align"]
   assert align.shape == (4, 8, 8) and align.sum() == 4
@@ -259,7 +259,7 @@ def test_bad_alignment_lines_are_named(tmp_path, lines, message):
 
   _local_corpus(tmp_path / "c", lines)
   with pytest.raises(ValueError, match=message):
-    rt.load_data(_local_config(tmp_path / "c"), tmp_path / "w")
+    rt.load_data(settings.validate(_local_config(tmp_path / "c")), tmp_path / "w")
 
 
 @pytest.mark.slow

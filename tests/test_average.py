@@ -11,7 +11,7 @@ import pytest
 from helpers import data_settings, final_params
 
 from configs import tiny
-from seq2seq import average, checkpoints, evaluation, input_pipeline, steps, train
+from seq2seq import average, checkpoints, evaluation, input_pipeline, settings, steps, train
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 
@@ -63,10 +63,12 @@ def test_an_averaged_run_evaluates_with_the_averaged_parameters(trained, tmp_pat
   assert (out / "eval" / "test" / "hypotheses.txt").exists()
 
   runtime = rt.Runtime()
-  data = rt.load_data(config, out)
-  _, eval_fn = rt.compile_steps(config, runtime)
-  fresh = rt.abstract_state(config, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime)
-  ckpt = checkpoints.Checkpointer(trained, config)
+  data = rt.load_data(settings.validate(config), out)
+  _, eval_fn = rt.compile_steps(settings.validate(config), runtime)
+  fresh = rt.abstract_state(
+    settings.validate(config), data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
+  )
+  ckpt = checkpoints.Checkpointer(trained, config.train.keep_checkpoints)
   at10, at20 = (ckpt.restore(fresh, step, with_data=False)[0] for step in (10, 20))
   ckpt.close()
   mean = at20.replace(params=jax.tree.map(lambda a, b: (a + b) / 2, at10.params, at20.params))
@@ -97,7 +99,7 @@ def test_averaging_refuses_what_the_run_does_not_hold(trained, tmp_path, kwargs,
 def test_the_moving_average_follows_its_schedule():
   config = tiny.get_config()
   config.train.ema_decay = 0.9
-  state = rt.initial_state(config, 30, 30, rt.Runtime())
+  state = rt.initial_state(settings.validate(config), 30, 30, rt.Runtime())
   decay = float(steps.ema_decay_at(0.9, 0))  # min(0.9, 1/10) at the first update.
   assert decay == pytest.approx(0.1) and float(steps.ema_decay_at(0.9, 10**6)) == pytest.approx(0.9)
   plain = state.replace(ema=None)
@@ -109,7 +111,7 @@ def test_the_moving_average_follows_its_schedule():
     "tgt_out": jnp.full((2, 4), 7, jnp.int32),
     "tgt_mask": jnp.ones((2, 4), jnp.int32),
   }
-  after, _ = steps.train_step(state, batch, jax.random.key(0), config=config)
+  after, _ = steps.train_step(state, batch, jax.random.key(0), run=settings.validate(config))
   leaves = [jax.tree.leaves(t) for t in (after.ema, state.params, after.params)]
   for e, p0, p1 in zip(*leaves, strict=True):
     np.testing.assert_allclose(e, decay * p0 + (1 - decay) * p1, rtol=1e-6, atol=1e-7)
@@ -138,7 +140,9 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   ema_kernel = np.asarray(jax.tree.leaves(trees["full"]["ema"]["score"]["u_a"]["kernel"])[0])
   assert step == 20 and not np.allclose(ema_kernel, params["/score/u_a/kernel/value"])
   sizes = [tok.load(tmp_path / "full" / "vocab" / side).size for side in ("src", "tgt")]
-  state = evaluation.restore_for_eval(config(20), tmp_path / "full", *sizes, rt.Runtime())
+  state = evaluation.restore_for_eval(
+    settings.validate(config(20)), tmp_path / "full", *sizes, rt.Runtime()
+  )
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
   np.testing.assert_array_equal(np.asarray(got), ema_kernel)
 
@@ -146,7 +150,9 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   record = average.average_checkpoints(tmp_path / "full", tmp_path / "raw", last=1, raw=True)
   raw_config = checkpoints.load_config(tmp_path / "raw")
   assert record["raw"] and record["steps"] == [20] and raw_config.train.ema_decay == 0
-  state = evaluation.restore_for_eval(raw_config, tmp_path / "raw", *sizes, rt.Runtime())
+  state = evaluation.restore_for_eval(
+    settings.validate(raw_config), tmp_path / "raw", *sizes, rt.Runtime()
+  )
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
   np.testing.assert_array_equal(np.asarray(got), params["/score/u_a/kernel/value"])
   with pytest.raises(ValueError, match="keeps no moving average"):

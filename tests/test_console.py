@@ -154,9 +154,9 @@ def test_sacrebleu_stays_quiet_on_the_pretokenised_corpus_with_the_same_score(ca
     quiet = metrics.bleu(hyps, refs, pretokenized=True)
   assert caplog.text == "" and quiet == plain  # Same score and signature.
   config = tiny.get_config()
-  assert metrics.pretokenized(config)
+  assert metrics.pretokenized(config.data.corpus)
   config.data.corpus = "local"
-  assert not metrics.pretokenized(config)
+  assert not metrics.pretokenized(config.data.corpus)
 
 
 def test_eval_ends_with_the_table_or_with_json(trained, tmp_path, capsys, caplog):

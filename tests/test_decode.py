@@ -13,7 +13,7 @@ from flax import nnx
 from helpers import TableModel, random_batch, random_lexicon, randomise
 
 from configs import tiny
-from seq2seq import decode, lexicon, models, steps
+from seq2seq import decode, lexicon, models, settings, steps
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 30
@@ -250,7 +250,7 @@ def test_rnnencdec_decodes_with_zero_attention(batch):
 
 def test_decode_batch_from_train_state(batch):
   config = tiny.get_config()
-  state = steps.create_train_state(config, jax.random.key(0), VOCAB, VOCAB)
+  state = steps.create_train_state(settings.validate(config), jax.random.key(0), VOCAB, VOCAB)
   for beam_size in (1, 2):
     config.decode.beam_size = beam_size
     res = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))

@@ -149,9 +149,9 @@ def test_a_copying_member_and_a_plain_one_are_refused_in_one_line():
   """Their outputs span different vocabularies (V + S against V): no mean of the two means
   anything."""
   cfg = tiny.get_config()
-  plain = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  plain = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   cfg.model.copy = True
-  copying = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  copying = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   members = {"a": plain, "b": copying}
   with pytest.raises(ValueError, match="must all copy from the source"):
     ensemble.load(_decoding(["a", "b"]), lambda workdir: members[str(workdir)])

@@ -17,6 +17,7 @@ from seq2seq import (
   input_pipeline,
   metrics,
   plots,
+  settings,
   steps,
   translate,
 )
@@ -229,7 +230,7 @@ def sp_run(tmp_path_factory):
   config.decode.beam_size = 1
   data = input_pipeline.load_data(data_settings(config), tmp_path_factory.mktemp("sp"))
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = steps.create_train_state(config, jax.random.key(0), *sizes)
+  state = steps.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
   return config, data, state
 
 
@@ -243,7 +244,9 @@ def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkey
     return real(*args, **kwargs)
 
   monkeypatch.setattr(metrics, "tokenized_bleu", spy)
-  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
+  results = evaluation.evaluate_split(
+    state, data, "valid", settings.validate(config), None, write=False
+  )
   assert [c[2:] for c in calls] == [(data.tgt_tokenizer, "fr")]
   assert results["bleu_tokenized"] == real(*calls[0])
   conventions = metrics.bleu_conventions(data.tgt_tokenizer, "fr", pretokenized=True)
@@ -256,7 +259,9 @@ def test_an_empty_no_unk_subset_has_no_score(sp_run, monkeypatch):
   a mean over seeds would take for a score)."""
   config, data, state = sp_run
   monkeypatch.setattr(metrics, "no_unk_subset", lambda src, ref: [])
-  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
+  results = evaluation.evaluate_split(
+    state, data, "valid", settings.validate(config), None, write=False
+  )
   assert results["num_no_unk"] == 0
   assert results["bleu_no_unk"] is None and results["bleu_no_unk_plain"] is None
 
@@ -298,8 +303,10 @@ def rnnencdec_run(tmp_path_factory):
   config.decode.beam_size = 1
   workdir = tmp_path_factory.mktemp("rnnencdec")
   data = input_pipeline.load_data(data_settings(config), workdir)
-  state = rt.initial_state(config, data.src_tokenizer.size, data.tgt_tokenizer.size, rt.Runtime())
-  ckpt = checkpoints.Checkpointer(workdir, config)
+  state = rt.initial_state(
+    settings.validate(config), data.src_tokenizer.size, data.tgt_tokenizer.size, rt.Runtime()
+  )
+  ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints)
   ckpt.save(state, None)
   ckpt.close()
   return config, workdir, data, state
@@ -315,7 +322,7 @@ def test_evaluate_refuses_replace_unk_without_attention(rnnencdec_run, tmp_path)
   config, _, data, state = rnnencdec_run
   with pytest.raises(ValueError, match=NO_ATTENTION):
     evaluation.evaluate_split(
-      state, data, "valid", _with_replace_unk(config), tmp_path, write=False
+      state, data, "valid", settings.validate(_with_replace_unk(config)), tmp_path, write=False
     )
 
 
@@ -412,7 +419,9 @@ def test_evaluate_split_aer_of_sentencepiece_runs_is_on_words(sp_run, monkeypatc
     return out
 
   monkeypatch.setattr(inference, "teacher_forced_attention", oracle)
-  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
+  results = evaluation.evaluate_split(
+    state, data, "valid", settings.validate(config), None, write=False
+  )
   assert results["aer_threshold"] == 0.0
   assert results["aer_subword_mapping"] == (
     "source: sum over a word's pieces; target: mean over a word's pieces"
@@ -422,7 +431,9 @@ def test_evaluate_split_aer_of_sentencepiece_runs_is_on_words(sp_run, monkeypatc
 def test_under_translation_of_a_sentencepiece_run_counts_words(sp_run):
   config, data, state = sp_run
   raw = data.raw("valid")
-  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
+  results = evaluation.evaluate_split(
+    state, data, "valid", settings.validate(config), None, write=False
+  )
   assert results["source_words"] == sum(len(s.split()) for s, _, _ in raw)
   assert 0 <= results["under_translation"] <= results["source_words"]
   assert "50 most frequent" in results["under_translation_content"]
@@ -445,7 +456,7 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   config.decode.beam_size = 2
   data = input_pipeline.load_data(data_settings(config), tmp_path)
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = steps.create_train_state(config, jax.random.key(0), *sizes)
+  state = steps.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
   model = state.model()
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].add(5.0)
   state = state.replace(params=nnx.state(model, nnx.Param))
@@ -463,7 +474,9 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   assert not any(tk.UNK_ID in tr.ids for tr in banned)
   text = lambda tr, i: inference.output_text(tr, raw[i][0], data.src_tokenizer, data.tgt_tokenizer)
   refs = [raw[i][1] for i in keep]
-  results = evaluation.evaluate_split(state, data, "valid", config, None, write=False)
+  results = evaluation.evaluate_split(
+    state, data, "valid", settings.validate(config), None, write=False
+  )
   want = metrics.bleu([text(tr, i) for tr, i in zip(banned, keep, strict=True)], refs)[0]
   assert results["bleu_no_unk"] == pytest.approx(want)
   assert results["bleu_no_unk_plain"] == pytest.approx(
@@ -481,7 +494,7 @@ def test_valid_scores_give_the_unk_share_of_the_greedy_output(sp_run, unk_bias, 
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].set(unk_bias)
   out = tmp_path / "valid.txt.gz"
   state = state.replace(params=nnx.state(model, nnx.Param))
-  scores = evaluation.valid_scores(state, data, config, hypotheses_out=out)
+  scores = evaluation.valid_scores(state, data, settings.validate(config), hypotheses_out=out)
   assert scores["unk_rate"] == want
   with gzip.open(out, "rt", encoding="utf-8") as f:
     hyps = f.read().splitlines()

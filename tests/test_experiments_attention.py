@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from experiments import attention_offsets, attention_sharpness
-from seq2seq import explorer
+from seq2seq import explorer, settings
 from seq2seq import runtime as rt
 
 
 def test_score_scalars_reads_cosines_learned_sharpness(tiny_config):
   tiny_config.model.score = "cosine(sharpness=7)"
-  state = rt.initial_state(tiny_config, 30, 30, rt.Runtime())
+  state = rt.initial_state(settings.validate(tiny_config), 30, 30, rt.Runtime())
   assert attention_sharpness.score_scalars(state.params) == {"sharpness": pytest.approx(7.0)}
 
 

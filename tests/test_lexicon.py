@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from seq2seq import build_lexicon, lexicon
+from seq2seq import build_lexicon, lexicon, settings
 from seq2seq.input_pipeline import Ragged
 
 # Source words 4 (a), 5 (b), 6 (c) translate as 7 (x), 8 (y), 9 (z); every pair mixes two.
@@ -118,7 +118,9 @@ def shortlisted_run(tmp_path, scope, beam_size=3):
   from seq2seq import steps
 
   config = tiny.get_config()
-  state = steps.create_train_state(config, jax.random.key(0), SHORT_VOCAB, SHORT_VOCAB)
+  state = steps.create_train_state(
+    settings.validate(config), jax.random.key(0), SHORT_VOCAB, SHORT_VOCAB
+  )
   state = state.replace(params=nnx.state(randomise(state.model(), seed=3), nnx.Param))
   path = tmp_path / lexicon.FILE
   random_lexicon(SHORT_VOCAB, k=2, seed=1).save(path)

@@ -69,9 +69,9 @@ def test_training_never_moves_the_table(table_path):
   cfg = tiny.get_config()
   cfg.model.lexicon_bias = str(table_path)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=2, vocab=VOCAB).items()}
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   table = lambda s: (
     np.asarray(s.params["lexicon_ids"][...]),
     np.asarray(s.params["lexicon_probs"][...]),

@@ -240,7 +240,7 @@ def test_luong_decoder_trains_in_bfloat16(decoder):
 def test_luong_settings_are_checked():
   cfg = tiny.get_config()
   cfg.model.decoder, cfg.model.score = "luong", "concat"  # Luong's name for the additive score.
-  assert str(settings.validate(cfg).score) == "additive"
+  assert str(settings.validate(cfg).model.score) == "additive"
   cfg.model.decoder = "luong(cell=rnn)"
   with pytest.raises(ValueError, match="cell must be one of gru, lstm"):
     settings.validate(cfg)
@@ -347,7 +347,7 @@ def test_the_luong_configs_are_the_papers_best_system_and_validate():
 
   for variant in luong.VARIANTS:
     cfg = luong.get_config(variant)
-    typed = settings.validate(cfg)
+    typed = settings.validate(cfg).model
     assert typed.decoder.name == "luong" and typed.decoder.settings.input_feeding
     assert str(typed.score) == "general" and str(typed.attention) == "local_p"
   paper = luong.get_config("paper")

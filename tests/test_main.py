@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import ROOT, final_params, main_command, metric_rows, run_main, subprocess_env
 
-from seq2seq import checkpoints, metrics
+from seq2seq import checkpoints, metrics, settings
 from seq2seq import runtime as rt
 
 
@@ -31,7 +31,7 @@ def test_run_writes_every_promised_file(trained):
   assert any(p.name.startswith("events.out.tfevents") for p in (trained / "tensorboard").iterdir())
   assert all("bleu" in r for r in valid_rows)
   assert (trained / "best").is_dir()
-  data = rt.load_data(checkpoints.load_config(trained), trained)
+  data = rt.load_data(settings.validate(checkpoints.load_config(trained)), trained)
   for split in ("valid", "test"):
     out = trained / "eval" / split
     result = json.loads((out / "results.json").read_text())

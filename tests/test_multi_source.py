@@ -213,7 +213,7 @@ def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch
   split = data.splits["test"]
   assert tok.UNK_ID in split.src2.row(0) and tok.UNK_ID not in split.src.row(0)
   state = steps.create_train_state(
-    cfg, jax.random.key(0), data.src_tokenizer.size, data.tgt_tokenizer.size
+    settings.validate(cfg), jax.random.key(0), data.src_tokenizer.size, data.tgt_tokenizer.size
   )
   decoded = []
   real = inference.translate_split
@@ -223,7 +223,9 @@ def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch
     return real(state, split, config, **kwargs)
 
   monkeypatch.setattr(inference, "translate_split", spy)
-  results = evaluation.evaluate_split(state, data, "test", cfg, tmp_path / "out", write=False)
+  results = evaluation.evaluate_split(
+    state, data, "test", settings.validate(cfg), tmp_path / "out", write=False
+  )
   assert results["num_no_unk"] == len(split) - 1
   subset = decoded[1]
   assert subset.src2 is not None

@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq import cli, files, metric_writer, models, objective, steps, train
+from seq2seq import settings as settings_lib
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
@@ -142,11 +143,13 @@ def poisoned_step(config, bad_step):
   step's loss and gradients are non-finite: the real step must then skip the update, which
   leaves the poisoned parameters in place; they are put back, as a skipped update keeps them."""
 
+  run = settings_lib.validate(config)
+
   def step(state, batch, rng):
     bad = state.step + 1 == bad_step
     poison = lambda p: jnp.where(bad, p * jnp.nan, p)
     new, m = steps.train_step(
-      state.replace(params=jax.tree.map(poison, state.params)), batch, rng, config=config
+      state.replace(params=jax.tree.map(poison, state.params)), batch, rng, run=run
     )
     keep = lambda n, p: jnp.where(bad, p, n)
     return new.replace(params=jax.tree.map(keep, new.params, state.params)), m
@@ -253,9 +256,9 @@ def test_same_seed_same_result(tiny_config):
 
   batch = random_batch(seed=3, vocab=30)
   out = []
-  step = jax.jit(functools.partial(steps.train_step, config=tiny_config))
+  step = jax.jit(functools.partial(steps.train_step, run=settings_lib.validate(tiny_config)))
   for _ in range(2):
-    state = steps.create_train_state(tiny_config, jax.random.key(0), 30, 30)
+    state = steps.create_train_state(settings_lib.validate(tiny_config), jax.random.key(0), 30, 30)
     state, m = step(state, batch, jax.random.key(1))
     out.append((float(m["loss"]), np.asarray(jax.tree.leaves(state.params)[0])))
   assert out[0][0] == out[1][0]
@@ -401,13 +404,13 @@ def test_evaluation_refuses_unusable_parameters_and_keeps_earlier_results(traine
   before = (workdir / "eval" / "test" / "results.json").read_text()
   config = checkpoints.load_config(workdir)
   sizes = [tok.load(workdir / "vocab" / side).size for side in ("src", "tgt")]
-  fresh = rt.abstract_state(config, *sizes, rt.Runtime())
-  best = checkpoints.Checkpointer(workdir, config, subdir="best", max_to_keep=1)
+  fresh = rt.abstract_state(settings_lib.validate(config), *sizes, rt.Runtime())
+  best = checkpoints.Checkpointer(workdir, 1, subdir="best")
   state, _ = best.restore(fresh, with_data=False)
   state = state.replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
   shutil.rmtree(workdir / "best" / str(int(state.step)))
   best.close()
-  best = checkpoints.Checkpointer(workdir, config, subdir="best", max_to_keep=1)
+  best = checkpoints.Checkpointer(workdir, 1, subdir="best")
   best.save(state, None)
   best.close()
   proc = run_main(workdir, "--mode=eval", own_process=True, check=False)

@@ -10,7 +10,7 @@ from helpers import final_params
 
 from configs import tiny
 from seq2seq import runtime as rt
-from seq2seq import seed_group, train
+from seq2seq import seed_group, settings, train
 
 
 def _config(tmp_path, steps=6):
@@ -75,12 +75,14 @@ def test_vmapped_step_equals_each_seed_alone(tmp_path):
   config = _config(tmp_path)
   config.train.clip_norm = 0.01  # Below both seeds' gradient norms: each is clipped on its own.
   runtime = rt.Runtime()
-  states = [rt.initial_state(config.copy_and_resolve_references(), 200, 200, runtime)]
+  states = [
+    rt.initial_state(settings.validate(config.copy_and_resolve_references()), 200, 200, runtime)
+  ]
   other = config.copy_and_resolve_references()
   other.seed = 3
-  states.append(rt.initial_state(other, 200, 200, runtime))
-  train_fn, _ = rt.compile_steps(config, runtime, stacked=True)
-  lone_fn, _ = rt.compile_steps(config, runtime)
+  states.append(rt.initial_state(settings.validate(other), 200, 200, runtime))
+  train_fn, _ = rt.compile_steps(settings.validate(config), runtime, stacked=True)
+  lone_fn, _ = rt.compile_steps(settings.validate(config), runtime)
   rngs = [jax.random.key(7), jax.random.key(8)]
   batch = runtime.put_batch(random_batch(seed=4, batch=16, vocab=200))
   grouped, metrics = train_fn(train.stack(states), batch, jax.numpy.stack(rngs))

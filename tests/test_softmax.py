@@ -87,7 +87,7 @@ def _state_and_objective(spec, label_smoothing=0.0, **train):
   cfg = tiny.get_config()
   cfg.train.softmax, cfg.train.label_smoothing = spec, label_smoothing
   cfg.train.update(train)  # Before the state is built: its optimiser is made from them.
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))
   return cfg, state, objective.Objective.from_config(cfg)
 
@@ -111,7 +111,7 @@ def test_a_candidate_set_holding_every_word_gives_the_full_loss(label_smoothing)
 def test_training_with_a_sampled_softmax_lowers_the_full_loss():
   cfg, state, _ = _state_and_objective("sampled(size=12)", optimizer="adam", learning_rate=1e-2)
   b = batch_of(3)
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   evaluate = jax.jit(steps.eval_step)
   before = evaluate(state, b)
   for i in range(60):

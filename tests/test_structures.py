@@ -23,6 +23,7 @@ from seq2seq import (
   models,
   objective,
   scores,
+  settings,
   steps,
   structures,
 )
@@ -386,7 +387,7 @@ def test_multihead_returns_every_head_and_their_mean():
 def test_multihead_heatmaps_reproduce_the_decoded_attention():
   cfg = tiny.get_config()
   cfg.model.attention, cfg.decode.beam_size = "multihead(heads=2)", 3
-  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))  # Heads differ.
   batch = random_batch(seed=3, batch=4, src_len=7, vocab=30)
   n_src = batch["src_mask"].sum(1)
@@ -413,7 +414,7 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
     if n_src[b] > 2:  # Two different heads (over one word and EOS they might agree).
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
-  soft = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
+  soft = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
   assert (
     inference.decoded_heads(soft, split, translations, decode.DecodeSettings.from_config(cfg))
     is None
@@ -471,7 +472,9 @@ def test_reinforce_loss_gradient_is_the_score_function_estimator():
 
 def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   cfg = model_config("hard")
-  state = initial = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  state = initial = steps.create_train_state(
+    settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB
+  )
   assert float(state.terms["reinforce"]) == 0.0  # The term keeps its baseline.
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=9, vocab=VOCAB).items()}
 
@@ -492,7 +495,7 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   assert float(jnp.abs(v_a(with_estimator)).sum()) > 0
   assert float(jnp.abs(v_a(without)).sum()) == 0  # Only the estimator trains the score.
 
-  update = jax.jit(functools.partial(steps.train_step, config=cfg))
+  update = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   state, first = update(state, b, jax.random.key(2))
   assert float(state.terms["reinforce"]) == float(first["reward"]) < 0  # Step 0: the mean reward.
   state, second = update(state, b, jax.random.key(3))
@@ -501,7 +504,7 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   assert float(second["baseline"]) == float(state.terms["reinforce"])
   assert float(second["reward"]) != float(first["reward"])
 
-  ckpt = checkpoints.Checkpointer(tmp_path, cfg)
+  ckpt = checkpoints.Checkpointer(tmp_path, cfg.train.keep_checkpoints)
   ckpt.save(state, None)
   restored, _ = ckpt.restore(initial, with_data=False)
   ckpt.close()
@@ -514,14 +517,14 @@ def test_a_checkpoint_saved_with_the_baseline_at_the_top_restores_into_the_term(
   import orbax.checkpoint as ocp
 
   cfg = model_config("hard")
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   old = {"step": jnp.asarray(7, jnp.int32), "params": state.params, "opt_state": state.opt_state}
   old["baseline"] = jnp.asarray(-3.25, jnp.float32)
   manager = ocp.CheckpointManager(tmp_path / "checkpoints")
   manager.save(7, args=ocp.args.Composite(state=ocp.args.StandardSave(old)), force=True)
   manager.wait_until_finished()
   manager.close()
-  ckpt = checkpoints.Checkpointer(tmp_path, cfg)
+  ckpt = checkpoints.Checkpointer(tmp_path, cfg.train.keep_checkpoints)
   restored, _ = ckpt.restore(state, with_data=False)
   ckpt.close()
   assert int(restored.step) == 7 and float(restored.terms["reinforce"]) == -3.25
@@ -543,8 +546,8 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   cfg = variant_config(name)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=VOCAB, pad_rows=True)
-  state = steps.create_train_state(cfg, jax.random.key(0), VOCAB, VOCAB)
-  update = jax.jit(functools.partial(steps.train_step, config=cfg))
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  update = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   first = None
   for i in range(150):
     state, metrics = update(state, batch, jax.random.key(i))

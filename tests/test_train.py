@@ -87,8 +87,8 @@ def test_tiny_model_overfits_fixed_pairs(tiny_config, name, score):
   cfg.model.name, cfg.model.score = name, score
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=30, pad_rows=True)
-  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   first = None
   for i in range(150):
     state, metrics = step(state, batch, jax.random.key(i))
@@ -102,8 +102,8 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
   cfg = tiny_config
   cfg.model.dropout = 0.3
   batch = random_batch(seed=8, vocab=30)
-  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   _, m1 = step(state, batch, jax.random.key(1))
   _, m2 = step(state, batch, jax.random.key(1))
   _, m3 = step(state, batch, jax.random.key(2))
@@ -114,7 +114,7 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
 def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences(tiny_config):
   """GroundHog's cost (summed over a sentence's words, mean over sentences) is the per-token mean
   times tokens / sentences: same direction of every gradient, a batch-dependent scale."""
-  state = steps.create_train_state(tiny_config, jax.random.key(0), 50, 50)
+  state = steps.create_train_state(settings.validate(tiny_config), jax.random.key(0), 50, 50)
   b = random_batch(seed=2, vocab=50)
   b["tgt_mask"][3] = 0  # A padding row (no target word) is no sentence.
   tokens, sentences = float(b["tgt_mask"].sum()), 3.0
@@ -178,9 +178,9 @@ def test_budget_progress_is_the_larger_share_of_steps_and_of_the_clock(tiny_conf
 def test_a_step_with_progress_moves_the_parameters_by_the_annealed_share(tiny_config, optimizer):
   cfg = tiny_config
   cfg.train.optimizer, cfg.train.anneal, cfg.train.anneal_to = optimizer, "linear", 0.0
-  state = steps.create_train_state(cfg, jax.random.key(0), 30, 30)
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
   batch = random_batch(seed=5, vocab=30)
-  step = jax.jit(functools.partial(steps.train_step, config=cfg))
+  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
   plain, m_plain = step(state, batch, jax.random.key(1))
   annealed, m = step(state.replace(progress=jnp.float32(0.25)), batch, jax.random.key(1))
   assert float(m["learning_rate"]) == pytest.approx(0.75 * float(m_plain["learning_rate"]))
@@ -199,9 +199,9 @@ def test_the_logged_learning_rate_is_the_one_applied_after_a_skipped_update(tiny
   c = tiny_config
   c.train.optimizer, c.train.learning_rate, c.train.warmup_steps = "sgd", 1.0, 10
   c.train.clip_norm = 0.0
-  state = steps.create_train_state(c, jax.random.key(0), 30, 30)
+  state = steps.create_train_state(settings.validate(c), jax.random.key(0), 30, 30)
   batch = random_batch(seed=5, vocab=30)
-  step = jax.jit(functools.partial(steps.train_step, config=c))
+  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(c)))
   state, _ = step(state, batch, jax.random.key(0))
   poisoned = state.replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
   skipped, m = step(poisoned, batch, jax.random.key(1))
@@ -229,14 +229,14 @@ def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
   from seq2seq import runtime as rt
 
   config = checkpoints.load_config(trained)
-  refs = [r[1] for r in rt.load_data(config, trained).raw("valid")]
+  refs = [r[1] for r in rt.load_data(settings.validate(config), trained).raw("valid")]
   rows = [r for r in metric_writer.read_metrics(trained) if r["split"] == "valid"]
   assert rows
   for row in rows:
     path = trained / evaluation.VALID_HYPOTHESES.format(step=row["step"])
     with gzip.open(path, "rt", encoding="utf-8") as f:
       hyps = f.read().split("\n")[:-1]
-    score = metrics.bleu(hyps, refs, pretokenized=metrics.pretokenized(config))[0]
+    score = metrics.bleu(hyps, refs, pretokenized=metrics.pretokenized(config.data.corpus))[0]
     assert score == pytest.approx(row["bleu"])
 
 

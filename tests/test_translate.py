@@ -8,7 +8,7 @@ import pytest
 from helpers import check_scores_match_search, run_main
 
 import seq2seq
-from seq2seq import checkpoints, translate
+from seq2seq import checkpoints, settings, translate
 
 SOURCES = ["the cat sleeps .", "", "the dog does not eat apples .", "   ", "a big house ."]
 REFERENCES = ["le chat dort .", "le chien", "", "", "une grande maison ."]
@@ -276,7 +276,7 @@ def test_word_alignments_give_the_evaluations_aer_and_follow_the_nbest_list(trai
   from seq2seq import evaluation, metrics
   from seq2seq import runtime as rt
 
-  raw = rt.load_data(checkpoints.load_config(trained), trained).raw("test")
+  raw = rt.load_data(settings.validate(checkpoints.load_config(trained)), trained).raw("test")
   (tmp_path / "src.txt").write_text("".join(r[0] + "\n" for r in raw))
   (tmp_path / "ref.txt").write_text("".join(r[1] + "\n" for r in raw))
   results = json.loads((trained / "eval" / "test" / "results.json").read_text())
