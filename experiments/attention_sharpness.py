@@ -99,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   runs: dict[str, dict[str, dict]] = {}
   for run in sorted(args.study.glob("runs/*/seed_*")):
     config = checkpoints.load_config(run)
-    finished = run / evaluation.eval_prefix(config) / "test" / "results.json"
+    finished = (
+      run / evaluation.eval_prefix(settings.validate(config).model) / "test" / "results.json"
+    )
     if not finished.is_file() or not any((run / s).is_dir() for s in ("best", "checkpoints")):
       continue  # Still training, or its checkpoints are not in this working tree.
     if input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config)) > 1:
