@@ -693,21 +693,23 @@ class ModelSettings:
 
 
 def build_model(
-  cfg: ml_collections.ConfigDict | ModelSettings,
+  settings: ModelSettings,
   src_vocab: int,
   tgt_vocab: int,
   *,
   rngs: nnx.Rngs,
   copy_map: np.ndarray | None = None,
-  sources: int = 1,
   lexicon: Any = None,
 ) -> Seq2Seq | Agreement:
-  """The model named by `cfg.name` (a `config.model` section, or its `ModelSettings`) for a
-  corpus of `sources` source languages; `copy_map` fills a copying model's vocabulary map
-  (`copying.vocab_map`), `lexicon` (a `lexicon.Lexicon`) the lexicon bias's table. Without
-  them the tables start empty, for training or a checkpoint to fill: this builds a model and
-  reads no file (the caller loads a `model.lexicon_bias` table file)."""
-  settings = ModelSettings.from_config(cfg, sources)
+  """The model `settings` name (its number of sources included); `copy_map` fills a copying
+  model's vocabulary map (`copying.vocab_map`), `lexicon` (a `lexicon.Lexicon`) the lexicon
+  bias's table. Without them the tables start empty, for training or a checkpoint to fill: this
+  builds a model and reads no file (the caller loads a `model.lexicon_bias` table file)."""
+  if not isinstance(settings, ModelSettings):
+    raise TypeError(
+      f"build_model takes ModelSettings (settings.validate(config).model, or "
+      f"ModelSettings.from_config(config.model)), not {type(settings).__name__}"
+    )
   if settings.name == "agreement":
     return Agreement(settings, src_vocab, tgt_vocab, rngs=rngs)
   model_class = MultiSource if settings.sources == 2 else MODELS[settings.name]

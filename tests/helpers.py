@@ -272,6 +272,16 @@ def random_batch(seed=0, batch=4, src_len=7, tgt_len=6, vocab=50, pad_rows=True)
   }
 
 
+def build_model(model_config, src_vocab, tgt_vocab, *, sources=1, **tables):
+  """`models.build_model` for a test's `config.model` section (tests configure as ConfigDicts;
+  the library takes the section's typed `ModelSettings`); `tables` are its `rngs`, `copy_map`
+  and `lexicon`."""
+  from seq2seq import models
+
+  typed = models.ModelSettings.from_config(model_config, sources)
+  return models.build_model(typed, src_vocab, tgt_vocab, **tables)
+
+
 def randomise(module, seed=1, scale=0.3):
   """Adds N(0, scale^2) noise to every parameter, so scores and attention are far from uniform
   (the paper init starts with v_a = 0, which makes every score function look alike). The tables

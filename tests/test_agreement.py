@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise, run_main
+from helpers import build_model, random_batch, randomise, run_main
 
 from configs import tiny
-from seq2seq import evaluation, models, objective, steps
+from seq2seq import evaluation, objective, steps
 from seq2seq import tokenizer as tok
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -84,8 +84,8 @@ def test_reverse_batch_swaps_the_sides_and_keeps_eos_paired():
 def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   cfg = agreement_config(weight=0.0)
   plain_cfg = tiny.get_config()
-  fresh = models.build_model(cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(3))
-  plain_fresh = models.build_model(plain_cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(3))
+  fresh = build_model(cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(3))
+  plain_fresh = build_model(plain_cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(3))
   plain_tree = nnx.to_pure_dict(nnx.state(plain_fresh))
   assert jax.tree.structure(nnx.to_pure_dict(nnx.state(fresh))["forward"]) == jax.tree.structure(
     plain_tree
@@ -120,7 +120,7 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
 def test_agreement_gradients_are_finite_and_reach_both_models():
   cfg = agreement_config()
   cfg.model.features, cfg.train.loss_terms = "coverage", "fertility"  # Composes with features.
-  model = randomise(models.build_model(cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(0)))
+  model = randomise(build_model(cfg.model, SRC_VOCAB, TGT_VOCAB, rngs=nnx.Rngs(0)))
   ts = state_of(model, cfg)
   b = jnp_batch(seed=6)
 
@@ -141,7 +141,7 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
 
 def test_direction_state_needs_an_agreement_run():
   cfg = tiny.get_config()
-  plain = state_of(models.build_model(cfg.model, 20, 20, rngs=nnx.Rngs(0)), cfg)
+  plain = state_of(build_model(cfg.model, 20, 20, rngs=nnx.Rngs(0)), cfg)
   assert evaluation.direction_state(plain, "forward") is plain
   with pytest.raises(ValueError, match="model.name=agreement"):
     evaluation.direction_state(plain, "reverse")

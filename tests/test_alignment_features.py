@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import TableModel, random_batch, randomise
+from helpers import TableModel, build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import decode, models, objective, settings, steps, train
+from seq2seq import decode, objective, settings, steps, train
 from seq2seq import runtime as rt
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -27,7 +27,7 @@ def featured_config(coverage=True, fertility=True, filters=3):
 
 
 def build(cfg, seed=0):
-  return randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
+  return randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
 
 
 def test_coverage_is_the_running_sum_of_the_attention():
@@ -76,7 +76,7 @@ def test_zero_feature_weights_give_plain_rnnsearch_exactly(features):
   cfg = featured_config(**features)
   plain_cfg = tiny.get_config()
   plain = build(plain_cfg)
-  featured = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(5))
+  featured = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(5))
   graphdef, state = _zeroed(featured)
   flat = dict(nnx.to_flat_state(state))
   for path, value in nnx.to_flat_state(nnx.state(plain)):
@@ -121,11 +121,11 @@ def test_features_need_the_additive_score():
   cfg = featured_config()
   cfg.model.score = "general"
   with pytest.raises(ValueError, match="model.score=additive"):
-    models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+    build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
   cfg = featured_config()
   cfg.model.attention = "conv"
   with pytest.raises(ValueError, match="has its own score: model.features need one"):
-    models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+    build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
   for features, message in [
     ("coverage+coverage", "names alignment feature 'coverage' twice"),
     ("coverage(fertility=maybe)", r"coverage\(fertility=...\) must be bool, got 'maybe'"),
@@ -134,7 +134,7 @@ def test_features_need_the_additive_score():
   ]:
     cfg.model.attention, cfg.model.features = "soft", features
     with pytest.raises(ValueError, match=message):
-      models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+      build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
 
 
 def test_coverage_penalty_values():

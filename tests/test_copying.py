@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import data_settings, random_batch, randomise
+from helpers import build_model, data_settings, random_batch, randomise
 
 from configs import tiny
-from seq2seq import copying, decode, inference, input_pipeline, metrics, models, settings
+from seq2seq import copying, decode, inference, input_pipeline, metrics, settings
 from seq2seq import tokenizer as tok
 
 SRC_VOCAB, VOCAB = 30, 40
@@ -26,7 +26,7 @@ def copy_map():
 def copy_model(gate_bias=None, seed=0, copy_eos="target"):
   cfg = tiny.get_config()
   cfg.model.copy, cfg.model.copy_eos = True, copy_eos
-  model = models.build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(seed), copy_map=copy_map())
+  model = build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(seed), copy_map=copy_map())
   model = randomise(model, seed=seed + 1)  # Leaves the map as built.
   if gate_bias is not None:  # p_gen = sigmoid(gate_bias): -1e4 makes the output a pure copy.
     model.copy_gate.kernel[...] = jnp.zeros_like(model.copy_gate.kernel[...])
@@ -73,7 +73,7 @@ def test_the_mixture_against_a_loop(copy_eos):
   src, mask, tgt_in = args(seed=3)
   logits, alpha = model(src, mask, tgt_in, return_alpha=True)
   cfg = tiny.get_config()
-  plain = models.build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(3))
+  plain = build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(3))
   graphdef, params = nnx.split(model, nnx.Param)
   del params["copy_gate"], params["copy_map"]
   nnx.update(plain, params)

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import TableModel, random_batch, random_lexicon, randomise
+from helpers import TableModel, build_model, random_batch, random_lexicon, randomise
 
 from configs import tiny
-from seq2seq import decode, lexicon, models, settings, steps
+from seq2seq import decode, lexicon, settings, steps
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 30
@@ -26,7 +26,7 @@ def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", sources=1, **mo
   cfg.model.name = name
   cfg.model.attention = attention
   cfg.model.update(model_fields)
-  model = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), sources=sources)
+  model = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), sources=sources)
   model = randomise(model)
   model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
   return model
@@ -331,7 +331,7 @@ def test_beam_with_every_prefix_equals_exhaustive_search_on_tiny_models(seed, pe
   vocab, max_len = 5, 5
   cfg = tiny.get_config()
   cfg.model.name = name
-  model = randomise(models.build_model(cfg.model, vocab, vocab, rngs=nnx.Rngs(seed)), seed, 3.0)
+  model = randomise(build_model(cfg.model, vocab, vocab, rngs=nnx.Rngs(seed)), seed, 3.0)
   src = jnp.asarray([[4, 3, 4, 2]], jnp.int32)
   mask = jnp.ones_like(src)
   want, norm = _exhaustive_model_best(model, src, mask, vocab, max_len, penalty)

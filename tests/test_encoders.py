@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from helpers import (
+  build_model,
   check_steps_match_forced,
   check_trains,
   random_batch,
@@ -15,7 +16,7 @@ from helpers import (
 )
 
 from configs import tiny
-from seq2seq import models, settings
+from seq2seq import settings
 
 VOCAB = 50
 
@@ -93,7 +94,7 @@ def _config(encoder, decoder="paper", **model):
 @pytest.mark.parametrize("encoder", ENCODERS, ids=_name)
 def test_encoder_matches_a_float64_loop_over_the_real_words(encoder):
   cfg = _config(encoder)
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   b = random_batch(seed=4, vocab=VOCAB)
   enc = model.encoder(jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]))
   width = (2 if encoder["bidirectional"] else 1) * cfg.model.enc_hidden
@@ -111,7 +112,7 @@ def test_encoder_matches_a_float64_loop_over_the_real_words(encoder):
 @pytest.mark.parametrize("encoder", ENCODERS[1:], ids=_name)
 def test_every_encoder_decodes_as_it_trains_in_both_decoders(encoder, decoder):
   cfg = _config(encoder, decoder)
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(1)))
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(1)))
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=5, vocab=VOCAB).items()}
   check_steps_match_forced(model, b)
 

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import decode_random_batch, random_batch, randomise
+from helpers import build_model, decode_random_batch, random_batch, randomise
 
 from configs import tiny
-from seq2seq import decode, ensemble, evaluation, models, settings, steps
+from seq2seq import decode, ensemble, evaluation, settings, steps
 from seq2seq.tokenizer import EOS_ID
 
 VOCAB = 30
@@ -22,7 +22,7 @@ VOCAB = 30
 def tiny_model(name="rnnsearch", seed=0, eos_bias=1.0):
   cfg = tiny.get_config()
   cfg.model.name = name
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
   model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
   return model
 

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise
+from helpers import build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import attention, decode, models, settings
+from seq2seq import attention, decode, settings
 
 VOCAB = 30
 
@@ -16,7 +16,7 @@ VOCAB = 30
 def intra_model(score="dot", seed=0):
   cfg = tiny.get_config()
   cfg.model.intra_attention = score
-  return randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
+  return randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
 
 
 def intra_context(model, state):
@@ -131,11 +131,11 @@ def test_the_memory_stores_keys_only_where_they_differ_from_the_states(score, ke
 
 
 def test_off_it_adds_no_parameter_and_on_it_decodes_with_beam_search():
-  plain = nnx.state(models.build_model(tiny.get_config().model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  plain = nnx.state(build_model(tiny.get_config().model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   assert not any("intra" in str(path) or "d_o" in str(path) for path, _ in nnx.to_flat_state(plain))
   off = tiny.get_config()
   off.model.intra_attention = "none"  # A sweep's spelling of "off": the same plain model.
-  named = nnx.state(models.build_model(off.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  named = nnx.state(build_model(off.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   assert jax.tree.structure(named) == jax.tree.structure(plain)
   model = intra_model("additive")
   src, mask, _ = batch_args(3)

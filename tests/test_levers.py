@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import check_trains, random_batch, random_lexicon, randomise
+from helpers import build_model, check_trains, random_batch, random_lexicon, randomise
 
 from configs import tiny
 from experiments.lib import configs
-from seq2seq import layers, lexicon, models, settings, steps
+from seq2seq import layers, lexicon, settings, steps
 
 VOCAB = 30
 
@@ -20,7 +20,7 @@ VOCAB = 30
 def test_tied_output_layer_reads_the_target_embeddings():
   cfg = tiny.get_config()
   cfg.model.tie_embeddings = True  # tiny: maxout 16 = emb 16.
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   assert not hasattr(model, "w_o")
   b = random_batch(seed=1, batch=2, src_len=5, tgt_len=4, vocab=VOCAB)
   args = [jnp.asarray(b[k]) for k in ("src", "src_mask", "tgt_in")]
@@ -65,7 +65,7 @@ def test_a_layer_normalised_model_trains_and_starts_from_unit_gains():
 def test_the_conditional_gru_decodes_step_by_step_as_it_trains():
   cfg = tiny.get_config()
   cfg.model.decoder = "cgru"
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   paths = {path[0] for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
   assert "cell2" in paths and "context_proj" not in paths
   b = random_batch(seed=3, batch=3, src_len=6, tgt_len=5, vocab=VOCAB)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from helpers import build_model
 
 from seq2seq import build_lexicon, lexicon, settings
 from seq2seq.input_pipeline import Ragged
@@ -71,10 +72,9 @@ def test_a_shortlist_of_every_word_decodes_as_the_full_vocabulary(beam_size):
   from helpers import decode_random_batch, randomise
 
   from configs import tiny
-  from seq2seq import models
 
   vocab = 30
-  model = randomise(models.build_model(tiny.get_config().model, vocab, vocab, rngs=nnx.Rngs(0)))
+  model = randomise(build_model(tiny.get_config().model, vocab, vocab, rngs=nnx.Rngs(0)))
   run = lambda **kw: decode_random_batch(model, beam_size, 10, seed=2, src_len=6, vocab=vocab, **kw)
   full = run()
   every = run(output_ids=jnp.arange(vocab, dtype=jnp.int32))

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import data_settings, random_batch, random_lexicon
+from helpers import build_model, data_settings, random_batch, random_lexicon
 
 from configs import tiny
 from seq2seq import addons, lexicon, models, settings, steps
@@ -27,10 +27,10 @@ def table_path(tmp_path_factory):
 def pair(path):
   """(model with the bias, the same model without it): equal parameters but the table."""
   cfg = tiny.get_config()
-  plain = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+  plain = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
   cfg.model.lexicon_bias = str(path)
   table = lexicon.Lexicon.load(path)
-  biased = models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
+  biased = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
   return biased, plain
 
 
@@ -92,7 +92,7 @@ def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_pa
   cfg.model.name = "rnnsearch"
   with pytest.raises(ValueError, match="is a table of 30 source and 30 target words"):
     table = lexicon.Lexicon.load(table_path)
-    models.build_model(cfg.model, VOCAB + 1, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
+    build_model(cfg.model, VOCAB + 1, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
 
 
 def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_path):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from helpers import (
+  build_model,
   check_scores_match_search,
   check_steps_match_forced,
   check_trains,
@@ -32,7 +33,6 @@ from seq2seq import (
   checkpoints,
   evaluation,
   lexicon,
-  models,
   settings,
 )
 
@@ -143,7 +143,7 @@ def _luong_model(decoder, score="additive", structure="soft", seed=0, **model):
   for key, value in model.items():
     cfg.model[key] = value
   settings.validate(cfg)
-  return cfg, randomise(models.build_model(cfg.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(seed)))
+  return cfg, randomise(build_model(cfg.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(seed)))
 
 
 @pytest.mark.parametrize("structure", ["soft", "local_m", "local_p"])
@@ -197,9 +197,7 @@ def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
   sources = 2 if "multi_source" in addon else 1
   tables = {"lexicon": random_lexicon(VOCAB)} if "lexicon_bias" in addon else {}
   tgt_vocab = VOCAB if tables else VOCAB + 3
-  build = models.build_model(
-    cfg.model, VOCAB, tgt_vocab, rngs=nnx.Rngs(0), sources=sources, **tables
-  )
+  build = build_model(cfg.model, VOCAB, tgt_vocab, rngs=nnx.Rngs(0), sources=sources, **tables)
   model = randomise(build)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=VOCAB, src_len=8).items()}
   check_steps_match_forced(model, b)
@@ -354,7 +352,7 @@ def test_the_luong_configs_are_the_papers_best_system_and_validate():
   assert paper.model.decoder == "luong(cell=lstm, layers=4, input_feeding=true)"
   assert paper.train.optimizer == "sgd" and paper.train.decay.startswith("halving(after=")
   cfg = luong.get_config("")
-  model = models.build_model(cfg.model, 100, 100, rngs=nnx.Rngs(0))
+  model = build_model(cfg.model, 100, 100, rngs=nnx.Rngs(0))
   assert model.cell_2.hidden == 512 and not hasattr(model, "cell_3")
   with pytest.raises(ValueError, match="valid: \\(none\\), paper, multi30k"):
     luong.get_config("wmt")

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise
+from helpers import build_model, random_batch, randomise
 
 from configs import rnnencdec, rnnsearch
 from seq2seq import models, objective, scores
@@ -15,7 +15,7 @@ VOCAB = 50
 
 def _model(cfg, name="rnnsearch", seed=0):
   cfg.model.name = name
-  return models.build_model(cfg.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(seed))
+  return build_model(cfg.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(seed))
 
 
 @pytest.mark.parametrize("name", ["rnnsearch", "rnnencdec", "rnnencdec_bi"])
@@ -169,7 +169,7 @@ def test_paper_config_parameter_count(module, name, attention, bidirectional):
   cfg = module.get_config().model
   cfg.name = name
   v = module.get_config().data.src_vocab_size
-  abstract = nnx.eval_shape(lambda: models.build_model(cfg, v, v, rngs=nnx.Rngs(0)))
+  abstract = nnx.eval_shape(lambda: build_model(cfg, v, v, rngs=nnx.Rngs(0)))
   count = sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
   want = _paper_count(
     v,
@@ -236,7 +236,7 @@ def test_bfloat16_compute_keeps_float32_params(tiny_config):
   logits, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
   assert logits.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(logits)))
   tiny_config.model.dtype = "float32"
-  ref = models.build_model(tiny_config.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(0))
+  ref = build_model(tiny_config.model, VOCAB, VOCAB + 3, rngs=nnx.Rngs(0))
   nnx.update(ref, nnx.state(model))
   want = np.asarray(ref(b["src"], b["src_mask"], b["tgt_in"]), np.float64)
   spread = np.abs(want - want.mean(-1, keepdims=True)).max()
@@ -251,7 +251,7 @@ def test_unknown_model_name(tiny_config):
   with pytest.raises(
     ValueError, match="unknown model 'transformer'.*rnnencdec, rnnencdec_bi, rnnsearch"
   ):
-    models.build_model(tiny_config.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
+    build_model(tiny_config.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
 
 
 def test_maxout_takes_the_max_of_adjacent_pairs():

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import data_settings, randomise
+from helpers import build_model, data_settings, randomise
 
 from configs import tiny
 from seq2seq import (
@@ -17,7 +17,6 @@ from seq2seq import (
   evaluation,
   inference,
   input_pipeline,
-  models,
   settings,
   steps,
   translate,
@@ -91,7 +90,7 @@ def test_misaligned_source_files_are_one_error_line(tmp_path):
 def test_each_source_gets_its_own_attention_and_decoding_equals_teacher_forcing(combine):
   cfg = tiny.get_config()
   cfg.model.multi_source = combine
-  model = randomise(models.build_model(cfg.model, 30, 30, rngs=nnx.Rngs(0), sources=2))
+  model = randomise(build_model(cfg.model, 30, 30, rngs=nnx.Rngs(0), sources=2))
   src = jnp.array(
     [[5, 6, 7, tok.EOS_ID, 8, 9, tok.EOS_ID, 0], [5, tok.EOS_ID, 0, 0, 8, tok.EOS_ID, 0, 0]]
   )
@@ -124,7 +123,7 @@ def test_two_sources_take_their_settings_from_model_multi_source(tmp_path):
   one.model.multi_source = "gate"
   settings.validate(one)
   trees = [
-    nnx.state(models.build_model(c.model, 30, 30, rngs=nnx.Rngs(0)), nnx.Param)
+    nnx.state(build_model(c.model, 30, 30, rngs=nnx.Rngs(0)), nnx.Param)
     for c in (one, tiny.get_config())
   ]
   assert jax.tree.structure(trees[0]) == jax.tree.structure(trees[1])

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import build_model
 
 from seq2seq import normalisers
 
@@ -114,12 +115,12 @@ def test_sparse_attention_in_both_decoders_decodes_as_it_trains_and_learns(decod
   from helpers import check_trains, random_batch, randomise
 
   from configs import tiny
-  from seq2seq import models, settings
+  from seq2seq import settings
 
   cfg = tiny.get_config()
   cfg.model.decoder, cfg.model.normaliser = decoder, name
   settings.validate(cfg)
-  model = randomise(models.build_model(cfg.model, 50, 50, rngs=nnx.Rngs(0)), scale=1.0)
+  model = randomise(build_model(cfg.model, 50, 50, rngs=nnx.Rngs(0)), scale=1.0)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=3, vocab=50).items()}
   logits, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
   real = np.broadcast_to(np.asarray(b["src_mask"], bool)[:, None, :], alpha.shape)

@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 from helpers import (
   ROOT,
+  build_model,
   final_params,
   main_command,
   metric_rows,
@@ -26,7 +27,7 @@ from helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq import cli, files, metric_writer, models, objective, steps, train
+from seq2seq import cli, files, metric_writer, objective, steps, train
 from seq2seq import settings as settings_lib
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
@@ -232,7 +233,7 @@ def test_loss_is_finite_for_any_mask(mask, dtype, smoothing):
 @pytest.mark.parametrize("src_len", [1, 200])
 def test_loss_finite_for_extreme_lengths(tiny_config, dtype, src_len):
   tiny_config.model.dtype = dtype
-  model = randomise(models.build_model(tiny_config.model, 40, 40, rngs=nnx.Rngs(0)), scale=0.2)
+  model = randomise(build_model(tiny_config.model, 40, 40, rngs=nnx.Rngs(0)), scale=0.2)
   rng = np.random.default_rng(0)
   src = rng.integers(4, 40, (2, src_len)).astype(np.int32)
   mask = np.ones_like(src)

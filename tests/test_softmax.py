@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise
+from helpers import build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import models, objective, settings, softmax, steps
+from seq2seq import objective, settings, softmax, steps
 from seq2seq.tokenizer import EOS_ID, UNK_ID
 
 VOCAB = 30
@@ -73,7 +73,7 @@ def test_training_logs_a_sampled_loss_under_its_own_name(tmp_path):
 
 def test_logits_over_candidates_are_the_full_logits_columns():
   cfg = tiny.get_config()
-  model = randomise(models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   b = batch_of(1)
   args = (b["src"], b["src_mask"], b["tgt_in"])
   ids = jnp.asarray([7, 2, 29, 3], jnp.int32)

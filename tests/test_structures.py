@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import random_batch, randomise
+from helpers import build_model, random_batch, randomise
 
 from configs import tiny
 from seq2seq import (
@@ -20,7 +20,6 @@ from seq2seq import (
   decode,
   inference,
   input_pipeline,
-  models,
   objective,
   scores,
   settings,
@@ -47,7 +46,7 @@ def model_config(attention="soft", dtype="float32", **fields):
 
 
 def build(cfg, seed=0):
-  return models.build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed))
+  return build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed))
 
 
 def source(seed=0, lengths=(7, 4, 1)):
