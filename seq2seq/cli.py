@@ -72,16 +72,10 @@ def run(
   if mode == "report":  # Reads files only: nothing to log, nothing written beside the report.
     return _guarded(lambda: _report(workdir, compare))
   links = {"links_path": links_path, "links_threshold": links_threshold}
-  typed = []
-
-  def validate():  # Once, before the workdir (or its log) is touched; the mode reads this.
-    from seq2seq import settings
-
-    typed.append(settings.validate(config))
-
-  if _guarded(validate):
+  # Validated once, before the workdir (or its log) is touched; every mode reads the result.
+  run_settings = _validated(config)
+  if run_settings is None:
     return 1
-  run_settings = typed[0]
   if mode == "translate":
     job = lambda: _translate(
       run_settings, workdir, input_path, output_path, alignments_path, nbest, links
@@ -149,14 +143,29 @@ def _guarded(job, verbose: bool = False) -> int:
   `verbose` (--verbosity), and in WORKDIR/log.txt always."""
   try:
     status = job()
-  except USER_ERRORS as e:
-    _say_error(f"error: {e}", verbose)
-    return 1
-  except Exception as e:  # A failure that is no user's mistake: still one line.
-    text = str(e).strip().splitlines()
-    _say_error(f"error: {type(e).__name__}: {text[0] if text else 'no message'}", verbose)
+  except Exception as e:
+    _report_error(e, verbose)
     return 1
   return status or 0
+
+
+def _validated(config):
+  """`settings.validate(config)`, or None once its error line is printed."""
+  from seq2seq import settings
+
+  try:
+    return settings.validate(config)
+  except Exception as e:
+    _report_error(e, verbose=False)
+    return None
+
+
+def _report_error(e: Exception, verbose: bool) -> None:
+  if isinstance(e, USER_ERRORS):
+    _say_error(f"error: {e}", verbose)
+  else:  # A failure that is no user's mistake: still one line.
+    text = str(e).strip().splitlines()
+    _say_error(f"error: {type(e).__name__}: {text[0] if text else 'no message'}", verbose)
 
 
 def _say_error(line: str, verbose: bool) -> None:

@@ -346,7 +346,7 @@ def evaluate_split(
   `decode.num_heatmaps` sentences) when `write`; `extra` (loss, step, ...) is merged into the
   results first.
   """
-  inference.check_replace_unk(run.decode, state.model())
+  inference.check_replace_unk(run.decode, run.model)
   split = data.splits[split_name]
   raw = data.raw(split_name)
   tgt_tok = data.tgt_tokenizer

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
-from flax import nnx
 
 from seq2seq import console, copying, decode, input_pipeline, metrics, models
 from seq2seq import tokenizer as tok
@@ -139,23 +138,16 @@ def output_tokens(
   return tgt_tok.decode_tokens(ids)
 
 
-def check_replace_unk(dec: decode.DecodeSettings, model: nnx.Module | models.ModelSettings) -> None:
+def check_replace_unk(dec: decode.DecodeSettings, model: models.ModelSettings) -> None:
   """Raises ValueError when `decode.replace_unk` is set for a model without attention.
 
   UNK replacement copies the source word an output attends to most; RNNencdec (any model whose
-  `uses_attention` is False) has no attention, so it would copy an arbitrary word. `model` is
-  the model that will decode, or its settings (so callers can check before loading anything).
+  class has `uses_attention` False) has no attention, so it would copy an arbitrary word. It
+  takes the model's settings, so callers can check before building or loading anything.
   """
-  if not dec.replace_unk:
-    return
-  if isinstance(model, models.ModelSettings):
-    name, uses_attention = model.name, models.MODELS[model.name].uses_attention
-  else:
-    names = [n for n, cls in models.MODELS.items() if type(model) is cls]
-    name, uses_attention = (names or [type(model).__name__])[0], model.uses_attention
-  if not uses_attention:
+  if dec.replace_unk and not models.MODELS[model.name].uses_attention:
     raise ValueError(
-      f"decode.replace_unk needs attention: model.name={name} has none "
+      f"decode.replace_unk needs attention: model.name={model.name} has none "
       "(set --config.decode.replace_unk=False)"
     )
 
