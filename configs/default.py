@@ -191,6 +191,10 @@ def get_config() -> ml_collections.ConfigDict:
   # sentence's output can then depend on its batch-mates. "sentence": each sentence decodes over
   # the candidates of its own source words (Jean et al. 2015), the same alone or in any batch.
   dec.shortlist_scope = "batch"
+  # Sample instead of searching (seq2seq/sampling.py): "" searches (beam_size); a spec
+  # "sample(n=16, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, seed=0)" draws n outputs per
+  # sentence (the best of them the translation, all of them the --nbest list).
+  dec.sampling = ""
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

@@ -52,6 +52,7 @@ import numpy as np
 from flax import nnx
 
 from seq2seq import input_pipeline, length_penalties, lexicon, registry
+from seq2seq import sampling as sampling_
 from seq2seq.models import Encoded
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -81,6 +82,7 @@ class DecodeSettings:
   shortlist_scope: str
   replace_unk: bool
   num_heatmaps: int
+  sampling: str = ""
   sources: int = 1
   bucket_step: int = 1
 
@@ -90,6 +92,10 @@ class DecodeSettings:
     sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
     derived = {"sources": sources, "bucket_step": int(config.data.bucket_step)}
     return registry.typed_section(cls, dict(config.decode.items()), "decode", **derived)
+
+  def check_nbest(self, nbest: int) -> None:
+    """Raises ValueError unless these settings can give `nbest` outputs per sentence."""
+    check_nbest(nbest, self.beam_size, sampling_.parse(self.sampling))
 
 
 class DecodeResult(NamedTuple):
@@ -138,7 +144,7 @@ def _attention(alpha_NS: jax.Array | None, enc: Encoded) -> jax.Array:
 
 
 class GreedyState(NamedTuple):
-  """What greedy search carries from one step to the next."""
+  """What greedy search (and sampling) carries from one step to the next."""
 
   t: jax.Array  # int32 scalar: the step about to be taken.
   tokens_BL: jax.Array  # [B, L] int32: the outputs so far, PAD after EOS and beyond step t.
@@ -167,6 +173,55 @@ def greedy(
   nothing; its `norm_scores` are what beam search would rank its outputs by (`ranking_score`
   with `length_penalty` and `coverage_beta`; an output that never ended counts L tokens).
   """
+  pick = lambda logits_BV, t: _best_words(logits_BV, ban_unk)
+  return _left_to_right(model, src_BS, src_mask_BS, pick, max_len, length_penalty, coverage_beta)
+
+
+def sample(
+  model: Any,
+  src_BS: jax.Array,
+  src_mask_BS: jax.Array,
+  *,
+  sampling: sampling_.Sampling,
+  max_len: int,
+  ban_unk: bool = False,
+  length_penalty: LengthPenaltyLike = "power",
+  coverage_beta: float = 0.0,
+) -> DecodeResult:
+  """`sampling.n` outputs per sentence, each word drawn from the model's truncated next-word
+  distribution (`seq2seq.sampling`), for at most `max_len` (static) steps.
+
+  Returns a `DecodeResult` with fields [B, N, ...] (N = sampling.n), each sentence's samples
+  best first by `norm_scores` (as `greedy`'s); `scores` are the model's own log-probabilities.
+  """
+  n = sampling.n
+  keys_R = sampling_.sample_keys(sampling.seed, src_BS, src_mask_BS, n)
+
+  def pick(logits_RV, t):
+    banned_V = _banned(logits_RV.shape[-1], ban_unk)
+    tok_R = sampling_.draw(keys_R, t, sampling_.truncated_logits(logits_RV, banned_V, sampling))
+    logits = logits_RV.astype(jnp.float32)
+    chosen_R = jnp.take_along_axis(logits, tok_R[:, None], axis=-1)[:, 0]
+    return tok_R, chosen_R - jax.nn.logsumexp(logits, axis=-1)
+
+  src_RS, mask_RS = _tile(src_BS, n), _tile(src_mask_BS, n)
+  flat = _left_to_right(model, src_RS, mask_RS, pick, max_len, length_penalty, coverage_beta)
+  per_sentence = jax.tree.map(lambda x: x.reshape(src_BS.shape[0], n, *x.shape[1:]), flat)
+  order_BN = jnp.argsort(-per_sentence.norm_scores, axis=1, stable=True)
+  return jax.tree.map(lambda x: _gather_beams(x, order_BN), per_sentence)
+
+
+def _left_to_right(
+  model: Any,
+  src_BS: jax.Array,
+  src_mask_BS: jax.Array,
+  pick,
+  max_len: int,
+  length_penalty: LengthPenaltyLike,
+  coverage_beta: float,
+) -> DecodeResult:
+  """One output per row, word by word: `pick(logits_BV, t) -> (words [B], their
+  log-probabilities [B])` chooses each step's words (greedy's argmax, or a draw)."""
   enc = model.encode(src_BS, src_mask_BS, steps=max_len)
   batch, src_len = src_BS.shape
 
@@ -175,7 +230,7 @@ def greedy(
 
   def body(g: GreedyState) -> GreedyState:
     new_state, logits, alpha_BS = model.decoder_step(enc, g.dec_state, g.y_prev_B)
-    best_B, logp_B = _best_words(logits, ban_unk)  # An ended output extends with PAD, free.
+    best_B, logp_B = pick(logits, g.t)  # An ended output extends with PAD, free.
     tok_B = jnp.where(g.ended_B, PAD_ID, best_B)
     alpha_BS = jnp.where(g.ended_B[:, None], 0.0, _attention(alpha_BS, enc))
     return GreedyState(
@@ -237,11 +292,18 @@ def ranking_score(
   return norm_N + coverage_penalty(coverage_NS, mask_NS, coverage_beta)
 
 
-def check_nbest(nbest: int, beam_size: int) -> None:
-  """Raises ValueError unless 1 <= nbest <= beam_size: the pool holds only K finished outputs."""
+def check_nbest(nbest: int, beam_size: int, sampling: sampling_.Sampling | None = None) -> None:
+  """Raises ValueError unless 1 <= nbest <= beam_size (the pool holds only K finished outputs),
+  or with `sampling`, nbest <= its n (the samples drawn)."""
   if nbest < 1:
     raise ValueError(f"nbest must be at least 1, got {nbest}")
-  if nbest > beam_size:
+  if sampling is not None:
+    if nbest > sampling.n:
+      raise ValueError(
+        f"nbest={nbest} exceeds the samples drawn (decode.sampling={sampling}): ask for at "
+        f"most {sampling.n} or draw more (n=...)"
+      )
+  elif nbest > beam_size:
     raise ValueError(
       f"nbest={nbest} exceeds the beam size {beam_size} (decode.beam_size): ask for at most "
       f"{beam_size} hypotheses or widen the beam"
@@ -467,6 +529,7 @@ def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **setting
     "coverage_beta",
     "ban_unk",
     "nbest",
+    "sampling",
   ),
 )
 def jit_decode(
@@ -483,8 +546,10 @@ def jit_decode(
   nbest: int | None = None,
   output_ids: jax.Array | None = None,
   output_mask: jax.Array | None = None,
+  sampling: sampling_.Sampling | None = None,
 ) -> DecodeResult:
-  """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1.
+  """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1,
+  `sample` (its samples best first taking the place of the n-best list) with `sampling`.
 
   `graphdef`, `beam_size`, `max_len`, `length_penalty`, `coverage_beta`, `ban_unk` and
   `nbest` are static; `params` is the model state, merged with `graphdef` inside the trace.
@@ -496,7 +561,7 @@ def jit_decode(
   [B, N]: each sentence over its own part of it (`lexicon.sentence_candidates`).
   """
   if nbest is not None:
-    check_nbest(nbest, beam_size)
+    check_nbest(nbest, beam_size, sampling)
   model = nnx.merge(graphdef, params)
   if output_ids is not None:
     model = Shortlisted(model, output_ids, output_mask)
@@ -506,7 +571,10 @@ def jit_decode(
     "coverage_beta": coverage_beta,
     "ban_unk": ban_unk,
   }
-  if beam_size == 1:
+  if sampling is not None:
+    result = sample(model, src_BS, src_mask_BS, sampling=sampling, **settings)
+    result = jax.tree.map(lambda x: x[:, 0] if nbest is None else x[:, :nbest], result)
+  elif beam_size == 1:
     result = greedy(model, src_BS, src_mask_BS, **settings)
     result = result if nbest is None else jax.tree.map(lambda x: x[:, None], result)
   elif nbest is None:
@@ -619,6 +687,7 @@ def decode_batch(
     nbest=nbest,
     output_ids=output_ids,
     output_mask=output_mask,
+    sampling=sampling_.parse(dec.sampling),
   )
 
 

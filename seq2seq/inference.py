@@ -208,7 +208,7 @@ def nbest_split(
   decoding settings `dec` (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
   is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
   first is what `translate_split` returns. Progress shows under the label `progress`."""
-  decode.check_nbest(nbest, dec.beam_size)
+  dec.check_nbest(nbest)
   out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None

@@ -54,6 +54,7 @@ from seq2seq import (
   normalisers,
   objective,
   registry,
+  sampling,
   saved_format,
   scores,
   softmax,
@@ -167,6 +168,7 @@ def validate(config: Config) -> RunSettings:
   length_penalties.make(dec.length_penalty)
   if dec.coverage_penalty < 0:
     raise ValueError(f"decode.coverage_penalty must be >= 0, got {dec.coverage_penalty}")
+  sampling.parse(dec.sampling)
   inference.check_replace_unk(dec, model)
   return RunSettings(int(config.seed), model, data, train, dec, objective_, config)
 
@@ -237,6 +239,7 @@ ADDED_FIELDS = {
   "decode.shortlist_per_word": 10,
   "decode.shortlist_scope": "batch",
   "decode.max_input_tokens": 250,
+  "decode.sampling": "",
 }
 
 

@@ -169,7 +169,7 @@ def translate_lines(
   sentence's length, and its batch's padding with it, so one such line would sink the file).
   """
   dec = t.decoding_with(**decode_settings)
-  decode.check_nbest(nbest, dec.beam_size)
+  dec.check_nbest(nbest)
   ids, keep, truncated, too_long = [], [], 0, []
   longest = dec.max_input_tokens
   for i, line in enumerate(lines):
@@ -343,7 +343,7 @@ def translate_file(
   """
   run = settings.validate(config)  # Before loading anything.
   if nbest:
-    decode.check_nbest(nbest, run.decode.beam_size)
+    run.decode.check_nbest(nbest)
   check_links(run, links_path, links_threshold)
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":

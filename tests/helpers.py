@@ -347,14 +347,16 @@ class TableModel:
     return state_BD, logits, alpha
 
 
-def check_scores_match_search(translator, sources: list[str], nbest: int) -> None:
-  """Greedy and beam (`nbest` of them) outputs of `translator` (a `seq2seq.load`), scored as
-  given translations, get the scores, ranking scores and attention their search reported. An
-  output cut at the length limit is scored with EOS after it: its tokens' part equals what the
-  search reported. Asks for at least three finished outputs, to compare whole scores."""
+def check_scores_match_search(translator, sources: list[str], nbest: int, searches=None) -> None:
+  """Greedy and beam (`nbest` of them) outputs of `translator` (a `seq2seq.load`), or those of
+  `searches` ([(decode settings, n-best size)]), scored as given translations, get the scores,
+  ranking scores and attention their search reported. An output cut at the length limit is
+  scored with EOS after it: its tokens' part equals what the search reported. Asks for at least
+  three finished outputs, to compare whole scores."""
   finished = 0
-  for beam_size, n in ((1, 1), (nbest, nbest)):
-    found = translator.translate(sources, beam_size=beam_size, nbest=n)
+  searches = searches or [({"beam_size": 1}, 1), ({"beam_size": nbest}, nbest)]
+  for decode_settings, n in searches:
+    found = translator.translate(sources, nbest=n, **decode_settings)
     pairs = [(s, h) for s, hyps in zip(sources, found, strict=True) for h in hyps]
     scored = translator.score([s for s, _ in pairs], [h.text for _, h in pairs])
     for (_, h), r in zip(pairs, scored, strict=True):

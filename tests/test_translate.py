@@ -145,6 +145,20 @@ def test_api_scores_of_its_own_translations_are_what_the_search_reported(loaded)
   check_scores_match_search(loaded, [s for s in SOURCES if s.strip()], NBEST)
 
 
+def test_api_samples_n_per_sentence_and_scores_them_as_forced_decoding_does(loaded):
+  """`sampling="sample(n=4, ...)"` gives 4 outputs per sentence, best first, the same ones on
+  every call with the same seed; scored as given translations they get what sampling reported."""
+  sources = [s for s in SOURCES if s.strip()]
+  spec = "sample(n=4, temperature=1.5, top_p=0.95, seed=2)"
+  first = loaded.translate(sources, sampling=spec, nbest=4)
+  assert [len(hyps) for hyps in first] == [4] * len(sources)
+  for hyps in first:
+    assert [h.norm_score for h in hyps] == sorted((h.norm_score for h in hyps), reverse=True)
+  again = loaded.translate(sources[::-1], sampling=spec, nbest=4)[::-1]
+  assert [[h.text for h in hyps] for hyps in again] == [[h.text for h in hyps] for hyps in first]
+  check_scores_match_search(loaded, sources, 4, searches=[({"sampling": spec}, 4)])
+
+
 def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, tmp_path):
   """With decode.shortlist (each sentence's own), the API's search scores and its score mode's
   are both log-probabilities over the shortlist, equal, and labelled so; without one, both
@@ -206,6 +220,10 @@ def test_nbest_beyond_the_beam_and_mismatched_files_are_one_error_line(trained, 
   ref.write_text("x\ny\n")
   cases = [
     (["--mode=translate", f"--input={src}", "--nbest=4"], "nbest=4 exceeds the beam size 3"),
+    (
+      ["--mode=translate", f"--input={src}", "--nbest=5", "--config.decode.sampling=sample(n=4)"],
+      "nbest=5 exceeds the samples drawn",
+    ),
     (
       ["--mode=score", f"--input={src}", f"--reference={ref}"],
       f"{src} has 3 lines but {ref} has 2",
