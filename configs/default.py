@@ -195,6 +195,10 @@ def get_config() -> ml_collections.ConfigDict:
   # "sample(n=16, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, seed=0)" draws n outputs per
   # sentence (the best of them the translation, all of them the --nbest list).
   dec.sampling = ""
+  # Minimum Bayes risk (seq2seq/mbr.py): "" keeps the search's order; "mbr(utility=chrf|bleu,
+  # evidence=uniform|model)" picks, of the samples or the beam's n-best, the one of highest
+  # expected utility against the others (translate, the API and evaluation alike).
+  dec.mbr = ""
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

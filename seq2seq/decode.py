@@ -83,6 +83,7 @@ class DecodeSettings:
   replace_unk: bool
   num_heatmaps: int
   sampling: str = ""
+  mbr: str = ""
   sources: int = 1
   bucket_step: int = 1
 
@@ -92,6 +93,11 @@ class DecodeSettings:
     sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
     derived = {"sources": sources, "bucket_step": int(config.data.bucket_step)}
     return registry.typed_section(cls, dict(config.decode.items()), "decode", **derived)
+
+  def candidates(self) -> int:
+    """How many outputs per sentence decoding can give: the samples drawn, or the beam."""
+    drawn = sampling_.parse(self.sampling)
+    return drawn.n if drawn is not None else self.beam_size
 
   def check_nbest(self, nbest: int) -> None:
     """Raises ValueError unless these settings can give `nbest` outputs per sentence."""

@@ -60,7 +60,7 @@ def valid_scores(
   a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
   sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
   retraining."""
-  greedy = dataclasses.replace(run.decode, beam_size=1)
+  greedy = dataclasses.replace(run.decode, beam_size=1, sampling="", mbr="")  # Search, always.
   translations = inference.translate_split(
     rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
   )
@@ -353,11 +353,12 @@ def evaluate_split(
   tgt_lang = input_pipeline.languages(run.data)[0 if data.reverse else 1]
   plain = metrics.pretokenized(run.data.corpus)
   dec = run.decode
-  translations = inference.translate_split(state, split, dec, progress=f"decoding {split_name}")
-  hyps = [
-    inference.output_text(tr, src, data.src_tokenizer, tgt_tok, dec.replace_unk)
-    for tr, (src, _, _) in zip(translations, raw, strict=True)
-  ]
+  text_of = lambda tr, i: inference.output_text(
+    tr, raw[i][0], data.src_tokenizer, tgt_tok, dec.replace_unk
+  )
+  label = f"decoding {split_name}"
+  translations = inference.best_split(state, split, dec, text_of, progress=label)
+  hyps = [text_of(tr, i) for i, tr in enumerate(translations)]
   refs = [r[1] for r in raw]
   src_lengths = [len(builders.split_sources(r[0])[0].split()) for r in raw]  # First source's.
   score, signature = metrics.bleu(hyps, refs, pretokenized=plain)
@@ -370,11 +371,9 @@ def evaluate_split(
   if keep:  # The paper's protocol: the subset decoded again with UNK forbidden (--ignore-unk).
     sub = input_pipeline.subset(split, keep)
     label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
-    again = inference.translate_split(state, sub, dec, ban_unk=True, progress=label)
-    no_unk_hyps = [
-      inference.output_text(tr, raw[i][0], data.src_tokenizer, tgt_tok)
-      for tr, i in zip(again, keep, strict=True)
-    ]
+    sub_text = lambda tr, i: inference.output_text(tr, raw[keep[i]][0], data.src_tokenizer, tgt_tok)
+    again = inference.best_split(state, sub, dec, sub_text, ban_unk=True, progress=label)
+    no_unk_hyps = [sub_text(tr, i) for i, tr in enumerate(again)]
   kept_bleu = lambda texts: metrics.bleu(texts, [refs[i] for i in keep], pretokenized=plain)[0]
   results = dict(extra or {})
   results.update(

@@ -9,12 +9,12 @@ search) and `Scored` (a given translation scored). The split functions fill the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 
-from seq2seq import console, copying, decode, input_pipeline, metrics, models
+from seq2seq import console, copying, decode, input_pipeline, mbr, metrics, models
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders
 from seq2seq.decode import replace_unknowns
@@ -202,6 +202,7 @@ def nbest_split(
   dec: decode.DecodeSettings,
   nbest: int,
   *,
+  ban_unk: bool = False,
   progress: str | None = None,
 ) -> list[list[Hypothesis]]:
   """The `nbest` best translations of every sentence of `split` in order, best first, with the
@@ -213,7 +214,7 @@ def nbest_split(
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
   for batch in _batches(split, dec):
-    result = jax.device_get(decode.decode_batch(state, batch, dec, nbest=nbest))
+    result = jax.device_get(decode.decode_batch(state, batch, dec, ban_unk=ban_unk, nbest=nbest))
     for row, index in enumerate(batch["index"]):
       for rank in range(nbest if index >= 0 else 0):
         if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.
@@ -223,6 +224,35 @@ def nbest_split(
   if shown:
     shown.close()
   return out
+
+
+def mbr_reordered(hyps: list[Hypothesis], texts: list[str], dec: decode.DecodeSettings):
+  """A sentence's candidates `hyps` (their texts `texts`) in `decode.mbr`'s order; as they are
+  without MBR."""
+  settings = mbr.parse(dec.mbr)
+  if settings is None or len(hyps) < 2:
+    return hyps
+  return [hyps[i] for i in mbr.order(texts, [h.score for h in hyps], settings)]
+
+
+def best_split(
+  state,
+  split: input_pipeline.Split,
+  dec: decode.DecodeSettings,
+  text_of: Callable[[Hypothesis, int], str],
+  *,
+  ban_unk: bool = False,
+  progress: str | None = None,
+) -> list[Hypothesis]:
+  """The translation of every sentence of `split` in order: `translate_split`'s, or with
+  `decode.mbr` the MBR choice among its candidates (`dec.candidates()` of them), whose texts
+  `text_of(hypothesis, sentence index)` gives."""
+  if not dec.mbr:
+    return translate_split(state, split, dec, ban_unk=ban_unk, progress=progress)
+  found = nbest_split(state, split, dec, dec.candidates(), ban_unk=ban_unk, progress=progress)
+  return [
+    mbr_reordered(hyps, [text_of(h, i) for h in hyps], dec)[0] for i, hyps in enumerate(found)
+  ]
 
 
 def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) -> list[Scored]:

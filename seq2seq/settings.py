@@ -50,6 +50,7 @@ from seq2seq import (
   input_pipeline,
   length_penalties,
   lexicon,
+  mbr,
   models,
   normalisers,
   objective,
@@ -169,6 +170,11 @@ def validate(config: Config) -> RunSettings:
   if dec.coverage_penalty < 0:
     raise ValueError(f"decode.coverage_penalty must be >= 0, got {dec.coverage_penalty}")
   sampling.parse(dec.sampling)
+  if mbr.parse(dec.mbr) is not None and dec.candidates() < 2:
+    raise ValueError(
+      f"decode.mbr={dec.mbr!r} chooses among candidates: draw several "
+      "(decode.sampling=sample(n=...)) or widen the beam (decode.beam_size > 1)"
+    )
   inference.check_replace_unk(dec, model)
   return RunSettings(int(config.seed), model, data, train, dec, objective_, config)
 
@@ -240,6 +246,7 @@ ADDED_FIELDS = {
   "decode.shortlist_scope": "batch",
   "decode.max_input_tokens": 250,
   "decode.sampling": "",
+  "decode.mbr": "",
 }
 
 

@@ -198,13 +198,16 @@ def translate_lines(
       longest,
       shown,
     )
+  # MBR chooses among every candidate, so it decodes them all and keeps `nbest` of its order.
+  wanted = dec.candidates() if dec.mbr else nbest
   found = inference.nbest_split(
-    t.state, _split(ids, [[] for _ in ids]), dec, nbest, progress="translating"
+    t.state, _split(ids, [[] for _ in ids]), dec, wanted, progress="translating"
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
   replace_unk = dec.replace_unk
   for i, hyps in zip(keep, found, strict=True):
-    out[i] = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
+    hyps = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
+    out[i] = inference.mbr_reordered(hyps, [h.text for h in hyps], dec)[:nbest]
   return out, {"truncated": truncated, "too_long": len(too_long)}
 
 

@@ -15,6 +15,7 @@ from seq2seq import (
   evaluation,
   inference,
   input_pipeline,
+  mbr,
   metrics,
   plots,
   settings,
@@ -232,6 +233,32 @@ def sp_run(tmp_path_factory):
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
   state = steps.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
   return config, data, state
+
+
+def test_evaluation_with_mbr_chooses_among_each_sentences_samples(sp_run, monkeypatch):
+  """With decode.mbr, every sentence of the split (and of its No-UNK pass) is chosen by MBR
+  among its decode.sampling samples, and the BLEU is that of the chosen texts."""
+  config, data, state = sp_run
+  config = config.copy_and_resolve_references()
+  config.decode.sampling = "sample(n=3, temperature=2.0)"
+  config.decode.mbr = "mbr(utility=chrf)"
+  chosen, real = [], mbr.order
+
+  def spy(texts, scores, settings_):
+    order = real(texts, scores, settings_)
+    chosen.append(texts[order[0]])
+    assert len(texts) == 3
+    return order
+
+  monkeypatch.setattr(mbr, "order", spy)
+  results = evaluation.evaluate_split(
+    state, data, "valid", settings.validate(config), None, write=False
+  )
+  n = len(data.raw("valid"))
+  assert len(chosen) == n + results["num_no_unk"]
+  refs = [r[1] for r in data.raw("valid")]
+  plain = metrics.pretokenized(config.data.corpus)
+  assert results["bleu"] == pytest.approx(metrics.bleu(chosen[:n], refs, pretokenized=plain)[0])
 
 
 def test_evaluate_split_scores_tokenized_bleu_on_the_target_words(sp_run, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 from helpers import check_scores_match_search, run_main
 
 import seq2seq
-from seq2seq import checkpoints, settings, translate
+from seq2seq import checkpoints, mbr, settings, translate
 
 SOURCES = ["the cat sleeps .", "", "the dog does not eat apples .", "   ", "a big house ."]
 REFERENCES = ["le chat dort .", "le chien", "", "", "une grande maison ."]
@@ -157,6 +157,25 @@ def test_api_samples_n_per_sentence_and_scores_them_as_forced_decoding_does(load
   again = loaded.translate(sources[::-1], sampling=spec, nbest=4)[::-1]
   assert [[h.text for h in hyps] for hyps in again] == [[h.text for h in hyps] for hyps in first]
   check_scores_match_search(loaded, sources, 4, searches=[({"sampling": spec}, 4)])
+
+
+@pytest.mark.parametrize("spec", ["mbr(utility=chrf)", "mbr(utility=bleu, evidence=model)"])
+def test_api_mbr_ranks_the_samples_by_expected_utility(loaded, spec):
+  """With decode.mbr the list is the samples in order of expected utility against each other
+  (recomputed here from the texts and scores returned), the 1-best its first."""
+  sources = [s for s in SOURCES if s.strip()]
+  drawn = "sample(n=6, temperature=2.0, seed=4)"
+  ranked = loaded.translate(sources, sampling=drawn, mbr=spec, nbest=6)
+  plain = loaded.translate(sources, sampling=drawn, nbest=6)
+  best = loaded.translate(sources, sampling=drawn, mbr=spec)
+  settings_ = mbr.parse(spec)
+  for hyps, unranked, one in zip(ranked, plain, best, strict=True):
+    assert sorted(h.text for h in hyps) == sorted(h.text for h in unranked)
+    texts = [h.text for h in hyps]
+    weights = mbr.evidence_weights([h.score for h in hyps], settings_.evidence)
+    utilities = mbr.expected_utilities(texts, mbr.UTILITIES[settings_.utility](), weights)
+    assert list(utilities) == sorted(utilities, reverse=True)
+    assert [h.text for h in one] == texts[:1]
 
 
 def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, tmp_path):
