@@ -61,13 +61,8 @@ class Mbr:
 
 def parse(text: str | Mbr | None) -> Mbr | None:
   """The MBR settings a `decode.mbr` spec names; None for "" (the search's order)."""
-  if text is None or isinstance(text, Mbr):
-    return text
-  if not str(text).strip():
-    return None
-  if str(text).strip().split("(", 1)[0].strip() != "mbr":
-    raise ValueError(f"{FIELD}={text!r}: use '' (off) or mbr(utility=chrf|bleu, evidence=...)")
-  return registry.parse_settings(Mbr, str(text), FIELD)
+  usage = "'' (off) or mbr(utility=chrf|bleu, evidence=uniform|model)"
+  return registry.optional_settings(Mbr, "mbr", text, FIELD, usage)
 
 
 def expected_utilities(

@@ -117,6 +117,20 @@ def parse_settings(settings_cls: type[S], text: str, field: str) -> S:
     raise ValueError(f"{field}={text!r}: {e}") from None
 
 
+def optional_settings(
+  settings_cls: type[S], name: str, text: Any, field: str, usage: str
+) -> S | None:
+  """The `settings_cls` of a field that is off ("") or one spec "NAME(k=v, ...)" (`usage`,
+  shown when the name is wrong, says what it takes); settings given as they are pass through."""
+  if text is None or isinstance(text, settings_cls):
+    return text
+  if not str(text).strip():
+    return None
+  if str(text).strip().split("(", 1)[0].strip() != name:
+    raise ValueError(f"{field}={text!r}: use {usage}")
+  return parse_settings(settings_cls, str(text), field)
+
+
 class Registry(Generic[T]):  # noqa: UP046 (Python 3.11: no type parameter syntax)
   """Classes registered under names; `kind` names them in errors ("unknown KIND 'x'; valid: ...")
   and `field` is the config field whose specs name them (e.g. "model.attention").

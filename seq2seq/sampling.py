@@ -67,14 +67,8 @@ class Sampling:
 
 def parse(text: str | Sampling | None) -> Sampling | None:
   """The sampling a `decode.sampling` spec names; None for "" (decode by search)."""
-  if text is None or isinstance(text, Sampling):
-    return text
-  if not str(text).strip():
-    return None
-  name = str(text).strip().split("(", 1)[0].strip()
-  if name != "sample":
-    raise ValueError(f"{FIELD}={text!r}: use '' (search) or sample(n=..., temperature=..., ...)")
-  return registry.parse_settings(Sampling, str(text), FIELD)
+  usage = "'' (search) or sample(n=..., temperature=..., ...)"
+  return registry.optional_settings(Sampling, "sample", text, FIELD, usage)
 
 
 def truncated_logits(logits_NV: jax.Array, banned_V: jax.Array, sampling: Sampling) -> jax.Array:
