@@ -139,3 +139,29 @@ def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(tr
   assert record["rows"][names[0]]["test"]["bleu"] == pytest.approx(own["bleu"])
   assert "decode.shortlist_scope=sentence" in record["rows"][names[2]]["command"]
   assert "decoded later (`--only shortlists`)" in (out / "decoding.md").read_text()
+
+
+@pytest.mark.slow
+def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
+  """Beam 5, MBR over the 3-best and over 4 samples on the tiny run: each row's figures are its
+  own evaluation's, the MBR rows carry a bootstrap against beam 5, and a rerun decodes nothing
+  again and keeps the timings measured first."""
+  out = tmp_path / "mbr"
+  args = ["--run", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
+  args += ["--samples", "4", "--nbest", "3"]
+  run_module("experiments.mbr_study", *args)
+  record = json.loads((out / "mbr.json").read_text())
+  names = ["beam 5", "MBR chrf, beam 3 n-best", "MBR chrf, 4 samples"]
+  assert list(record["rows"]) == names
+  for i, name in enumerate(names):
+    row = record["rows"][name]
+    own = json.loads((out / f"row{i}" / "eval" / "test" / "results.json").read_text())
+    assert row["test"]["bleu"] == pytest.approx(own["bleu"]) and row["sentences_per_second"] > 0
+    assert (name == "beam 5") == ("test_vs_beam5" not in row)
+  assert "decode.sampling=sample(n=4)" in record["rows"][names[2]]["command"]
+  assert "decode.mbr=mbr(utility=chrf)" in record["rows"][names[1]]["command"]
+  first = record["rows"][names[2]]["eval_minutes"]
+  run_module("experiments.mbr_study", *args)
+  again = json.loads((out / "mbr.json").read_text())
+  assert again["rows"][names[2]]["eval_minutes"] == first
+  assert "| MBR chrf, 4 samples |" in (out / "mbr.md").read_text()

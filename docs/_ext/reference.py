@@ -51,6 +51,7 @@ CLI_MODULES = (
       "experiments.best30",
       "experiments.benchmark",
       "experiments.decoding_study",
+      "experiments.mbr_study",
       "experiments.seed_timing",
       "experiments.tabulate",
       "experiments.plateau",
