@@ -97,6 +97,9 @@ def test_version_1_a_committed_config_reads_with_the_fields_added_since():
   expected["decode"]["max_input_tokens"] = 250
   expected["decode"]["shortlist_scope"] = "batch"
   expected["model"]["normaliser"], expected["model"]["encoder"] = "softmax", "rnn"
+  for dotted, value in settings.ADDED_FIELDS.items():  # decode.sampling and decode.mbr too.
+    section, name = dotted.split(".")
+    expected[section].setdefault(name, value)
   expected = with_length_alpha(expected)
   assert settings.upgrade(saved) == expected
   assert settings.upgrade({**saved, FIELD: 1}) == expected
