@@ -50,6 +50,18 @@ flags.DEFINE_float(
   "one link per target word, to its most attended source word.",
 )
 flags.DEFINE_integer("nbest", 0, "translate: write the N best per line as an n-best list.")
+flags.DEFINE_string(
+  "prefixes",
+  None,
+  "translate: a file of target prefixes, one per --input line (empty: none); each translation "
+  "starts with its line's prefix.",
+)
+flags.DEFINE_string(
+  "constraints",
+  None,
+  'translate: a JSON-lines file, per --input line a list of phrases (["le chat", "dort"]); each '
+  "translation contains its line's phrases.",
+)
 flags.DEFINE_string("reference", None, "score: the given translations, one per --input line.")
 flags.DEFINE_string("compare", None, "report: a second run's workdir, shown beside this one.")
 flags.DEFINE_bool("json", False, "train/eval: print every result as JSON instead of the table.")
@@ -81,6 +93,8 @@ def main(argv):
       nbest=FLAGS.nbest,
       links_path=FLAGS.word_alignments,
       links_threshold=FLAGS.alignment_threshold,
+      prefixes_path=FLAGS.prefixes,
+      constraints_path=FLAGS.constraints,
       reference_path=FLAGS.reference,
       compare=FLAGS.compare,
       as_json=FLAGS.json,

@@ -44,6 +44,8 @@ def run(
   nbest: int = 0,
   links_path: str | None = None,
   links_threshold: float = 0.0,
+  prefixes_path: str | None = None,
+  constraints_path: str | None = None,
   reference_path: str | None = None,
   compare: str | None = None,
   as_json: bool = False,
@@ -66,6 +68,8 @@ def run(
     problem = f"no run in {workdir} (no such directory)"  # An ensemble's workdir is made.
   elif mode == "score" and not reference_path:
     problem = "--mode=score needs --reference=FILE, the translations to score"
+  elif mode != "translate" and (prefixes_path or constraints_path):
+    problem = "--prefixes and --constraints steer --mode=translate only"
   if problem:
     print(f"error: {problem}", file=sys.stderr)
     return 1
@@ -77,8 +81,9 @@ def run(
   if run_settings is None:
     return 1
   if mode == "translate":
+    guides = {"prefixes_path": prefixes_path, "constraints_path": constraints_path}
     job = lambda: _translate(
-      run_settings, workdir, input_path, output_path, alignments_path, nbest, links
+      run_settings, workdir, input_path, output_path, alignments_path, nbest, links | guides
     )
   elif mode == "score":
     job = lambda: _score(
@@ -203,12 +208,12 @@ def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval"
 
 
 def _translate(
-  run_settings, workdir: Path, input_path, output_path, alignments_path, nbest, links
+  run_settings, workdir: Path, input_path, output_path, alignments_path, nbest, options
 ) -> None:
   from seq2seq import translate
 
   counts = translate.translate_file(
-    run_settings, workdir, input_path, output_path, alignments_path, nbest, **links
+    run_settings, workdir, input_path, output_path, alignments_path, nbest, **options
   )
   logging.info("translated: %s", counts)
   console.say(

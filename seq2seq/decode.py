@@ -51,6 +51,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from seq2seq import constraints as constraints_
 from seq2seq import input_pipeline, length_penalties, lexicon, registry
 from seq2seq import sampling as sampling_
 from seq2seq.models import Encoded
@@ -135,11 +136,9 @@ def _best_words(logits_NV: jax.Array, ban_unk: bool = False) -> tuple[jax.Array,
   """Greedy's pick: each row's most probable allowed word [N] and its log-probability [N] under
   the softmax over the logits' words (the argmax and entry of `_step_log_probs`), without
   writing the [N, V] log-probabilities."""
-  logits = logits_NV.astype(jnp.float32)
-  allowed = jnp.where(_banned(logits.shape[-1], ban_unk), -jnp.inf, logits)
+  allowed = jnp.where(_banned(logits_NV.shape[-1], ban_unk), -jnp.inf, logits_NV)
   tok_N = jnp.argmax(allowed, axis=-1).astype(jnp.int32)
-  best_N = jnp.take_along_axis(logits, tok_N[:, None], axis=-1)[:, 0]
-  return tok_N, best_N - jax.nn.logsumexp(logits, axis=-1)
+  return tok_N, _word_log_probs(logits_NV, tok_N)
 
 
 def _attention(alpha_NS: jax.Array | None, enc: Encoded) -> jax.Array:
@@ -171,16 +170,20 @@ def greedy(
   ban_unk: bool = False,
   length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
+  prefix_BP: jax.Array | None = None,
 ) -> DecodeResult:
   """Picks the most probable next word at every step, for at most `max_len` (static) steps
-  (never UNK with `ban_unk`).
+  (never UNK with `ban_unk`), after the forced `prefix_BP` where one is given.
 
   src_BS, src_mask_BS: [B, S] int. Returns a `DecodeResult` with L = max_len. Greedy ranks
   nothing; its `norm_scores` are what beam search would rank its outputs by (`ranking_score`
   with `length_penalty` and `coverage_beta`; an output that never ended counts L tokens).
+  prefix_BP [B, P] int: each output's first words (PAD after a sentence's own; `forced_words`).
   """
   pick = lambda logits_BV, t: _best_words(logits_BV, ban_unk)
-  return _left_to_right(model, src_BS, src_mask_BS, pick, max_len, length_penalty, coverage_beta)
+  return _left_to_right(
+    model, src_BS, src_mask_BS, pick, max_len, length_penalty, coverage_beta, prefix_BP
+  )
 
 
 def sample(
@@ -193,9 +196,11 @@ def sample(
   ban_unk: bool = False,
   length_penalty: LengthPenaltyLike = "power",
   coverage_beta: float = 0.0,
+  prefix_BP: jax.Array | None = None,
 ) -> DecodeResult:
   """`sampling.n` outputs per sentence, each word drawn from the model's truncated next-word
-  distribution (`seq2seq.sampling`), for at most `max_len` (static) steps.
+  distribution (`seq2seq.sampling`), for at most `max_len` (static) steps, after the forced
+  `prefix_BP` [B, P] where one is given (as `greedy`'s).
 
   Returns a `DecodeResult` with fields [B, N, ...] (N = sampling.n), each sentence's samples
   best first by `norm_scores` (as `greedy`'s); `scores` are the model's own log-probabilities.
@@ -206,12 +211,13 @@ def sample(
   def pick(logits_RV, t):
     banned_V = _banned(logits_RV.shape[-1], ban_unk)
     tok_R = sampling_.draw(keys_R, t, sampling_.truncated_logits(logits_RV, banned_V, sampling))
-    logits = logits_RV.astype(jnp.float32)
-    chosen_R = jnp.take_along_axis(logits, tok_R[:, None], axis=-1)[:, 0]
-    return tok_R, chosen_R - jax.nn.logsumexp(logits, axis=-1)
+    return tok_R, _word_log_probs(logits_RV, tok_R)
 
   src_RS, mask_RS = _tile(src_BS, n), _tile(src_mask_BS, n)
-  flat = _left_to_right(model, src_RS, mask_RS, pick, max_len, length_penalty, coverage_beta)
+  prefix_RP = None if prefix_BP is None else _tile(prefix_BP, n)
+  flat = _left_to_right(
+    model, src_RS, mask_RS, pick, max_len, length_penalty, coverage_beta, prefix_RP
+  )
   per_sentence = jax.tree.map(lambda x: x.reshape(src_BS.shape[0], n, *x.shape[1:]), flat)
   order_BN = jnp.argsort(-per_sentence.norm_scores, axis=1, stable=True)
   return jax.tree.map(lambda x: _gather_beams(x, order_BN), per_sentence)
@@ -225,9 +231,11 @@ def _left_to_right(
   max_len: int,
   length_penalty: LengthPenaltyLike,
   coverage_beta: float,
+  prefix_BP: jax.Array | None = None,
 ) -> DecodeResult:
   """One output per row, word by word: `pick(logits_BV, t) -> (words [B], their
-  log-probabilities [B])` chooses each step's words (greedy's argmax, or a draw)."""
+  log-probabilities [B])` chooses each step's words (greedy's argmax, or a draw), except where
+  `prefix_BP` forces them."""
   enc = model.encode(src_BS, src_mask_BS, steps=max_len)
   batch, src_len = src_BS.shape
 
@@ -237,6 +245,10 @@ def _left_to_right(
   def body(g: GreedyState) -> GreedyState:
     new_state, logits, alpha_BS = model.decoder_step(enc, g.dec_state, g.y_prev_B)
     best_B, logp_B = pick(logits, g.t)  # An ended output extends with PAD, free.
+    if prefix_BP is not None:
+      forcing_B, forced_B = forced_words(prefix_BP, g.t)
+      best_B = jnp.where(forcing_B, forced_B, best_B)
+      logp_B = jnp.where(forcing_B, _word_log_probs(logits, forced_B), logp_B)
     tok_B = jnp.where(g.ended_B, PAD_ID, best_B)
     alpha_BS = jnp.where(g.ended_B[:, None], 0.0, _attention(alpha_BS, enc))
     return GreedyState(
@@ -269,6 +281,21 @@ def _left_to_right(
 def _tile(tree: Any, beam_size: int) -> Any:
   """Repeats every leaf [B, ...] to [B*K, ...], row b*K + k being beam k of sentence b."""
   return jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
+
+
+def forced_words(prefix_BP: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(whether step t is forced [B], the word it is forced to [B]) by prefixes [B, P]: each
+  row's words, PAD after them (no prefix: all PAD). A prefix holds no EOS, so a forced output
+  goes on after it."""
+  word_B = prefix_BP[:, jnp.minimum(t, prefix_BP.shape[1] - 1)]
+  return (t < prefix_BP.shape[1]) & (word_B != PAD_ID), word_B
+
+
+def _word_log_probs(logits_NV: jax.Array, word_N: jax.Array) -> jax.Array:
+  """[N] the log-probability of each row's word under the softmax over the logits' words."""
+  logits = logits_NV.astype(jnp.float32)
+  chosen = jnp.take_along_axis(logits, word_N[:, None], axis=-1)[:, 0]
+  return chosen - jax.nn.logsumexp(logits, axis=-1)
 
 
 COVERAGE_FLOOR = 1e-6
@@ -335,6 +362,8 @@ class BeamState(NamedTuple):
   fin_scores: jax.Array  # [B, K] float32: summed log-probabilities (-inf: an empty slot).
   fin_norm: jax.Array  # [B, K] float32: the ranking score (normalised, coverage penalty added).
   fin_lengths: jax.Array  # [B, K] int32: tokens up to and including EOS.
+  # With lexical constraints, what each live hypothesis has met (leaves [B*K, ...]); else None.
+  progress: constraints_.Progress | None = None
 
 
 def _gather_beams(x: jax.Array, index_BK: jax.Array) -> jax.Array:
@@ -354,6 +383,8 @@ def beam_search_pool(
   coverage_beta: float = 0.0,
   ban_unk: bool = False,
   nbest: int = 1,
+  prefix_BP: jax.Array | None = None,
+  constraints: constraints_.Constraints | None = None,
 ) -> BeamState:
   """Beam search of width `beam_size` (static) for at most `max_len` (static) steps; the final
   `BeamState` (`beam_search` gives the best output of each sentence, `beam_search_nbest` the
@@ -371,6 +402,12 @@ def beam_search_pool(
   -inf), and later members are the best found before the search stopped, not necessarily the
   best overall. Asking for more does not change the best: the search only runs on until nothing
   left can beat the nbest-th.
+
+  `prefix_BP` [B, P] forces each output's first words (`forced_words`): until a sentence's
+  prefix is spent its one live hypothesis extends by the next prefix word only. `constraints`
+  [B, C] (`seq2seq.constraints`) makes every output contain its sentence's phrases: the live
+  slots are allocated by how many constraint tokens a hypothesis has met, and an extension by
+  EOS is allowed only once it has met them all.
   """
   check_nbest(nbest, beam_size)
   ranker = length_penalties.make(length_penalty)
@@ -378,6 +415,7 @@ def beam_search_pool(
   k, n = beam_size, src_BS.shape[0] * beam_size
   enc = _tile(model.encode(src_BS, src_mask_BS, steps=max_len), k)
   mask_BKS = enc.mask.reshape(batch, k, src_len)
+  cons_N = None if constraints is None else _tile(constraints, k)
 
   def penalty(coverage_BKS):  # [B, K], or 0 without the coverage penalty.
     if coverage_beta == 0:
@@ -395,13 +433,24 @@ def beam_search_pool(
     new_state_N, logits_NV, alpha_NS = model.decoder_step(enc, bs.dec_state, bs.y_prev)
     logp_BKV = _step_log_probs(logits_NV, ban_unk).reshape(batch, k, -1)
     vocab = logp_BKV.shape[-1]
+    if prefix_BP is not None:
+      forcing_B, forced_B = forced_words(prefix_BP, t)
+      other_BV = forcing_B[:, None] & (jnp.arange(vocab) != forced_B[:, None])
+      logp_BKV = jnp.where(other_BV[:, None], -jnp.inf, logp_BKV)
     cand_BKV = bs.live_scores[..., None] + logp_BKV
     step_alpha_BKS = _attention(alpha_NS, enc).reshape(batch, k, src_len)
     alpha_BKLS = bs.live_alpha.at[:, :, t].set(step_alpha_BKS)
     penalty_BK = penalty(alpha_BKLS.sum(2))
+    live_BKV = cand_BKV.at[..., EOS_ID].set(-jnp.inf)
+    eos_scores_BK = cand_BKV[..., EOS_ID]
+    if cons_N is not None:  # EOS once every constraint is met; only extensions that can still.
+      count_BKV = constraints_.met_after(cons_N, bs.progress, vocab).reshape(batch, k, vocab)
+      slots = cons_N.tokens.shape[1]
+      complete_BK = bs.progress.met.all(-1).reshape(batch, k)
+      eos_scores_BK = jnp.where(complete_BK, eos_scores_BK, -jnp.inf)
+      live_BKV = jnp.where(constraints_.room(count_BKV, slots, t, max_len), live_BKV, -jnp.inf)
 
     # Extensions by EOS join the finished pool, which keeps its K best.
-    eos_scores_BK = cand_BKV[..., EOS_ID]
     eos_norm_BK = ranker.rank(eos_scores_BK, t + 1) + penalty_BK
     eos_norm_BK = jnp.where(jnp.isfinite(eos_scores_BK), eos_norm_BK, -jnp.inf)
     pool_norm, keep_BK = jax.lax.top_k(jnp.concatenate([bs.fin_norm, eos_norm_BK], axis=1), k)
@@ -413,17 +462,24 @@ def beam_search_pool(
 
     # Every other extension competes for the K live slots. They share one length, so only the
     # coverage penalty (of each origin beam) can change their order.
-    live_BKV = cand_BKV.at[..., EOS_ID].set(-jnp.inf)
     rank_BKV = live_BKV
     if coverage_beta != 0:
       rank_BKV = ranker.rank(live_BKV, t + 1) + penalty_BK[..., None]
-    _, flat_BK = jax.lax.top_k(rank_BKV.reshape(batch, k * vocab), k)
+    if cons_N is None:
+      _, flat_BK = jax.lax.top_k(rank_BKV.reshape(batch, k * vocab), k)
+    else:
+      flat_BK = constraints_.allocate(
+        rank_BKV.reshape(batch, k * vocab), count_BKV.reshape(batch, k * vocab), constraints, k
+      )
     origin_BK, tok_BK = flat_BK // vocab, (flat_BK % vocab).astype(jnp.int32)
     live_scores = jnp.take_along_axis(live_BKV.reshape(batch, k * vocab), flat_BK, axis=1)
-    dec_state = jax.tree.map(
-      lambda x: _gather_beams(x.reshape((batch, k) + x.shape[1:]), origin_BK).reshape(x.shape),
-      new_state_N,
+    regroup = lambda x: _gather_beams(x.reshape((batch, k) + x.shape[1:]), origin_BK).reshape(
+      x.shape
     )
+    dec_state = jax.tree.map(regroup, new_state_N)
+    progress = None
+    if cons_N is not None:
+      progress = constraints_.advance(cons_N, jax.tree.map(regroup, bs.progress), tok_BK.reshape(n))
     return BeamState(
       t=t + 1,
       live_tokens=_gather_beams(bs.live_tokens, origin_BK).at[:, :, t].set(tok_BK),
@@ -436,6 +492,7 @@ def beam_search_pool(
       fin_scores=fin_scores,
       fin_norm=pool_norm,
       fin_lengths=fin_lengths,
+      progress=progress,
     )
 
   empty = jnp.full((batch, k), -jnp.inf, jnp.float32)
@@ -454,6 +511,7 @@ def beam_search_pool(
     fin_scores=empty,
     fin_norm=empty,
     fin_lengths=jnp.zeros((batch, k), jnp.int32),
+    progress=None if cons_N is None else constraints_.initial(cons_N),
   )
   return jax.lax.while_loop(cond, body, init)
 
@@ -553,9 +611,13 @@ def jit_decode(
   output_ids: jax.Array | None = None,
   output_mask: jax.Array | None = None,
   sampling: sampling_.Sampling | None = None,
+  prefix_BP: jax.Array | None = None,
+  constraints: constraints_.Constraints | None = None,
 ) -> DecodeResult:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1,
-  `sample` (its samples best first taking the place of the n-best list) with `sampling`.
+  `sample` (its samples best first taking the place of the n-best list) with `sampling`, beam
+  search of any width with lexical `constraints` [B, C]; `prefix_BP` [B, P] forces each output's
+  first words in all of them.
 
   `graphdef`, `beam_size`, `max_len`, `length_penalty`, `coverage_beta`, `ban_unk` and
   `nbest` are static; `params` is the model state, merged with `graphdef` inside the trace.
@@ -576,19 +638,20 @@ def jit_decode(
     "length_penalty": length_penalties.make(length_penalty),
     "coverage_beta": coverage_beta,
     "ban_unk": ban_unk,
+    "prefix_BP": prefix_BP,
   }
   if sampling is not None:
     result = sample(model, src_BS, src_mask_BS, sampling=sampling, **settings)
     result = jax.tree.map(lambda x: x[:, 0] if nbest is None else x[:, :nbest], result)
-  elif beam_size == 1:
+  elif beam_size == 1 and constraints is None:
     result = greedy(model, src_BS, src_mask_BS, **settings)
     result = result if nbest is None else jax.tree.map(lambda x: x[:, None], result)
-  elif nbest is None:
-    result = beam_search(model, src_BS, src_mask_BS, beam_size=beam_size, **settings)
   else:
-    result = beam_search_nbest(
-      model, src_BS, src_mask_BS, beam_size=beam_size, nbest=nbest, **settings
-    )
+    settings |= {"beam_size": beam_size, "constraints": constraints}
+    if nbest is None:
+      result = beam_search(model, src_BS, src_mask_BS, **settings)
+    else:
+      result = beam_search_nbest(model, src_BS, src_mask_BS, nbest=nbest, **settings)
   return result if output_ids is None else result._replace(tokens=output_ids[result.tokens])
 
 
@@ -662,10 +725,13 @@ def decode_batch(
   *,
   ban_unk: bool = False,
   nbest: int | None = None,
+  prefix_BP: Any = None,
+  constraints: constraints_.Constraints | None = None,
 ) -> DecodeResult:
   """Decodes `batch["src"]` / `batch["src_mask"]` [B, S] with the decoding settings `dec`
   (never producing UNK with `ban_unk`: the paper's No-UNK protocol); with `nbest`, the n-best
-  lists [B, N, ...] (`jit_decode`).
+  lists [B, N, ...] (`jit_decode`); each output starting with its row of `prefix_BP` [B, P]
+  and containing its row's `constraints` where they are given.
 
   `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
   `dec.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
@@ -694,6 +760,8 @@ def decode_batch(
     output_ids=output_ids,
     output_mask=output_mask,
     sampling=sampling_.parse(dec.sampling),
+    prefix_BP=None if prefix_BP is None else jnp.asarray(prefix_BP, jnp.int32),
+    constraints=None if constraints is None else jax.tree.map(jnp.asarray, constraints),
   )
 
 

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from seq2seq import console, copying, decode, input_pipeline, mbr, metrics, models
+from seq2seq import constraints as constraints_
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders
 from seq2seq.decode import replace_unknowns
@@ -204,17 +205,30 @@ def nbest_split(
   *,
   ban_unk: bool = False,
   progress: str | None = None,
+  prefixes: bool = False,
+  constraints: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
   """The `nbest` best translations of every sentence of `split` in order, best first, with the
   decoding settings `dec` (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
   is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
-  first is what `translate_split` returns. Progress shows under the label `progress`."""
+  first is what `translate_split` returns. Progress shows under the label `progress`.
+
+  With `prefixes`, each translation starts with its sentence's target side in `split` (a forced
+  prefix, `decode.forced_words`); `constraints` gives each sentence's phrases (target ids), which
+  every translation then contains (`seq2seq.constraints`)."""
   dec.check_nbest(nbest)
   out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
   for batch in _batches(split, dec):
-    result = jax.device_get(decode.decode_batch(state, batch, dec, ban_unk=ban_unk, nbest=nbest))
+    forced = {}
+    if prefixes and batch["tgt_in"].shape[1] > 1:  # BOS, then the prefix; PAD (0) after it.
+      forced["prefix_BP"] = batch["tgt_in"][:, 1:] * batch["tgt_mask"][:, 1:]
+    if constraints is not None:
+      rows = [constraints[i] if i >= 0 else [] for i in batch["index"]]
+      forced["constraints"] = constraints_.pack(rows)
+    result = decode.decode_batch(state, batch, dec, ban_unk=ban_unk, nbest=nbest, **forced)
+    result = jax.device_get(result)
     for row, index in enumerate(batch["index"]):
       for rank in range(nbest if index >= 0 else 0):
         if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.

@@ -53,6 +53,9 @@ from seq2seq import (
   scores,
   settings,
 )
+from seq2seq import (
+  constraints as constraints_,
+)
 from seq2seq import runtime as rt
 from seq2seq import tokenizer as tok
 from seq2seq.data import builders
@@ -94,11 +97,20 @@ class Translator:
     self.max_source_tokens = None if positions is None else positions - 1
 
   def translate(
-    self, sentences: Sequence[str], *, nbest: int = 1, **decode_settings: Any
+    self,
+    sentences: Sequence[str],
+    *,
+    nbest: int = 1,
+    prefixes: Sequence[str] | None = None,
+    constraints: Sequence[Sequence[str]] | None = None,
+    **decode_settings: Any,
   ) -> list[list[Hypothesis]]:
     """The `nbest` best translations of each sentence, best first (`translate_lines`), with
-    the run's decode settings or those given (`beam_size=5`, any `decode.*` field)."""
-    return translate_lines(self, sentences, nbest=nbest, **decode_settings)[0]
+    the run's decode settings or those given (`beam_size=5`, any `decode.*` field); each
+    starting with its sentence's prefix, or containing its sentence's constraint phrases, where
+    those are given."""
+    guide = {"prefixes": prefixes, "constraints": constraints}
+    return translate_lines(self, sentences, nbest=nbest, **guide, **decode_settings)[0]
 
   def decoding_with(self, **decode_settings: Any) -> decode.DecodeSettings:
     """The run's decoding settings with `decode_settings` (decode.* fields) in place of its own,
@@ -155,10 +167,24 @@ def _encode_sources(t: Translator, line: str) -> list[list[int]]:
 
 
 def translate_lines(
-  t: Translator, lines: Sequence[str], *, nbest: int = 1, **decode_settings: Any
+  t: Translator,
+  lines: Sequence[str],
+  *,
+  nbest: int = 1,
+  prefixes: Sequence[str] | None = None,
+  constraints: Sequence[Sequence[str]] | None = None,
+  **decode_settings: Any,
 ) -> tuple[list[list[Hypothesis]], dict[str, int]]:
   """([the `nbest` best `Hypothesis` of each line, best first], counts of lines "truncated"
   and left "too_long").
+
+  `prefixes` (a text per line, "" for none): each translation of a line starts with its
+  prefix's words, which count in its score (`decode.forced_words`). `constraints` (a list of
+  phrases per line, [] for none): each translation contains every phrase of its line, as
+  consecutive words (`seq2seq.constraints`); beam search then runs even at beam size 1. The two
+  are not combined, nor used with a shortlist, and constraints not with sampling (ValueError,
+  as for a prefix or phrases too long for the line's length limit, a phrase with a word outside
+  the target vocabulary, or a list of another length than `lines`).
 
   `decode_settings` (decode.* fields, `Translator.decoding_with`) replace the run's for this
   call; 1 <= nbest <= decode.beam_size (ValueError otherwise). A blank line gets no hypothesis
@@ -170,6 +196,7 @@ def translate_lines(
   """
   dec = t.decoding_with(**decode_settings)
   dec.check_nbest(nbest)
+  guides = _guides(t, dec, lines, prefixes, constraints)
   ids, keep, truncated, too_long = [], [], 0, []
   longest = dec.max_input_tokens
   for i, line in enumerate(lines):
@@ -198,10 +225,19 @@ def translate_lines(
       longest,
       shown,
     )
+  for i, encoded in zip(keep, ids, strict=True):
+    _check_fits(guides, i, encoded, dec)
   # MBR chooses among every candidate, so it decodes them all and keeps `nbest` of its order.
   wanted = dec.candidates() if dec.mbr else nbest
+  prefix_ids = [guides.prefixes[i] if guides.prefixes else [] for i in keep]
   found = inference.nbest_split(
-    t.state, _split(ids, [[] for _ in ids]), dec, wanted, progress="translating"
+    t.state,
+    _split(ids, prefix_ids),
+    dec,
+    wanted,
+    progress="translating",
+    prefixes=guides.prefixes is not None,
+    constraints=None if guides.constraints is None else [guides.constraints[i] for i in keep],
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
   replace_unk = dec.replace_unk
@@ -209,6 +245,73 @@ def translate_lines(
     hyps = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
     out[i] = inference.mbr_reordered(hyps, [h.text for h in hyps], dec)[:nbest]
   return out, {"truncated": truncated, "too_long": len(too_long)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Guides:
+  """What steers the search of each line, as target ids: a prefix, or constraint phrases."""
+
+  prefixes: list[list[int]] | None = None
+  constraints: list[list[list[int]]] | None = None
+
+
+def _guides(
+  t: Translator,
+  dec: decode.DecodeSettings,
+  lines: Sequence[str],
+  prefixes: Sequence[str] | None,
+  constraints: Sequence[Sequence[str]] | None,
+) -> _Guides:
+  """The lines' prefixes and constraint phrases as target ids, or ValueError in one line for
+  what cannot be: see `translate_lines`."""
+  if prefixes is None and constraints is None:
+    return _Guides()
+  if prefixes is not None and constraints is not None:
+    raise ValueError("forced prefixes and lexical constraints cannot be combined: give one")
+  name, given = ("prefixes", prefixes) if prefixes is not None else ("constraints", constraints)
+  if isinstance(given, str) or len(given) != len(lines):
+    count = "a string" if isinstance(given, str) else f"{len(given)} entries"
+    raise ValueError(f"{name}: {count} for {len(lines)} lines; give one per line")
+  if dec.shortlist:
+    raise ValueError(f"{name} cannot be combined with decode.shortlist: decode without it")
+  if prefixes is not None:
+    return _Guides(prefixes=[t.tgt_tok.encode(p) for p in prefixes])
+  if dec.sampling:
+    raise ValueError("constraints cannot be combined with decode.sampling: search with a beam")
+  encoded = []
+  for i, phrases in enumerate(constraints):
+    if isinstance(phrases, str):
+      raise ValueError(f"constraints of line {i + 1}: a list of phrases, not a string")
+    ids = []
+    for phrase in phrases:
+      phrase_ids = t.tgt_tok.encode(phrase) if isinstance(phrase, str) else []
+      if not phrase_ids:
+        raise ValueError(f"constraints of line {i + 1}: {phrase!r} is no phrase (give words)")
+      if tok.UNK_ID in phrase_ids:
+        raise ValueError(
+          f"constraints of line {i + 1}: {phrase!r} holds a word outside the target vocabulary, "
+          "which no translation can contain"
+        )
+      ids.append(phrase_ids)
+    encoded.append(ids)
+  return _Guides(constraints=encoded)
+
+
+def _check_fits(guides: _Guides, i: int, sources: list[list[int]], dec: decode.DecodeSettings):
+  """ValueError unless line i's prefix or constraints (and EOS) fit the longest output its own
+  source allows in any batch (`decode.max_output_len`)."""
+  limit = decode.max_output_len(max(len(ids) for ids in sources) + 1, dec.max_len_ratio)
+  if guides.prefixes is not None:
+    what, needed = "prefix", len(guides.prefixes[i]) + 1
+  elif guides.constraints is not None:
+    what, needed = "constraints", constraints_.needed_length(guides.constraints[i])
+  else:
+    return
+  if needed > limit:
+    raise ValueError(
+      f"line {i + 1}: its {what} and EOS need {needed} output tokens, more than the {limit} "
+      f"its source allows (decode.max_len_ratio={dec.max_len_ratio})"
+    )
 
 
 def _unscorable(t: Translator, source: str, target: str) -> str | None:
@@ -280,6 +383,22 @@ def read_sources(paths: str, count: int) -> tuple[list[str], int]:
   return joined, sum(r[1] for r in read)
 
 
+def read_constraints(path: str) -> list[list[str]]:
+  """The constraints of a JSON-lines file: per line a JSON list of phrases (strings), such as
+  `["le chat", "dort"]`; an empty line or `[]` for none. ValueError naming the first line that is
+  not such a list."""
+  out = []
+  for i, line in enumerate(_read_lines(path)[0]):
+    try:
+      phrases = json.loads(line) if line.strip() else []
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}, line {i + 1}: not JSON ({e.msg})") from None
+    if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
+      raise ValueError(f'{path}, line {i + 1}: give a JSON list of phrases, e.g. ["le chat"]')
+    out.append(phrases)
+  return out
+
+
 def _read_lines(path: str) -> tuple[list[str], int]:
   """Lines of `path` ("-" for standard input) and how many held invalid UTF-8. Lines are split
   as training reads a corpus (`builders.read_parallel`) and `wc -l` counts them: on "\n" only,
@@ -332,6 +451,8 @@ def translate_file(
   *,
   links_path: str | None = None,
   links_threshold: float = 0.0,
+  prefixes_path: str | None = None,
+  constraints_path: str | None = None,
 ) -> dict[str, int]:
   """Translates `input_path` with the run in `workdir` (best checkpoint, else latest).
 
@@ -341,8 +462,10 @@ def translate_file(
   EOS). With `nbest=N` writes the n-best list (`nbest_lines`) and one such JSON object per
   n-best line, with its `index` and `rank` (0: the best) added. With `links_path`, hard word
   alignments in Pharaoh format, one line per output line (`word_links`: argmax, or the links of
-  weight at least `links_threshold`). Returns counts: lines, empty, invalid_utf8, truncated,
-  too_long (untranslated: `translate_lines`).
+  weight at least `links_threshold`). `prefixes_path`: a file of one target prefix per input
+  line (an empty line: none); `constraints_path`: a JSON-lines file of one list of phrases per
+  input line (`read_constraints`); see `translate_lines`. Returns counts: lines, empty,
+  invalid_utf8, truncated, too_long (untranslated: `translate_lines`).
   """
   run = settings.validate(config)  # Before loading anything.
   if nbest:
@@ -354,8 +477,12 @@ def translate_file(
   lines, invalid = read_sources(input_path, input_pipeline.num_sources(run.data))
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
+  guide = {
+    "prefixes": None if not prefixes_path else _read_lines(prefixes_path)[0],
+    "constraints": None if not constraints_path else read_constraints(constraints_path),
+  }
   t = Translator(run, workdir)
-  found, skipped = translate_lines(t, lines, nbest=max(nbest, 1))
+  found, skipped = translate_lines(t, lines, nbest=max(nbest, 1), **guide)
 
   def record(source: str, h: Hypothesis | None) -> dict[str, Any]:
     attention = [] if h is None else np.round(h.attention, 4).tolist()

@@ -431,3 +431,53 @@ def check_steps_match_forced(model, batch, rtol: float = 2e-5, atol: float = 2e-
   for i in range(batch["tgt_in"].shape[1]):
     state, logits, _ = model.decoder_step(enc, state, batch["tgt_in"][:, i])
     np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=rtol, atol=atol)
+
+
+# ------------------------------------------------ tiny models and hand-computed rankings
+VOCAB = 30  # The vocabulary of `tiny_model`.
+
+
+def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", sources=1, **model_fields):
+  """A randomised tiny model whose EOS logit is raised so that some outputs end early;
+  `model_fields` set further fields of configs/tiny.py's model section."""
+  from flax import nnx
+
+  from configs import tiny
+  from seq2seq.tokenizer import EOS_ID
+
+  cfg = tiny.get_config()
+  cfg.model.name = name
+  cfg.model.attention = attention
+  cfg.model.update(model_fields)
+  model = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), sources=sources)
+  model = randomise(model)
+  model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
+  return model
+
+
+# Each length penalty, computed here by hand from a summed log-probability s and a length n.
+PENALTIES = {
+  "none": lambda s, n: s,
+  "power(alpha=0.6)": lambda s, n: s / n**0.6,
+  "power": lambda s, n: s / n,
+  "gnmt(alpha=0.6)": lambda s, n: s / ((5 + n) / 6) ** 0.6,
+  "word(penalty=0.5)": lambda s, n: s - 0.5 * n,
+  "word(penalty=3)": lambda s, n: s - 3.0 * n,
+  "word(penalty=-2)": lambda s, n: s + 2.0 * n,  # A reward: the longest outputs are reachable.
+}
+
+
+def penalised(penalty):
+  """A ranking function (s, n) -> rank: PENALTIES' entry, or s / n**alpha for a float alpha."""
+  if isinstance(penalty, str):
+    return PENALTIES[penalty]
+  return lambda s, n: s / n**penalty
+
+
+def score_of(table_VV, seq):
+  """The summed log-probability of `seq` (EOS included) under a fixed table, in float64."""
+  from seq2seq.tokenizer import BOS_ID
+
+  logp = np.asarray(table_VV, np.float64)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  return sum(logp[p, w] for p, w in zip((BOS_ID, *seq[:-1]), seq, strict=True))

@@ -10,26 +10,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import TableModel, build_model, random_batch, random_lexicon, randomise
+from helpers import (
+  PENALTIES,
+  VOCAB,
+  TableModel,
+  build_model,
+  penalised,
+  random_batch,
+  random_lexicon,
+  randomise,
+  score_of,
+  tiny_model,
+)
 
 from configs import tiny
 from seq2seq import decode, lexicon, settings, steps
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-VOCAB = 30
-
-
-def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", sources=1, **model_fields):
-  """A randomised tiny model whose EOS logit is raised so that some outputs end early;
-  `model_fields` set further fields of configs/tiny.py's model section."""
-  cfg = tiny.get_config()
-  cfg.model.name = name
-  cfg.model.attention = attention
-  cfg.model.update(model_fields)
-  model = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), sources=sources)
-  model = randomise(model)
-  model.w_o.bias.value = model.w_o.bias.value.at[EOS_ID].add(eos_bias)
-  return model
 
 
 def src_of(batch):
@@ -44,25 +40,6 @@ def model():
 @pytest.fixture(scope="module")
 def batch():
   return random_batch(seed=3, batch=6, src_len=7, vocab=VOCAB)
-
-
-# Each length penalty, computed here by hand from a summed log-probability s and a length n.
-PENALTIES = {
-  "none": lambda s, n: s,
-  "power(alpha=0.6)": lambda s, n: s / n**0.6,
-  "power": lambda s, n: s / n,
-  "gnmt(alpha=0.6)": lambda s, n: s / ((5 + n) / 6) ** 0.6,
-  "word(penalty=0.5)": lambda s, n: s - 0.5 * n,
-  "word(penalty=3)": lambda s, n: s - 3.0 * n,
-  "word(penalty=-2)": lambda s, n: s + 2.0 * n,  # A reward: the longest outputs are reachable.
-}
-
-
-def penalised(penalty):
-  """A ranking function (s, n) -> rank: PENALTIES' entry, or s / n**alpha for a float alpha."""
-  if isinstance(penalty, str):
-    return PENALTIES[penalty]
-  return lambda s, n: s / n**penalty
 
 
 def as_spec(penalty) -> str:
@@ -88,13 +65,6 @@ def exhaustive_ranking(table_VV, max_len, penalty):
 def exhaustive_best(table_VV, max_len, penalty):
   """(tokens, ranking score) of the best ended output, by enumeration in float64."""
   return exhaustive_ranking(table_VV, max_len, penalty)[0]
-
-
-def score_of(table_VV, seq):
-  """The summed log-probability of `seq` (EOS included) under a fixed table, in float64."""
-  logp = np.asarray(table_VV, np.float64)
-  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
-  return sum(logp[p, w] for p, w in zip((BOS_ID, *seq[:-1]), seq, strict=True))
 
 
 @pytest.mark.parametrize("penalty", list(PENALTIES))
