@@ -193,9 +193,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     record = {**json.loads(kept.read_text()), "rows": rows, "shortlists": made}
   else:
     record = {**made, "rows": rows}
-  (out / "decoding.json").write_text(json.dumps(record, indent=2) + "\n")
-  (out / "decoding.md").write_text(markdown(record))
-  print(markdown(record))
+  reports.publish(kept, record, markdown(record))
   return record
 
 
@@ -204,9 +202,7 @@ def markdown(record: dict[str, Any]) -> str:
   lines = [
     "# Ensembles and shortlists on trained runs",
     "",
-    "Made by `python -m experiments.decoding_study` (see its docstring) on "
-    f"{record['date']}, {record['cpu'].get('cpu_model', '?')}, load average "
-    f"{record['load_average']['start']} at the start and {record['load_average']['end']} at "
+    f"{reports.made_by('decoding_study', record)} and {record['load_average']['end']} at "
     "the end. BLEU and chrF: sacrebleu 13a on detokenised output; No-UNK: the paper's subset "
     "decoded with <unk> forbidden; OOV produced: the share of the test references' words "
     "outside the target vocabulary that the output holds. Eval minutes: the wall time of the "

@@ -101,9 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "rows": rows,
   }
-  kept.write_text(json.dumps(record, indent=2) + "\n")
-  (out / "mbr.md").write_text(markdown(record))
-  print(markdown(record))
+  reports.publish(kept, record, markdown(record))
   return record
 
 
@@ -112,9 +110,7 @@ def markdown(record: dict[str, Any]) -> str:
   lines = [
     "# Minimum Bayes risk against beam search",
     "",
-    "Made by `python -m experiments.mbr_study` (see its docstring) on "
-    f"{record['date']}, {record['cpu'].get('cpu_model', '?')}, load average "
-    f"{record['load_average']['start']} at the start. BLEU and chrF: sacrebleu on detokenised "
+    f"{reports.made_by('mbr_study', record)}. BLEU and chrF: sacrebleu on detokenised "
     "output; p: paired bootstrap of test BLEU against beam 5.",
     "",
     "| system | valid BLEU | valid chrF | test BLEU | test chrF | p vs beam 5 | sentences/s |",

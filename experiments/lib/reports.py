@@ -49,6 +49,23 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
   return lines
 
 
+def made_by(script: str, record: Mapping[str, Any]) -> str:
+  """The opening of a study's page: the script that made it, when, on which CPU, and the load
+  average at the start (`record`'s date, cpu and load_average)."""
+  return (
+    f"Made by `python -m experiments.{script}` (see its docstring) on {record['date']}, "
+    f"{record['cpu'].get('cpu_model', '?')}, load average {record['load_average']['start']} at "
+    "the start"
+  )
+
+
+def publish(path: Path, record: Mapping[str, Any], page: str) -> None:
+  """A study's record as JSON at `path`, its page beside it (`.md`), and the page printed."""
+  path.write_text(json.dumps(record, indent=2) + "\n")
+  path.with_suffix(".md").write_text(page)
+  print(page)
+
+
 def write_json(path: Path, value: Any) -> None:
   """`value` as indented JSON (what json cannot encode written as its string), paths inside the
   repository written relative to its root (`records.relative`: results name no machine's path)."""
