@@ -148,6 +148,9 @@ def get_config() -> ml_collections.ConfigDict:
   # only to change their settings.
   t.loss_terms = ""  # E.g. "fertility(weight=0.1)", "supervision(weight=1.0, loss=mse)".
   t.num_steps = 10_000  # Updates to run.
+  # Compute each update's gradient over this many slices of the batch, one after another: the
+  # same update (to rounding) in a fraction of the memory (gradient accumulation).
+  t.micro_batches = 1
   t.max_minutes = (
     0.0  # Wall-clock budget over all invocations of a run (checkpoint, then evaluate); 0: none.
   )
@@ -156,6 +159,10 @@ def get_config() -> ml_collections.ConfigDict:
   t.checkpoint_every = 1000  # Steps between checkpoints (and one at the end).
   t.keep_checkpoints = 3  # Checkpoints kept on disk.
   t.valid_bleu = True  # Greedy validation BLEU at every evaluation; the best checkpoint is kept.
+  # Stop once a validation metric stops improving (seq2seq/early_stopping.py): "" trains the whole
+  # budget; "early(metric=bleu|chrf|loss, patience=N, min_delta=D)" stops after N evaluations
+  # in a row without a gain of more than D.
+  t.early_stopping = ""
   t.final_eval = True  # After training, decode and score valid and test (WORKDIR/eval/).
   t.nonfinite = (
     "stop"  # Non-finite loss/gradient: "stop" (error, last good checkpoint kept) or "skip".

@@ -53,13 +53,13 @@ def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime
 
 
 def valid_scores(
-  state: steps.TrainState, data, run: settings.RunSettings, hypotheses_out=None
+  state: steps.TrainState, data, run: settings.RunSettings, hypotheses_out=None, chrf=False
 ) -> dict[str, float]:
   """Validation BLEU with greedy decoding (cheap enough to run at every evaluation), and
   `unk_rate`: the share of the output's words that are <unk> (before any UNK replacement), what
-  a smaller target vocabulary costs. `hypotheses_out`: also write the outputs there, one line per
-  sentence, gzipped (`VALID_HYPOTHESES`), so a learning curve can be scored again without
-  retraining."""
+  a smaller target vocabulary costs; with `chrf`, the chrF of the same outputs. `hypotheses_out`:
+  also write the outputs there, one line per sentence, gzipped (`VALID_HYPOTHESES`), so a
+  learning curve can be scored again without retraining."""
   greedy = dataclasses.replace(run.decode, beam_size=1, sampling="", mbr="")  # Search, always.
   translations = inference.translate_split(
     rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
@@ -75,12 +75,12 @@ def valid_scores(
       f.writelines(h + "\n" for h in hyps)
   words = sum(len(t.ids) for t in translations)
   unks = sum(t.ids.count(tok.UNK_ID) for t in translations)
-  return {
-    "bleu": metrics.bleu(
-      hyps, [r[1] for r in raw], pretokenized=metrics.pretokenized(run.data.corpus)
-    )[0],
+  refs = [r[1] for r in raw]
+  scores = {
+    "bleu": metrics.bleu(hyps, refs, pretokenized=metrics.pretokenized(run.data.corpus))[0],
     "unk_rate": unks / max(words, 1),
   }
+  return scores | ({"chrf": metrics.chrf(hyps, refs)} if chrf else {})
 
 
 VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each evaluation's outputs.
@@ -186,10 +186,18 @@ def evaluate_splits(
 
 
 def evaluate_run(
-  run: settings.RunSettings, workdir, *, data=None, runtime=None, eval_fn=None, writer=None
+  run: settings.RunSettings,
+  workdir,
+  *,
+  data=None,
+  runtime=None,
+  eval_fn=None,
+  writer=None,
+  notes: dict | None = None,
 ) -> dict:
   """`evaluate_splits` of a run whose settings are typed and checked already, by a caller that
-  holds the workdir (the training loop's final evaluation)."""
+  holds the workdir (the training loop's final evaluation); `notes` (how training ended) go into
+  every split's results."""
   ensemble.prepare_workdir(run.decode, workdir)
   workdir = Path(workdir)
   runtime = runtime or rt.Runtime()
@@ -221,6 +229,7 @@ def evaluate_run(
         f"parameters are unusable, and {workdir / prefix} is left as it was"
       )
     result["step"] = step
+    result.update(notes or {})
     out = workdir / prefix / split
     result = evaluate_split(
       rt.host_local(state),

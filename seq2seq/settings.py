@@ -44,6 +44,7 @@ from seq2seq import (
   alignment_features,
   decode,
   decoders,
+  early_stopping,
   encoders,
   ensemble,
   inference,
@@ -76,6 +77,7 @@ AT_LEAST = {
   "train.num_steps": 0,
   "train.max_minutes": 0.0,
   "train.log_every": 1,
+  "train.micro_batches": 1,
   "train.eval_every": 1,
   "train.checkpoint_every": 1,
   "train.keep_checkpoints": 1,
@@ -126,6 +128,14 @@ def validate(config: Config) -> RunSettings:
     raise ValueError(f"train.anneal_to must be in [0, 1], got {config.train.anneal_to}")
   if not 0.0 <= config.train.ema_decay < 1.0:
     raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
+  if train.micro_batches > 1:
+    _check_micro_batches(train, model, objective_)
+  stopping = early_stopping.parse(train.early_stopping)
+  if stopping is not None and stopping.metric != "loss" and not train.valid_bleu:
+    raise ValueError(
+      f"train.early_stopping={train.early_stopping!r} reads validation {stopping.metric}, "
+      "which train.valid_bleu=false does not compute: stop on loss, or set it true"
+    )
   if config.train.nonfinite not in NONFINITE:
     raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
   if model.direction not in DIRECTIONS:
@@ -177,6 +187,21 @@ def validate(config: Config) -> RunSettings:
     )
   inference.check_replace_unk(dec, model)
   return RunSettings(int(config.seed), model, data, train, dec, objective_, config)
+
+
+def _check_micro_batches(train, model, objective_) -> None:
+  """Refuses, in one line, what slicing a batch would change: a sampled softmax (its candidates
+  are the batch's words), an agreement run (two directions of their own sizes) and loss terms
+  that keep state across updates (a batch's mean reward)."""
+  why = None
+  if objective_.softmax.name != "full":
+    why = f"train.softmax={train.softmax!r} samples its candidates from the whole batch"
+  elif model.name == "agreement":
+    why = "an agreement run weighs two directions of their own sizes"
+  elif stateful := [t.name for t in objective_.terms if t.init_state() is not None]:
+    why = f"the loss term {stateful[0]} keeps state from the whole batch"
+  if why:
+    raise ValueError(f"train.micro_batches={train.micro_batches} would change the update: {why}")
 
 
 # --------------------------------------------------------------------------- saved configs
@@ -247,6 +272,8 @@ ADDED_FIELDS = {
   "decode.max_input_tokens": 250,
   "decode.sampling": "",
   "decode.mbr": "",
+  "train.early_stopping": "",
+  "train.micro_batches": 1,
 }
 
 

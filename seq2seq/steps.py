@@ -89,6 +89,8 @@ class TrainSettings:
   valid_bleu: bool
   final_eval: bool
   nonfinite: str
+  early_stopping: str = ""
+  micro_batches: int = 1
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> TrainSettings:
@@ -269,8 +271,9 @@ def train_step(
     or (run.model.name not in models.ENCDEC_NAMES and structures.uses_rng(run.model.attention))
   )
   dropout_rng = rng if keyed else None
-  grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
-  (loss, (_, tokens, extras)), grads = grad_fn(state.params, state, batch, dropout_rng, objective_)
+  loss, tokens, extras, grads = batch_gradients(
+    state, batch, dropout_rng, objective_, run.train.micro_batches
+  )
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
@@ -319,6 +322,60 @@ def train_step(
     terms=terms,
     ema=ema,
   ), metrics
+
+
+def batch_gradients(
+  state: TrainState,
+  batch: dict[str, jax.Array],
+  rng: jax.Array | None,
+  objective_: objective.Objective,
+  micro_batches: int = 1,
+) -> tuple[jax.Array, jax.Array, dict[str, jax.Array], Any]:
+  """(loss, target tokens, metrics, gradient) of the objective on `batch`, computed over
+  `micro_batches` slices of its rows one after another (`train.micro_batches`), so that memory
+  holds one slice's activations at a time.
+
+  The batch is padded with empty rows to a multiple of the count and cut into consecutive
+  slices. Each slice's loss is divided by its own tokens (or sentences); weighting it by its
+  share of the batch's gives the loss and the gradient of the whole batch, to rounding. Slice i
+  draws its dropout from `fold_in(rng, i)`. The metrics are weighted alike (exact for the
+  cross-entropy's; `settings.validate` refuses the terms and softmaxes that a slice would change).
+  """
+  grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
+  if micro_batches == 1:
+    (loss, (_, tokens, extras)), grads = grad_fn(state.params, state, batch, rng, objective_)
+    return loss, tokens, extras, grads
+  rows = batch["tgt_mask"].shape[0]
+  pad = -rows % micro_batches
+  sliced = jax.tree.map(
+    lambda x: jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape(
+      micro_batches, (rows + pad) // micro_batches, *x.shape[1:]
+    ),
+    batch,
+  )
+  weight_of = lambda b: (
+    jnp.sum(jnp.any(b["tgt_mask"] > 0, axis=-1))
+    if objective_.normalization == "sentences"
+    else jnp.sum(b["tgt_mask"])
+  ).astype(jnp.float32)
+  whole = jnp.maximum(weight_of(batch), 1.0)
+
+  def add(carry, xs):
+    i, piece = xs
+    key = None if rng is None else jax.random.fold_in(rng, i)
+    (loss, (_, tokens, extras)), grads = grad_fn(state.params, state, piece, key, objective_)
+    share = weight_of(piece) / whole
+    weighted = jax.tree.map(lambda x: share * x, (loss, extras, grads))
+    total, count = carry
+    return (jax.tree.map(jnp.add, total, weighted), count + tokens), None
+
+  first = jax.tree.map(lambda x: x[0], sliced)
+  (loss0, (_, tokens0, extras0)), grads0 = jax.eval_shape(
+    lambda: grad_fn(state.params, state, first, rng, objective_)
+  )
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), ((loss0, extras0, grads0), tokens0))
+  ((loss, extras, grads), tokens), _ = jax.lax.scan(add, zeros, (jnp.arange(micro_batches), sliced))
+  return loss, tokens, extras, grads
 
 
 def eval_step(state: TrainState, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:

@@ -36,6 +36,7 @@ from seq2seq import (
   checkpoints,
   console,
   copying,
+  early_stopping,
   evaluation,
   files,
   input_pipeline,
@@ -231,6 +232,11 @@ class Loop:
     self.best_bleu = [
       held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, self.bests, strict=True)
     ]
+    # Each member's early-stopping count, read again from its validation rows so far.
+    rule = early_stopping.parse(self.tcfg.early_stopping)
+    self.patience = [early_stopping.Patience(rule) for _ in members.workdirs] if rule else []
+    for p, wd in zip(self.patience, members.workdirs, strict=False):
+      p.replay(metric_writer.read_metrics(wd), self.start)
     self.train_fn, self.eval_fn = rt.compile_steps(
       run, self.runtime, stacked=members.together, train_step=train_step
     )
@@ -288,9 +294,13 @@ class Loop:
       console.say(f"step {self.start}: redoing the validation a stopped run did not finish")
       self.validate(self.start)
     step_keys = members.step_keys()
-    # A rerun of a run stopped by its wall-clock budget trains no further (else one step a rerun).
+    # A rerun of a run stopped by its wall-clock budget, or early, trains no further (else one
+    # step a rerun).
     out_of_time = self.budget_s > 0 and rt.all_agree(self.elapsed_before >= self.budget_s)
-    for step in range(self.start, self.start if out_of_time else tcfg.num_steps):
+    if self.out_of_patience():
+      console.say(self.patience[0].reason(self.start))
+    stopped = out_of_time or self.out_of_patience()
+    for step in range(self.start, self.start if stopped else tcfg.num_steps):
       host_batch = next(self.it)
       if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
         progress = rt.from_process0(steps.budget_progress(tcfg, step, self.elapsed()))
@@ -314,6 +324,9 @@ class Loop:
         self.log(done, metrics)
       if done % tcfg.eval_every == 0 or last:
         self.validate(done)
+      if self.out_of_patience() and not last:
+        last = True
+        self.stop_early(done)
       if done % tcfg.checkpoint_every == 0 or last or preemption.requested:
         paused = time.perf_counter()
         self.save_all()
@@ -331,13 +344,32 @@ class Loop:
       if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
         self.window_tokens, self.tick = 0.0, time.perf_counter()  # Windows time steps alone.
         self.eta.start_window(done, self.tick)
-      if last and done < tcfg.num_steps:
+      if last and done < tcfg.num_steps and not self.out_of_patience():
         console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
       if last:
         break
     self.save_all()  # Where the last step was not saved (a run resumed at its end saves nothing).
     preemption.restore()
     return None
+
+  def out_of_patience(self) -> bool:
+    """Whether early stopping ends training: every member has run out of patience."""
+    return bool(self.patience) and all(p.exhausted for p in self.patience)
+
+  def stop_early(self, done: int) -> None:
+    """Says why training stops at `done`, on the console and in each member's metrics."""
+    for w, p in zip(self.writers, self.patience, strict=True):
+      stop = {"best_step": p.best_step, "best": p.best, "metric": p.rule.metric}
+      w.write(done, "early_stopping", stop | {"reason": p.reason(done)})
+    console.say(self.patience[0].reason(done))
+
+  def stopped_notes(self, k: int) -> dict[str, Any]:
+    """What the results of member k say of how training ended: the early stop, if it was one."""
+    if not self.out_of_patience():
+      return {}
+    p = self.patience[k]
+    step = int(np.atleast_1d(jax.device_get(self.state.step))[0])
+    return {"stopped_early": {"step": step, "best_step": p.best_step, "reason": p.reason(step)}}
 
   def read_flags(self, keep: int = 0) -> None:
     """Counts the skipped updates of the steps run but not yet read, all but the last `keep`,
@@ -401,7 +433,9 @@ class Loop:
         member_state = members.state(self.state, k)
         out = members.workdirs[k] / evaluation.VALID_HYPOTHESES.format(step=done)
         out = out if self.primary else None
-        scalars.update(evaluation.valid_scores(member_state.for_eval(), self.data, run, out))
+        chrf = bool(self.patience) and self.patience[k].rule.metric == "chrf"
+        scores = evaluation.valid_scores(member_state.for_eval(), self.data, run, out, chrf=chrf)
+        scalars.update(scores)
         if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
           self.best_bleu[k] = scalars["bleu"]
           self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
@@ -413,6 +447,8 @@ class Loop:
             files.write_atomic(beside, json.dumps({"step": done, "bleu": scalars["bleu"]}) + "\n")
           files.kill_point("after-best-checkpoint")
       w.write(done, "valid", scalars)
+      if self.patience:
+        self.patience[k].update(done, scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
       who = f"seed {run.seed}: " * members.together
       console.say(valid_line(done, scalars, self.best_bleu[k], who))
@@ -450,6 +486,7 @@ class Loop:
           runtime=self.runtime,
           eval_fn=None if self.members.together else self.eval_fn,
           writer=self.writers[k],
+          notes=self.stopped_notes(k),
         )
       results.append(final)
       self.writers[k].close()

@@ -1,0 +1,62 @@
+"""Gradient accumulation (`train.micro_batches`): k slices of a batch give the update of the whole
+batch to rounding, and what slicing would change is refused in one line."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from helpers import random_batch
+
+from configs import tiny
+from seq2seq import settings, steps
+
+
+def two_steps(cfg, micro_batches, batch):
+  """Loss, gradient norm and parameters after two train steps of `cfg` on `batch`."""
+  cfg = cfg.copy_and_resolve_references()
+  cfg.train.micro_batches = micro_batches
+  run = settings.validate(cfg)
+  state = steps.create_train_state(run, jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(steps.train_step, run=run))
+  for i in range(2):
+    state, metrics = step(state, batch, jax.random.key(i))
+  return float(metrics["loss"]), float(metrics["grad_norm"]), float(metrics["tokens"]), state
+
+
+@pytest.mark.parametrize("normalization", ["tokens", "sentences"])
+@pytest.mark.parametrize("micro_batches", [2, 3, 7])
+def test_slices_give_the_update_of_the_whole_batch(normalization, micro_batches):
+  """A batch of 7 rows of ragged lengths (3 and 7 slices: padded with empty rows): the loss,
+  gradient norm, token count and parameters of two Adam steps equal the whole batch's."""
+  cfg = tiny.get_config()
+  cfg.model.dropout = 0.0
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  cfg.train.loss_normalization = normalization
+  batch = random_batch(seed=4, batch=7, src_len=6, tgt_len=5, vocab=30, pad_rows=True)
+  loss, norm, tokens, state = two_steps(cfg, 1, batch)
+  sliced = two_steps(cfg, micro_batches, batch)
+  np.testing.assert_allclose(sliced[:3], (loss, norm, tokens), rtol=2e-5)
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(sliced[3].params), strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+
+
+def test_what_slicing_would_change_is_refused_in_one_line():
+  cases = [
+    ({"train.micro_batches": 0}, "train.micro_batches must be at least 1"),
+    (
+      {"train.micro_batches": 2, "train.softmax": "sampled(size=20)"},
+      "samples its candidates from the whole batch",
+    ),
+    (
+      {"train.micro_batches": 2, "model.attention": "hard"},
+      "the loss term reinforce keeps state from the whole batch",
+    ),
+  ]
+  for changes, message in cases:
+    cfg = tiny.get_config()
+    for dotted, value in changes.items():
+      section, name = dotted.split(".")
+      cfg[section][name] = value
+    with pytest.raises(ValueError, match=message):
+      settings.validate(cfg)
