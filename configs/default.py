@@ -123,8 +123,10 @@ def get_config() -> ml_collections.ConfigDict:
   t.adadelta_rho = 0.95  # Adadelta decay (paper: 0.95).
   t.adadelta_eps = 1e-6  # Adadelta epsilon (paper: 1e-6).
   t.warmup_steps = 0  # Linear learning-rate warm-up steps.
-  # Schedule after warm-up: "constant", "rsqrt", or "halving(after=A, every=E)": the rate
-  # halves after update A and every E updates after (Luong et al.: after epoch 5, each epoch).
+  # Schedule after warm-up: "constant", "rsqrt", "halving(after=A, every=E)": the rate halves
+  # after update A and every E updates after (Luong et al.: after epoch 5, each epoch), or
+  # "plateau(metric=loss, factor=F, patience=P, min_delta=D, cooldown=C)": the rate is
+  # multiplied by F after P evaluations without a gain of more than D (optax's reduce_on_plateau).
   t.decay = "constant"
   # Anneal the learning rate over the budget: "none", "linear" or "cosine" from 1x down to
   # `anneal_to` x, by the share spent of num_steps or of the wall clock (max_minutes), whichever

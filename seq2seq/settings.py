@@ -130,12 +130,13 @@ def validate(config: Config) -> RunSettings:
     raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
   if train.micro_batches > 1:
     _check_micro_batches(train, model, objective_)
-  stopping = early_stopping.parse(train.early_stopping)
-  if stopping is not None and stopping.metric != "loss" and not train.valid_bleu:
-    raise ValueError(
-      f"train.early_stopping={train.early_stopping!r} reads validation {stopping.metric}, "
-      "which train.valid_bleu=false does not compute: stop on loss, or set it true"
-    )
+  stopping, plateau = early_stopping.parse(train.early_stopping), steps.plateau_of(train)
+  for field, rule in (("early_stopping", stopping), ("decay", plateau)):
+    if rule is not None and rule.metric != "loss" and not train.valid_bleu:
+      raise ValueError(
+        f"train.{field}={getattr(train, field)!r} reads validation {rule.metric}, which "
+        "train.valid_bleu=false does not compute: use the loss, or set it true"
+      )
   if config.train.nonfinite not in NONFINITE:
     raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
   if model.direction not in DIRECTIONS:

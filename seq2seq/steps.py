@@ -42,6 +42,9 @@ class TrainState:
   # `train.anneal` turns into a learning-rate factor (`anneal_factor`). The training loop sets it
   # before every step (it may follow the wall clock); not checkpointed; None without annealing.
   progress: jax.Array | None = None
+  # float32 scalar: the learning-rate factor of `train.decay="plateau(...)"` (`PlateauScale`),
+  # set by the training loop from the validations so far; not checkpointed; None without it.
+  lr_scale: jax.Array | None = None
 
   def model(self) -> models.Seq2Seq:
     """The NNX model holding these parameters."""
@@ -111,8 +114,81 @@ class Halving:
       raise ValueError(f"halving needs after >= 0 and every >= 1, got {self.after}, {self.every}")
 
 
+@dataclasses.dataclass(frozen=True)
+class Plateau:
+  """`train.decay="plateau(metric, factor, patience, min_delta, cooldown)"`: the rate is
+  multiplied by `factor` once validation `metric` (loss, or greedy bleu or chrf) has gone
+  `patience` evaluations without beating its best by more than `min_delta`, then waits
+  `cooldown` evaluations before counting again (optax.contrib.reduce_on_plateau, fed one value
+  per evaluation)."""
+
+  metric: str = "loss"
+  factor: float = 0.5
+  patience: int = 3
+  min_delta: float = 0.0
+  cooldown: int = 0
+
+  def __post_init__(self):
+    if self.metric not in PLATEAU_METRICS:
+      raise ValueError(f"plateau metric must be one of {', '.join(PLATEAU_METRICS)}")
+    if not 0 < self.factor < 1:
+      raise ValueError(f"plateau factor must be in (0, 1), got {self.factor}")
+    if self.patience < 1 or self.cooldown < 0 or self.min_delta < 0:
+      raise ValueError("plateau needs patience >= 1, cooldown >= 0 and min_delta >= 0")
+
+
+PLATEAU_METRICS = {"loss": 1.0, "bleu": -1.0, "chrf": -1.0}  # The sign that makes lower better.
+
+
+class PlateauScale:
+  """The learning-rate factor of a `Plateau` schedule, fed each validation on the host by
+  optax's reduce_on_plateau; read again from the validation rows on resume (`replay`), so a
+  resumed run scales exactly as the uninterrupted run."""
+
+  def __init__(self, plateau: Plateau):
+    self.plateau = plateau
+    self.rule = optax.contrib.reduce_on_plateau(
+      factor=plateau.factor,
+      patience=plateau.patience,
+      rtol=0.0,
+      # optax wants a tolerance above 0; this one is below float32's spacing at any value a
+      # loss or BLEU takes, so min_delta=0 counts any gain.
+      atol=max(plateau.min_delta, 1e-30),
+      cooldown=plateau.cooldown,
+    )
+    self.state = self.rule.init(jnp.zeros((), jnp.float32))
+
+  @property
+  def scale(self) -> float:
+    return float(self.state.scale)
+
+  def update(self, row: dict[str, Any]) -> float:
+    """The factor after the validation `row` (its loss, bleu or chrf)."""
+    value = PLATEAU_METRICS[self.plateau.metric] * float(row[self.plateau.metric])
+    _, self.state = self.rule.update(jnp.zeros((), jnp.float32), self.state, value=value)
+    return self.scale
+
+  def replay(self, rows, until: int) -> float:
+    """The factor after the validation rows of metrics.jsonl up to step `until`."""
+    for row in rows:
+      if row.get("split") == "valid" and row["step"] <= until and self.plateau.metric in row:
+        self.update(row)
+    return self.scale
+
+
+def plateau_of(cfg: TrainSettings) -> Plateau | None:
+  """The plateau settings of `train.decay`, or None for another schedule."""
+  spec = decay_spec(cfg.decay)
+  return spec.settings if spec.name == "plateau" else None
+
+
 # `train.decay`'s schedules and their settings.
-DECAYS = {"constant": registry.NoSettings, "rsqrt": registry.NoSettings, "halving": Halving}
+DECAYS = {
+  "constant": registry.NoSettings,
+  "rsqrt": registry.NoSettings,
+  "halving": Halving,
+  "plateau": Plateau,
+}
 
 
 def decay_spec(decay: str) -> registry.Spec:
@@ -124,14 +200,16 @@ def decay_spec(decay: str) -> registry.Spec:
 
 
 def learning_rate_schedule(cfg: TrainSettings) -> optax.Schedule:
-  """Linear warm-up over `warmup_steps`, then constant, inverse square root or halving."""
+  """Linear warm-up over `warmup_steps`, then constant, inverse square root or halving (a
+  plateau schedule is constant here: the training loop's factor, `TrainState.lr_scale`, scales
+  it)."""
   base, warmup = cfg.learning_rate, cfg.warmup_steps
   decay_of = decay_spec(cfg.decay)
 
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     ramp = jnp.minimum(1.0, (step + 1.0) / warmup) if warmup > 0 else 1.0
-    if decay_of.name == "constant":
+    if decay_of.name in ("constant", "plateau"):
       decay = 1.0
     elif decay_of.name == "rsqrt":
       decay = jax.lax.rsqrt(jnp.maximum(step + 1.0, max(warmup, 1)) / max(warmup, 1))
@@ -279,13 +357,16 @@ def train_step(
 
   train = run.train
   learning_rate = learning_rate_schedule(train)(schedule_count(state.opt_state, state.step))
-  if state.progress is not None:
-    factor = anneal_factor(train, state.progress)
+  # Factors the host sets: annealing's and a plateau schedule's.
+  factor = None if state.progress is None else anneal_factor(train, state.progress)
+  if state.lr_scale is not None:
+    factor = state.lr_scale if factor is None else factor * state.lr_scale
+  if factor is not None:
     learning_rate = learning_rate * factor
 
   def update(params, opt_state, ema):
     updates, opt_state = state.tx.update(grads, opt_state, params)
-    if state.progress is not None:  # Every rule's update is proportional to its step size.
+    if factor is not None:  # Every rule's update is proportional to its step size.
       updates = jax.tree.map(lambda u: (factor * u).astype(u.dtype), updates)
     params = optax.apply_updates(params, updates)
     if ema is not None:

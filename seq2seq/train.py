@@ -166,8 +166,15 @@ class Members:
     self, state: steps.TrainState, progress: float, runtime: rt.Runtime
   ) -> steps.TrainState:
     """The state carrying `progress` (`TrainState.progress`), one per member."""
-    value = np.full((len(self),) if self.together else (), progress, np.float32)
-    return state.replace(progress=jax.device_put(value, runtime.replicated))
+    return self.with_values(state, "progress", [progress] * len(self), runtime)
+
+  def with_values(
+    self, state: steps.TrainState, field: str, values: Sequence[float], runtime: rt.Runtime
+  ) -> steps.TrainState:
+    """The state carrying member k's `values[k]` in the host-set scalar `field` (progress,
+    lr_scale)."""
+    value = np.asarray(values if self.together else values[0], np.float32)
+    return state.replace(**{field: jax.device_put(value, runtime.replicated)})
 
   def step_keys(self) -> Callable[[int], jax.Array]:
     """step -> the step's random key(s): fold_in(fold_in(key(seed), 1), step) per member."""
@@ -232,11 +239,15 @@ class Loop:
     self.best_bleu = [
       held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, self.bests, strict=True)
     ]
-    # Each member's early-stopping count, read again from its validation rows so far.
-    rule = early_stopping.parse(self.tcfg.early_stopping)
+    # What validation decides, per member: the early-stopping count and the plateau schedule's
+    # factor, both read again from the member's validation rows so far.
+    rule, plateau = early_stopping.parse(self.tcfg.early_stopping), steps.plateau_of(self.tcfg)
     self.patience = [early_stopping.Patience(rule) for _ in members.workdirs] if rule else []
-    for p, wd in zip(self.patience, members.workdirs, strict=False):
-      p.replay(metric_writer.read_metrics(wd), self.start)
+    self.plateaus = [steps.PlateauScale(plateau) for _ in members.workdirs] if plateau else []
+    for k, wd in enumerate(members.workdirs):
+      history = metric_writer.read_metrics(wd) if rule or plateau else []
+      for counter in self.patience[k : k + 1] + self.plateaus[k : k + 1]:
+        counter.replay(history, self.start)
     self.train_fn, self.eval_fn = rt.compile_steps(
       run, self.runtime, stacked=members.together, train_step=train_step
     )
@@ -257,6 +268,7 @@ class Loop:
       skipped_before = restored[0][1].get("skipped_updates", skipped_before)  # Older: none.
       console.say(f"resumed from step {resume} ({len(members)} member{'s' * (len(members) > 1)})")
     self.state = members.combine(fresh, self.runtime)
+    self.set_lr_scale()
     self.skipped = np.asarray(skipped_before, np.int64)
     self.unread: list[tuple[int, dict[str, np.ndarray], jax.Array]] = []
     self.budget_s, self.t_begin = 60.0 * self.tcfg.max_minutes, time.perf_counter()
@@ -352,6 +364,12 @@ class Loop:
     preemption.restore()
     return None
 
+  def set_lr_scale(self) -> None:
+    """Hands the plateau schedule's factors to the state (`TrainState.lr_scale`)."""
+    if self.plateaus:
+      scales = [p.scale for p in self.plateaus]
+      self.state = self.members.with_values(self.state, "lr_scale", scales, self.runtime)
+
   def out_of_patience(self) -> bool:
     """Whether early stopping ends training: every member has run out of patience."""
     return bool(self.patience) and all(p.exhausted for p in self.patience)
@@ -433,7 +451,9 @@ class Loop:
         member_state = members.state(self.state, k)
         out = members.workdirs[k] / evaluation.VALID_HYPOTHESES.format(step=done)
         out = out if self.primary else None
-        chrf = bool(self.patience) and self.patience[k].rule.metric == "chrf"
+        read = [p.rule.metric for p in self.patience[k : k + 1]]
+        read += [p.plateau.metric for p in self.plateaus[k : k + 1]]
+        chrf = "chrf" in read
         scores = evaluation.valid_scores(member_state.for_eval(), self.data, run, out, chrf=chrf)
         scalars.update(scores)
         if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
@@ -449,9 +469,12 @@ class Loop:
       w.write(done, "valid", scalars)
       if self.patience:
         self.patience[k].update(done, scalars)
+      if self.plateaus:
+        self.plateaus[k].update(scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
       who = f"seed {run.seed}: " * members.together
       console.say(valid_line(done, scalars, self.best_bleu[k], who))
+    self.set_lr_scale()
     self.eta.paused("eval", time.perf_counter() - paused)
 
   def save_all(self) -> None:
