@@ -39,24 +39,3 @@ def test_slices_give_the_update_of_the_whole_batch(normalization, micro_batches)
   np.testing.assert_allclose(sliced[:3], (loss, norm, tokens), rtol=2e-5)
   for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(sliced[3].params), strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
-
-
-def test_what_slicing_would_change_is_refused_in_one_line():
-  cases = [
-    ({"train.micro_batches": 0}, "train.micro_batches must be at least 1"),
-    (
-      {"train.micro_batches": 2, "train.softmax": "sampled(size=20)"},
-      "samples its candidates from the whole batch",
-    ),
-    (
-      {"train.micro_batches": 2, "model.attention": "hard"},
-      "the loss term reinforce keeps state from the whole batch",
-    ),
-  ]
-  for changes, message in cases:
-    cfg = tiny.get_config()
-    for dotted, value in changes.items():
-      section, name = dotted.split(".")
-      cfg[section][name] = value
-    with pytest.raises(ValueError, match=message):
-      settings.validate(cfg)

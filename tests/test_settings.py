@@ -102,6 +102,15 @@ def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, me
     ({"data.batch_size": -4}, "data.batch_size must be at least 1, got -4"),
     ({"decode.batch_size": 0}, "decode.batch_size must be at least 1, got 0"),
     ({"decode.coverage_penalty": -0.2}, "decode.coverage_penalty must be >= 0"),
+    ({"train.micro_batches": 0}, "train.micro_batches must be at least 1"),
+    (
+      {"train.micro_batches": 2, "train.softmax": "sampled(size=20)"},
+      "samples its candidates from the whole batch",
+    ),
+    (
+      {"train.micro_batches": 2, "model.attention": "hard"},
+      "the loss term reinforce keeps state from the whole batch",
+    ),
   ],
 )
 def test_validate_holds_the_rules_across_components(overrides, message):
