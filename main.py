@@ -71,6 +71,14 @@ flags.DEFINE_string(
   "Where compiled programs are kept for the next run of any mode, so a second translate compiles "
   "nothing: 'workdir' (WORKDIR/jax_cache), a folder, or 'none'.",
 )
+flags.DEFINE_enum(
+  "distributed",
+  "off",
+  ["off", "auto"],
+  "Multi-host: 'auto' has jax.distributed.initialize() read the cluster's own environment "
+  "(SLURM, Open MPI, Cloud TPU, Kubernetes JobSet): run one process per host or task, no ranks "
+  "to set; or set the three flags below by hand.",
+)
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
@@ -80,8 +88,12 @@ flags.mark_flags_as_required(["workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if FLAGS.coordinator_address and FLAGS.distributed == "auto":
+    raise app.UsageError("--distributed=auto finds the coordinator: drop --coordinator_address")
   if FLAGS.coordinator_address:
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  elif FLAGS.distributed == "auto":
+    jax.distributed.initialize()  # Raises, naming what it looked for, outside a cluster.
   sys.exit(
     cli.run(
       FLAGS.mode,

@@ -38,6 +38,7 @@ from typing import Any
 from experiments.lib import runs as runs_lib
 from experiments.lib.configs import REPO_ROOT
 from experiments.lib.sweeps import Sweep
+from seq2seq import cli as seq2seq_cli
 from seq2seq import input_pipeline
 from seq2seq.data import builders
 
@@ -91,9 +92,10 @@ def job_line(module: str, arguments: Mapping[str, Any], log: Path) -> str:
   argv = [sys.executable, "-m", module, *flags(arguments)]
   command = " ".join(shlex.quote(a) for a in argv)
   log_dir = shlex.quote(str(log.parent))
+  # `exec`: the shell becomes the script, so a signal sent to the line reaches it.
   return (
     f"cd {shlex.quote(str(REPO_ROOT))} && mkdir -p {log_dir} && "
-    f"{command} >> {shlex.quote(str(log))} 2>&1"
+    f"exec {command} >> {shlex.quote(str(log))} 2>&1"
   )
 
 
@@ -117,8 +119,14 @@ def job_lines(sweep: Sweep, module: str, arguments: Mapping[str, Any]) -> list[s
   return lines
 
 
+SIGNAL_SECONDS = 120  # How long before the time limit SLURM is asked to send TERM.
+
+
 def sbatch_script(jobs: Path, count: int) -> str:
-  """A SLURM job array running line $SLURM_ARRAY_TASK_ID + 1 of `jobs` per task."""
+  """A SLURM job array running line $SLURM_ARRAY_TASK_ID + 1 of `jobs` per task, which asks
+  for TERM two minutes before its time limit, passes it to the line (training saves its
+  checkpoint and exits with `cli.PREEMPTED`) and then puts the task back in the queue
+  (`scontrol requeue`), where it resumes from that checkpoint."""
   logs = jobs.parent / "logs"
   return "\n".join(
     [
@@ -126,11 +134,26 @@ def sbatch_script(jobs: Path, count: int) -> str:
       f"#SBATCH --job-name={jobs.parent.name or 'sweep'}",
       f"#SBATCH --array=0-{count - 1}",
       f"#SBATCH --output={logs}/slurm-%A_%a.out",
+      f"#SBATCH --signal=B:TERM@{SIGNAL_SECONDS}",
+      "#SBATCH --requeue",
       "# Add the partition, time, memory and GPU requests of your cluster above this line.",
       "# Task i runs line i + 1 of the jobs file (each line cds to the repository itself).",
-      "set -euo pipefail",
+      "# TERM (from SLURM before the time limit, or scancel --signal=TERM --batch) goes to the",
+      f"# line, whose training saves and exits with {seq2seq_cli.PREEMPTED}; the task then",
+      "# requeues itself.",
+      "set -uo pipefail",
       f'line=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(jobs))})',
-      'exec bash -c "$line"',
+      'bash -c "$line" &',
+      "child=$!",
+      "stopping=0",
+      "trap 'stopping=1; kill -TERM \"$child\" 2>/dev/null' TERM",
+      'wait "$child"; status=$?',
+      "# A trapped TERM ends the first wait early; the second gets the line's own status.",
+      'if [ "$stopping" = 1 ] && [ "$status" -gt 128 ]; then wait "$child"; status=$?; fi',
+      f'if [ "$status" -eq {seq2seq_cli.PREEMPTED} ]; then',
+      '  scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" && exit 0',
+      "fi",
+      'exit "$status"',
       "",
     ]
   )
