@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq import files, metrics, translate
+from seq2seq import api, files, metrics, translate
 
 BUILT_IN = ("score", "norm_score", "words")
 GRID = (0.0, *(s * 2.0**k for k in range(-6, 4) for s in (1.0, -1.0)))
@@ -110,8 +110,6 @@ def read_score_feature(path: str | Path) -> list[float]:
 def reverse_scores(workdir: str | Path, nbest: NBest, sources: Sequence[str]) -> list[float]:
   """log p(source | candidate) of every n-best line under the run in `workdir` (a model of the
   other direction), -inf where a pair cannot be scored (an empty candidate)."""
-  from seq2seq import api
-
   if len(sources) != len(nbest.texts):
     raise ValueError(f"{len(sources)} sources for an n-best list of {len(nbest.texts)} lines")
   pairs = [(c, s) for cands, s in zip(nbest.texts, sources, strict=True) for c in cands]
