@@ -16,8 +16,15 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 demo: .venv
 	$(PY) main.py --config=configs/demo.py --workdir=runs/demo
 
-test: .venv browser
+test: .venv browser $(VENV)/.optional-installed
 	$(PY) -m pytest -q -n auto --dist worksteal
+
+# Optional dependencies (requirements-optional.txt) for their tests; where they cannot be
+# installed those tests skip and say why.
+$(VENV)/.optional-installed: $(VENV)/.installed requirements-optional.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-optional.txt || \
+	  echo "could not install requirements-optional.txt: their tests will skip"
+	touch $@
 
 # Headless Chromium and its driver for the explorer's browser test, from apt (as root, or with
 # sudo that needs no password) where there is apt; elsewhere that test skips and says why.

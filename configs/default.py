@@ -114,7 +114,9 @@ def get_config() -> ml_collections.ConfigDict:
   d.local.train = "train"  # Training split prefix.
   d.local.valid = "val"  # Validation split prefix.
   d.local.test = "test_2016_flickr"  # Test split prefix.
-  d.local.align = ""  # Suffix of the training alignment file DIR/TRAIN.SUFFIX (Pharaoh), if any.
+  # Training alignments (Pharaoh), if any: a suffix (DIR/TRAIN.SUFFIX) or a file's path
+  # (what `python -m seq2seq.build_alignments` writes).
+  d.local.align = ""
 
   # ---------------------------------------------------------------- training
   t = c.train = ml_collections.ConfigDict()

@@ -307,7 +307,8 @@ def parse_links(text: str, src_len: int, tgt_len: int, where: str) -> list[int]:
 
 def load_alignments(d: DataSettings, examples: Sequence[builders.Example], split: Split) -> Ragged:
   """The gold links of the training split: the corpus's own (embedded corpus) or, for local
-  text, the file DIR/PREFIX.`data.local.align` (one Pharaoh line per line of the text files).
+  text, the file DIR/PREFIX.`data.local.align`, or the file `data.local.align` names where it is
+  a path (one Pharaoh line per line of the text files).
 
   Positions index the tokens of the configured word tokenizer.
   """
@@ -317,7 +318,9 @@ def load_alignments(d: DataSettings, examples: Sequence[builders.Example], split
         "the supervision loss term on local text needs data.local.align: the suffix of the "
         "alignment file DIR/PREFIX.SUFFIX (one 'i-j ...' line per sentence pair)"
       )
-    path = Path(d.local.dir) / f"{d.local.train}.{d.local.align}"
+    path = Path(d.local.align)  # A file of its own (`seq2seq.build_alignments` writes one),
+    if len(path.parts) == 1:  # or a suffix of the training files'.
+      path = Path(d.local.dir) / f"{d.local.train}.{d.local.align}"
     if not path.is_file():
       raise FileNotFoundError(f"alignment file {path} not found (data.local.align)")
     lines = path.read_text(encoding="utf-8").split("\n")

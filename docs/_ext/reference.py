@@ -65,6 +65,7 @@ CLI_MODULES = (
     [
       "seq2seq.average",
       "seq2seq.build_lexicon",
+      "seq2seq.build_alignments",
       "seq2seq.rerank",
       "seq2seq.settings",
       "seq2seq.data.synthetic",
