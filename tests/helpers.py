@@ -131,6 +131,18 @@ def _in_this_process(entry, argv: list[str]) -> subprocess.CompletedProcess:
   return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
+def run_processes(commands: list[list[str]], envs: list[dict[str, str]]) -> None:
+  """Starts every command at once from the repository root, each with its environment (the
+  processes of one multi-process run), and fails the calling test unless all exit 0."""
+  procs = [
+    subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for cmd, env in zip(commands, envs, strict=True)
+  ]
+  outputs = [p.communicate(timeout=600) for p in procs]
+  for p, (_, err) in zip(procs, outputs, strict=True):
+    assert p.returncode == 0, err.decode()[-3000:]
+
+
 def metric_rows(workdir):
   return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
 

@@ -10,7 +10,15 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, main_command, metric_rows, run_module, subprocess_env, tiny_sweep_args
+from helpers import (
+  ROOT,
+  main_command,
+  metric_rows,
+  run_module,
+  run_processes,
+  subprocess_env,
+  tiny_sweep_args,
+)
 
 from seq2seq import metric_writer
 
@@ -26,19 +34,8 @@ def test_distributed_auto_reads_a_slurm_job_and_matches_one_process(trained, tmp
   cmd = main_command(
     workdir, "--config.train.num_steps=20", "--config.train.final_eval=false", "--distributed=auto"
   )
-  procs = [
-    subprocess.Popen(
-      cmd,
-      cwd=ROOT,
-      env={**subprocess_env(), **job, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)},
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-    )
-    for i in range(2)
-  ]
-  outputs = [p.communicate(timeout=600) for p in procs]
-  for p, (_, err) in zip(procs, outputs, strict=True):
-    assert p.returncode == 0, err.decode()[-3000:]
+  ranks = [{"SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)} for i in range(2)]
+  run_processes([cmd, cmd], [{**subprocess_env(), **job, **rank} for rank in ranks])
   np.testing.assert_allclose(
     [r["loss"] for r in metric_rows(workdir)], [r["loss"] for r in metric_rows(trained)], rtol=2e-4
   )

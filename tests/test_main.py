@@ -2,11 +2,17 @@
 
 import itertools
 import json
-import subprocess
 
 import numpy as np
 import pytest
-from helpers import ROOT, final_params, main_command, metric_rows, run_main, subprocess_env
+from helpers import (
+  final_params,
+  main_command,
+  metric_rows,
+  run_main,
+  run_processes,
+  subprocess_env,
+)
 
 from seq2seq import checkpoints, metrics, settings
 from seq2seq import runtime as rt
@@ -231,19 +237,7 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
     f"--coordinator_address=127.0.0.1:{port}",
     "--num_processes=2",
   )
-  procs = [
-    subprocess.Popen(
-      [*cmd, f"--process_id={i}"],
-      cwd=ROOT,
-      env=subprocess_env(),
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-    )
-    for i in range(2)
-  ]
-  outputs = [p.communicate(timeout=600) for p in procs]
-  for p, (_, err) in zip(procs, outputs, strict=True):
-    assert p.returncode == 0, err.decode()[-3000:]
+  run_processes([[*cmd, f"--process_id={i}"] for i in range(2)], [subprocess_env()] * 2)
   np.testing.assert_allclose(
     [r["loss"] for r in metric_rows(workdir)], [r["loss"] for r in metric_rows(trained)], rtol=2e-4
   )
