@@ -20,10 +20,10 @@ member has run out of patience.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from seq2seq import registry
+from seq2seq import metric_writer, registry
 
 FIELD = "train.early_stopping"
 METRICS = {"bleu": 1.0, "chrf": 1.0, "loss": -1.0}  # The sign that makes larger better.
@@ -78,12 +78,11 @@ class Patience:
   def exhausted(self) -> bool:
     return self.waited >= self.rule.patience
 
-  def replay(self, rows: Iterable[Mapping[str, Any]], until: int) -> bool:
+  def replay(self, rows: list[dict[str, Any]], until: int) -> bool:
     """Counts the validation rows of metrics.jsonl up to step `until`, in order; whether patience
     had run out by then."""
-    for row in rows:
-      if row.get("split") == "valid" and row["step"] <= until and self.rule.metric in row:
-        self.update(int(row["step"]), row)
+    for row in metric_writer.validations(rows, until, self.rule.metric):
+      self.update(int(row["step"]), row)
     return self.exhausted
 
   def reason(self, step: int) -> str:

@@ -67,6 +67,12 @@ def _plain(value: Any) -> Any:
   return value
 
 
+def validations(rows: list[dict[str, Any]], until: int, key: str) -> list[dict[str, Any]]:
+  """The validation rows of `rows` (`read_metrics`) up to step `until` that hold `key`, in
+  order: what a rule fed at every evaluation reads again when a run resumes."""
+  return [r for r in rows if r.get("split") == "valid" and r["step"] <= until and key in r]
+
+
 def read_metrics(workdir: str | Path) -> list[dict[str, Any]]:
   """The records of WORKDIR/metrics.jsonl, in order; a damaged line (or one without a step
   and split) is skipped with a warning naming it (`files.read_jsonl`)."""

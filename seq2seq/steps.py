@@ -19,7 +19,7 @@ import numpy as np
 import optax
 from flax import nnx, struct
 
-from seq2seq import addons, models, objective, registry, structures
+from seq2seq import addons, metric_writer, models, objective, registry, structures
 from seq2seq import lexicon as lexicon_lib
 
 
@@ -170,9 +170,8 @@ class PlateauScale:
 
   def replay(self, rows, until: int) -> float:
     """The factor after the validation rows of metrics.jsonl up to step `until`."""
-    for row in rows:
-      if row.get("split") == "valid" and row["step"] <= until and self.plateau.metric in row:
-        self.update(row)
+    for row in metric_writer.validations(rows, until, self.plateau.metric):
+      self.update(row)
     return self.scale
 
 
