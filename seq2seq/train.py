@@ -248,6 +248,9 @@ class Loop:
       history = metric_writer.read_metrics(wd) if rule or plateau else []
       for counter in self.patience[k : k + 1] + self.plateaus[k : k + 1]:
         counter.replay(history, self.start)
+    # The step at which early stopping ended training (a resumed run's, where it had), or None.
+    stopped = self.out_of_patience() and self.start < self.tcfg.num_steps
+    self.stopped_at = self.start if stopped else None
     self.train_fn, self.eval_fn = rt.compile_steps(
       run, self.runtime, stacked=members.together, train_step=train_step
     )
@@ -309,9 +312,9 @@ class Loop:
     # A rerun of a run stopped by its wall-clock budget, or early, trains no further (else one
     # step a rerun).
     out_of_time = self.budget_s > 0 and rt.all_agree(self.elapsed_before >= self.budget_s)
-    if self.out_of_patience():
+    if self.stopped_at is not None:
       console.say(self.patience[0].reason(self.start))
-    stopped = out_of_time or self.out_of_patience()
+    stopped = out_of_time or self.stopped_at is not None
     for step in range(self.start, self.start if stopped else tcfg.num_steps):
       host_batch = next(self.it)
       if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
@@ -356,7 +359,7 @@ class Loop:
       if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
         self.window_tokens, self.tick = 0.0, time.perf_counter()  # Windows time steps alone.
         self.eta.start_window(done, self.tick)
-      if last and done < tcfg.num_steps and not self.out_of_patience():
+      if last and done < tcfg.num_steps and self.stopped_at is None:
         console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
       if last:
         break
@@ -376,17 +379,18 @@ class Loop:
 
   def stop_early(self, done: int) -> None:
     """Says why training stops at `done`, on the console and in each member's metrics."""
+    self.stopped_at = done
     for w, p in zip(self.writers, self.patience, strict=True):
       stop = {"best_step": p.best_step, "best": p.best, "metric": p.rule.metric}
       w.write(done, "early_stopping", stop | {"reason": p.reason(done)})
     console.say(self.patience[0].reason(done))
 
   def stopped_notes(self, k: int) -> dict[str, Any]:
-    """What the results of member k say of how training ended: the early stop, if it was one."""
-    if not self.out_of_patience():
+    """What the results of member k say of how training ended: the early stop, if it was one
+    (not a budget that ran out at the evaluation that would have stopped it)."""
+    if self.stopped_at is None:
       return {}
-    p = self.patience[k]
-    step = int(np.atleast_1d(jax.device_get(self.state.step))[0])
+    p, step = self.patience[k], self.stopped_at
     return {"stopped_early": {"step": step, "best_step": p.best_step, "reason": p.reason(step)}}
 
   def read_flags(self, keep: int = 0) -> None:
