@@ -38,6 +38,13 @@ def grow_diag_final_and(forward: Links, reverse: Links) -> Links:
   neighbouring (also diagonal) links of either direction that align a word not yet aligned,
   until none is left, then any link of either direction whose two words are both unaligned."""
   union, links = forward | reverse, forward & reverse
+  src_aligned, tgt_aligned = {i for i, _ in links}, {j for _, j in links}
+
+  def add(i: int, j: int) -> None:
+    links.add((i, j))
+    src_aligned.add(i)
+    tgt_aligned.add(j)
+
   grown = True
   while grown:
     grown = False
@@ -45,13 +52,13 @@ def grow_diag_final_and(forward: Links, reverse: Links) -> Links:
       for di, dj in _NEIGHBOURS:
         p = (i + di, j + dj)
         if p in union and p not in links:
-          if p[0] not in {a for a, _ in links} or p[1] not in {b for _, b in links}:
-            links.add(p)
+          if p[0] not in src_aligned or p[1] not in tgt_aligned:
+            add(*p)
             grown = True
   for direction in (forward, reverse):
     for i, j in sorted(direction - links):
-      if i not in {a for a, _ in links} and j not in {b for _, b in links}:
-        links.add((i, j))
+      if i not in src_aligned and j not in tgt_aligned:
+        add(i, j)
   return links
 
 
