@@ -222,8 +222,8 @@ def nbest_split(
   shown = console.Progress(progress, len(split)) if progress else None
   for batch in _batches(split, dec):
     forced = {}
-    if prefixes and batch["tgt_in"].shape[1] > 1:  # BOS, then the prefix; PAD (0) after it.
-      forced["prefix_BP"] = batch["tgt_in"][:, 1:] * batch["tgt_mask"][:, 1:]
+    if prefixes and batch["tgt_in"].shape[1] > 1:  # BOS, then the prefix, then PAD.
+      forced["prefix_BP"] = batch["tgt_in"][:, 1:]
     if constraints is not None:
       rows = [constraints[i] if i >= 0 else [] for i in batch["index"]]
       forced["constraints"] = constraints_.pack(rows)
