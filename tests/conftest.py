@@ -31,6 +31,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+# This process itself writes nothing to the cache (the processes it starts still share the
+# folder): on a 2-core Sapphire Rapids, XLA's executable.serialize() segfaulted inside JAX's
+# cache write twice in three full runs (2026-12-03, decoding programs of tests/test_decode.py),
+# taking a pytest worker down with it.
+jax.config.update("jax_enable_compilation_cache", False)
+
 from configs import tiny  # noqa: E402
 
 # On a GPU, JAX multiplies float32 matrices in TF32 by default (about 1e-3 relative error: the
