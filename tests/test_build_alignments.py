@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from helpers import run_main
+from helpers import run_main, run_module
 
 from seq2seq import build_alignments, checkpoints, metrics, settings
 from seq2seq import runtime as rt
@@ -40,7 +40,8 @@ def test_eflomal_aligns_the_embedded_corpus_and_a_local_run_trains_on_the_file(t
   links' file trains with the supervision term."""
   workdir = tmp_path / "run"
   run_main(workdir, "--config.train.num_steps=0", "--config.train.final_eval=false")
-  build_alignments.main(["--workdir", str(workdir)])
+  # In a process of its own: eflomal is C code, kept out of the pytest worker.
+  run_module("seq2seq.build_alignments", "--workdir", str(workdir), own_process=True)
   lines = (workdir / "train.align").read_text().splitlines()
   run = settings.validate(checkpoints.load_config(workdir))
   examples = list(rt.load_data(run, workdir).corpus.read("train"))
