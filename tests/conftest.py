@@ -1,15 +1,15 @@
 """The tests' fixtures and pytest hooks (what they share besides: helpers.py).
 
-Most of the tests' time is JAX tracing, lowering and compiling small programs (and starting
-Python processes, which `helpers.run_main` avoids where it can). Before JAX starts, this file
-points the persistent compilation cache of the processes the tests start (runs that need their
-own, a sweep's jobs) at one folder per session, so a program compiled once is loaded by the
-others (the same executable: results do not change); the pytest processes themselves do not
-use it (below). It also turns XLA's backend optimisations down (`helpers.FAST_COMPILE`)
-unless XLA_FLAGS is set: the tests check shapes, equalities and that models learn, not speed.
-With them the suite took 9:07 instead of 11:20 on 2 cores, every test passing (test_supervised_attention_lowers_aer: AER 0.35 supervised
-against 0.64). Turning XLA's CPU fusion emitters off as well took it from 15:41 to 10:30 (user
-CPU 25:34 to 16:34) on a 2-core Intel Xeon beside a training run, all 483 tests passing.
+Most of the tests' time is JAX tracing, lowering and compiling small programs (and starting Python
+processes, which `helpers.run_main` avoids where it can). Before JAX starts, this file points the
+persistent compilation cache of the processes the tests start (runs that need their own, a sweep's
+jobs) at one folder per session, so a program compiled once is loaded by the others (the same
+executable: results do not change); the pytest processes themselves do not use it (below). It also
+turns XLA's backend optimisations down (`helpers.FAST_COMPILE`) unless XLA_FLAGS is set: the tests
+check shapes, equalities and that models learn, not speed. With them the suite took 9:07 instead of
+11:20 on 2 cores, every test passing (test_supervised_attention_lowers_aer: AER 0.35 supervised
+against 0.64). Turning XLA's CPU fusion emitters off as well took it from 15:41 to 10:30 (user CPU
+25:34 to 16:34) on a 2-core Intel Xeon beside a training run, all 483 tests passing.
 """
 
 import os
