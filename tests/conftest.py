@@ -2,9 +2,9 @@
 
 Most of the tests' time is JAX tracing, lowering and compiling small programs (and starting Python
 processes, which `helpers.run_main` avoids where it can). Before JAX starts, this file points the
-persistent compilation cache of the processes the tests start (runs that need their own, a sweep's
-jobs) at one folder per session, so a program compiled once is loaded by the others (the same
-executable: results do not change); the pytest processes themselves do not use it (below). It also
+persistent compilation cache at one folder per session, shared by the pytest workers and the
+processes the tests start (runs that need their own, a sweep's jobs), so a program compiled once is
+loaded by the others (the same executable: results do not change). It also
 turns XLA's backend optimisations down (`helpers.FAST_COMPILE`) unless XLA_FLAGS is set: the tests
 check shapes, equalities and that models learn, not speed. With them the suite took 9:07 instead of
 11:20 on 2 cores, every test passing (test_supervised_attention_lowers_aer: AER 0.35 supervised
@@ -12,6 +12,7 @@ against 0.64). Turning XLA's CPU fusion emitters off as well took it from 15:41 
 25:34 to 16:34) on a 2-core Intel Xeon beside a training run, all 483 tests passing.
 """
 
+import gc
 import os
 import shutil
 import tempfile
@@ -31,12 +32,6 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-# This process itself writes nothing to the cache (the processes it starts still share the
-# folder): on a 2-core Sapphire Rapids, XLA's executable.serialize() segfaulted inside JAX's
-# cache write twice in three full runs (2026-12-03, decoding programs of tests/test_decode.py),
-# taking a pytest worker down with it.
-jax.config.update("jax_enable_compilation_cache", False)
-
 from configs import tiny  # noqa: E402
 
 # On a GPU, JAX multiplies float32 matrices in TF32 by default (about 1e-3 relative error: the
@@ -52,6 +47,18 @@ def pytest_collection_modifyitems(config, items):
   the workers of `pytest -n 2 --dist worksteal` the last tests are then short ones, so neither
   core sits idle while the other finishes a long end-to-end run."""
   items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+  """Drops JAX's compiled programs after each test file. Every executable JAX keeps holds memory
+  mappings of its own, and a pytest worker that compiled a few hundred files' programs reached
+  Linux's limit of 65,530 mappings a process (vm.max_map_count): the next mmap failed inside XLA
+  and the worker died of a segmentation fault (2026-12-03, measured from /proc/PID/maps: 65,341
+  mappings in the worker that crashed, in tests/test_decode.py near the end of the suite)."""
+  yield
+  jax.clear_caches()
+  gc.collect()
 
 
 def pytest_sessionfinish(session, exitstatus):
