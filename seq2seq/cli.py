@@ -24,7 +24,7 @@ from absl import logging
 
 from seq2seq import console, explorer
 
-MODES = ("train", "eval", "translate", "score", "report")
+MODES = ("train", "eval", "translate", "score", "report", "serve")
 PREEMPTED = 75  # Exit status of a training stopped by a signal after saving (see above).
 
 # Errors that describe a user's mistake: reported as one line, exit status 1.
@@ -51,9 +51,12 @@ def run(
   as_json: bool = False,
   verbose: bool = False,
   compilation_cache: str | None = None,
+  serve_options: dict[str, Any] | None = None,
 ) -> int:
-  """Runs `mode` ("train", "eval", "translate", "score" or "report") on `workdir`; returns the
-  exit status (0, or 1 after a one-line error). `config` may be None for "report" only.
+  """Runs `mode` ("train", "eval", "translate", "score", "report" or "serve") on `workdir`;
+  returns the exit status (0, or 1 after a one-line error). `config` may be None for "report",
+  and for "serve", which then reads the run's saved config. `serve_options`: the fields of
+  `seq2seq.serve.ServeSettings` ("limits" a dict of `Limits` fields).
 
   `compilation_cache`: where JAX keeps the compiled programs for the next process
   (`runtime.enable_compilation_cache`): "workdir" for WORKDIR/jax_cache, unless this process
@@ -61,15 +64,12 @@ def run(
   if mode not in MODES:
     raise ValueError(f"mode {mode!r} is not one of {MODES}")
   workdir = Path(workdir)
-  problem = None
-  if config is None and mode != "report":
-    problem = f"--mode={mode} needs --config"
-  elif mode != "train" and not workdir.is_dir() and not (config and config.decode.ensemble):
-    problem = f"no run in {workdir} (no such directory)"  # An ensemble's workdir is made.
-  elif mode == "score" and not reference_path:
-    problem = "--mode=score needs --reference=FILE, the translations to score"
-  elif mode != "translate" and (prefixes_path or constraints_path):
-    problem = "--prefixes and --constraints steer --mode=translate only"
+  problem = serving = None
+  if mode == "serve":  # Without --config, the run's own config: before the checks below.
+    config, serving, problem = _serve_setup(config, workdir, serve_options or {})
+  problem = problem or _usage_problem(
+    mode, config, workdir, reference_path, prefixes_path or constraints_path
+  )
   if problem:
     print(f"error: {problem}", file=sys.stderr)
     return 1
@@ -85,6 +85,8 @@ def run(
     job = lambda: _translate(
       run_settings, workdir, input_path, output_path, alignments_path, nbest, links | guides
     )
+  elif mode == "serve":
+    job = lambda: _serve(run_settings, workdir, serving)
   elif mode == "score":
     job = lambda: _score(
       run_settings, workdir, input_path, reference_path, output_path, alignments_path, links
@@ -106,6 +108,19 @@ def run(
         raise
 
   return _guarded(logged_job, verbose)
+
+
+def _usage_problem(mode, config, workdir: Path, reference_path, guided) -> str | None:
+  """What in the command line stops `mode` before anything runs, or None."""
+  if config is None and mode != "report":
+    return f"--mode={mode} needs --config"
+  if mode != "train" and not workdir.is_dir() and not (config and config.decode.ensemble):
+    return f"no run in {workdir} (no such directory)"  # An ensemble's workdir is made.
+  if mode == "score" and not reference_path:
+    return "--mode=score needs --reference=FILE, the translations to score"
+  if mode != "translate" and guided:
+    return "--prefixes and --constraints steer --mode=translate only"
+  return None
 
 
 def _use_compilation_cache(where: str | None, workdir: Path) -> None:
@@ -233,6 +248,27 @@ def _score(
   )
   logging.info("scored: %s", counts)
   console.say(f"scored: {counts}")
+
+
+def _serve_setup(config, workdir: Path, options: dict[str, Any]):
+  """(the config to serve with: `config`, else the run's saved one; the `ServeSettings`; the
+  problem that stops serving, or None)."""
+  from seq2seq import checkpoints, serve
+
+  try:
+    limits = serve.Limits(**options.get("limits", {}))
+    serving = serve.ServeSettings(**{**options, "limits": limits})
+    if config is None:
+      config = checkpoints.load_config(workdir)
+  except (ValueError, TypeError, OSError) as e:
+    return config, None, str(e)
+  return config, serving, None
+
+
+def _serve(run_settings, workdir: Path, serving) -> None:
+  from seq2seq import serve, translate
+
+  serve.serve(translate.Translator(run_settings, workdir), serving)
 
 
 def _report(workdir: Path, compare: str | None) -> None:

@@ -173,6 +173,7 @@ def translate_lines(
   nbest: int = 1,
   prefixes: Sequence[str] | None = None,
   constraints: Sequence[Sequence[str]] | None = None,
+  progress: str | None = "translating",
   **decode_settings: Any,
 ) -> tuple[list[list[Hypothesis]], dict[str, int]]:
   """([the `nbest` best `Hypothesis` of each line, best first], counts of lines "truncated"
@@ -187,9 +188,10 @@ def translate_lines(
   the target vocabulary, or a list of another length than `lines`).
 
   `decode_settings` (decode.* fields, `Translator.decoding_with`) replace the run's for this
-  call; 1 <= nbest <= decode.beam_size (ValueError otherwise). A blank line gets no hypothesis
-  ([]); a list is shorter than `nbest` only where fewer hypotheses finished within the length
-  limit (`decode.nbest_of_pool`). Lines longer than the model can address are truncated, with a
+  call; 1 <= nbest <= decode.beam_size (ValueError otherwise). Progress shows on the console
+  under the label `progress` (None: not shown). A blank line gets no hypothesis ([]); a list is
+  shorter than `nbest` only where fewer hypotheses finished within the length limit
+  (`decode.nbest_of_pool`). Lines longer than the model can address are truncated, with a
   warning. A line of more than `decode.max_input_tokens` tokens (in any source) is not decoded:
   it gets no hypothesis, and a warning names it (search memory grows with the square of a
   sentence's length, and its batch's padding with it, so one such line would sink the file).
@@ -235,7 +237,7 @@ def translate_lines(
     _split(ids, prefix_ids),
     dec,
     wanted,
-    progress="translating",
+    progress=progress,
     prefixes=guides.prefixes is not None,
     constraints=None if guides.constraints is None else [guides.constraints[i] for i in keep],
   )

@@ -1,0 +1,561 @@
+"""A trained run as a local HTTP service: translate and score over JSON, with concurrent requests
+gathered into batches.
+
+    python main.py --mode=serve --workdir=runs/demo [--port=8000]
+    curl -s localhost:8000/translate -d '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
+
+or from Python, `seq2seq.serve.serve(seq2seq.load("runs/demo"), ServeSettings(port=8000))`.
+
+Endpoints (the OpenAPI description at /docs and /openapi.json):
+* POST /translate: `TranslateRequest` -> {"translations": per sentence, its n best, each with
+  text, score, norm_score, normalised_over and, when asked, the attention and Pharaoh links};
+* POST /score: `ScoreRequest` -> {"scores": per pair, as `translate.score_record`};
+* GET /health: {"status": "ok"}, or 503 once the server is shutting down;
+* GET /info: the run (workdir, step, model and decode settings, vocabulary sizes) and the limits.
+
+One thread decodes (`Batcher`): a request waits at most `ServeSettings.wait_ms` for others that
+decode with the same settings, and up to `max_batch` sentences go through `translate_lines` (or
+`score_lines`) together, with `decode.batch_size` the smallest of `BATCH_SIZES` that holds them,
+so the compiled programs are those of a few batch shapes; `warm_up` compiles them at start-up.
+
+Every bad request gets a 4xx and a JSON body {"error": ..., "field": ...} naming the field:
+malformed JSON (400), over a limit (`Limits`: 413 for bytes, 422 for sentences and words), a
+wrong type, an empty list, an unknown option, a sentence none of whose words the model knows
+(422). A request that is not answered within `Limits.timeout_s` gets 504. Beyond loopback the
+server is only bound with a token, which every request but /health must then carry
+(`Authorization: Bearer TOKEN`, else 401). SIGTERM or SIGINT: no new connections, the requests in
+flight are answered, then the process exits (uvicorn's graceful shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import hmac
+import ipaddress
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import fastapi
+import numpy as np
+import pydantic
+import uvicorn
+from absl import logging
+from fastapi import responses
+
+from seq2seq import console, translate
+from seq2seq import tokenizer as tok
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+BATCH_SIZES = (1, 4, 16, 64)  # `decode.batch_size` of a gathered batch: the first that fits.
+# Per-request decode fields a client may set; the others (shortlists, ensembles, the batch
+# size) belong to the run and the server.
+DECODE_OPTIONS = ("beam_size", "length_penalty", "max_len_ratio", "replace_unk", "sampling", "mbr")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  """What one request may ask for; past these it is refused with a 4xx."""
+
+  max_sentences: int = 64  # Sentences (or pairs to score) per request.
+  max_words: int = 100  # Whitespace-separated words per sentence.
+  max_request_bytes: int = 1_000_000  # The request body.
+  timeout_s: float = 60.0  # From arrival to answer; then 504.
+
+  def __post_init__(self):
+    for name in ("max_sentences", "max_words", "max_request_bytes"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"serve limit {name} must be at least 1, got {getattr(self, name)}")
+    if not self.timeout_s > 0:
+      raise ValueError(f"serve limit timeout_s must be positive, got {self.timeout_s}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeSettings:
+  host: str = "127.0.0.1"
+  port: int = 8000
+  token: str = ""  # Required to bind beyond loopback; then every request but /health needs it.
+  max_batch: int = 64  # The most sentences decoded together.
+  wait_ms: float = 5.0  # How long a request waits for others to share its batch.
+  warm_up: bool = True  # Compile the batch shapes before answering (`warm_up`).
+  limits: Limits = dataclasses.field(default_factory=Limits)
+
+  def __post_init__(self):
+    if not 1 <= self.max_batch:
+      raise ValueError(f"serve max_batch must be at least 1, got {self.max_batch}")
+    if self.wait_ms < 0:
+      raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
+    if not is_loopback(self.host) and not self.token:
+      raise ValueError(
+        f"--host={self.host} is reachable from other machines: give a token as well "
+        "(--serve_token, or the SEQ2SEQ_SERVE_TOKEN environment variable)"
+      )
+
+
+def is_loopback(host: str) -> bool:
+  if host == "localhost":
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+# Requests. Unknown fields are refused, so a misspelt option is an error, not a silent default.
+class RequestModel(pydantic.BaseModel):
+  """A request body: unknown fields and values of another type are refused."""
+
+  model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+
+
+class TranslateRequest(RequestModel):
+  sentences: list[str] = pydantic.Field(min_length=1)
+  nbest: int = pydantic.Field(1, ge=1)
+  beam_size: int | None = pydantic.Field(None, ge=1)
+  length_penalty: str | None = None
+  max_len_ratio: float | None = pydantic.Field(None, gt=0)
+  replace_unk: bool | None = None
+  sampling: str | None = None  # `decode.sampling`, e.g. "sample(n=8, top_p=0.9)".
+  mbr: str | None = None  # `decode.mbr`, e.g. "mbr(utility=chrf)".
+  prefixes: list[str] | None = None  # A target prefix per sentence ("" for none).
+  constraints: list[list[str]] | None = None  # Phrases per sentence that must appear.
+  attention: bool = False  # Each hypothesis' attention matrix.
+  word_alignments: bool = False  # Each hypothesis' Pharaoh links (argmax).
+
+  def decode_settings(self) -> dict[str, Any]:
+    return {k: getattr(self, k) for k in DECODE_OPTIONS if getattr(self, k) is not None}
+
+
+class ScoreRequest(RequestModel):
+  sources: list[str] = pydantic.Field(min_length=1)
+  targets: list[str] = pydantic.Field(min_length=1)
+
+
+class RequestError(Exception):
+  """A request the server refuses: HTTP `status`, the `field` at fault (or None) and why."""
+
+  def __init__(self, status: int, message: str, field: str | None = None):
+    super().__init__(message)
+    self.status, self.field = status, field
+
+  def body(self) -> dict[str, Any]:
+    return {"error": str(self), "field": self.field}
+
+
+# Gathering requests into batches.
+@dataclasses.dataclass(eq=False)
+class _Job:
+  key: Hashable
+  items: list[Any]
+  future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
+
+
+class Batcher:
+  """One thread that runs `run_batch(key, items)` (a list of results, one per item) over the
+  items of jobs submitted with the same `key`: a job waits up to `wait_s` for others to join it,
+  until `max_batch` items are gathered (a larger job runs alone). Jobs of other keys wait their
+  turn in arrival order. When a batch of several jobs raises, each of them runs alone, so an
+  error reaches the job that caused it only."""
+
+  def __init__(
+    self, run_batch: Callable[[Hashable, list[Any]], list[Any]], max_batch: int, wait_s: float
+  ):
+    self._run_batch, self._max_batch, self._wait_s = run_batch, max_batch, wait_s
+    self._queue: collections.deque[_Job] = collections.deque()
+    self._ready = threading.Condition()
+    self._closed = False
+    self.batches: list[int] = []  # Items per batch run, for the tests and the benchmark.
+    self._thread = threading.Thread(target=self._loop, name="seq2seq-batcher", daemon=True)
+    self._thread.start()
+
+  def submit(self, key: Hashable, items: Sequence[Any]) -> concurrent.futures.Future:
+    job = _Job(key, list(items))
+    with self._ready:
+      if self._closed:
+        raise RuntimeError("the batcher is closed")
+      self._queue.append(job)
+      self._ready.notify()
+    return job.future
+
+  def close(self) -> None:
+    """Runs what is queued, then stops the thread."""
+    with self._ready:
+      self._closed = True
+      self._ready.notify()
+    self._thread.join()
+
+  def _loop(self) -> None:
+    while True:
+      with self._ready:
+        while not self._queue and not self._closed:
+          self._ready.wait()
+        if not self._queue:
+          return
+        first = self._queue.popleft()
+      jobs = self._gather(first)
+      self._run(jobs)
+
+  def _gather(self, first: _Job) -> list[_Job]:
+    jobs, size = [first], len(first.items)
+    deadline = time.monotonic() + self._wait_s
+    with self._ready:
+      while True:
+        full = False
+        for job in [j for j in self._queue if j.key == first.key]:
+          if size + len(job.items) > self._max_batch:
+            full = True  # The next of this key would not fit: it starts the next batch.
+            break
+          self._queue.remove(job)
+          jobs.append(job)
+          size += len(job.items)
+        left = deadline - time.monotonic()
+        if full or size >= self._max_batch or left <= 0 or self._closed:
+          return jobs
+        self._ready.wait(left)
+
+  def _run(self, jobs: list[_Job]) -> None:
+    jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
+    if not jobs:
+      return
+    items = [item for job in jobs for item in job.items]
+    try:
+      results = self._run_batch(jobs[0].key, items)
+    except Exception as e:
+      if len(jobs) == 1:
+        jobs[0].future.set_exception(e)
+        return
+      for job in jobs:  # Each alone, so the error reaches its own job.
+        self._run_alone(job)
+      return
+    self.batches.append(len(items))
+    start = 0
+    for job in jobs:
+      job.future.set_result(results[start : start + len(job.items)])
+      start += len(job.items)
+
+  def _run_alone(self, job: _Job) -> None:
+    try:
+      results = self._run_batch(job.key, job.items)
+    except Exception as e:
+      job.future.set_exception(e)
+      return
+    self.batches.append(len(job.items))
+    job.future.set_result(results)
+
+
+def batch_size_for(count: int, max_batch: int) -> int:
+  """The smallest of `BATCH_SIZES` that holds `count` sentences, at most `max_batch`."""
+  fits = [b for b in BATCH_SIZES if b >= count and b <= max_batch]
+  return fits[0] if fits else max(min(count, max_batch), 1)
+
+
+# What the service does with a loaded run.
+class Service:
+  """Checks requests against the run and the limits, and answers them through a `Batcher` on
+  `translator` (a `translate.Translator`)."""
+
+  def __init__(self, translator: translate.Translator, cfg: ServeSettings):
+    self.t, self.cfg = translator, cfg
+    self.batcher = Batcher(self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0)
+    self.closing = False
+
+  # Batches, on the batcher's thread.
+  def _run_batch(self, key: Hashable, items: list[Any]) -> list[Any]:
+    kind, options = key[0], dict(key[1])
+    if kind == "score":
+      return translate.score_lines(self.t, [s for s, _ in items], [t for _, t in items])
+    nbest, guided = key[2], key[3]
+    sentences = [s for s, _, _ in items]
+    guides = {}
+    if "prefixes" in guided:
+      guides["prefixes"] = [p for _, p, _ in items]
+    if "constraints" in guided:
+      guides["constraints"] = [c for _, _, c in items]
+    size = batch_size_for(len(items), self.cfg.max_batch)
+    found, _ = translate.translate_lines(
+      self.t, sentences, nbest=nbest, progress=None, batch_size=size, **guides, **options
+    )
+    return found
+
+  def warm_up(self, lengths: Sequence[int] | None = None) -> int:
+    """Compiles the run's default decoding for every batch size of `BATCH_SIZES` up to
+    `max_batch` and every source length bucket up to `Limits.max_words` (or `lengths`), so
+    requests find their programs compiled; returns how many shapes it ran."""
+    step = self.t.decoding.bucket_step
+    if lengths is None:
+      lengths = range(step, self.cfg.limits.max_words + step, step)
+    word = _known_word(self.t)
+    shapes = [(b, n) for b in BATCH_SIZES if b <= self.cfg.max_batch for n in lengths]
+    for b, n in shapes:
+      sentence = " ".join([word] * max(n - 1, 1))  # EOS makes the n-th token.
+      translate.translate_lines(self.t, [sentence] * b, progress=None, batch_size=b)
+    return len(shapes)
+
+  # Requests, on the event loop.
+  def check_translate(self, req: TranslateRequest) -> tuple[Hashable, list[Any]]:
+    self._check_sentences(req.sentences, "sentences")
+    n = len(req.sentences)
+    for name in ("prefixes", "constraints"):
+      given = getattr(req, name)
+      if given is not None and len(given) != n:
+        raise RequestError(422, f"{name} has {len(given)} entries for {n} sentences", name)
+    options = req.decode_settings()
+    try:
+      dec = self.t.decoding_with(**options)
+      dec.check_nbest(req.nbest)
+    except ValueError as e:
+      raise RequestError(422, str(e), _field_of(str(e), options, "nbest")) from None
+    if req.word_alignments:
+      try:
+        translate.check_links(self.t.run, "links", 0.0)
+      except ValueError as e:
+        raise RequestError(422, str(e), "word_alignments") from None
+    guided = tuple(name for name in ("prefixes", "constraints") if getattr(req, name) is not None)
+    key = ("translate", tuple(sorted(options.items())), req.nbest, guided)
+    prefixes = req.prefixes or [""] * n
+    constraints = req.constraints or [[] for _ in range(n)]
+    return key, list(zip(req.sentences, prefixes, constraints, strict=True))
+
+  def check_score(self, req: ScoreRequest) -> tuple[Hashable, list[Any]]:
+    if len(req.sources) != len(req.targets):
+      raise RequestError(
+        422, f"{len(req.sources)} sources but {len(req.targets)} targets", "targets"
+      )
+    self._check_sentences(req.sources, "sources")
+    self._check_sentences(req.targets, "targets", known=False)
+    return ("score", ()), list(zip(req.sources, req.targets, strict=True))
+
+  def _check_sentences(self, sentences: list[str], field: str, known: bool = True) -> None:
+    limits = self.cfg.limits
+    if len(sentences) > limits.max_sentences:
+      raise RequestError(
+        422, f"{len(sentences)} sentences: at most {limits.max_sentences} per request", field
+      )
+    for i, s in enumerate(sentences):
+      words = len(s.split())
+      if words > limits.max_words:
+        raise RequestError(
+          422, f"{words} words: at most {limits.max_words} per sentence", f"{field}[{i}]"
+        )
+      if known and words and _all_unknown(self.t, s):
+        raise RequestError(
+          422,
+          "none of its words is in the model's source vocabulary (another language or script?)",
+          f"{field}[{i}]",
+        )
+
+  def hypothesis(self, h, source: str, req: TranslateRequest) -> dict[str, Any]:
+    out = {
+      "text": h.text,
+      "score": _number(h.score),
+      "norm_score": _number(h.norm_score),
+      "finished": h.finished,
+      "normalised_over": h.normalised_over,
+    }
+    if req.attention:
+      out["attention"] = np.round(h.attention, 4).tolist()
+    if req.word_alignments:
+      out["word_alignments"] = translate._links(self.t, source, h.attention, h.tokens, 0.0)
+    return out
+
+  def info(self) -> dict[str, Any]:
+    run = self.t.run
+    return {
+      "step": int(np.asarray(self.t.state.step)),
+      "model": run.config.model.to_dict(),
+      "decode": run.config.decode.to_dict(),
+      "vocabulary": {"source": self.t.src_tok.size, "target": self.t.tgt_tok.size},
+      "limits": dataclasses.asdict(self.cfg.limits),
+      "max_batch": self.cfg.max_batch,
+      "decode_options": list(DECODE_OPTIONS),
+    }
+
+
+def _number(x: float) -> float | None:
+  return float(x) if np.isfinite(x) else None
+
+
+def _known_word(t: translate.Translator) -> str:
+  """A word of the source vocabulary (for warm-up sentences)."""
+  for i in range(t.src_tok.size):
+    if i not in (tok.PAD_ID, tok.BOS_ID, tok.EOS_ID, tok.UNK_ID):
+      word = t.src_tok.decode([i]).strip()
+      if word and not _all_unknown(t, word):
+        return word
+  raise ValueError("the source vocabulary holds no word")
+
+
+def _all_unknown(t: translate.Translator, sentence: str) -> bool:
+  ids = t.src_tok.encode(sentence)
+  return bool(ids) and all(i == tok.UNK_ID for i in ids)
+
+
+def field_name(loc: Sequence[str | int]) -> str | None:
+  """A pydantic error location as the request's field: ("sentences", 2) -> "sentences[2]"."""
+  name = ""
+  for part in loc:
+    name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else str(part)
+  return name or None
+
+
+def _field_of(message: str, options: dict[str, Any], default: str) -> str:
+  """The request field an error message names: an option it mentions, else `default`."""
+  for name in options:
+    if name in message:
+      return name
+  return default
+
+
+# The HTTP application.
+def create_app(service: Service):
+  """The FastAPI application of `service`."""
+  app = fastapi.FastAPI(
+    title="seq2seq-attention",
+    description="Translate and score with a trained run (seq2seq.serve).",
+    docs_url="/docs",
+  )
+  cfg = service.cfg
+
+  def error(e: RequestError) -> responses.JSONResponse:
+    return responses.JSONResponse(e.body(), status_code=e.status)
+
+  def authorised(request: fastapi.Request) -> bool:
+    if not cfg.token:
+      return True
+    given = request.headers.get("authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {cfg.token}".encode())
+
+  async def body_of(request: fastapi.Request, model: type[RequestModel]):
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > cfg.limits.max_request_bytes:
+      raise RequestError(413, f"the body is over {cfg.limits.max_request_bytes} bytes")
+    raw = bytearray()
+    async for chunk in request.stream():
+      raw += chunk
+      if len(raw) > cfg.limits.max_request_bytes:
+        raise RequestError(413, f"the body is over {cfg.limits.max_request_bytes} bytes")
+    try:
+      data = json.loads(bytes(raw))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise RequestError(400, f"the body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+      raise RequestError(400, "the body must be a JSON object")
+    try:
+      return model.model_validate(data)
+    except pydantic.ValidationError as e:
+      first = e.errors()[0]
+      raise RequestError(422, first["msg"], field_name(first["loc"])) from None
+
+  async def answered(key, items):
+    if service.closing:
+      raise RequestError(503, "the server is shutting down")
+    try:
+      future = service.batcher.submit(key, items)
+    except RuntimeError:
+      raise RequestError(503, "the server is shutting down") from None
+    try:
+      return await asyncio.wait_for(asyncio.wrap_future(future), cfg.limits.timeout_s)
+    except TimeoutError:
+      future.cancel()
+      raise RequestError(504, f"not answered within {cfg.limits.timeout_s} s") from None
+    except ValueError as e:  # A request the run cannot decode (a prefix too long, ...).
+      raise RequestError(422, str(e)) from None
+
+  def schema(model: type[RequestModel]) -> dict[str, Any]:
+    return {
+      "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": model.model_json_schema()}},
+      }
+    }
+
+  @app.post("/translate", openapi_extra=schema(TranslateRequest))
+  async def translate_endpoint(request: fastapi.Request):
+    if not authorised(request):
+      return error(RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)"))
+    try:
+      req = await body_of(request, TranslateRequest)
+      key, items = service.check_translate(req)
+      found = await answered(key, items)
+    except RequestError as e:
+      return error(e)
+    return {
+      "translations": [
+        [service.hypothesis(h, s, req) for h in hyps]
+        for s, hyps in zip(req.sentences, found, strict=True)
+      ]
+    }
+
+  @app.post("/score", openapi_extra=schema(ScoreRequest))
+  async def score_endpoint(request: fastapi.Request):
+    if not authorised(request):
+      return error(RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)"))
+    try:
+      req = await body_of(request, ScoreRequest)
+      key, items = service.check_score(req)
+      found = await answered(key, items)
+    except RequestError as e:
+      return error(e)
+    scores = [translate.score_record(i, s) for i, s in enumerate(found)]
+    return {"scores": scores}
+
+  @app.get("/health")
+  async def health():
+    if service.closing:
+      return error(RequestError(503, "the server is shutting down"))
+    return {"status": "ok"}
+
+  @app.get("/info")
+  async def info(request: fastapi.Request):
+    if not authorised(request):
+      return error(RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)"))
+    return service.info()
+
+  @app.exception_handler(fastapi.exceptions.RequestValidationError)
+  async def invalid(request, exc):  # Query or path errors FastAPI finds itself.
+    first = exc.errors()[0]
+    return error(RequestError(422, first["msg"], field_name(first["loc"])))
+
+  return app
+
+
+def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()) -> None:
+  """Serves `translator` until SIGTERM or SIGINT, then answers the requests in flight and
+  returns."""
+  service = Service(translator, cfg)
+  if cfg.warm_up:
+    start = time.monotonic()
+    count = service.warm_up()
+    console.say(f"compiled {count} batch shapes in {time.monotonic() - start:.0f} s")
+  app = create_app(service)
+  server = uvicorn.Server(
+    uvicorn.Config(
+      app,
+      host=cfg.host,
+      port=cfg.port,
+      log_level="warning",
+      timeout_graceful_shutdown=max(int(cfg.limits.timeout_s), 1),
+      limit_concurrency=None,
+    )
+  )
+  console.say(f"serving on http://{cfg.host}:{cfg.port} (API: /docs); stop with Ctrl-C")
+  # uvicorn answers what is in flight on SIGTERM or SIGINT, then raises the signal again for the
+  # handler it found: this one notes it, so the process ends as a finished job (status 0).
+  stopped_by = []
+  handlers = {sig: signal.signal(sig, lambda s, _: stopped_by.append(s)) for sig in STOP_SIGNALS}
+  try:
+    server.run()
+  finally:
+    for sig, handler in handlers.items():
+      signal.signal(sig, handler)
+    service.closing = True
+    service.batcher.close()
+    logging.info("served batches of sizes: %s", collections.Counter(service.batcher.batches))
+  if stopped_by:
+    console.say(f"stopped by {signal.Signals(stopped_by[0]).name}: every request answered")

@@ -1,0 +1,339 @@
+"""The translation service: the batcher that gathers requests, the limits and errors of every
+bad request, answers equal to the Python API's, and a server started, used and stopped with
+SIGTERM as a user runs it."""
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import httpx
+import numpy as np
+import pytest
+from helpers import subprocess_env
+
+import seq2seq
+from seq2seq import serve
+
+
+# The batcher, on a function that records what it was given.
+class Recorder:
+  def __init__(self, hold_first=False):
+    self.calls = []
+    self.release = threading.Event()
+    self.started = threading.Event()
+    self.hold_first = hold_first
+
+  def __call__(self, key, items):
+    self.calls.append((key, list(items)))
+    if self.hold_first and len(self.calls) == 1:
+      self.started.set()
+      assert self.release.wait(10)
+    if "bad" in items:
+      raise ValueError("bad item")
+    return [f"{key}:{item}" for item in items]
+
+
+def held_batcher(max_batch=8, wait_s=0.0):
+  """A batcher whose first batch (the job "first") runs until `release` is set, so the jobs
+  submitted meanwhile queue up."""
+  run = Recorder(hold_first=True)
+  batcher = serve.Batcher(run, max_batch=max_batch, wait_s=wait_s)
+  first = batcher.submit("k", ["first"])
+  assert run.started.wait(10)
+  return batcher, run, first
+
+
+def test_queued_jobs_of_one_key_run_as_one_batch_and_each_gets_its_own_results():
+  batcher, run, first = held_batcher()
+  jobs = [batcher.submit("k", [f"a{i}", f"b{i}"]) for i in range(3)]
+  run.release.set()
+  assert first.result(10) == ["k:first"]
+  assert [j.result(10) for j in jobs] == [[f"k:a{i}", f"k:b{i}"] for i in range(3)]
+  assert [len(items) for _, items in run.calls] == [1, 6]
+  batcher.close()
+
+
+def test_batches_hold_at_most_max_batch_items_and_keys_are_not_mixed():
+  batcher, run, first = held_batcher(max_batch=4)
+  jobs = [batcher.submit(key, [key] * 2) for key in ("k", "x", "k", "k", "x")]
+  run.release.set()
+  results = [j.result(10) for j in jobs]
+  assert results == [[f"{key}:{key}"] * 2 for key in ("k", "x", "k", "k", "x")]
+  later = run.calls[1:]
+  assert all(set(items) == {k} for k, items in later)
+  # In arrival order: the first job's key "k" fills a batch (2 jobs), then "x" (both x jobs),
+  # then the "k" left over.
+  assert [(k, len(items)) for k, items in later] == [("k", 4), ("x", 4), ("k", 2)]
+  batcher.close()
+
+
+def test_an_error_reaches_only_the_job_that_caused_it():
+  batcher, run, first = held_batcher()
+  good = batcher.submit("k", ["a"])
+  bad = batcher.submit("k", ["bad"])
+  other = batcher.submit("k", ["b"])
+  run.release.set()
+  assert good.result(10) == ["k:a"] and other.result(10) == ["k:b"]
+  with pytest.raises(ValueError, match="bad item"):
+    bad.result(10)
+  batcher.close()
+
+
+def test_a_lone_job_waits_for_company_only_wait_s():
+  run = Recorder()
+  batcher = serve.Batcher(run, max_batch=8, wait_s=0.05)
+  start = time.monotonic()
+  assert batcher.submit("k", ["a"]).result(10) == ["k:a"]
+  assert time.monotonic() - start < 5  # Bounded; not a timing test: 0.05 s is the wait.
+  batcher.close()
+
+
+def test_close_answers_what_is_queued_then_refuses():
+  batcher, run, first = held_batcher()
+  queued = batcher.submit("k", ["a"])
+  closer = threading.Thread(target=batcher.close)
+  closer.start()
+  run.release.set()
+  closer.join(10)
+  assert not closer.is_alive()
+  assert queued.result(0) == ["k:a"]
+  with pytest.raises(RuntimeError, match="closed"):
+    batcher.submit("k", ["b"])
+
+
+def test_batch_size_for_picks_the_smallest_bucket_that_fits():
+  assert [serve.batch_size_for(n, 64) for n in (1, 2, 4, 5, 16, 17, 64)] == [
+    1,
+    4,
+    4,
+    16,
+    16,
+    64,
+    64,
+  ]
+  assert serve.batch_size_for(10, 8) == 8  # Never past max_batch.
+  assert serve.batch_size_for(70, 64) == 64
+
+
+def test_field_names_of_pydantic_locations():
+  assert serve.field_name(("sentences", 2)) == "sentences[2]"
+  assert serve.field_name(("constraints", 0, 1)) == "constraints[0][1]"
+  assert serve.field_name(()) is None
+
+
+def test_settings_refuse_an_open_address_without_a_token_and_bad_limits():
+  with pytest.raises(ValueError, match="give a token"):
+    serve.ServeSettings(host="0.0.0.0")
+  serve.ServeSettings(host="0.0.0.0", token="s3cret")
+  serve.ServeSettings(host="::1")
+  with pytest.raises(ValueError, match="max_words"):
+    serve.Limits(max_words=0)
+  with pytest.raises(ValueError, match="timeout_s"):
+    serve.Limits(timeout_s=0)
+
+
+# The application in this process, on the session's trained tiny run.
+@pytest.fixture(scope="module")
+def translator(trained):
+  return seq2seq.load(trained)
+
+
+def client_of(translator, **settings):
+  limits = serve.Limits(**settings.pop("limits", {}))
+  service = serve.Service(translator, serve.ServeSettings(warm_up=False, limits=limits, **settings))
+  return service, httpx.AsyncClient(
+    transport=httpx.ASGITransport(app=serve.create_app(service)), base_url="http://test"
+  )
+
+
+def post(translator, path, body, **settings):
+  """(status, JSON answer) of one request; `body` a dict, or bytes sent as they are."""
+
+  async def go():
+    service, client = client_of(translator, **settings)
+    async with client:
+      content = body if isinstance(body, bytes) else json.dumps(body).encode()
+      r = await client.post(path, content=content)
+    service.batcher.close()
+    return r.status_code, r.json()
+
+  return asyncio.run(go())
+
+
+BAD_REQUESTS = [
+  (b"{not json", 400, None),
+  (b"[1, 2]", 400, None),
+  ({"sentences": []}, 422, "sentences"),
+  ({"sentences": "the cat"}, 422, "sentences"),
+  ({"sentences": ["the", 3]}, 422, "sentences[1]"),
+  ({"sentences": ["the"], "beam": 5}, 422, "beam"),
+  ({"sentences": ["the"], "beam_size": 0}, 422, "beam_size"),
+  ({"sentences": ["the"], "nbest": 99}, 422, "nbest"),  # More than the beam.
+  ({"sentences": ["the"], "sampling": "sample(n=2, temperature=-1)"}, 422, "sampling"),
+  ({"sentences": ["the"], "sampling": "sample(n=2, top_p=1.5)"}, 422, "sampling"),
+  ({"sentences": ["the"] * 5}, 422, "sentences"),  # Over max_sentences=4.
+  ({"sentences": ["the"], "prefixes": ["a", "b"]}, 422, "prefixes"),
+  ({"sentences": ["the " * 9]}, 422, "sentences[0]"),  # Over max_words=8.
+  ({"sentences": ["the", "日本語のテキスト"]}, 422, "sentences[1]"),  # No word it knows.
+  ({"sources": ["the"], "targets": ["a", "b"]}, 422, "targets"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "field"), BAD_REQUESTS)
+def test_every_bad_request_gets_a_4xx_naming_its_field(translator, body, status, field):
+  path = "/score" if isinstance(body, dict) and "sources" in body else "/translate"
+  got, answer = post(translator, path, body, limits={"max_sentences": 4, "max_words": 8})
+  assert (got, answer["field"]) == (status, field), answer
+  assert answer["error"]
+
+
+def test_a_body_over_the_byte_limit_is_refused_unread(translator):
+  body = {"sentences": ["the " * 50]}
+  got, answer = post(translator, "/translate", body, limits={"max_request_bytes": 100})
+  assert got == 413 and "100 bytes" in answer["error"]
+
+
+def test_answers_equal_the_python_api(translator, trained):
+  sentences = ["the man will not", "a woman", "they"]
+  body = {"sentences": sentences, "beam_size": 3, "nbest": 2, "attention": True}
+  got, answer = post(translator, "/translate", body)
+  assert got == 200
+  want = translator.translate(sentences, beam_size=3, nbest=2)
+  for served, hyps in zip(answer["translations"], want, strict=True):
+    assert [h["text"] for h in served] == [h.text for h in hyps]
+    np.testing.assert_allclose([h["score"] for h in served], [h.score for h in hyps], rtol=1e-5)
+    for h, w in zip(served, hyps, strict=True):
+      np.testing.assert_allclose(h["attention"], w.attention, atol=1e-4)
+  texts = [hyps[0].text for hyps in want]
+  got, scored = post(translator, "/score", {"sources": sentences, "targets": texts})
+  assert got == 200
+  np.testing.assert_allclose(
+    [s["score"] for s in scored["scores"]], [hyps[0].score for hyps in want], rtol=1e-4
+  )
+
+
+def test_concurrent_requests_share_batches_and_get_their_own_answers(translator):
+  sentences = ["the man will not", "a woman", "they", "the", "and the man", "she will"]
+  alone = [hyps[0].text for hyps in translator.translate(sentences)]
+
+  async def go():
+    service, client = client_of(translator, wait_ms=200.0)
+    async with client:
+      answers = await asyncio.gather(
+        *(client.post("/translate", json={"sentences": [s]}) for s in sentences)
+      )
+    service.batcher.close()
+    return service.batcher.batches, [a.json()["translations"][0][0]["text"] for a in answers]
+
+  batches, texts = asyncio.run(go())
+  assert texts == alone
+  assert sum(batches) == len(sentences) and max(batches) > 1, batches
+
+
+def test_a_token_guards_every_endpoint_but_health(translator):
+  async def go():
+    service, client = client_of(translator, host="0.0.0.0", token="s3cret")
+    async with client:
+      body = {"sentences": ["the"]}
+      codes = [
+        (await client.post("/translate", json=body)).status_code,
+        (
+          await client.post("/translate", json=body, headers={"authorization": "Bearer no"})
+        ).status_code,
+        (
+          await client.post("/translate", json=body, headers={"authorization": "Bearer s3cret"})
+        ).status_code,
+        (await client.get("/info")).status_code,
+        (await client.get("/health")).status_code,
+      ]
+    service.batcher.close()
+    return codes
+
+  assert asyncio.run(go()) == [401, 401, 200, 401, 200]
+
+
+def test_info_names_the_run(translator):
+  async def go():
+    service, client = client_of(translator)
+    async with client:
+      info = (await client.get("/info")).json()
+      schema = (await client.get("/openapi.json")).json()
+    service.batcher.close()
+    return info, schema
+
+  info, schema = asyncio.run(go())
+  assert info["step"] == 20 and info["vocabulary"]["source"] == translator.src_tok.size
+  assert {"/translate", "/score", "/health", "/info"} <= set(schema["paths"])
+
+
+def test_warm_up_compiles_every_batch_shape(translator):
+  service = serve.Service(translator, serve.ServeSettings(warm_up=False, max_batch=4))
+  assert service.warm_up(lengths=[4]) == 2  # Batch sizes 1 and 4 of BATCH_SIZES.
+  service.batcher.close()
+
+
+# The server as a user starts it.
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def request(url, body=None, timeout=30):
+  data = None if body is None else json.dumps(body).encode()
+  try:
+    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=timeout) as r:
+      return r.status, json.loads(r.read())
+  except urllib.error.HTTPError as e:
+    return e.code, json.loads(e.read())
+
+
+@pytest.mark.slow
+def test_main_serves_answers_and_stops_on_sigterm(trained):
+  port = free_port()
+  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={trained}", f"--port={port}"]
+  cmd += ["--serve_max_words=12"]  # Warm-up compiles lengths up to 12 words.
+  proc = subprocess.Popen(
+    cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+  )
+  url = f"http://127.0.0.1:{port}"
+  try:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+      try:
+        if request(f"{url}/health", timeout=2)[0] == 200:
+          break
+      except OSError:
+        time.sleep(0.5)
+      assert proc.poll() is None, proc.stdout.read().decode()
+    status, answer = request(f"{url}/translate", {"sentences": ["the man", "a woman"]})
+    assert status == 200 and len(answer["translations"]) == 2
+    assert request(f"{url}/translate", {"sentences": ["the " * 13]})[0] == 422
+    assert request(f"{url}/health")[0] == 200  # Alive after the bad request.
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0].decode()
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 0, out
+  assert "compiled" in out and "serving on" in out
+
+
+def test_main_refuses_an_open_address_without_a_token(trained):
+  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={trained}", "--host=0.0.0.0"]
+  proc = subprocess.run(
+    cmd,
+    env={**subprocess_env(), "SEQ2SEQ_SERVE_TOKEN": ""},
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: --host=0.0.0.0 is reachable")
