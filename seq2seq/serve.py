@@ -83,7 +83,7 @@ class ServeSettings:
   token: str = ""  # Required to bind beyond loopback; then every request but /health needs it.
   max_batch: int = 64  # The most sentences decoded together.
   wait_ms: float = 5.0  # How long a request waits for others to share its batch.
-  warm_up: bool = True  # Compile the batch shapes before answering (`warm_up`).
+  warm_up: bool = True  # Compile the batch shapes before answering (`Service.warm_up`).
   limits: Limits = dataclasses.field(default_factory=Limits)
 
   def __post_init__(self):
@@ -284,17 +284,21 @@ class Service:
     return found
 
   def warm_up(self, lengths: Sequence[int] | None = None) -> int:
-    """Compiles the run's default decoding for every batch size of `BATCH_SIZES` up to
-    `max_batch` and every source length bucket up to `Limits.max_words` (or `lengths`), so
-    requests find their programs compiled; returns how many shapes it ran."""
+    """Compiles the run's own decoding and greedy search for every batch size of `BATCH_SIZES`
+    up to `max_batch` and every source length bucket up to `Limits.max_words` (or `lengths`),
+    so requests with the run's settings or `beam_size: 1` find their programs compiled; returns
+    how many programs it ran."""
     step = self.t.decoding.bucket_step
     if lengths is None:
       lengths = range(step, self.cfg.limits.max_words + step, step)
     word = _known_word(self.t)
-    shapes = [(b, n) for b in BATCH_SIZES if b <= self.cfg.max_batch for n in lengths]
-    for b, n in shapes:
+    beams = sorted({self.t.decoding.beam_size, 1})
+    shapes = [
+      (k, b, n) for k in beams for b in BATCH_SIZES if b <= self.cfg.max_batch for n in lengths
+    ]
+    for k, b, n in shapes:
       sentence = " ".join([word] * max(n - 1, 1))  # EOS makes the n-th token.
-      translate.translate_lines(self.t, [sentence] * b, progress=None, batch_size=b)
+      translate.translate_lines(self.t, [sentence] * b, progress=None, batch_size=b, beam_size=k)
     return len(shapes)
 
   # Requests, on the event loop.
@@ -532,7 +536,7 @@ def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()
   if cfg.warm_up:
     start = time.monotonic()
     count = service.warm_up()
-    console.say(f"compiled {count} batch shapes in {time.monotonic() - start:.0f} s")
+    console.say(f"compiled {count} programs in {time.monotonic() - start:.0f} s")
   app = create_app(service)
   server = uvicorn.Server(
     uvicorn.Config(

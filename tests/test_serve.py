@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 
 import httpx
+import jax
 import numpy as np
 import pytest
 from helpers import subprocess_env
@@ -273,9 +274,31 @@ def test_info_names_the_run(translator):
   assert {"/translate", "/score", "/health", "/info"} <= set(schema["paths"])
 
 
-def test_warm_up_compiles_every_batch_shape(translator):
+def traces_of(fn) -> int:
+  """How many programs JAX traced (a jit cache miss) while `fn` ran."""
+  events = []
+  listener = lambda name, *_, **__: events.append(name)
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    fn()
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  return events.count("/jax/core/compile/jaxpr_trace_duration")
+
+
+def test_after_warm_up_requests_of_the_warmed_shapes_compile_nothing(translator):
   service = serve.Service(translator, serve.ServeSettings(warm_up=False, max_batch=4))
-  assert service.warm_up(lengths=[4]) == 2  # Batch sizes 1 and 4 of BATCH_SIZES.
+  # Beam sizes 1 and the run's 3, batch sizes 1 and 4 of BATCH_SIZES, the first length bucket
+  # (configs/tiny.py pads sources to 24 tokens).
+  assert service.warm_up(lengths=[5]) == 4
+  key, items = service.check_translate(serve.TranslateRequest(sentences=["the man will not"] * 3))
+  assert traces_of(lambda: service.batcher.submit(key, items).result(60)) == 0
+  greedy = serve.TranslateRequest(sentences=["a woman will"], beam_size=1)
+  key, items = service.check_translate(greedy)
+  assert traces_of(lambda: service.batcher.submit(key, items).result(60)) == 0
+  # 31 tokens, past the warmed bucket, compile (so the counts above can fail).
+  key, items = service.check_translate(serve.TranslateRequest(sentences=["the man " * 15]))
+  assert traces_of(lambda: service.batcher.submit(key, items).result(60)) > 0
   service.batcher.close()
 
 
@@ -337,3 +360,24 @@ def test_main_refuses_an_open_address_without_a_token(trained):
   )
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --host=0.0.0.0 is reachable")
+
+
+@pytest.mark.slow
+def test_serve_bench_smoke(trained, tmp_path):
+  from experiments import serve_bench
+
+  words = ["the", "a", "man", "woman", "will", "not", "they", "and"]
+  rng = np.random.default_rng(0)
+  lines = [" ".join(rng.choice(words, size=rng.integers(2, 8))) for _ in range(24)]
+  (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+  args = ["--run", str(trained), "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path)]
+  args += ["--requests=24", "--clients=1,4", "--malformed=16", "--soak=48", "--max_words=10"]
+  record = serve_bench.main(args)
+  assert [r["correct"] for r in record["load"]] == [24, 24]
+  f = record["faults"]
+  assert (f["valid_answered_right"], f["malformed_refused_4xx"]) == (16, 16)
+  assert f["slow_client_answered_right"] and f["healthy_after"]
+  assert record["soak"]["answered_right"] == 48
+  t = record["sigterm"]
+  assert t["exit_status"] == 0 and t["other"] == 0 and t["answered_right"] + t["refused"] == 24
+  assert (tmp_path / "serve_bench.md").read_text().startswith("# The translation service")
