@@ -86,6 +86,12 @@ def get_config() -> ml_collections.ConfigDict:
   d.sp_model_type = (
     "unigram"  # SentencePiece model: "unigram" or "bpe" (tokenizer="sentencepiece" only).
   )
+  # Subword regularisation (Kudo 2018; tokenizer="sentencepiece", unigram): "sample(alpha=0.1,
+  # nbest_size=64)" segments each training pair anew every time it is drawn, from the model's
+  # 64 best segmentations x with probability ~ P(x)**alpha (seeded per example and draw, so a
+  # resumed run is bit-identical); validation, test and translation keep the deterministic
+  # segmentation. "" turns it off.
+  d.subword_sampling = ""
   d.max_len = 50  # Training pairs longer than this (either side, in tokens) are dropped: 30 or 50.
   d.batch_size = 80  # Sentence pairs per update (paper: 80).
   d.batching = "paper"  # "paper" (pool 20 batches, sort by length, split) or "tokens" (budget).

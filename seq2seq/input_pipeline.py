@@ -211,6 +211,7 @@ class DataSettings:
   tokenizer: str
   pretokenizer: str
   sp_model_type: str
+  subword_sampling: str
   max_len: int
   batch_size: int
   batching: str
@@ -246,6 +247,51 @@ class DataSettings:
       seed=int(config.seed),
       copy=bool(config.model.copy),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class SubwordSampling:
+  """`data.subword_sampling="sample(alpha=A, nbest_size=N)"`: training pairs segmented anew at
+  every draw, from the unigram model's N best segmentations with probability proportional to
+  P(x)**A (`tokenizer.SentencePieceTokenizer.sample`; Kudo 2018, whose l = 64 is the default)."""
+
+  alpha: float = 0.1
+  nbest_size: int = 64
+
+  def __post_init__(self):
+    if not 0.0 < self.alpha <= 1.0:
+      raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+    if self.nbest_size < 2:
+      raise ValueError(f"nbest_size must be at least 2 (64 is Kudo's), got {self.nbest_size}")
+
+
+def subword_sampling(d: DataSettings) -> SubwordSampling | None:
+  """The subword sampling of the settings, or None (deterministic segmentation). ValueError in
+  one line for a spec that is not `sample(...)` or a tokenizer that cannot sample."""
+  if not d.subword_sampling:
+    return None
+  name = d.subword_sampling.partition("(")[0].strip()
+  if name != "sample":
+    raise ValueError(
+      f'data.subword_sampling={d.subword_sampling!r}: use "sample(alpha=A, nbest_size=N)" or ""'
+    )
+  sampling = registry.parse_settings(SubwordSampling, d.subword_sampling, "data.subword_sampling")
+  if d.tokenizer != "sentencepiece":
+    raise ValueError(
+      f'data.subword_sampling samples SentencePiece segmentations: data.tokenizer="{d.tokenizer}" '
+      'has one segmentation (use data.tokenizer="sentencepiece")'
+    )
+  if d.sp_model_type != "unigram":
+    raise ValueError(
+      "data.subword_sampling draws from a unigram model's n best segmentations: "
+      f'data.sp_model_type="{d.sp_model_type}" has none (use "unigram")'
+    )
+  if d.copy:
+    raise ValueError(
+      "data.subword_sampling and model.copy are not combined (copy targets are "
+      "spelled in the deterministic segmentation)"
+    )
+  return sampling
 
 
 def has_long_test(data_config: DataSettings) -> bool:
@@ -628,13 +674,58 @@ def token_batches(
 
 
 class _Unpool(grain.experimental.FlatMapTransform):
-  """Turns a pool (a list of id batches) into one element per batch."""
+  """Turns a pool (a list of (pool index, id batch)) into one element per batch."""
 
   def __init__(self, max_fan_out: int):
     self.max_fan_out = max_fan_out
 
-  def flat_map(self, element: list[np.ndarray]) -> list[np.ndarray]:
+  def flat_map(self, element: list[tuple[int, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
     return element
+
+
+def sampled_batch(
+  data: Data,
+  split: Split,
+  ids: np.ndarray,
+  draw: int,
+  d: DataSettings,
+  sampling: SubwordSampling,
+  rows: slice = slice(None),
+) -> Batch:
+  """`make_batch` of the examples `ids` with every side segmented anew by `sampling`, seeded by
+  the run's seed, `data.shuffle_seed`, `draw` (which pool of the stream drew them), the example
+  and the side, so the same batch of the stream is the same batch in any run or resume. An
+  example whose sampled segmentation is longer than `data.max_len` keeps its deterministic one,
+  as does a side holding <unk> (its text cannot be spelled again)."""
+  ids = np.asarray(ids, np.int64)
+  live = [int(i) for i in ids if i >= 0]
+  sides = {"src": (split.src, data.src_tokenizer), "tgt": (split.tgt, data.tgt_tokenizer)}
+  if split.src2 is not None:
+    sides["src2"] = (split.src2, data.src_tokenizer)
+  resampled = {}
+  for k, (side, (ragged, tok)) in enumerate(sides.items()):
+    out = []
+    for i in live:
+      row = ragged.row(i)
+      if (row == tokenizer_lib.UNK_ID).any():
+        out.append(row)
+        continue
+      rng = np.random.default_rng([d.seed, d.shuffle_seed, draw, i, k])
+      pieces = tok.sample(row, sampling.alpha, sampling.nbest_size, rng)
+      out.append(pieces if 0 < len(pieces) <= d.max_len else row)
+    resampled[side] = Ragged.from_lists(out)
+  drawn = Split(
+    split.name,
+    resampled["src"],
+    resampled["tgt"],
+    split.line[live],
+    src2=resampled.get("src2"),
+  )
+  positions = np.full(len(ids), -1, np.int64)
+  positions[ids >= 0] = np.arange(len(live))
+  batch = make_batch(drawn, positions, d.bucket_step, rows)
+  batch["index"] = ids[rows].astype(np.int32)  # The examples' indices in the training split.
+  return batch
 
 
 def _shuffle_seed(d: DataSettings) -> int:
@@ -661,7 +752,8 @@ def train_dataset(
        "paper"` gives `pool_batches` full batches, `"tokens"` as many as the token budget
        `max_tokens` needs (see `token_batches`); the order of a pool's batches is shuffled
        (seeded by the pool index);
-    5. each process assembles its rows `process_rows(...)` of every global batch.
+    5. each process assembles its rows `process_rows(...)` of every global batch, with
+       `data.subword_sampling` segmenting its pairs anew (`sampled_batch`).
 
   Pools run across epoch boundaries, so no pair is dropped at the end of an epoch.
   """
@@ -692,17 +784,22 @@ def train_dataset(
       bucket_step=d.bucket_step,
     )
 
-  def pool_to_batches(pool_index: int, positions: np.ndarray) -> list[np.ndarray]:
+  def pool_to_batches(pool_index: int, positions: np.ndarray) -> list[tuple[int, np.ndarray]]:
     batches = split_pool(keep[positions])
     order = np.random.default_rng([seed, pool_index]).permutation(len(batches))
-    return [batches[i] for i in order]
+    return [(pool_index, batches[i]) for i in order]
 
+  sampling = subword_sampling(d)
+  if sampling is None:
+    assemble = lambda item: make_batch(split, item[1], d.bucket_step, rows)
+  else:
+    assemble = lambda item: sampled_batch(data, split, item[1], item[0], d, sampling, rows)
   ds = grain.MapDataset.range(len(keep)).shuffle(seed=seed).repeat()
   ds = ds.batch(pool_size, drop_remainder=True)
   ds = ds.map_with_index(pool_to_batches)
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
   ds = grain.experimental.FlatMapIterDataset(ds, _Unpool(max_fan_out=pool_size))
-  return ds.map(lambda ids: make_batch(split, ids, d.bucket_step, rows))
+  return ds.map(assemble)
 
 
 def train_iterator(

@@ -143,6 +143,11 @@ def validate(config: Config) -> RunSettings:
     raise ValueError(f"model.direction={model.direction!r} is not one of {DIRECTIONS}")
   if model.direction == "reverse" and model.name != "agreement":
     raise ValueError("model.direction=reverse needs an agreement run (model.name=agreement)")
+  if input_pipeline.subword_sampling(data) and "align" in objective_.batch_keys:
+    raise ValueError(
+      "data.subword_sampling and supervised attention are not combined (gold links name the "
+      "deterministic segmentation's tokens)"
+    )
   if config.data.batching not in input_pipeline.BATCHINGS:
     raise ValueError(
       f"data.batching={config.data.batching!r} is not one of {input_pipeline.BATCHINGS}"
@@ -274,6 +279,7 @@ ADDED_FIELDS = {
   "decode.sampling": "",
   "decode.mbr": "",
   "train.early_stopping": "",
+  "data.subword_sampling": "",
   "train.micro_batches": 1,
 }
 

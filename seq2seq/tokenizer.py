@@ -374,6 +374,18 @@ class SentencePieceTokenizer(Tokenizer):
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
     return self._sp.encode(list(texts), out_type=int)
 
+  def sample(self, ids: Ids, alpha: float, nbest_size: int, rng: np.random.Generator) -> list[int]:
+    """Another segmentation of the text that `ids` (no specials, no <unk>) spell, drawn by `rng`
+    from the unigram model's `nbest_size` best segmentations x with probability proportional to
+    P(x)**alpha (subword regularisation, Kudo 2018). The draw is numpy's: SentencePiece's own
+    sampler does not repeat across processes for a given seed."""
+    text = self._sp.decode(list(ids))
+    nbest = self._sp.nbest_encode(text, nbest_size=nbest_size, return_type="proto").nbests
+    weights = alpha * np.array([n.score for n in nbest], np.float64)
+    weights = np.exp(weights - weights.max())
+    pick = rng.choice(len(nbest), p=weights / weights.sum())
+    return [piece.id for piece in nbest[pick].pieces]
+
   def tokenize(self, text: str) -> list[str]:
     return self._sp.encode(text, out_type=str)
 

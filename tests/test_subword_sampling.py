@@ -1,0 +1,141 @@
+"""Subword regularisation (`data.subword_sampling`): training pairs segmented anew at every draw,
+the same text in other pieces, reproducible from the run's seeds and through a resume, and
+evaluation left deterministic."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from helpers import data_settings, run_main
+
+from configs import tiny
+from seq2seq import input_pipeline as ip
+from seq2seq import settings
+
+SAMPLING = "sample(alpha=0.5, nbest_size=16)"
+
+
+def config_of(**data):
+  c = tiny.get_config()
+  c.data.tokenizer = "sentencepiece"
+  c.data.bucket_step = 5
+  for key, value in data.items():
+    c.data[key] = value
+  return c
+
+
+@pytest.fixture(scope="module")
+def sp_data(tmp_path_factory):
+  return ip.load_data(data_settings(config_of()), tmp_path_factory.mktemp("workdir"))
+
+
+def take(data, config, n, state=None):
+  it = ip.train_iterator(data, data_settings(config))
+  if state is not None:
+    it.set_state(state)
+  return list(itertools.islice(it, n)), it
+
+
+def rows_of(batch, key):
+  """Each live row's tokens of `key` (src: up to EOS; tgt_out: up to EOS)."""
+  mask = batch["src_mask"] if key == "src" else batch["tgt_mask"]
+  return [
+    list(batch[key][r][: mask[r].sum() - 1])
+    for r in range(len(batch["index"]))
+    if batch["index"][r] >= 0
+  ]
+
+
+def test_sampled_batches_spell_the_same_text_in_other_pieces(sp_data):
+  plain, _ = take(sp_data, config_of(), 8)
+  sampled, _ = take(sp_data, config_of(subword_sampling=SAMPLING), 8)
+  changed = total = 0
+  for p, s in zip(plain, sampled, strict=True):
+    np.testing.assert_array_equal(p["index"], s["index"])  # The same pairs in the same order.
+    for key, tok in (("src", sp_data.src_tokenizer), ("tgt_out", sp_data.tgt_tokenizer)):
+      for a, b in zip(rows_of(p, key), rows_of(s, key), strict=True):
+        assert tok.decode(a) == tok.decode(b)
+        changed += a != b
+        total += 1
+  assert changed > total // 4, (changed, total)  # alpha=0.5 over the 16 best.
+
+
+def test_the_stream_is_the_same_in_every_run_and_through_a_resume(sp_data):
+  config = config_of(subword_sampling=SAMPLING)
+  first, it = take(sp_data, config, 5)
+  state = json.loads(json.dumps(it.get_state()))
+  rest, _ = take(sp_data, config, 4, None)  # A second run from the start.
+  assert all(np.array_equal(a["src"], b["src"]) for a, b in zip(first, rest, strict=False))
+  expected = list(itertools.islice(it, 4))
+  resumed, _ = take(sp_data, config, 4, state)
+  for want, got in zip(expected, resumed, strict=True):
+    for key in ip.BATCH_KEYS:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_each_draw_of_a_pair_is_segmented_anew(sp_data):
+  config = config_of(subword_sampling=SAMPLING)
+  size = len(sp_data.splits["train"])
+  batches, _ = take(sp_data, config, 3 * size // config.data.batch_size + 3)
+  seen = {}
+  for b in batches:
+    for r, i in enumerate(b["index"]):
+      if i >= 0:
+        seen.setdefault(int(i), set()).add(tuple(b["tgt_out"][r][: b["tgt_mask"][r].sum()]))
+  assert sum(len(v) > 1 for v in seen.values()) > len(seen) // 4
+
+
+def test_evaluation_batches_keep_the_deterministic_segmentation(sp_data):
+  d = data_settings(config_of(subword_sampling=SAMPLING))
+  plain = data_settings(config_of())
+  for a, b in zip(
+    ip.eval_batches(sp_data, "valid", d), ip.eval_batches(sp_data, "valid", plain), strict=True
+  ):
+    for key in ip.BATCH_KEYS:
+      np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_sampled_lengths_stay_within_max_len(sp_data):
+  config = config_of(subword_sampling="sample(alpha=1.0, nbest_size=64)", max_len=12)
+  for b in take(sp_data, config, 20)[0]:
+    assert (b["src_mask"].sum(1) - 1).max() <= 12 and (b["tgt_mask"].sum(1) - 1).max() <= 12
+
+
+@pytest.mark.parametrize(
+  ("data", "match"),
+  [
+    ({"subword_sampling": "sample(alpha=0)"}, "alpha must be in"),
+    ({"subword_sampling": "sample(nbest_size=-1)"}, "nbest_size must be"),
+    ({"subword_sampling": SAMPLING, "sp_model_type": "bpe"}, "unigram"),
+    ({"subword_sampling": "dropout(p=0.1)"}, 'use "sample'),
+    ({"subword_sampling": SAMPLING, "tokenizer": "word"}, "SentencePiece segmentations"),
+  ],
+)
+def test_bad_settings_fail_in_one_line(data, match):
+  with pytest.raises(ValueError, match=match):
+    settings.validate(config_of(**data))
+
+
+def test_refused_with_copying():
+  config = config_of(subword_sampling=SAMPLING)
+  config.model.copy = True
+  with pytest.raises(ValueError, match="model.copy"):
+    settings.validate(config)
+
+
+def test_a_run_trains_and_resumes_bit_identically_with_sampling(tmp_path):
+  flags = ["--config.data.tokenizer=sentencepiece", f"--config.data.subword_sampling={SAMPLING}"]
+  flags += ["--config.train.eval_every=1000", "--config.train.final_eval=false"]
+  flags += ["--config.train.log_every=1"]
+  # In processes of their own: SentencePiece's trainer wants a real stderr.
+  run_main(tmp_path / "whole", *flags, "--config.train.num_steps=6", own_process=True)
+  run_main(tmp_path / "split", *flags, "--config.train.num_steps=3", own_process=True)
+  run_main(tmp_path / "split", *flags, "--config.train.num_steps=6", own_process=True)
+  losses = lambda w: [
+    r["loss"]
+    for r in map(json.loads, (w / "metrics.jsonl").read_text().splitlines())
+    if r.get("split") == "train"
+  ]
+  whole, split = losses(tmp_path / "whole"), losses(tmp_path / "split")
+  assert len(whole) == 6 and whole == split
