@@ -266,9 +266,10 @@ class SubwordSampling:
 
 
 def subword_sampling(d: DataSettings) -> SubwordSampling | None:
-  """The subword sampling of the settings, or None (deterministic segmentation). ValueError in
+  """The subword sampling of the settings, or None ("" or "none": the deterministic
+  segmentation). ValueError in
   one line for a spec that is not `sample(...)` or a tokenizer that cannot sample."""
-  if not d.subword_sampling:
+  if d.subword_sampling in ("", "none"):
     return None
   name = d.subword_sampling.partition("(")[0].strip()
   if name != "sample":

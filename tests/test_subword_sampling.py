@@ -96,6 +96,14 @@ def test_evaluation_batches_keep_the_deterministic_segmentation(sp_data):
       np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_none_is_the_deterministic_segmentation(sp_data):
+  plain, _ = take(sp_data, config_of(), 3)
+  none, _ = take(sp_data, config_of(subword_sampling="none"), 3)
+  for a, b in zip(plain, none, strict=True):
+    for key in ip.BATCH_KEYS:
+      np.testing.assert_array_equal(a[key], b[key])
+
+
 def test_sampled_lengths_stay_within_max_len(sp_data):
   config = config_of(subword_sampling="sample(alpha=1.0, nbest_size=64)", max_len=12)
   for b in take(sp_data, config, 20)[0]:
