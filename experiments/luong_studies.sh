@@ -17,17 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PY:-.venv/bin/python}
-# Where the studies' folders are: this tree's experiments/results unless RESULTS names another
-# (a run from a git worktree, so that edits to the main tree cannot change a study halfway).
-RESULTS=${RESULTS:-$PWD/experiments/results}
-COMMON=(--seeds 0,1,2 --training sequential --launcher=local
-  --set train.max_minutes=0 --set train.num_steps=3000
-  --set train.eval_every=500 --set train.checkpoint_every=100 --set train.keep_checkpoints=5)
+source experiments/study_settings.sh
 LUONG=(--config=configs/luong.py:multi30k --set "data.cache_dir=$RESULTS/multi30k_scores/data")
-PAPER=(--config=configs/multi30k.py --set "data.cache_dir=$RESULTS/multi30k_scores/data")
-
-sweep() { nice -n 10 "$PY" -m experiments.sweep "$@"; }
 
 # `link OUT POINT STUDY/runs/POINT`: another study's point (the same resolved config) reused.
 link() {

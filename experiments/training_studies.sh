@@ -20,17 +20,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PY:-.venv/bin/python}
-RESULTS=${RESULTS:-$PWD/experiments/results}
-COMMON=(--seeds 0,1,2 --training sequential --launcher=local
-  --set train.max_minutes=0 --set train.num_steps=3000
-  --set train.eval_every=500 --set train.checkpoint_every=100 --set train.keep_checkpoints=5)
-EN_FR=(--config=configs/multi30k.py --set "data.cache_dir=$RESULTS/multi30k_scores/data")
-
-sweep() { nice -n 10 "$PY" -m experiments.sweep "$@"; }
+source experiments/study_settings.sh
 
 subword() {
-  sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_subword \
+  sweep "${PAPER[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_subword \
     --set data.tokenizer=sentencepiece --set data.sp_model_type=unigram \
     --grid 'data.subword_sampling=none,sample(alpha=0.1, nbest_size=64)'
 }
@@ -45,7 +38,7 @@ guided() {
       --config.train.num_steps=0 --config.train.final_eval=false
     nice -n 10 "$PY" -m seq2seq.build_alignments --workdir="$data" --out="$links"
   fi
-  sweep "${EN_FR[@]}" "${COMMON[@]}" --out "$out" --set "data.local.align=$links" \
+  sweep "${PAPER[@]}" "${COMMON[@]}" --out "$out" --set "data.local.align=$links" \
     --grid 'train.loss_terms=none,supervision(weight=1.0)'
 }
 

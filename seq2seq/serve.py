@@ -419,6 +419,7 @@ def _field_of(message: str, options: dict[str, Any], default: str) -> str:
 # The HTTP application.
 def create_app(service: Service):
   """The FastAPI application of `service`."""
+  unauthorised = RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)")
   app = fastapi.FastAPI(
     title="seq2seq-attention",
     description="Translate and score with a trained run (seq2seq.serve).",
@@ -479,35 +480,31 @@ def create_app(service: Service):
       }
     }
 
-  @app.post("/translate", openapi_extra=schema(TranslateRequest))
-  async def translate_endpoint(request: fastapi.Request):
+  async def handled(request: fastapi.Request, model, check, answer):
+    """A POST's path: the token, the body, the checks, the batcher, then `answer(req, found)`."""
     if not authorised(request):
-      return error(RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)"))
+      return error(unauthorised)
     try:
-      req = await body_of(request, TranslateRequest)
-      key, items = service.check_translate(req)
-      found = await answered(key, items)
+      req = await body_of(request, model)
+      found = await answered(*check(req))
     except RequestError as e:
       return error(e)
-    return {
-      "translations": [
-        [service.hypothesis(h, s, req) for h in hyps]
-        for s, hyps in zip(req.sentences, found, strict=True)
-      ]
-    }
+    return answer(req, found)
+
+  @app.post("/translate", openapi_extra=schema(TranslateRequest))
+  async def translate_endpoint(request: fastapi.Request):
+    def answer(req, found):
+      pairs = zip(req.sentences, found, strict=True)
+      return {"translations": [[service.hypothesis(h, s, req) for h in hyps] for s, hyps in pairs]}
+
+    return await handled(request, TranslateRequest, service.check_translate, answer)
 
   @app.post("/score", openapi_extra=schema(ScoreRequest))
   async def score_endpoint(request: fastapi.Request):
-    if not authorised(request):
-      return error(RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)"))
-    try:
-      req = await body_of(request, ScoreRequest)
-      key, items = service.check_score(req)
-      found = await answered(key, items)
-    except RequestError as e:
-      return error(e)
-    scores = [translate.score_record(i, s) for i, s in enumerate(found)]
-    return {"scores": scores}
+    def answer(req, found):
+      return {"scores": [translate.score_record(i, s) for i, s in enumerate(found)]}
+
+    return await handled(request, ScoreRequest, service.check_score, answer)
 
   @app.get("/health")
   async def health():
@@ -518,7 +515,7 @@ def create_app(service: Service):
   @app.get("/info")
   async def info(request: fastapi.Request):
     if not authorised(request):
-      return error(RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)"))
+      return error(unauthorised)
     return service.info()
 
   @app.exception_handler(fastapi.exceptions.RequestValidationError)
