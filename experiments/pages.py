@@ -183,6 +183,11 @@ ABOUT: dict[str, tuple[str, str]] = {
     "The same configuration trained for the same updates per seed, the seeds vmapped in one "
     "process, one after another in one process, or in one process each.",
   ),
+  "serve_bench": (
+    "The translation service under load",
+    "`main.py --mode=serve` answering 1, 8 and 64 concurrent clients against offline batch "
+    "decoding of the same sentences, and under faults.",
+  ),
   "explorer_timing": (
     "Explorer load time",
     "How large an explorer report of a test split is and how fast it opens and sorts in "
@@ -594,8 +599,18 @@ def offsets_table(study: Path) -> list[str]:
   ]
 
 
+def serve_table(study: Path) -> list[str]:
+  """The service benchmark's page body (`experiments.serve_bench.page`) under a heading."""
+  from experiments import serve_bench
+
+  record = json.loads((study / "serve_bench.json").read_text())
+  body = serve_bench.page(record).split("\n", 2)[2]  # Past the script's own title.
+  return ["## Measurements", "", *body.splitlines(), "```bash", record["command"], "```", ""]
+
+
 # The tables of a study without runs whose script keeps its figures in JSON only.
 MEASUREMENTS = {
+  "serve_bench": serve_table,
   "multi30k_best": final_table,
   "seed_timing": seed_timing_tables,
   "explorer_timing": explorer_table,

@@ -301,7 +301,11 @@ def sigterm_under_load(server: Server, sentences, expected, count: int) -> dict[
   right = sum(r[0] == 200 and text_of(r[1]) == e for r, e in zip(results, expected, strict=True))
   refused = sum(r[0] == 503 or r[0] == "ConnectError" for r in results)
   wrong = len(results) - right - refused
+  outcomes: dict[str, int] = {}
+  for r in results:
+    outcomes[str(r[0])] = outcomes.get(str(r[0]), 0) + 1
   return {
+    "outcomes": outcomes,  # Per HTTP status or client error's name.
     "requests": len(results),
     "answered_right": right,
     "refused": refused,
@@ -368,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--soak", type=int, default=10_000)
   p.add_argument("--max_words", type=int, default=50, help="the server's word limit")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--label", default=None, help="what the run is, recorded instead of its path")
   args = p.parse_args(argv)
   sentences = [s for s in args.input.read_text().splitlines() if s.strip()][: args.requests]
   sentences = [s for s in sentences if len(s.split()) <= args.max_words]
@@ -377,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "cpu": reports.cpu_info(),
     "load_average": {"start": reports.load_average()},
     "environment": environment,
-    "run": str(args.run),
+    "run": args.label or str(args.run),
     "command": "python -m experiments.serve_bench " + " ".join(argv or sys.argv[1:]),
   }
   record["offline"], expected = offline(args.run, sentences)
