@@ -202,12 +202,7 @@ ABOUT: dict[str, tuple[str, str]] = {
 
 
 # The state of a study's data where it is not the final one (delete the note once it is).
-NOTES = {
-  "multi30k_intra": "`intra_attention=dot` is being trained again: its earlier runs attended over "
-  "a memory that held the query itself, so their figures are withdrawn (they stay in the git "
-  "history). This page reports the point once its runs are converted "
-  "(`python -m experiments.convert_results --prune experiments/results/multi30k_intra`).",
-}
+NOTES = {}
 
 
 # ---------------------------------------------------------------------- small helpers
