@@ -221,15 +221,14 @@ class Batcher:
 
   def _run(self, jobs: list[_Job]) -> None:
     jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
-    if not jobs:
+    if len(jobs) <= 1:
+      for job in jobs:
+        self._run_alone(job)
       return
     items = [item for job in jobs for item in job.items]
     try:
       results = self._run_batch(jobs[0].key, items)
-    except Exception as e:
-      if len(jobs) == 1:
-        jobs[0].future.set_exception(e)
-        return
+    except Exception:
       for job in jobs:  # Each alone, so the error reaches its own job.
         self._run_alone(job)
       return
@@ -365,7 +364,7 @@ class Service:
     if req.attention:
       out["attention"] = np.round(h.attention, 4).tolist()
     if req.word_alignments:
-      out["word_alignments"] = translate._links(self.t, source, h.attention, h.tokens, 0.0)
+      out["word_alignments"] = translate.pharaoh_line(self.t, source, h.attention, h.tokens, 0.0)
     return out
 
   def info(self) -> dict[str, Any]:

@@ -512,7 +512,7 @@ def translate_file(
   if links_path:  # A line per output line: per n-best line (a blank input's one too).
     shown = [(i, h) for i, hyps in enumerate(found) for h in hyps[: max(nbest, 1)] or [None]]
     pharaoh = [
-      "" if h is None else _links(t, lines[i], h.attention, h.tokens, links_threshold)
+      "" if h is None else pharaoh_line(t, lines[i], h.attention, h.tokens, links_threshold)
       for i, h in shown
     ]
     _write(links_path, "".join(line + "\n" for line in pharaoh))
@@ -532,7 +532,7 @@ def check_links(run: settings.RunSettings, path: str | None, threshold: float) -
     raise ValueError("word alignments name one source's words: this run reads two sources")
 
 
-def _links(t: Translator, line: str, attention, out_tokens, threshold: float) -> str:
+def pharaoh_line(t: Translator, line: str, attention, out_tokens, threshold: float) -> str:
   """The Pharaoh line of one output of source `line` (`inference.word_links`)."""
   src_ids = _encode_sources(t, line)[0]
   links = inference.word_links(attention, src_ids, out_tokens, t.src_tok, t.tgt_tok, threshold)
@@ -601,7 +601,7 @@ def score_file(
     _write_jsonl(alignments_path, records)
   if links_path:
     pharaoh = [
-      "" if r.error else _links(t, source, r.attention, r.tokens[:-1], links_threshold)
+      "" if r.error else pharaoh_line(t, source, r.attention, r.tokens[:-1], links_threshold)
       for source, r in zip(sources, results, strict=True)
     ]
     _write(links_path, "".join(line + "\n" for line in pharaoh))
