@@ -525,6 +525,19 @@ def create_app(service: Service):
   return app
 
 
+class StoppingServer(uvicorn.Server):
+  """uvicorn's server that marks `service` closing as soon as a stop signal arrives, so /health
+  and requests that arrive while the ones in flight finish get 503."""
+
+  def __init__(self, config: uvicorn.Config, service: Service):
+    super().__init__(config)
+    self.service = service
+
+  def handle_exit(self, sig, frame) -> None:
+    self.service.closing = True
+    super().handle_exit(sig, frame)
+
+
 def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()) -> None:
   """Serves `translator` until SIGTERM or SIGINT, then answers the requests in flight and
   returns."""
@@ -533,17 +546,15 @@ def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()
     start = time.monotonic()
     count = service.warm_up()
     console.say(f"compiled {count} programs in {time.monotonic() - start:.0f} s")
-  app = create_app(service)
-  server = uvicorn.Server(
-    uvicorn.Config(
-      app,
-      host=cfg.host,
-      port=cfg.port,
-      log_level="warning",
-      timeout_graceful_shutdown=max(int(cfg.limits.timeout_s), 1),
-      limit_concurrency=None,
-    )
+  config = uvicorn.Config(
+    create_app(service),
+    host=cfg.host,
+    port=cfg.port,
+    log_level="warning",
+    timeout_graceful_shutdown=max(int(cfg.limits.timeout_s), 1),
+    limit_concurrency=None,
   )
+  server = StoppingServer(config, service)
   console.say(f"serving on http://{cfg.host}:{cfg.port} (API: /docs); stop with Ctrl-C")
   # uvicorn answers what is in flight on SIGTERM or SIGINT, then raises the signal again for the
   # handler it found: this one notes it, so the process ends as a finished job (status 0).
@@ -554,7 +565,6 @@ def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()
   finally:
     for sig, handler in handlers.items():
       signal.signal(sig, handler)
-    service.closing = True
     service.batcher.close()
     logging.info("served batches of sizes: %s", collections.Counter(service.batcher.batches))
   if stopped_by:

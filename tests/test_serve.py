@@ -17,6 +17,7 @@ import httpx
 import jax
 import numpy as np
 import pytest
+import uvicorn
 from helpers import subprocess_env
 
 import seq2seq
@@ -258,6 +259,23 @@ def test_a_token_guards_every_endpoint_but_health(translator):
     return codes
 
   assert asyncio.run(go()) == [401, 401, 200, 401, 200]
+
+
+def test_a_stop_signal_turns_health_and_new_requests_to_503(translator):
+  async def go():
+    service, client = client_of(translator)
+    server = serve.StoppingServer(uvicorn.Config(serve.create_app(service)), service)
+    async with client:
+      before = (await client.get("/health")).status_code
+      server.handle_exit(signal.SIGTERM, None)
+      after = [
+        (await client.get("/health")).status_code,
+        (await client.post("/translate", json={"sentences": ["the"]})).status_code,
+      ]
+    service.batcher.close()
+    return before, after, server.should_exit
+
+  assert asyncio.run(go()) == (200, [503, 503], True)
 
 
 def test_info_names_the_run(translator):
