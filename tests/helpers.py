@@ -383,6 +383,18 @@ def check_scores_match_search(translator, sources: list[str], nbest: int, search
   assert finished >= 3, "want finished outputs to compare whole scores"
 
 
+def data_config(**data_overrides):
+  """configs/tiny.py with a small bucket step (several padded lengths) and `data_overrides`
+  (fields of `config.data`)."""
+  from configs import tiny
+
+  c = tiny.get_config()
+  c.data.bucket_step = 5
+  for key, value in data_overrides.items():
+    c.data[key] = value
+  return c
+
+
 def data_settings(config):
   """A run's config -> its typed data section (`input_pipeline.DataSettings`), what the data
   functions take."""

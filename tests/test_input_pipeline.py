@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import data_settings
+from helpers import data_config, data_settings
 
-from configs import tiny
 from seq2seq import input_pipeline as ip
 from seq2seq import tokenizer as tk
 from seq2seq.data import builders
@@ -19,18 +18,9 @@ from seq2seq.data import builders
 SHARED_DATA = Path(__file__).parents[2] / "shared" / "data"
 
 
-def _config(**data_overrides):
-  """configs/tiny.py with a small bucket step (several padded lengths) and `data_overrides`."""
-  c = tiny.get_config()
-  c.data.bucket_step = 5
-  for key, value in data_overrides.items():
-    c.data[key] = value
-  return c
-
-
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-  config = _config()
+  config = data_config()
   return ip.load_data(data_settings(config), tmp_path_factory.mktemp("workdir")), config
 
 
@@ -115,7 +105,7 @@ def test_paper_pools_are_sorted_by_length_and_full(tiny_data):
 
 
 def test_length_filter_drops_and_counts_long_pairs(tmp_path):
-  config = _config(max_len=8)
+  config = data_config(max_len=8)
   data = ip.load_data(data_settings(config), tmp_path)
   split = data.splits["train"]
   too_long = (split.src_lengths > 8) | (split.tgt_lengths > 8)
@@ -135,7 +125,7 @@ def test_length_filter_drops_and_counts_long_pairs(tmp_path):
 def test_each_epoch_is_a_new_permutation_of_the_kept_pairs(tiny_data):
   data, _ = tiny_data
   # One pair per batch and per pool: the batches follow the shuffled stream itself.
-  config = _config(batch_size=1, pool_batches=1, max_len=8)
+  config = data_config(batch_size=1, pool_batches=1, max_len=8)
   keep = np.flatnonzero(ip.length_filter(data.splits["train"], 8))
   it = ip.train_iterator(data, data_settings(config))
   stream = np.array([batch["index"][0] for batch in _take(it, 2 * len(keep))])
@@ -145,7 +135,7 @@ def test_each_epoch_is_a_new_permutation_of_the_kept_pairs(tiny_data):
   assert not np.array_equal(first, second)
   assert not np.array_equal(first, keep)
   other = ip.train_iterator(
-    data, data_settings(_config(batch_size=1, pool_batches=1, max_len=8, shuffle_seed=1))
+    data, data_settings(data_config(batch_size=1, pool_batches=1, max_len=8, shuffle_seed=1))
   )
   assert not np.array_equal([batch["index"][0] for batch in _take(other, len(keep))], first)
 
@@ -154,7 +144,7 @@ def test_each_epoch_is_a_new_permutation_of_the_kept_pairs(tiny_data):
 @pytest.mark.parametrize("skip", [0, 3, 9])
 def test_iterator_state_restores_exactly_through_json(tiny_data, batching, skip):
   data, _ = tiny_data
-  config = _config(batching=batching, max_tokens=200)
+  config = data_config(batching=batching, max_tokens=200)
   it = ip.train_iterator(data, data_settings(config))
   _take(it, skip)
   state = json.loads(json.dumps(it.get_state()))
@@ -168,7 +158,7 @@ def test_iterator_state_restores_exactly_through_json(tiny_data, batching, skip)
 
 def test_token_budget_batching(tiny_data):
   data, _ = tiny_data
-  config = _config(batching="tokens", max_tokens=150)
+  config = data_config(batching="tokens", max_tokens=150)
   b = config.data.batch_size
   seen_partial = False
   for batch in _take(ip.train_iterator(data, data_settings(config)), 40):
@@ -180,7 +170,7 @@ def test_token_budget_batching(tiny_data):
     seen_partial |= not real.all()
   assert seen_partial
   with pytest.raises(ValueError, match="max_tokens=20"):
-    ip.train_iterator(data, data_settings(_config(batching="tokens", max_tokens=20)))
+    ip.train_iterator(data, data_settings(data_config(batching="tokens", max_tokens=20)))
 
 
 def test_distinct_batch_shapes_over_an_epoch_are_bounded(tiny_data):
@@ -257,7 +247,7 @@ def test_eval_batches_cover_every_example_once_in_order(tiny_data, split):
 
 
 def test_eval_keeps_long_pairs(tmp_path):
-  config = _config(max_len=6)
+  config = data_config(max_len=6)
   data = ip.load_data(data_settings(config), tmp_path)
   batches = list(ip.eval_batches(data, "valid", data_settings(config)))
   lengths = np.concatenate([_lengths(x)[0][x["index"] >= 0] for x in batches])
@@ -265,7 +255,7 @@ def test_eval_keeps_long_pairs(tmp_path):
 
 
 def test_long_test_split_holds_the_test_pairs_of_that_source_length(tmp_path):
-  config = _config(long_test_min_words=12, long_test_max_words=15)
+  config = data_config(long_test_min_words=12, long_test_max_words=15)
   data = ip.load_data(data_settings(config), tmp_path)
   test, long = data.raw("test"), data.raw(ip.LONG_TEST)
   keep = [i for i, (src, _, _) in enumerate(test) if 12 <= len(src.split()) <= 15]
@@ -279,10 +269,10 @@ def test_long_test_split_holds_the_test_pairs_of_that_source_length(tmp_path):
   batches = list(ip.eval_batches(data, ip.LONG_TEST, data_settings(config)))
   assert sum(int((b["index"] >= 0).sum()) for b in batches) == len(keep)
   assert (
-    ip.LONG_TEST not in ip.load_data(data_settings(_config()), tmp_path).splits
+    ip.LONG_TEST not in ip.load_data(data_settings(data_config()), tmp_path).splits
   )  # Off by default.
   with pytest.raises(ValueError, match="no test pair has 40 to 80 source words"):
-    ip.load_data(data_settings(_config(long_test_min_words=40)), tmp_path)
+    ip.load_data(data_settings(data_config(long_test_min_words=40)), tmp_path)
 
 
 def test_reversed_data_swaps_the_sides_and_transposes_the_links(tiny_data):
@@ -300,7 +290,7 @@ def test_reversed_data_swaps_the_sides_and_transposes_the_links(tiny_data):
 
 
 def test_sentencepiece_pipeline_round_trips_the_raw_text(tmp_path):
-  config = _config(tokenizer="sentencepiece")
+  config = data_config(tokenizer="sentencepiece")
   data = ip.load_data(data_settings(config), tmp_path)
   assert isinstance(data.tgt_tokenizer, tk.SentencePieceTokenizer)
   raw = data.raw("valid")
@@ -315,15 +305,15 @@ def test_sentencepiece_pipeline_round_trips_the_raw_text(tmp_path):
 
 
 def test_synthetic_builds_are_keyed_by_their_settings():
-  base = _config().data.synthetic
-  other = _config().data.synthetic
+  base = data_config().data.synthetic
+  other = data_config().data.synthetic
   other.seed += 1
   names = {builders.SyntheticConfig.from_settings(s).name for s in (base, other)}
   assert len(names) == 2
 
 
 def test_reloading_reuses_the_dataset_and_vocabulary(tmp_path):
-  config = _config()
+  config = data_config()
   first = ip.load_data(data_settings(config), tmp_path)
   second = ip.load_data(data_settings(config), tmp_path)
   assert len(list((tmp_path / "data" / "synthetic_corpus").iterdir())) == 1
@@ -348,8 +338,8 @@ def _write_split(directory, prefix, src_lines, tgt_lines):
     (directory / f"{prefix}.{lang}").write_bytes(data)
 
 
-def _local_config(directory, **data_overrides):
-  config = _config(corpus="local", **data_overrides)
+def _localdata_config(directory, **data_overrides):
+  config = data_config(corpus="local", **data_overrides)
   config.data.local.dir = str(directory)
   config.data.local.valid = "val"
   config.data.local.test = "test"
@@ -371,7 +361,7 @@ def local_files(tmp_path):
 
 
 def test_local_text_builds_and_batches(local_files, tmp_path):
-  config = _local_config(local_files)
+  config = _localdata_config(local_files)
   data = ip.load_data(data_settings(config), tmp_path / "work")
   assert data.stats["examples"] == {"train": 60, "valid": 10, "test": 10}
   assert data.raw("valid")[3] == (_sentences(10)[3], _sentences(10, 1)[3].upper(), None)
@@ -383,7 +373,7 @@ def test_local_text_builds_and_batches(local_files, tmp_path):
 def test_local_text_mismatched_line_counts_raise_before_building(local_files, tmp_path):
   _write_split(local_files, "val", _sentences(10), _sentences(9))
   with pytest.raises(ValueError, match=r"val\.en has 10 lines, .*val\.fr has 9"):
-    ip.load_data(data_settings(_local_config(local_files)), tmp_path / "work")
+    ip.load_data(data_settings(_localdata_config(local_files)), tmp_path / "work")
   built = list((tmp_path / "work" / "data").glob("local_text/*/*/*.array_record*"))
   assert not built
 
@@ -391,7 +381,7 @@ def test_local_text_mismatched_line_counts_raise_before_building(local_files, tm
 def test_local_text_missing_file_names_path_and_setting(local_files, tmp_path):
   (local_files / "test.fr").unlink()
   with pytest.raises(FileNotFoundError, match=r"test\.fr.*config\.data\.local\.dir"):
-    ip.load_data(data_settings(_local_config(local_files)), tmp_path / "work")
+    ip.load_data(data_settings(_localdata_config(local_files)), tmp_path / "work")
 
 
 def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
@@ -403,7 +393,7 @@ def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
   tgt[8] = "   \t"  # Whitespace-only target.
   src[9], tgt[9] = "", b"\xc3"  # Both problems: counted once, as invalid UTF-8.
   _write_split(local_files, "train", src, tgt)
-  data = ip.load_data(data_settings(_local_config(local_files)), tmp_path / "work")
+  data = ip.load_data(data_settings(_localdata_config(local_files)), tmp_path / "work")
   assert data.stats["skipped_while_building"]["train"] == {"invalid_utf8": 3, "empty": 2}
   assert data.stats["skipped_while_building"]["valid"] == {"invalid_utf8": 0, "empty": 0}
   assert data.stats["examples"]["train"] == 55
@@ -413,7 +403,7 @@ def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
 
 
 def test_local_text_rebuilds_when_files_change(local_files, tmp_path):
-  config = _local_config(local_files)
+  config = _localdata_config(local_files)
   first = builders.make_builder(data_settings(config), tmp_path).builder_config.name
   _write_split(local_files, "test", _sentences(11), _sentences(11))
   assert builders.make_builder(data_settings(config), tmp_path).builder_config.name != first
@@ -422,7 +412,7 @@ def test_local_text_rebuilds_when_files_change(local_files, tmp_path):
 def test_local_text_build_is_keyed_by_content_not_modification_time(local_files, tmp_path):
   """A fresh copy of the same files (new mtimes, as each session's shared data has) reuses the
   build; an edit that keeps the size rebuilds."""
-  config = _local_config(local_files)
+  config = _localdata_config(local_files)
   first = builders.make_builder(data_settings(config), tmp_path).builder_config.name
   path = local_files / "train.fr"
   data = path.read_bytes()
@@ -440,7 +430,7 @@ def test_making_a_builder_leaves_nothing_in_the_temp_folder(local_files, tmp_pat
   temp = tmp_path / "temp"
   temp.mkdir()
   monkeypatch.setattr(tempfile, "tempdir", str(temp))
-  for config in (_config(), _local_config(local_files)):
+  for config in (data_config(), _localdata_config(local_files)):
     corpus_config = data_settings(config)
     builders.make_builder(corpus_config, tmp_path / "data")
   assert list(temp.iterdir()) == []
@@ -448,14 +438,14 @@ def test_making_a_builder_leaves_nothing_in_the_temp_folder(local_files, tmp_pat
 
 def test_unknown_corpus_raises(tmp_path):
   with pytest.raises(ValueError, match="unknown corpus 'europarl'"):
-    ip.load_data(data_settings(_config(corpus="europarl")), tmp_path)
+    ip.load_data(data_settings(data_config(corpus="europarl")), tmp_path)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "multi30k").is_dir(), reason="../shared/data is absent")
 def test_multi30k_first_lines(tmp_path):
   """Builds from the first 200 lines of each Multi30k split (copied, so the test stays fast)."""
   source = SHARED_DATA / "multi30k"
-  config = _config(corpus="local")
+  config = data_config(corpus="local")
   local = config.data.local
   local.dir = str(tmp_path / "multi30k")
   Path(local.dir).mkdir()

@@ -7,9 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from helpers import data_settings, run_main
+from helpers import data_config, data_settings, run_main
 
-from configs import tiny
 from seq2seq import input_pipeline as ip
 from seq2seq import settings
 
@@ -17,12 +16,7 @@ SAMPLING = "sample(alpha=0.5, nbest_size=16)"
 
 
 def config_of(**data):
-  c = tiny.get_config()
-  c.data.tokenizer = "sentencepiece"
-  c.data.bucket_step = 5
-  for key, value in data.items():
-    c.data[key] = value
-  return c
+  return data_config(**{"tokenizer": "sentencepiece", **data})
 
 
 @pytest.fixture(scope="module")
