@@ -343,6 +343,25 @@ def check_nbest(nbest: int, beam_size: int, sampling: sampling_.Sampling | None 
     )
 
 
+class BeamTrace(NamedTuple):
+  """What each step t of beam search did (fields [B, L, K]; rows from `BeamState.t` on are
+  unused): the K live hypotheses it kept, and the extensions by EOS of the K it extended.
+
+  Live slot k after step t holds the hypothesis in slot `origins[t, k]` after step t - 1 (the
+  empty one before step 0) extended by `tokens[t, k]`, with summed log-probability
+  `scores[t, k]` (-inf: an empty slot). The extension by EOS of slot k after step t - 1 scored
+  `eos_scores[t, k]` and ranked `eos_norm[t, k]` (-inf: not allowed, or the slot was empty);
+  `entered[t, k]` says whether it entered the pool of finished hypotheses then (it may be
+  pushed out later)."""
+
+  tokens: jax.Array  # int32
+  origins: jax.Array  # int32
+  scores: jax.Array  # float32
+  eos_scores: jax.Array  # float32
+  eos_norm: jax.Array  # float32
+  entered: jax.Array  # bool
+
+
 class BeamState(NamedTuple):
   """The loop state of `beam_search`: K live hypotheses and the K best finished ones per sentence.
 
@@ -364,6 +383,7 @@ class BeamState(NamedTuple):
   fin_lengths: jax.Array  # [B, K] int32: tokens up to and including EOS.
   # With lexical constraints, what each live hypothesis has met (leaves [B*K, ...]); else None.
   progress: constraints_.Progress | None = None
+  trace: BeamTrace | None = None  # What each step did, when asked (`beam_search_pool(trace=)`).
 
 
 def _gather_beams(x: jax.Array, index_BK: jax.Array) -> jax.Array:
@@ -385,10 +405,12 @@ def beam_search_pool(
   nbest: int = 1,
   prefix_BP: jax.Array | None = None,
   constraints: constraints_.Constraints | None = None,
+  trace: bool = False,
 ) -> BeamState:
   """Beam search of width `beam_size` (static) for at most `max_len` (static) steps; the final
   `BeamState` (`beam_search` gives the best output of each sentence, `beam_search_nbest` the
-  `nbest` best).
+  `nbest` best), with what each step did in its `trace` (a `BeamTrace`) when `trace` (static)
+  is set.
 
   Each step extends the K live hypotheses by every word ([B, K, V] candidates). The K extensions
   by EOS are ranked by the length penalty (plus the coverage penalty) and merged into the
@@ -480,6 +502,13 @@ def beam_search_pool(
     progress = None
     if cons_N is not None:
       progress = constraints_.advance(cons_N, jax.tree.map(regroup, bs.progress), tok_BK.reshape(n))
+    steps = None
+    if bs.trace is not None:  # An EOS extension entered the pool if top_k kept its column.
+      entered_BK = (keep_BK[:, :, None] == k + jnp.arange(k)).any(axis=1)
+      now = (tok_BK, origin_BK.astype(jnp.int32), live_scores, eos_scores_BK, eos_norm_BK)
+      steps = BeamTrace(
+        *(x.at[:, t].set(v) for x, v in zip(bs.trace, (*now, entered_BK), strict=True))
+      )
     return BeamState(
       t=t + 1,
       live_tokens=_gather_beams(bs.live_tokens, origin_BK).at[:, :, t].set(tok_BK),
@@ -493,6 +522,7 @@ def beam_search_pool(
       fin_norm=pool_norm,
       fin_lengths=fin_lengths,
       progress=progress,
+      trace=steps,
     )
 
   empty = jnp.full((batch, k), -jnp.inf, jnp.float32)
@@ -512,8 +542,16 @@ def beam_search_pool(
     fin_norm=empty,
     fin_lengths=jnp.zeros((batch, k), jnp.int32),
     progress=None if cons_N is None else constraints_.initial(cons_N),
+    trace=_empty_trace(batch, max_len, k) if trace else None,
   )
   return jax.lax.while_loop(cond, body, init)
+
+
+def _empty_trace(batch: int, max_len: int, k: int) -> BeamTrace:
+  shape = (batch, max_len, k)
+  none = jnp.full(shape, -jnp.inf, jnp.float32)
+  slots = jnp.zeros(shape, jnp.int32)
+  return BeamTrace(slots, slots, none, none, none, jnp.zeros(shape, bool))
 
 
 def nbest_of_pool(
@@ -558,13 +596,20 @@ def nbest_of_pool(
 
 
 def beam_search_nbest(
-  model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, *, nbest: int, **settings
-) -> DecodeResult:
+  model: Any,
+  src_BS: jax.Array,
+  src_mask_BS: jax.Array,
+  *,
+  nbest: int,
+  trace: bool = False,
+  **settings,
+) -> DecodeResult | tuple[DecodeResult, BeamTrace]:
   """The `nbest` (static, <= beam_size) best outputs of `beam_search_pool` for every sentence,
-  best first (`nbest_of_pool`): fields [B, N, ...]. Same settings as `beam_search_pool`
-  (beam_size, max_len and optionally length_penalty, coverage_beta, ban_unk)."""
-  bs = beam_search_pool(model, src_BS, src_mask_BS, nbest=nbest, **settings)
-  return nbest_of_pool(
+  best first (`nbest_of_pool`): fields [B, N, ...]; with `trace`, (those, the search's
+  `BeamTrace`). Same settings as `beam_search_pool` (beam_size, max_len and optionally
+  length_penalty, coverage_beta, ban_unk)."""
+  bs = beam_search_pool(model, src_BS, src_mask_BS, nbest=nbest, trace=trace, **settings)
+  best = nbest_of_pool(
     bs,
     src_mask_BS,
     nbest=nbest,
@@ -572,6 +617,7 @@ def beam_search_nbest(
     length_penalty=settings.get("length_penalty", "power"),
     coverage_beta=settings.get("coverage_beta", 0.0),
   )
+  return (best, bs.trace) if trace else best
 
 
 def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **settings) -> DecodeResult:
@@ -594,6 +640,7 @@ def beam_search(model: Any, src_BS: jax.Array, src_mask_BS: jax.Array, **setting
     "ban_unk",
     "nbest",
     "sampling",
+    "trace",
   ),
 )
 def jit_decode(
@@ -613,7 +660,8 @@ def jit_decode(
   sampling: sampling_.Sampling | None = None,
   prefix_BP: jax.Array | None = None,
   constraints: constraints_.Constraints | None = None,
-) -> DecodeResult:
+  trace: bool = False,
+) -> DecodeResult | tuple[DecodeResult, BeamTrace]:
   """Compiled decoding of an NNX model given as `nnx.split(model)`: greedy when beam_size == 1,
   `sample` (its samples best first taking the place of the n-best list) with `sampling`, beam
   search of any width with lexical `constraints` [B, C]; `prefix_BP` [B, P] forces each output's
@@ -627,7 +675,11 @@ def jit_decode(
   `output_ids` [N]: decode over that shortlist only (`lexicon.shortlist`, specials first), the
   output mapped back to word ids, its scores normalised over the shortlist; `output_mask`
   [B, N]: each sentence over its own part of it (`lexicon.sentence_candidates`).
+  With `trace` (static; beam search, even of width 1) the result comes with what each step of
+  the search did, `(result, BeamTrace)`, its tokens word ids as the result's.
   """
+  if trace and sampling is not None:
+    raise ValueError("a beam trace records beam search: decode without sampling")
   if nbest is not None:
     check_nbest(nbest, beam_size, sampling)
   model = nnx.merge(graphdef, params)
@@ -643,11 +695,21 @@ def jit_decode(
   if sampling is not None:
     result = sample(model, src_BS, src_mask_BS, sampling=sampling, **settings)
     result = jax.tree.map(lambda x: x[:, 0] if nbest is None else x[:, :nbest], result)
-  elif beam_size == 1 and constraints is None:
+  elif beam_size == 1 and constraints is None and not trace:
     result = greedy(model, src_BS, src_mask_BS, **settings)
     result = result if nbest is None else jax.tree.map(lambda x: x[:, None], result)
   else:
     settings |= {"beam_size": beam_size, "constraints": constraints}
+    if trace:
+      result, steps = beam_search_nbest(
+        model, src_BS, src_mask_BS, nbest=nbest or 1, trace=True, **settings
+      )
+      if nbest is None:
+        result = jax.tree.map(lambda x: x[:, 0], result)
+      if output_ids is not None:
+        steps = steps._replace(tokens=output_ids[steps.tokens])
+        result = result._replace(tokens=output_ids[result.tokens])
+      return result, steps
     if nbest is None:
       result = beam_search(model, src_BS, src_mask_BS, **settings)
     else:
@@ -727,11 +789,13 @@ def decode_batch(
   nbest: int | None = None,
   prefix_BP: Any = None,
   constraints: constraints_.Constraints | None = None,
-) -> DecodeResult:
+  trace: bool = False,
+) -> DecodeResult | tuple[DecodeResult, BeamTrace]:
   """Decodes `batch["src"]` / `batch["src_mask"]` [B, S] with the decoding settings `dec`
   (never producing UNK with `ban_unk`: the paper's No-UNK protocol); with `nbest`, the n-best
   lists [B, N, ...] (`jit_decode`); each output starting with its row of `prefix_BP` [B, P]
-  and containing its row's `constraints` where they are given.
+  and containing its row's `constraints` where they are given; with `trace`, beam search's
+  `BeamTrace` beside the result (`jit_decode`).
 
   `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
   `dec.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
@@ -762,6 +826,7 @@ def decode_batch(
     sampling=sampling_.parse(dec.sampling),
     prefix_BP=None if prefix_BP is None else jnp.asarray(prefix_BP, jnp.int32),
     constraints=None if constraints is None else jax.tree.map(jnp.asarray, constraints),
+    trace=trace,
   )
 
 

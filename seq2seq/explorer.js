@@ -8,6 +8,7 @@
   const sets = data.sentences; // sets[r][i]: run r's record of sentence i.
   const compare = sets.length === 2;
   const count = sets[0].length;
+  const live = data.live || null; // Set on the page the translation service sends.
   const SVG = "http://www.w3.org/2000/svg";
   const COLORS = ["#1f5fa8", "#c2491d", "#2e8b57", "#7b3fa0"];
 
@@ -246,6 +247,10 @@
       add(compare ? `scores ${"AB"[r]}` : "scores", facts.join(" · "));
     });
     parts.push(texts);
+    if (live) {
+      parts.push(el("button", { type: "button", class: "whatif-open",
+        onclick: () => whatIf.open(x.source) }, "what if… (edit, force a prefix, see the beam)"));
+    }
     sets.forEach((set, r) => {
       const y = set[i];
       const box = el("div", { class: "maps", "data-run": r });
@@ -270,6 +275,7 @@
   // The weights of an encoded map (report.encode_map): bytes round(w * 254), and the pair
   // 255, k for a run of k + 2 zeros.
   function weights(map) {
+    if (map.values) return map.values; // A live answer's weights, as they came.
     const bytes = atob(map.data);
     const out = new Float64Array(map.rows * map.cols);
     let at = 0;
@@ -469,6 +475,114 @@
     return section;
   }
 
+  // ----------------------------------------------------------- live: what if, and the beam
+  // Only on the page the translation service sends (data.live): new translations come from
+  // its POST /translate and /beam, with the token of the page's own address when it has one.
+  function liveViews() {
+    const token = new URLSearchParams(window.location.search).get("token");
+    async function ask(path, body) {
+      const headers = { "Content-Type": "application/json" };
+      if (token) headers.Authorization = `Bearer ${token}`;
+      const answer = await fetch(path, { method: "POST", headers, body: JSON.stringify(body) });
+      const reply = await answer.json();
+      if (!answer.ok) throw new Error(`${reply.error}${reply.field ? ` (${reply.field})` : ""}`);
+      return reply;
+    }
+    const source = el("textarea", { id: "whatif-source", rows: 3, cols: 80, spellcheck: "false" });
+    const prefix = el("input", { id: "whatif-prefix", size: 60, placeholder: "target words to start with (optional)" });
+    const beam = el("input", { id: "whatif-beam", type: "number", min: 2, max: 64, value: live.beam_size });
+    const status = el("p", { id: "whatif-status", class: "note" });
+    const result = el("div", { id: "whatif-result" });
+    const beamView = el("div", { id: "whatif-beam-view" });
+    const request = () => {
+      const body = { beam_size: Number(beam.value) };
+      if (prefix.value.trim()) body.prefix = prefix.value;
+      return body;
+    };
+    async function run(what, job) {
+      status.textContent = `${what}…`;
+      status.classList.remove("error");
+      try {
+        await job();
+        status.textContent = "";
+      } catch (e) {
+        status.textContent = `${what} failed: ${e.message}`;
+        status.classList.add("error");
+      }
+    }
+    const translateNow = () => run("translating", async () => {
+      const body = { sentences: [source.value], attention: true, beam_size: request().beam_size };
+      if (prefix.value.trim()) body.prefixes = [prefix.value];
+      const [best] = (await ask("/translate", body)).translations[0];
+      const rows = best.attention.length, cols = rows ? best.attention[0].length : 0;
+      const out = best.finished ? [...best.tokens, "</s>"] : best.tokens;
+      const map = { rows, cols, values: Float64Array.from(best.attention.flat()) };
+      result.replaceChildren(
+        el("dl", { class: "texts" },
+          el("dt", { text: "translation" }), el("dd", { class: "whatif-translation", text: best.text }),
+          el("dt", { text: "score" }),
+          el("dd", { text: `log p ${fmt(best.score, 3)} · ranked by ${fmt(best.norm_score, 3)} · over the ${best.normalised_over}` })),
+        heatmap("attention (what if)", "whatif", out, best.source_tokens, map, null));
+    });
+    const showBeam = () => run("searching", async () => {
+      const body = { sentence: source.value, ...request() };
+      beamView.replaceChildren(beamTable((await ask("/beam", body)).beam));
+    });
+    const section = el("section", { id: "whatif" },
+      el("p", { class: "note", text: "Edit the source or force the first target words, then translate " +
+        "(the best hypothesis and its attention) or open the beam (what the search kept at each step)." }),
+      el("div", { class: "whatif-form" },
+        el("label", { text: "source" }), source,
+        el("label", { text: "target prefix" }), prefix,
+        el("label", { text: "beam size" }), beam),
+      el("div", { class: "controls" },
+        el("button", { type: "button", id: "whatif-translate", onclick: translateNow }, "translate"),
+        el("button", { type: "button", id: "whatif-beam-button", onclick: showBeam }, "beam view")),
+      status, result, beamView);
+    const views = { section, show: () => {} };
+    views.open = (text) => {
+      source.value = text;
+      prefix.value = "";
+      result.replaceChildren();
+      beamView.replaceChildren();
+      views.show();
+      source.focus();
+    };
+    if (count) source.value = rec(0, 0).source;
+    return views;
+  }
+
+  // The beam: one row per step; the hypotheses it kept (score: summed log p) and those that
+  // ended with </s> there (ranked by the length penalty's score), the winner's path marked.
+  function beamTable(view) {
+    const won = view.translation.finished ? [...view.translation.tokens, "</s>"] : view.translation.tokens;
+    const onPath = (tokens) => tokens.every((t, j) => t === won[j]);
+    const [winStep, winKind, winIndex] = view.winner || [-1, "", -1];
+    const cand = (c, kind, step, index) => {
+      const classes = ["cand", kind];
+      if (onPath(c.tokens)) classes.push("path");
+      if (step === winStep && kind === winKind && index === winIndex) classes.push("won");
+      if (kind === "finished" && !c.entered) classes.push("dropped");
+      const score = kind === "finished" ? `${fmt(c.score, 2)} → ${fmt(c.norm_score, 3)}` : fmt(c.score, 2);
+      return el("div", { class: classes.join(" "), "data-step": step, "data-kind": kind, "data-index": index,
+        title: `from slot ${c.from}` }, el("span", { class: "words", text: c.tokens.join(" ") }),
+        el("span", { class: "num", text: score }));
+    };
+    const table = el("table", { class: "beam" },
+      el("tr", {}, el("th", { text: "step" }), el("th", { text: `kept (${view.beam_size} at most)` }),
+        el("th", { text: "ended here (→ ranking score; struck out: not among the best finished)" })));
+    view.steps.forEach((step, t) => {
+      table.append(el("tr", { "data-step": t }, el("td", { class: "num", text: String(t + 1) }),
+        el("td", {}, ...step.live.map((c, i) => cand(c, "live", t, i))),
+        el("td", {}, ...step.finished.map((c, i) => cand(c, "finished", t, i)))));
+    });
+    const summary = `beam ${view.beam_size}, length penalty ${view.length_penalty}: ` +
+      `“${view.translation.text}” (log p ${fmt(view.translation.score, 3)})` +
+      (view.translation.finished ? "" : ", cut at the length limit");
+    return el("div", {}, el("p", { class: "beam-summary", text: summary }), table);
+  }
+  const whatIf = live ? liveViews() : null;
+
   // ------------------------------------------------------------------------------ layout
   function tabs(sections) {
     const nav = el("nav", { class: "tabs" });
@@ -480,6 +594,7 @@
       nav.append(el("button", { type: "button", "data-tab": id, onclick: () => show(id) }, section.dataset.title));
     }
     show(Object.keys(sections)[0]);
+    nav.show = show;
     return nav;
   }
 
@@ -490,8 +605,14 @@
   const sections = { sentences, curves: curvesSection(), length: lengthSection(), config: configSection() };
   const titles = { sentences: `sentences (${count.toLocaleString("en")})`, curves: "training curves",
     length: "BLEU by length", config: "config" };
+  if (live) {
+    sections.whatif = whatIf.section;
+    titles.whatif = "what if";
+  }
   for (const [id, section] of Object.entries(sections)) section.dataset.title = titles[id];
-  document.body.append(header(), tabs(sections), ...Object.values(sections));
+  const nav = tabs(sections);
+  if (live) whatIf.show = () => nav.show("whatif");
+  document.body.append(header(), nav, ...Object.values(sections));
   document.title = data.title;
   sortBy("#");
   if (count) select(0);

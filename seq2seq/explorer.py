@@ -9,14 +9,16 @@ puts two runs side by side on the same sentences instead, sortable by their diff
 sentence BLEU (`main.py --mode=report --compare=OTHER`).
 
 Nothing is fetched: the page's script (explorer.js) and style (explorer.css, both shipped beside
-this module) are inlined and the data is embedded as JSON. Every string from the data is shown
+this module) are inlined and the data is embedded as JSON. The one exception is the live page
+(`live_page`) that the translation service serves: its what-if and beam views ask the service
+that sent it for new translations, and nothing else. Every string from the data is shown
 as text, never parsed as markup: the JSON sits in a <script type="application/json"> with `<`,
 `>` and `&` written as \\u escapes (so a corpus line holding "</script>" cannot end it), the
 script builds the page with createElement and textContent only, and a Content-Security-Policy
 lets only that script (by its hash) and that style run.
 
 The data comes from files only: each split's sentences.jsonl (`write_sentences`, written by
-`evaluate.evaluate_split`) and results.json, and the run's metrics.jsonl and config.json, so
+`evaluation.evaluate_split`) and results.json, and the run's metrics.jsonl and config.json, so
 the report can be written again without a model. Attention maps are stored as their weights
 rounded to 1/254 (a byte each, runs of zeros shortened, base64: `encode_map`), which keeps
 3,000 sentences to a few MB.
@@ -203,7 +205,8 @@ def _csp_hash(text: str) -> str:
 
 def render(data: dict[str, Any]) -> str:
   """The HTML page of `data` (`page_data`): explorer.css and explorer.js inlined, the data as
-  JSON, and a Content-Security-Policy that allows that script and style and nothing else."""
+  JSON, and a Content-Security-Policy that allows that script and style and nothing else (and,
+  for a live page, requests to the server that sent it)."""
   script, style = _asset("explorer.js"), _asset("explorer.css")
   csp = "; ".join(
     [
@@ -213,6 +216,7 @@ def render(data: dict[str, Any]) -> str:
       "img-src data:",
       "base-uri 'none'",
       "form-action 'none'",
+      *(["connect-src 'self'"] if data.get("live") else []),
     ]
   )
   title = html.escape(data.get("title", "seq2seq report"))
@@ -252,6 +256,24 @@ def write_report(workdir: str | Path, prefix: str, split: str) -> Path:
   path = out / REPORT
   files.write_atomic(path, render(data))
   return path
+
+
+def live_page(workdir: str | Path, split: str | None = None, beam_size: int = 5) -> str:
+  """The explorer as the translation service serves it (`seq2seq.serve`, GET /explorer): the
+  report of the run's evaluated `split` (without one, its first: valid before test; with none
+  evaluated, no sentences), with the what-if and beam views, which ask the service for new
+  translations (beam size `beam_size` unless changed on the page). FileNotFoundError names a
+  split the run has not evaluated."""
+  splits = evaluated_splits(workdir)
+  if split is not None:
+    splits = [(prefix, name) for prefix, name in splits if name == split]
+    if not splits:
+      raise FileNotFoundError(f"{workdir} has no evaluated split {split!r}")
+  prefix, name = splits[0] if splits else ("eval", "none")
+  records = read_sentences(Path(workdir) / prefix / name) if splits else []
+  data = page_data([run_summary(workdir, prefix, name)], [records], name)
+  data["live"] = {"beam_size": beam_size}
+  return render(data)
 
 
 def compare_name(other: Path) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -221,12 +222,7 @@ def nbest_split(
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
   for batch in _batches(split, dec):
-    forced = {}
-    if prefixes and batch["tgt_in"].shape[1] > 1:  # BOS, then the prefix, then PAD.
-      forced["prefix_BP"] = batch["tgt_in"][:, 1:]
-    if constraints is not None:
-      rows = [constraints[i] if i >= 0 else [] for i in batch["index"]]
-      forced["constraints"] = constraints_.pack(rows)
+    forced = _guides(batch, prefixes, constraints)
     result = decode.decode_batch(state, batch, dec, ban_unk=ban_unk, nbest=nbest, **forced)
     result = jax.device_get(result)
     for row, index in enumerate(batch["index"]):
@@ -237,6 +233,36 @@ def nbest_split(
       shown.advance(int((batch["index"] >= 0).sum()))
   if shown:
     shown.close()
+  return out
+
+
+def _guides(batch, prefixes: bool, constraints) -> dict[str, Any]:
+  """`decode_batch`'s prefix and constraint arguments for `batch`: its target side as each
+  row's forced prefix (with `prefixes`), each row's constraint phrases (from `constraints`)."""
+  forced = {}
+  if prefixes and batch["tgt_in"].shape[1] > 1:  # BOS, then the prefix, then PAD.
+    forced["prefix_BP"] = batch["tgt_in"][:, 1:]
+  if constraints is not None:
+    rows = [constraints[i] if i >= 0 else [] for i in batch["index"]]
+    forced["constraints"] = constraints_.pack(rows)
+  return forced
+
+
+def traced_split(
+  state, split: input_pipeline.Split, dec: decode.DecodeSettings, *, prefixes: bool = False
+) -> list[tuple[Hypothesis, decode.BeamTrace]]:
+  """Each sentence of `split`'s best translation by beam search (of width `decode.beam_size`,
+  even 1) with what each step of the search did (its `decode.BeamTrace`, host arrays [L, K]);
+  with `prefixes`, starting with its target side (as `nbest_split`)."""
+  out: list[Any] = [None] * len(split)
+  over = decode.normalised_over(dec)
+  for batch in _batches(split, dec):
+    forced = _guides(batch, prefixes, None)
+    result, steps = jax.device_get(decode.decode_batch(state, batch, dec, trace=True, **forced))
+    for row, index in enumerate(batch["index"]):
+      if index >= 0:
+        best = _hypothesis(result, (row,), batch["src_mask"][row], over)
+        out[index] = (best, decode.BeamTrace(*(x[row] for x in steps)))
   return out
 
 

@@ -10,6 +10,10 @@ Endpoints (the OpenAPI description at /docs and /openapi.json):
 * POST /translate: `TranslateRequest` -> {"translations": per sentence, its n best, each with
   text, score, norm_score, normalised_over and, when asked, the attention and Pharaoh links};
 * POST /score: `ScoreRequest` -> {"scores": per pair, as `translate.score_record`};
+* POST /beam: `BeamRequest` -> {"beam": what beam search did for one sentence, step by step,
+  `translate.beam_view`};
+* GET /explorer: the run's explorer page, live (`explorer.live_page`): its what-if tab
+  translates edited sources under forced prefixes and shows the beam through the two above;
 * GET /health: {"status": "ok"}, or 503 once the server is shutting down;
 * GET /info: the run (workdir, step, model and decode settings, vocabulary sizes) and the limits.
 
@@ -49,7 +53,7 @@ import uvicorn
 from absl import logging
 from fastapi import responses
 
-from seq2seq import console, translate
+from seq2seq import console, explorer, inference, translate
 from seq2seq import tokenizer as tok
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -57,6 +61,7 @@ BATCH_SIZES = (1, 4, 16, 64)  # `decode.batch_size` of a gathered batch: the fir
 # Per-request decode fields a client may set; the others (shortlists, ensembles, the batch
 # size) belong to the run and the server.
 DECODE_OPTIONS = ("beam_size", "length_penalty", "max_len_ratio", "replace_unk", "sampling", "mbr")
+BEAM_OPTIONS = DECODE_OPTIONS[:4]  # Those of the beam view (beam search only).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +135,18 @@ class TranslateRequest(RequestModel):
 
   def decode_settings(self) -> dict[str, Any]:
     return {k: getattr(self, k) for k in DECODE_OPTIONS if getattr(self, k) is not None}
+
+
+class BeamRequest(RequestModel):
+  sentence: str
+  prefix: str = ""  # Target words every hypothesis starts with.
+  beam_size: int | None = pydantic.Field(None, ge=2, le=64)
+  length_penalty: str | None = None
+  max_len_ratio: float | None = pydantic.Field(None, gt=0)
+  replace_unk: bool | None = None
+
+  def decode_settings(self) -> dict[str, Any]:
+    return {k: getattr(self, k) for k in BEAM_OPTIONS if getattr(self, k) is not None}
 
 
 class ScoreRequest(RequestModel):
@@ -269,6 +286,8 @@ class Service:
     kind, options = key[0], dict(key[1])
     if kind == "score":
       return translate.score_lines(self.t, [s for s, _ in items], [t for _, t in items])
+    if kind == "beam":
+      return [translate.beam_view(self.t, s, prefix=p, **options) for s, p in items]
     nbest, guided = key[2], key[3]
     sentences = [s for s, _, _ in items]
     guides = {}
@@ -334,28 +353,44 @@ class Service:
     self._check_sentences(req.targets, "targets", known=False)
     return ("score", ()), list(zip(req.sources, req.targets, strict=True))
 
-  def _check_sentences(self, sentences: list[str], field: str, known: bool = True) -> None:
+  def check_beam(self, req: BeamRequest) -> tuple[Hashable, list[Any]]:
+    if not req.sentence.strip():
+      raise RequestError(422, "the sentence is blank", "sentence")
+    self._check_sentences([req.sentence], "sentence", one=True)
+    options = req.decode_settings()
+    options.setdefault("beam_size", max(self.t.decoding.beam_size, 2))
+    try:
+      self.t.decoding_with(**options)
+    except ValueError as e:
+      raise RequestError(422, str(e), _field_of(str(e), options, "sentence")) from None
+    return ("beam", tuple(sorted(options.items()))), [(req.sentence, req.prefix)]
+
+  def _check_sentences(
+    self, sentences: list[str], field: str, known: bool = True, one: bool = False
+  ) -> None:
+    """Checks the limits of `sentences`, request field `field` (a list, or with `one` the field
+    of one sentence), and with `known` that each holds a word of the source vocabulary."""
     limits = self.cfg.limits
     if len(sentences) > limits.max_sentences:
       raise RequestError(
         422, f"{len(sentences)} sentences: at most {limits.max_sentences} per request", field
       )
     for i, s in enumerate(sentences):
+      name = field if one else f"{field}[{i}]"
       words = len(s.split())
       if words > limits.max_words:
-        raise RequestError(
-          422, f"{words} words: at most {limits.max_words} per sentence", f"{field}[{i}]"
-        )
+        raise RequestError(422, f"{words} words: at most {limits.max_words} per sentence", name)
       if known and words and _all_unknown(self.t, s):
         raise RequestError(
           422,
           "none of its words is in the model's source vocabulary (another language or script?)",
-          f"{field}[{i}]",
+          name,
         )
 
   def hypothesis(self, h, source: str, req: TranslateRequest) -> dict[str, Any]:
     out = {
       "text": h.text,
+      "tokens": h.tokens,
       "score": _number(h.score),
       "norm_score": _number(h.norm_score),
       "finished": h.finished,
@@ -363,9 +398,15 @@ class Service:
     }
     if req.attention:
       out["attention"] = np.round(h.attention, 4).tolist()
+      out["source_tokens"] = inference.source_tokens(source, self.t.src_tok)[: h.attention.shape[1]]
     if req.word_alignments:
       out["word_alignments"] = translate.pharaoh_line(self.t, source, h.attention, h.tokens, 0.0)
     return out
+
+  def explorer_page(self, split: str | None = None) -> str:
+    """The explorer of the run's evaluated `split` (its first without one; none if the run has
+    not been evaluated) in live mode, the what-if and beam views asking this service."""
+    return explorer.live_page(self.t.workdir, split, beam_size=max(self.t.decoding.beam_size, 2))
 
   def info(self) -> dict[str, Any]:
     run = self.t.run
@@ -504,6 +545,27 @@ def create_app(service: Service):
       return {"scores": [translate.score_record(i, s) for i, s in enumerate(found)]}
 
     return await handled(request, ScoreRequest, service.check_score, answer)
+
+  @app.post("/beam", openapi_extra=schema(BeamRequest))
+  async def beam_endpoint(request: fastapi.Request):
+    return await handled(
+      request, BeamRequest, service.check_beam, lambda req, found: {"beam": found[0]}
+    )
+
+  @app.get("/explorer", response_class=responses.HTMLResponse)
+  async def explorer_page(request: fastapi.Request, split: str | None = None):
+    if not cfg.token or hmac.compare_digest(
+      request.query_params.get("token", "").encode(), cfg.token.encode()
+    ):
+      try:
+        return responses.HTMLResponse(service.explorer_page(split))
+      except FileNotFoundError as e:
+        return error(RequestError(404, str(e), "split"))
+    return error(RequestError(401, "missing or wrong token (/explorer?token=TOKEN)", "token"))
+
+  @app.get("/", include_in_schema=False)
+  async def home(request: fastapi.Request):
+    return responses.RedirectResponse(f"/explorer?{request.url.query}".rstrip("?"))
 
   @app.get("/health")
   async def health():

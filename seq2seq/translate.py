@@ -82,6 +82,7 @@ class Translator:
       checkpoints.check_model_config(Path(workdir), config)
     ensemble.prepare_workdir(self.decoding, workdir)  # An ensemble's vocabularies, checked.
     workdir = Path(workdir)
+    self.workdir = workdir
     vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
     state = evaluation.restore_for_eval(
       self.run, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
@@ -199,21 +200,8 @@ def translate_lines(
   dec = t.decoding_with(**decode_settings)
   dec.check_nbest(nbest)
   guides = _guides(t, dec, lines, prefixes, constraints)
-  ids, keep, truncated, too_long = [], [], 0, []
+  ids, keep, truncated, too_long = _encode_lines(t, dec, lines)
   longest = dec.max_input_tokens
-  for i, line in enumerate(lines):
-    if _blank(t, line):
-      continue
-    encoded = _encode_sources(t, line)
-    if longest and max(len(e) for e in encoded) > longest:
-      too_long.append(i)
-      continue
-    limit = t.max_source_tokens
-    if limit is not None and any(len(e) > limit for e in encoded):
-      truncated += 1
-      encoded = [e[:limit] for e in encoded]
-    ids.append(encoded)
-    keep.append(i)
   if truncated:
     logging.warning(
       "%d lines truncated to the %s score's %d tokens", truncated, t.score_spec, t.max_source_tokens
@@ -247,6 +235,111 @@ def translate_lines(
     hyps = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
     out[i] = inference.mbr_reordered(hyps, [h.text for h in hyps], dec)[:nbest]
   return out, {"truncated": truncated, "too_long": len(too_long)}
+
+
+def _encode_lines(
+  t: Translator, dec: decode.DecodeSettings, lines: Sequence[str]
+) -> tuple[list[list[list[int]]], list[int], int, list[int]]:
+  """(the ids of each line's sources, the indices of those lines, how many were truncated to
+  what the model can address, the indices of the lines over `decode.max_input_tokens`): blank
+  lines and lines too long are left out."""
+  ids, keep, truncated, too_long = [], [], 0, []
+  longest, limit = dec.max_input_tokens, t.max_source_tokens
+  for i, line in enumerate(lines):
+    if _blank(t, line):
+      continue
+    encoded = _encode_sources(t, line)
+    if longest and max(len(e) for e in encoded) > longest:
+      too_long.append(i)
+      continue
+    if limit is not None and any(len(e) > limit for e in encoded):
+      truncated += 1
+      encoded = [e[:limit] for e in encoded]
+    ids.append(encoded)
+    keep.append(i)
+  return ids, keep, truncated, too_long
+
+
+def beam_view(t: Translator, line: str, *, prefix: str = "", **decode_settings: Any) -> dict:
+  """What beam search did for `line`, step by step, as JSON for the explorer's beam view:
+  {"source": the attention columns' tokens, "beam_size", "length_penalty", "translation": the
+  best (`Hypothesis` fields), "steps": per step t, "live": the hypotheses kept (slot, the slot
+  of step t - 1 it extends as "from", tokens, score) and "finished": the extensions by EOS
+  (from, tokens, score, norm_score, "entered": whether they entered the pool of finished
+  hypotheses), and "winner": [step, "finished" or "live", index] of the translation}.
+
+  The run's decode settings, or those given, apply (one line, batch size 1); `prefix` forces the
+  first words as in `translate_lines`. The view is of beam search: a beam size of 1 (greedy
+  search, which may choose otherwise), sampling and MBR are refused (ValueError)."""
+  dec = t.decoding_with(**{"batch_size": 1, **decode_settings})
+  if dec.sampling or dec.mbr or dec.beam_size < 2:
+    raise ValueError(
+      "the beam view shows beam search: give a beam_size of 2 or more, without sampling or MBR"
+    )
+  guides = _guides(t, dec, [line], [prefix] if prefix else None, None)
+  ids, keep, _, too_long = _encode_lines(t, dec, [line])
+  if not keep:
+    why = "over decode.max_input_tokens" if too_long else "blank"
+    raise ValueError(f"no beam to show: the line is {why}")
+  _check_fits(guides, 0, ids[0], dec)
+  prefix_ids = guides.prefixes[0] if guides.prefixes else []
+  [(best, steps)] = inference.traced_split(
+    t.state, _split(ids, [prefix_ids]), dec, prefixes=bool(prefix_ids)
+  )
+  best = inference.with_text(best, line, t.src_tok, t.tgt_tok, dec.replace_unk)
+  words = lambda ids: inference.output_tokens(ids, line, t.src_tok, t.tgt_tok)
+  found = np.isfinite(steps.scores).any(1) | np.isfinite(steps.eos_scores).any(1)
+  count = int(np.flatnonzero(found).max()) + 1 if found.any() else 0
+  k = steps.scores.shape[1]
+  before: list[list[int]] = [[] for _ in range(k)]  # Each live slot's tokens after step t - 1.
+  rows, winner = [], None
+  for step in range(count):
+    finished = []
+    for slot in range(k):
+      if np.isfinite(steps.eos_scores[step, slot]):
+        if best.finished and before[slot] == best.ids and step == len(best.ids):
+          winner = [step, "finished", len(finished)]
+        finished.append(
+          {
+            "from": slot,
+            "tokens": [*words(before[slot]), tok.EOS],
+            "score": float(steps.eos_scores[step, slot]),
+            "norm_score": float(steps.eos_norm[step, slot]),
+            "entered": bool(steps.entered[step, slot]),
+          }
+        )
+    after, live = [], []
+    for slot in range(k):
+      origin = int(steps.origins[step, slot])
+      after.append([*before[origin], int(steps.tokens[step, slot])])
+      if np.isfinite(steps.scores[step, slot]):
+        if not best.finished and step == count - 1 and after[slot] == best.ids:
+          winner = [step, "live", len(live)]
+        live.append(
+          {
+            "slot": slot,
+            "from": origin,
+            "tokens": words(after[slot]),
+            "score": float(steps.scores[step, slot]),
+          }
+        )
+    rows.append({"live": live, "finished": finished})
+    before = after
+  return {
+    "source": inference.source_tokens(line, t.src_tok)[: best.attention.shape[1]],
+    "beam_size": dec.beam_size,
+    "length_penalty": str(dec.length_penalty),
+    "translation": {
+      "text": best.text,
+      "tokens": best.tokens,
+      "score": best.score,
+      "norm_score": best.norm_score,
+      "finished": best.finished,
+      "normalised_over": best.normalised_over,
+    },
+    "steps": rows,
+    "winner": winner,
+  }
 
 
 @dataclasses.dataclass(frozen=True)

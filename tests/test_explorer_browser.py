@@ -12,7 +12,7 @@ from helpers import explorer_records, explorer_run
 
 from experiments import explorer_timing
 from experiments.lib import browser
-from seq2seq import explorer
+from seq2seq import explorer, translate
 
 pytestmark = pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))
 
@@ -68,6 +68,7 @@ def test_table_sorts_filters_and_draws_the_selected_heatmap(driver, tmp_path):
   path, records = hostile_report(tmp_path)
   load_ms = browser.open_report(driver, path)
   assert load_ms > 0
+  assert not driver.find_elements("css selector", "#whatif, .whatif-open")  # No server: no what-if.
   assert table_order(driver) == list(range(len(records)))  # Corpus order to begin with.
   bleu = np.array([r["bleu"] for r in records])
   click_header(driver, "bleu")
@@ -221,3 +222,120 @@ def test_explorer_timing_writes_its_figures_with_the_machine(tmp_path):
   assert timing["sentences"] == len(records) and timing["bytes"] == path.stat().st_size
   assert len(timing["load_ms"]) == 2 and timing["load_ms_median"] > 0
   assert timing["sort_by_bleu_ms"] > 0 and "load_average" in timing and timing["browser"]
+
+
+# The live explorer, served by the translation service (seq2seq.serve) from the session's run.
+@pytest.fixture(scope="module")
+def live_server(trained):
+  import threading
+
+  import uvicorn
+
+  import seq2seq
+  from seq2seq import serve
+
+  translator = seq2seq.load(trained)
+  service = serve.Service(translator, serve.ServeSettings(warm_up=False))
+  config = uvicorn.Config(serve.create_app(service), host="127.0.0.1", port=0, log_level="warning")
+  server = serve.StoppingServer(config, service)
+  thread = threading.Thread(target=server.run, daemon=True)
+  thread.start()
+  deadline = time.monotonic() + 60
+  while not server.started and time.monotonic() < deadline:
+    time.sleep(0.05)
+  port = server.servers[0].sockets[0].getsockname()[1]
+  yield translator, f"http://127.0.0.1:{port}"
+  server.should_exit = True
+  thread.join(30)
+  service.batcher.close()
+
+
+def wait_for(driver, script, timeout_s=60.0):
+  """The value of `script` once it is truthy (None after `timeout_s`)."""
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline:
+    value = driver.execute_script(script)
+    if value:
+      return value
+    time.sleep(0.1)
+  return None
+
+
+def test_live_what_if_translates_an_edited_source_under_a_prefix(driver, live_server):
+  translator, url = live_server
+  driver.get(f"{url}/explorer")
+  assert wait_for(driver, "return document.documentElement.dataset.ready")
+  tabs = [b.text for b in driver.find_elements("css selector", "nav.tabs button")]
+  assert tabs[-1] == "what if"
+  driver.find_element("css selector", '#sentence-table tr[data-index="2"]').click()
+  driver.find_element("css selector", "#detail .whatif-open").click()
+  source = driver.find_element("id", "whatif-source")
+  assert source.is_displayed()
+  first = json.loads(driver.find_element("id", "report-data").get_attribute("textContent"))
+  assert source.get_attribute("value") == first["sentences"][0][2]["source"]
+  source.clear()
+  source.send_keys("the man will not")
+  driver.find_element("id", "whatif-prefix").send_keys("le chat")
+  beam = driver.find_element("id", "whatif-beam")
+  beam.clear()
+  beam.send_keys("3")
+  driver.find_element("id", "whatif-translate").click()
+  shown = wait_for(
+    driver, "const e = document.querySelector('.whatif-translation'); return e && e.textContent"
+  )
+  [want] = translator.translate(["the man will not"], beam_size=3, prefixes=["le chat"])[0]
+  assert shown == want.text and shown.startswith("le chat")
+  svg = driver.find_element("css selector", '#whatif-result svg.heatmap[data-map="whatif"]')
+  assert len(svg.find_elements("css selector", "rect.cell")) == want.attention.size
+  assert labels_of(svg, "text.src-label") == ["the", "man", "will", "not", "</s>"]
+  rows = want.tokens + (["</s>"] if want.finished else [])
+  assert labels_of(svg, "text.out-label") == rows[: want.attention.shape[0]]
+
+
+def test_live_beam_view_shows_each_step_and_the_winner(driver, live_server):
+  translator, url = live_server
+  driver.get(f"{url}/explorer")
+  assert wait_for(driver, "return document.documentElement.dataset.ready")
+  driver.find_element("css selector", 'nav.tabs button[data-tab="whatif"]').click()
+  source = driver.find_element("id", "whatif-source")
+  source.clear()
+  source.send_keys("a woman")
+  beam = driver.find_element("id", "whatif-beam")
+  beam.clear()
+  beam.send_keys("4")
+  driver.find_element("id", "whatif-beam-button").click()
+  assert wait_for(driver, "return document.querySelector('table.beam')")
+  view = translate.beam_view(translator, "a woman", beam_size=4)
+  steps = driver.find_elements("css selector", "table.beam tr[data-step]")
+  assert len(steps) == len(view["steps"])
+  for row, step in zip(steps, view["steps"], strict=True):
+    live = row.find_elements("css selector", ".cand.live .words")
+    assert [c.text for c in live] == [" ".join(c["tokens"]) for c in step["live"]]
+  [won] = driver.find_elements("css selector", ".cand.won")
+  step, kind, index = view["winner"]
+  assert (won.get_attribute("data-step"), won.get_attribute("data-kind")) == (str(step), kind)
+  tokens = view["translation"]["tokens"] + (["</s>"] if view["translation"]["finished"] else [])
+  assert won.find_element("css selector", ".words").text == " ".join(tokens)
+  # The winner's path is marked at every step before it.
+  assert len(driver.find_elements("css selector", ".cand.live.path")) >= step
+
+
+def test_live_errors_show_on_the_page_and_the_page_keeps_working(driver, live_server):
+  _, url = live_server
+  driver.get(f"{url}/explorer")
+  assert wait_for(driver, "return document.documentElement.dataset.ready")
+  driver.find_element("css selector", 'nav.tabs button[data-tab="whatif"]').click()
+  source = driver.find_element("id", "whatif-source")
+  source.clear()
+  source.send_keys("日本語のテキスト")
+  driver.find_element("id", "whatif-translate").click()
+  failed = "const t = document.getElementById('whatif-status').textContent;"
+  status = wait_for(driver, failed + " return t.includes('failed') && t")
+  assert "source vocabulary" in status and "(sentences[0])" in status
+  source.clear()
+  source.send_keys("a woman")
+  driver.find_element("id", "whatif-translate").click()
+  assert wait_for(
+    driver, "const e = document.querySelector('.whatif-translation'); return e && e.textContent"
+  )
+  assert driver.find_element("id", "whatif-status").text == ""

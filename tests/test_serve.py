@@ -21,7 +21,7 @@ import uvicorn
 from helpers import subprocess_env
 
 import seq2seq
-from seq2seq import serve
+from seq2seq import serve, translate
 
 
 # The batcher, on a function that records what it was given.
@@ -185,13 +185,24 @@ BAD_REQUESTS = [
   ({"sentences": ["the " * 9]}, 422, "sentences[0]"),  # Over max_words=8.
   ({"sentences": ["the", "日本語のテキスト"]}, 422, "sentences[1]"),  # No word it knows.
   ({"sources": ["the"], "targets": ["a", "b"]}, 422, "targets"),
+  ({"sentence": "the", "beam_size": 1}, 422, "beam_size"),  # The beam view needs a beam.
+  ({"sentence": "the", "sampling": "sample(n=2)"}, 422, "sampling"),  # Not an option there.
+  ({"sentence": "  "}, 422, "sentence"),
+  ({"sentence": "the " * 9}, 422, "sentence"),
+  ({"sentence": "日本語のテキスト"}, 422, "sentence"),
+  ({"sentence": "the", "prefix": 3}, 422, "prefix"),
 ]
+
+
+def path_of(body) -> str:
+  if isinstance(body, dict) and "sources" in body:
+    return "/score"
+  return "/beam" if isinstance(body, dict) and "sentence" in body else "/translate"
 
 
 @pytest.mark.parametrize(("body", "status", "field"), BAD_REQUESTS)
 def test_every_bad_request_gets_a_4xx_naming_its_field(translator, body, status, field):
-  path = "/score" if isinstance(body, dict) and "sources" in body else "/translate"
-  got, answer = post(translator, path, body, limits={"max_sentences": 4, "max_words": 8})
+  got, answer = post(translator, path_of(body), body, limits={"max_sentences": 4, "max_words": 8})
   assert (got, answer["field"]) == (status, field), answer
   assert answer["error"]
 
@@ -237,6 +248,52 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(translator)
   batches, texts = asyncio.run(go())
   assert texts == alone
   assert sum(batches) == len(sentences) and max(batches) > 1, batches
+
+
+def test_the_beam_view_answers_as_the_python_api(translator):
+  body = {"sentence": "the man will not", "prefix": "le", "beam_size": 3}
+  got, answer = post(translator, "/beam", body)
+  assert got == 200
+  want = translate.beam_view(translator, "the man will not", prefix="le", beam_size=3)
+  assert answer["beam"] == json.loads(json.dumps(want))
+
+
+def get(translator, path, **settings):
+  async def go():
+    service, client = client_of(translator, **settings)
+    async with client:
+      r = await client.get(path)
+    service.batcher.close()
+    return r
+
+  return asyncio.run(go())
+
+
+def test_the_explorer_page_is_served_live(translator):
+  page = get(translator, "/explorer")
+  assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+  assert "connect-src 'self'" in page.text and '"live":{"beam_size":' in page.text
+  assert "sentence 0" not in page.text  # The page is built by its script, from the data.
+  assert get(translator, "/explorer?split=test").status_code == 200
+  missing = get(translator, "/explorer?split=nope")
+  assert (missing.status_code, missing.json()["field"]) == (404, "split")
+  home = get(translator, "/")
+  assert home.status_code == 307 and home.headers["location"] == "/explorer"
+
+
+def test_a_static_report_asks_no_server(trained):
+  """Written to disk, the report's policy allows no request at all."""
+  from seq2seq import explorer
+
+  html = (trained / "eval" / "test" / explorer.REPORT).read_text()
+  assert "connect-src" not in html and '"live":{' not in html
+
+
+def test_with_a_token_the_explorer_page_needs_it_in_its_address(translator):
+  settings = {"host": "0.0.0.0", "token": "s3cret"}
+  assert get(translator, "/explorer", **settings).status_code == 401
+  assert get(translator, "/explorer?token=no", **settings).status_code == 401
+  assert get(translator, "/explorer?token=s3cret", **settings).status_code == 200
 
 
 def test_a_token_guards_every_endpoint_but_health(translator):
@@ -289,7 +346,7 @@ def test_info_names_the_run(translator):
 
   info, schema = asyncio.run(go())
   assert info["step"] == 20 and info["vocabulary"]["source"] == translator.src_tok.size
-  assert {"/translate", "/score", "/health", "/info"} <= set(schema["paths"])
+  assert {"/translate", "/score", "/beam", "/explorer", "/health", "/info"} <= set(schema["paths"])
 
 
 def traces_of(fn) -> int:
