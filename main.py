@@ -90,6 +90,16 @@ flags.DEFINE_string(
   "SEQ2SEQ_SERVE_TOKEN environment variable.",
 )
 flags.DEFINE_integer("serve_max_batch", 64, "serve: the most sentences decoded together.")
+flags.DEFINE_list(
+  "serve_batch_sizes",
+  ["1", "4", "8", "16", "32", "64"],
+  "serve: the batch shapes compiled; a gathered batch is padded to the first that holds it.",
+)
+flags.register_validator(
+  "serve_batch_sizes",
+  lambda sizes: all(b.isdigit() and int(b) > 0 for b in sizes),
+  message="--serve_batch_sizes: positive whole numbers, comma-separated (e.g. 1,4,16,64)",
+)
 flags.DEFINE_float("serve_wait_ms", 5.0, "serve: how long a request waits for batch-mates.")
 flags.DEFINE_integer("serve_max_sentences", 64, "serve: sentences per request, at most.")
 flags.DEFINE_integer("serve_max_words", 100, "serve: words per sentence, at most.")
@@ -142,6 +152,7 @@ def _serve_options() -> dict:
     "port": FLAGS.port,
     "token": FLAGS.serve_token,
     "max_batch": FLAGS.serve_max_batch,
+    "batch_sizes": tuple(int(b) for b in FLAGS.serve_batch_sizes),
     "wait_ms": FLAGS.serve_wait_ms,
     "warm_up": FLAGS.serve_warm_up,
     "limits": {name: FLAGS[f"serve_{name}"].value for name in limits},

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import socket
@@ -76,6 +77,14 @@ def free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+  """User plus system CPU seconds used so far by process `pid` (this process when None)."""
+  if pid is None:
+    return time.process_time()
+  fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime.
 
 
 def rss_mib(pid: int) -> float:
@@ -168,7 +177,7 @@ def offline(run: Path, sentences: list[str]) -> tuple[dict[str, Any], list[str]]
   t = seq2seq.load(run)
   go = lambda: translate.translate_lines(t, sentences, progress=None, beam_size=1, batch_size=64)
   go()  # Compiles.
-  start = time.monotonic()
+  start, cpu = time.monotonic(), cpu_seconds()
   found, _ = go()
   seconds = time.monotonic() - start
   texts = [hyps[0].text if hyps else "" for hyps in found]
@@ -176,13 +185,19 @@ def offline(run: Path, sentences: list[str]) -> tuple[dict[str, Any], list[str]]
     "sentences": len(sentences),
     "seconds": seconds,
     "sent_per_s": len(sentences) / seconds,
+    "cpu_ms_per_sentence": 1000 * (cpu_seconds() - cpu) / len(sentences),
   }, texts
 
 
-def load_rows(url, sentences, expected, client_counts) -> list[dict[str, Any]]:
+def load_rows(server: Server, sentences, expected, client_counts) -> list[dict[str, Any]]:
+  """Per client count: throughput, latency, whether the answers are right, and the CPU
+  milliseconds per sentence that the server and the clients (this process) spent."""
   rows = []
   for clients in client_counts:
-    results, wall = asyncio.run(drive(url, [one(s) for s in sentences], clients))
+    before = cpu_seconds(server.proc.pid), cpu_seconds()
+    results, wall = asyncio.run(drive(server.url, [one(s) for s in sentences], clients))
+    server_cpu = cpu_seconds(server.proc.pid) - before[0]
+    client_cpu = cpu_seconds() - before[1]
     ok = [r for r in results if r[0] == 200]
     latencies = [r[2] for r in ok]
     rows.append(
@@ -195,6 +210,8 @@ def load_rows(url, sentences, expected, client_counts) -> list[dict[str, Any]]:
         "sent_per_s": len(ok) / wall,
         "p50_ms": 1000 * percentile(latencies, 0.5) if latencies else None,
         "p99_ms": 1000 * percentile(latencies, 0.99) if latencies else None,
+        "server_cpu_ms_per_sentence": 1000 * server_cpu / len(sentences),
+        "client_cpu_ms_per_sentence": 1000 * client_cpu / len(sentences),
       }
     )
     print(json.dumps(rows[-1]), flush=True)
@@ -325,8 +342,10 @@ def page(record: dict[str, Any]) -> str:
     "in batches of 64 in the benchmark's process, before the server started.",
     "",
     f"Offline: {off['sentences']} sentences in {off['seconds']:.2f} s, "
-    f"**{off['sent_per_s']:.1f} sentences/s**. Server start-up with warm-up: "
-    f"{record['server_start_s']:.0f} s.",
+    f"**{off['sent_per_s']:.1f} sentences/s** ({reports.fmt(off.get('cpu_ms_per_sentence'), 1)} "
+    "CPU ms per sentence). Server start-up with warm-up: "
+    f"{record['server_start_s']:.0f} s. The clients run on the same machine as the server: "
+    "the CPU columns say what each side spent per sentence.",
     "",
   ]
   rows = [
@@ -337,10 +356,21 @@ def page(record: dict[str, Any]) -> str:
       reports.fmt(r["p50_ms"], 1),
       reports.fmt(r["p99_ms"], 1),
       f"{r['correct']}/{r['requests']}",
+      reports.fmt(r.get("server_cpu_ms_per_sentence"), 1),
+      reports.fmt(r.get("client_cpu_ms_per_sentence"), 1),
     ]
     for r in record["load"]
   ]
-  header = ["clients", "sentences/s", "of offline", "p50 ms", "p99 ms", "same as offline"]
+  header = [
+    "clients",
+    "sentences/s",
+    "of offline",
+    "p50 ms",
+    "p99 ms",
+    "same as offline",
+    "server CPU ms/sentence",
+    "clients' CPU ms/sentence",
+  ]
   lines += reports.table(header, rows)
   f, s, t = record["faults"], record["soak"], record["sigterm"]
   lines += [
@@ -391,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   try:
     record["step"] = httpx.get(f"{server.url}/info", timeout=10).json()["step"]
     clients = [int(c) for c in args.clients.split(",")]
-    record["load"] = load_rows(server.url, sentences, expected, clients)
+    record["load"] = load_rows(server, sentences, expected, clients)
     rng = random.Random(args.seed)
     record["faults"] = faults(server.url, sentences, expected, args.malformed, rng)
     record["soak"] = soak(server, sentences, expected, args.soak)

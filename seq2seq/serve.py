@@ -19,8 +19,9 @@ Endpoints (the OpenAPI description at /docs and /openapi.json):
 
 One thread decodes (`Batcher`): a request waits at most `ServeSettings.wait_ms` for others that
 decode with the same settings, and up to `max_batch` sentences go through `translate_lines` (or
-`score_lines`) together, with `decode.batch_size` the smallest of `BATCH_SIZES` that holds them,
-so the compiled programs are those of a few batch shapes; `warm_up` compiles them at start-up.
+`score_lines`) together, with `decode.batch_size` the smallest of `ServeSettings.batch_sizes`
+that holds them, so the compiled programs are those of a few batch shapes; `warm_up` compiles
+them at start-up.
 
 Every bad request gets a 4xx and a JSON body {"error": ..., "field": ...} naming the field:
 malformed JSON (400), over a limit (`Limits`: 413 for bytes, 422 for sentences and words), a
@@ -57,7 +58,7 @@ from seq2seq import console, explorer, inference, translate
 from seq2seq import tokenizer as tok
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-BATCH_SIZES = (1, 4, 16, 64)  # `decode.batch_size` of a gathered batch: the first that fits.
+BATCH_SIZES = (1, 4, 8, 16, 32, 64)  # The default `ServeSettings.batch_sizes`.
 # Per-request decode fields a client may set; the others (shortlists, ensembles, the batch
 # size) belong to the run and the server.
 DECODE_OPTIONS = ("beam_size", "length_penalty", "max_len_ratio", "replace_unk", "sampling", "mbr")
@@ -87,6 +88,8 @@ class ServeSettings:
   port: int = 8000
   token: str = ""  # Required to bind beyond loopback; then every request but /health needs it.
   max_batch: int = 64  # The most sentences decoded together.
+  # The batch shapes compiled: a gathered batch is padded to the first that holds it.
+  batch_sizes: tuple[int, ...] = BATCH_SIZES
   wait_ms: float = 5.0  # How long a request waits for others to share its batch.
   warm_up: bool = True  # Compile the batch shapes before answering (`Service.warm_up`).
   limits: Limits = dataclasses.field(default_factory=Limits)
@@ -94,6 +97,8 @@ class ServeSettings:
   def __post_init__(self):
     if not 1 <= self.max_batch:
       raise ValueError(f"serve max_batch must be at least 1, got {self.max_batch}")
+    if not self.batch_sizes or min(self.batch_sizes) < 1:
+      raise ValueError(f"serve batch_sizes must be positive, got {self.batch_sizes}")
     if self.wait_ms < 0:
       raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
     if not is_loopback(self.host) and not self.token:
@@ -265,9 +270,9 @@ class Batcher:
     job.future.set_result(results)
 
 
-def batch_size_for(count: int, max_batch: int) -> int:
-  """The smallest of `BATCH_SIZES` that holds `count` sentences, at most `max_batch`."""
-  fits = [b for b in BATCH_SIZES if b >= count and b <= max_batch]
+def batch_size_for(count: int, max_batch: int, sizes: Sequence[int] = BATCH_SIZES) -> int:
+  """The smallest of `sizes` that holds `count` sentences, at most `max_batch`."""
+  fits = sorted(b for b in sizes if b >= count and b <= max_batch)
   return fits[0] if fits else max(min(count, max_batch), 1)
 
 
@@ -295,14 +300,14 @@ class Service:
       guides["prefixes"] = [p for _, p, _ in items]
     if "constraints" in guided:
       guides["constraints"] = [c for _, _, c in items]
-    size = batch_size_for(len(items), self.cfg.max_batch)
+    size = batch_size_for(len(items), self.cfg.max_batch, self.cfg.batch_sizes)
     found, _ = translate.translate_lines(
       self.t, sentences, nbest=nbest, progress=None, batch_size=size, **guides, **options
     )
     return found
 
   def warm_up(self, lengths: Sequence[int] | None = None) -> int:
-    """Compiles the run's own decoding and greedy search for every batch size of `BATCH_SIZES`
+    """Compiles the run's own decoding and greedy search for every batch size of `batch_sizes`
     up to `max_batch` and every source length bucket up to `Limits.max_words` (or `lengths`),
     so requests with the run's settings or `beam_size: 1` find their programs compiled; returns
     how many programs it ran."""
@@ -312,7 +317,11 @@ class Service:
     word = _known_word(self.t)
     beams = sorted({self.t.decoding.beam_size, 1})
     shapes = [
-      (k, b, n) for k in beams for b in BATCH_SIZES if b <= self.cfg.max_batch for n in lengths
+      (k, b, n)
+      for k in beams
+      for b in sorted(self.cfg.batch_sizes)
+      if b <= self.cfg.max_batch
+      for n in lengths
     ]
     for k, b, n in shapes:
       sentence = " ".join([word] * max(n - 1, 1))  # EOS makes the n-th token.

@@ -111,17 +111,18 @@ def test_close_answers_what_is_queued_then_refuses():
 
 
 def test_batch_size_for_picks_the_smallest_bucket_that_fits():
-  assert [serve.batch_size_for(n, 64) for n in (1, 2, 4, 5, 16, 17, 64)] == [
-    1,
-    4,
-    4,
-    16,
-    16,
-    64,
-    64,
-  ]
+  counts = (1, 2, 4, 5, 9, 16, 17, 33, 64)
+  assert [serve.batch_size_for(n, 64) for n in counts] == [1, 4, 4, 8, 16, 16, 32, 64, 64]
   assert serve.batch_size_for(10, 8) == 8  # Never past max_batch.
   assert serve.batch_size_for(70, 64) == 64
+
+
+def test_the_batch_shapes_are_a_setting():
+  assert serve.batch_size_for(20, 64, (1, 8, 32, 64)) == 32
+  assert serve.batch_size_for(5, 64, (64, 1, 8)) == 8  # In any order.
+  for sizes in ((), (0, 4)):
+    with pytest.raises(ValueError, match="batch_sizes"):
+      serve.ServeSettings(batch_sizes=sizes)
 
 
 def test_field_names_of_pydantic_locations():
@@ -363,8 +364,8 @@ def traces_of(fn) -> int:
 
 def test_after_warm_up_requests_of_the_warmed_shapes_compile_nothing(translator):
   service = serve.Service(translator, serve.ServeSettings(warm_up=False, max_batch=4))
-  # Beam sizes 1 and the run's 3, batch sizes 1 and 4 of BATCH_SIZES, the first length bucket
-  # (configs/tiny.py pads sources to 24 tokens).
+  # Beam sizes 1 and the run's 3, batch sizes 1 and 4 (those up to max_batch), the first length
+  # bucket (configs/tiny.py pads sources to 24 tokens).
   assert service.warm_up(lengths=[5]) == 4
   key, items = service.check_translate(serve.TranslateRequest(sentences=["the man will not"] * 3))
   assert traces_of(lambda: service.batcher.submit(key, items).result(60)) == 0
