@@ -88,6 +88,7 @@ class Translator:
       self.run, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
     )
     self.config = config  # What `decoding_with` changes and validates again.
+    self._decodings: dict[tuple, decode.DecodeSettings] = {}  # `decoding_with`'s, by settings.
     self.state = rt.host_local(evaluation.direction_state(state, self.run.model.direction))
     self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
     if self.run.model.direction == "reverse":  # Target-language text in, source language out.
@@ -124,9 +125,19 @@ class Translator:
       raise ValueError(f"not decode settings: {', '.join(unknown)}")
     if fixed := sorted(k for k in decode_settings if k.startswith("ensemble")):
       raise ValueError(f"decode.{fixed[0]} is fixed when the run loads: pass it to seq2seq.load")
+    try:  # Validating a config takes about a millisecond: a service asks this for every request.
+      key = tuple(sorted((k, type(v).__name__, v) for k, v in decode_settings.items()))
+      hash(key)  # (The type keeps 1 and True apart.)
+    except TypeError:
+      key = None  # An unhashable value (a list): validated, not kept.
+    if key in self._decodings:
+      return self._decodings[key]
     config = self.config.copy_and_resolve_references()
     config.decode.update(decode_settings)
-    return settings.validate(config).decode
+    dec = settings.validate(config).decode
+    if key is not None and len(self._decodings) < 256:
+      self._decodings[key] = dec
+    return dec
 
   def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Scored]:
     """Each target's log-probabilities given its source (`score_lines`)."""

@@ -139,6 +139,34 @@ def test_api_takes_any_decode_setting_for_one_call_and_refuses_others(loaded):
     loaded.translate(["the cat ."], length_penalty="power(alpha=-1)")
 
 
+def test_decoding_settings_are_validated_once_per_set_of_values(loaded):
+  """A service asks for every request's settings; the same values give the same validated
+  settings without validating again, other values their own, and a refusal is raised every
+  time."""
+  from seq2seq import settings
+
+  calls = []
+  real = settings.validate
+
+  def counted(config):
+    calls.append(config)
+    return real(config)
+
+  settings.validate = counted
+  try:
+    first = loaded.decoding_with(beam_size=2, replace_unk=False)
+    assert loaded.decoding_with(replace_unk=False, beam_size=2) is first
+    assert len(calls) == 1
+    assert loaded.decoding_with(beam_size=3).beam_size == 3
+    assert len(calls) == 2
+    for _ in range(2):
+      with pytest.raises(ValueError, match="alpha must be >= 0"):
+        loaded.decoding_with(length_penalty="power(alpha=-1)")
+    assert len(calls) == 4
+  finally:
+    settings.validate = real
+
+
 def test_api_scores_of_its_own_translations_are_what_the_search_reported(loaded):
   """Greedy and beam (n-best) outputs, scored as given translations, get the scores, ranking
   scores and attention their search reported (`helpers.check_scores_match_search`)."""
