@@ -292,17 +292,25 @@ def test_live_what_if_translates_an_edited_source_under_a_prefix(driver, live_se
   assert labels_of(svg, "text.out-label") == rows[: want.attention.shape[0]]
 
 
-def test_live_beam_view_shows_each_step_and_the_winner(driver, live_server):
-  translator, url = live_server
+def open_what_if(driver, url, text, beam=None):
+  """The live page's what-if tab with `text` as the source (and `beam` as the beam size);
+  returns the source box."""
   driver.get(f"{url}/explorer")
   assert wait_for(driver, "return document.documentElement.dataset.ready")
   driver.find_element("css selector", 'nav.tabs button[data-tab="whatif"]').click()
   source = driver.find_element("id", "whatif-source")
   source.clear()
-  source.send_keys("a woman")
-  beam = driver.find_element("id", "whatif-beam")
-  beam.clear()
-  beam.send_keys("4")
+  source.send_keys(text)
+  if beam is not None:
+    box = driver.find_element("id", "whatif-beam")
+    box.clear()
+    box.send_keys(str(beam))
+  return source
+
+
+def test_live_beam_view_shows_each_step_and_the_winner(driver, live_server):
+  translator, url = live_server
+  open_what_if(driver, url, "a woman", beam=4)
   driver.find_element("id", "whatif-beam-button").click()
   assert wait_for(driver, "return document.querySelector('table.beam')")
   view = translate.beam_view(translator, "a woman", beam_size=4)
@@ -322,12 +330,7 @@ def test_live_beam_view_shows_each_step_and_the_winner(driver, live_server):
 
 def test_live_errors_show_on_the_page_and_the_page_keeps_working(driver, live_server):
   _, url = live_server
-  driver.get(f"{url}/explorer")
-  assert wait_for(driver, "return document.documentElement.dataset.ready")
-  driver.find_element("css selector", 'nav.tabs button[data-tab="whatif"]').click()
-  source = driver.find_element("id", "whatif-source")
-  source.clear()
-  source.send_keys("日本語のテキスト")
+  source = open_what_if(driver, url, "日本語のテキスト")
   driver.find_element("id", "whatif-translate").click()
   failed = "const t = document.getElementById('whatif-status').textContent;"
   status = wait_for(driver, failed + " return t.includes('failed') && t")
