@@ -82,3 +82,20 @@ def test_a_preempted_study_exits_as_a_scheduler_reruns(together, tmp_path, monke
   with pytest.raises(SystemExit) as stopped:
     runs_lib.train_together([run]) if together else runs_lib.train_alone(run)
   assert stopped.value.code == seq2seq_cli.PREEMPTED == 75
+
+
+def test_a_decoding_copy_resumes_under_its_own_decoding_time_switches(tmp_path):
+  """A sweep's --decode model.copy_eos=null copies a trained copy=true run and resumes it to
+  evaluate: the copy's config is its own, so the resume check does not refuse the switch."""
+  from seq2seq import checkpoints
+
+  source = Run("copy-seed0", "configs/tiny.py", {"model.copy": True}, tmp_path / "a")
+  (source.workdir / "checkpoints" / str(source.config().train.num_steps)).mkdir(parents=True)
+  checkpoints.check_and_save_config(source.workdir, source.config())
+  overrides = {"model.copy": True, "model.copy_eos": "null"}
+  run = Run("copy+copy_eos=null-seed0", "configs/tiny.py", overrides, tmp_path / "b")
+  assert runs_lib.seed_from(run, source)
+  checkpoints.check_and_save_config(run.workdir, run.config())  # What train's resume calls.
+  saved = json.loads((run.workdir / "config.json").read_text())
+  assert saved["model"]["copy_eos"] == "null"
+  assert checkpoints.saved_config_differences(source.workdir, run.config()) == ["model.copy_eos"]

@@ -332,13 +332,16 @@ def _preempted(what: str) -> None:
 
 def seed_from(run: Run, source: Run) -> bool:
   """Starts `run` as a copy of `source`'s workdir (it then resumes to its own steps); whether it
-  did (not when `run` exists already or `source` has no checkpoint it may start from)."""
+  did (not when `run` exists already or `source` has no checkpoint it may start from). The
+  copy's config is `run`'s own, written at its start: its decoding-time switches
+  (`checkpoints.DECODING_SWITCHES`) may differ from the source's, which a resume would refuse."""
   steps = checkpoint_steps(source.workdir)
   if run.workdir.exists() or not steps or steps[-1] > run.config().train.num_steps:
     return False
   ignore = shutil.ignore_patterns("eval", records.RECORD, records.HYPOTHESES)
   shutil.copytree(source.workdir, run.workdir, ignore=ignore)
   (run.workdir / WALL_TIME_FILE).unlink(missing_ok=True)
+  (run.workdir / "config.json").unlink(missing_ok=True)
   return True
 
 
