@@ -47,10 +47,11 @@ def get_config() -> ml_collections.ConfigDict:
   # gate mixes the vocabulary softmax with the attention over an extended vocabulary, so words
   # outside the target vocabulary can be produced by copying them from the source.
   m.copy = False
-  # Where copying sends the attention on the source EOS: "target" (the target EOS, so p(EOS)
-  # grows with it) or "null" (nowhere: that mass generates from the vocabulary, as a source
-  # without an EOS would have it). seq2seq/copying.py.
-  m.copy_eos = "target"
+  # Where copying sends the attention on the source EOS: "null" (nowhere: that mass generates
+  # from the vocabulary, as in See et al., whose sources have no EOS) or "target" (the target
+  # EOS, so p(EOS) grows with it; runs saved before this switch existed). Chosen on validation
+  # data: docs/results/multi30k_copy_eos.md. seq2seq/copying.py.
+  m.copy_eos = "null"
   # Multi-source translation (Zoph and Knight 2016): a corpus of two source languages
   # (data.local.src_lang="en+de") gets a second encoder and attention, their contexts combined by
   # "concat" ([c1 ; c2], Zoph and Knight's) or "gate" (g * c1 + (1 - g) * c2, this project's

@@ -83,9 +83,15 @@ local COMMON=("${COMMON[@]}" "--launcher=${LAUNCHER:-cores}")
 # 5. Copying from the source with a 4k target vocabulary (issue: what attention can attend to).
 # The config replaces each output <unk> by the source word it attends to most (Luong et al.'s
 # UNK replacement, itself a copy); both points are also decoded without it, from the same
-# checkpoints, so the table separates copying, UNK replacement and neither.
-sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_copy \
+# checkpoints, so the table separates copying, UNK replacement and neither. Its runs copied the
+# source EOS as the target EOS (model.copy_eos=target, then the only behaviour).
+sweep "${EN_FR[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_copy --set model.copy_eos=target \
   --set data.tgt_vocab_size=4004 --grid model.copy=false,true --decode decode.replace_unk=false
+# 5b. Where copying sends the attention on the source EOS: seed 0 of the copy point trained as
+# above, decoded both ways; the default (model.copy_eos) is chosen on its validation rows.
+sweep "${EN_FR[@]}" "${COMMON[@]}" --seeds 0 --out $RESULTS/multi30k_copy_eos \
+  --set model.copy_eos=target --set data.tgt_vocab_size=4004 --grid model.copy=true \
+  --decode model.copy_eos=null
 
 # 6. Two source languages: en+de -> fr against en -> fr and de -> fr.
 baseline $RESULTS/multi30k_multi_source "src_lang=en"

@@ -57,6 +57,12 @@ ABOUT: dict[str, tuple[str, str]] = {
     "A copy mechanism and `<unk>` replacement, each on and off: what they do to the words "
     "outside the target vocabulary.",
   ),
+  "multi30k_copy_eos": (
+    "Where copying sends the attention on the source EOS",
+    "A copying run trained with the source EOS copied as the target EOS, decoded that way and "
+    "with that attention copied as nothing (`model.copy_eos`): output length and BLEU, on which "
+    "the default was chosen (validation rows only).",
+  ),
   "multi30k_lexicon": (
     "Lexicon bias on Multi30k (all training pairs)",
     "A lexical translation table added to the output's logits, against none.",
@@ -379,6 +385,10 @@ def results_table(report: Mapping[str, Any]) -> list[str]:
   columns += [(f"{prefix}over_translation", "over-translated", 0)]
   columns += [(f"{prefix}under_translation", "unattended", 0)]
   columns += [("long_bleu", "long test BLEU", 2), ("test_long_bleu", "long test BLEU", 2)]
+  columns += [
+    ("valid_length_ratio", "valid length ratio", 3),
+    ("length_ratio", "test length ratio", 3),
+  ]
   shown = [c for c in columns if all(r.get(f"{c[0]}_mean") is not None for r in rows)]
   header = ["point", "seeds", *[c[1] for c in shown], f"p vs {report['baseline']}"]
   cells = []
@@ -400,6 +410,8 @@ def _caption(shown: Sequence[tuple[str, str, int]]) -> str:
     "OOV recall": "the share of reference words outside the target vocabulary the output holds",
     "over-translated": "output words repeated beyond the reference, summed over the split",
     "unattended": "source content words no output word's attention peaks on, summed",
+    "valid length ratio": "output words over reference words in BLEU's tokenisation (below 1 the"
+    " brevity penalty applies), on the split the run was selected on",
   }
   parts = [f"{name}: {words[name]}" for _, name, _ in shown if name in words]
   return (

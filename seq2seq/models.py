@@ -559,7 +559,7 @@ class ModelSettings:
   decoder: registry.Spec = registry.Spec("paper")
   encoder: registry.Spec = registry.Spec("rnn", encoders.RNNEncoder.Settings())
   copy: bool = False
-  copy_eos: str = "target"
+  copy_eos: str = "null"
   normaliser: registry.Spec = registry.Spec("softmax")
   multi_source: str = "concat"
   sources: int = 1  # Source languages of the corpus (not a config.model field: from data.local).

@@ -260,7 +260,7 @@ ADDED_FIELDS = {
   "model.intra_attention": "",
   "model.lexicon_bias": "",
   "model.copy": False,
-  "model.copy_eos": "target",
+  "model.copy_eos": "target",  # What runs saved before the switch did (the default is "null").
   "data.train_pairs": 0,
   "model.multi_source": "concat",
   "train.loss_normalization": "tokens",

@@ -1,6 +1,8 @@
 """Copying from the source (pointer-generator, `model.copy`): the extended vocabulary, the mixture,
 decoding, the training targets and the output text."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,7 @@ from flax import nnx
 from helpers import build_model, data_settings, random_batch, randomise
 
 from configs import tiny
-from seq2seq import copying, decode, inference, input_pipeline, metrics, settings
+from seq2seq import addons, copying, decode, inference, input_pipeline, metrics, settings
 from seq2seq import tokenizer as tok
 
 SRC_VOCAB, VOCAB = 30, 40
@@ -235,3 +237,30 @@ def test_oov_recall_counts_produced_reference_words_the_vocabulary_lacks(vocabs)
   # Out of the vocabulary: Zorblax, Qux (first); none (second); Qux x2, Zorblax (third).
   assert metrics.oov_recall(hyps, refs, tgt_tok) == (2 / 5, 5)  # Zorblax once, Qux once.
   assert metrics.oov_recall(["le chat"], ["le chat"], tgt_tok) == (None, 0)
+
+
+def test_the_source_eos_is_copied_as_nothing_by_default_and_as_eos_in_older_runs():
+  """The default is `model.copy_eos="null"`, chosen on the validation rows of
+  experiments/results/multi30k_copy_eos (a copying run decoded both ways). A run saved before
+  the switch existed copied the source EOS as the target EOS and still reads so."""
+  cfg = tiny.get_config()
+  cfg.model.copy = True
+  run = settings.validate(cfg)
+  assert run.model.copy_eos == "null"
+  assert addons.make_addons(run.model, addons.OUTPUT)["copy"].null_eos
+  # The built model (the same parameters as `target`'s): with a pure copy (p_gen = 0) the
+  # attention on the source EOS (sentence 0's position 4) is copied as nothing and generates,
+  # so p(EOS) is the vocabulary softmax's share of it, where `target` copies all of it as EOS.
+  model = build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(0), copy_map=copy_map())
+  model = randomise(model, seed=1)
+  target = copy_model(seed=0, copy_eos="target")
+  for m in (model, target):
+    m.copy_gate.kernel[...] = jnp.zeros_like(m.copy_gate.kernel[...])
+    m.copy_gate.bias[...] = jnp.full_like(m.copy_gate.bias[...], -1e4)
+  src, mask, tgt_in = args()
+  p_eos = lambda m: np.exp(np.asarray(m(src, mask, tgt_in))[..., tok.EOS_ID])
+  null, as_eos = p_eos(model)[0], p_eos(target)[0]
+  assert (as_eos > 1e-3).all() and (null < 0.1 * as_eos).all()
+  old = json.loads(cfg.to_json_best_effort())
+  del old["model"]["copy_eos"]
+  assert settings.upgrade(old)["model"]["copy_eos"] == "target"

@@ -85,11 +85,12 @@ def test_a_preempted_study_exits_as_a_scheduler_reruns(together, tmp_path, monke
 
 
 def test_a_decoding_copy_resumes_under_its_own_decoding_time_switches(tmp_path):
-  """A sweep's --decode model.copy_eos=null copies a trained copy=true run and resumes it to
+  """A sweep's --decode model.copy_eos=null copies a run trained with target and resumes it to
   evaluate: the copy's config is its own, so the resume check does not refuse the switch."""
   from seq2seq import checkpoints
 
-  source = Run("copy-seed0", "configs/tiny.py", {"model.copy": True}, tmp_path / "a")
+  trained = {"model.copy": True, "model.copy_eos": "target"}
+  source = Run("copy-seed0", "configs/tiny.py", trained, tmp_path / "a")
   (source.workdir / "checkpoints" / str(source.config().train.num_steps)).mkdir(parents=True)
   checkpoints.check_and_save_config(source.workdir, source.config())
   overrides = {"model.copy": True, "model.copy_eos": "null"}

@@ -276,3 +276,17 @@ def test_score_study_points_are_named_by_score(tmp_path):
   assert all("-m experiments.sweep_scores" in line and "--seeds=3" in line for line in lines)
   with pytest.raises(SystemExit, match="unknown score"):
     sweep_scores.main([*argv, "--scores", "additive,bilinear"])
+
+
+def test_set_trains_with_one_value_and_decode_decodes_copies_with_another(tmp_path):
+  """`--set model.copy_eos=target --decode model.copy_eos=null`: the trained point keeps the
+  --set value, its decoding copies the --decode one; a --set against a grid value is refused."""
+  grid = grid_sweep.GridSweep(grid_sweep.__doc__)
+  args = ["--config=configs/tiny.py", "--grid", "model.copy=true", "--out", str(tmp_path)]
+  more = ["--set", "model.copy_eos=target", "--decode", "model.copy_eos=null"]
+  sweep = driver.plan(grid, driver.parser(grid).parse_args([*args, *more]))
+  trained, decoded = (sweep.runs(p)[0].config().model.copy_eos for p in sweep.points)
+  assert (trained, decoded) == ("target", "null")
+  clash = driver.parser(grid).parse_args([*args, "--set", "model.copy=false"])
+  with pytest.raises(ValueError, match=r"--set model\.copy would override point copy=true's"):
+    driver.plan(grid, clash)

@@ -2,8 +2,9 @@
 
 Every run of point P and seed S trains in OUT/runs/P/seed_S (its name in records: `P-seedS`),
 with the config file's settings, then the sweep's shared overrides, then P's, then `seed=S`, then
-the `--set` overrides, which win. A grid (`{"model.score": ["additive", "dot"], ...}`) becomes
-its cross product of points, each named from its values (`score=dot+features=coverage`).
+the `--set` overrides, which win (but over no point's own value: that is refused), and last a
+decoding point's own `--decode` settings. A grid (`{"model.score": ["additive", "dot"], ...}`)
+becomes its cross product of points, each named from its values (`score=dot+features=coverage`).
 
 Training (`train`): the seeds of a point go as one vmapped group through
 `seq2seq.seed_group.train_together` (`training="together"`; they share the first seed's data
@@ -91,14 +92,24 @@ class Sweep:
   def names(self) -> list[str]:
     return [p.name for p in self.points]
 
+  def decoding(self, point: Point) -> dict[str, Any]:
+    """What a decoding point changes from the point it decodes (its `--decode` settings), which
+    win over `--set`: `--set model.copy_eos=target --decode model.copy_eos=null` trains with one
+    and decodes copies with the other. Empty for a trained point."""
+    if point.decode_from is None:
+      return {}
+    source = self.point(point.decode_from).overrides
+    return {k: v for k, v in point.overrides.items() if k not in source or source[k] != v}
+
   def runs(self, point: Point | str) -> list[Run]:
     """The point's runs, one per seed, in seed order."""
     point = self.point(point) if isinstance(point, str) else point
+    last = {**self.sets, **self.decoding(point)}
     return [
       Run(
         f"{point.name}-seed{seed}",
         self.config_file,
-        {**self.shared, **point.overrides, "seed": seed, **self.sets},
+        {**self.shared, **point.overrides, "seed": seed, **last},
         self.out / "runs" / point.name / f"seed_{seed}",
       )
       for seed in self.seeds
@@ -119,6 +130,13 @@ class Sweep:
       raise ValueError(f"repeated seeds in {self.seeds}")
     if self.training not in TRAININGS:
       raise ValueError(f"unknown training {self.training!r}; valid: {', '.join(TRAININGS)}")
+    for point in self.points:
+      own = point.overrides.keys() - self.decoding(point).keys()
+      if clash := sorted(k for k in own & self.sets.keys() if point.overrides[k] != self.sets[k]):
+        raise ValueError(
+          f"--set {', '.join(clash)} would override point {point.name}'s own "
+          f"{', '.join(f'{k}={point.overrides[k]!r}' for k in clash)}: set it in one place"
+        )
     trained: set[str] = set()
     for point in self.points:
       if point.decode_from is None:
