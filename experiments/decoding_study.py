@@ -67,15 +67,20 @@ def results(workdir: Path, references: dict[str, list[str]], tgt_tok) -> dict[st
   return out
 
 
-def references(run: Path) -> dict[str, list[str]]:
-  """The reference lines of every split of `run`'s corpus, in order."""
+def pairs(run: Path, split: str) -> list[Any]:
+  """The pairs (`builders.Example`: source and reference text) of a split of `run`'s corpus."""
   from seq2seq import checkpoints, input_pipeline
   from seq2seq.data import builders
 
   config = checkpoints.load_config(run)
   data_settings = input_pipeline.DataSettings.from_config(config)
   corpus = builders.prepare_corpus(data_settings, input_pipeline.data_dir(data_settings, run))
-  return {split: [ex.tgt for ex in corpus.read(split)] for split in SPLITS}
+  return list(corpus.read(split))
+
+
+def references(run: Path) -> dict[str, list[str]]:
+  """The reference lines of every split of `run`'s corpus, in order."""
+  return {split: [ex.tgt for ex in pairs(run, split)] for split in SPLITS}
 
 
 def timed_evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -> dict[str, Any]:
@@ -83,6 +88,29 @@ def timed_evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -
   started = time.perf_counter()
   command = evaluate(config_file, workdir, overrides)
   return {"command": command, "eval_minutes": (time.perf_counter() - started) / 60}
+
+
+def decoding_speed(run: Path, settings: dict[str, dict[str, str]], rounds: int = 3) -> dict:
+  """{name: test sentences per second} of each of `settings` (decode.* fields) decoding the
+  run's test sources warm, in this process: a first pass of each compiles, then `rounds` timed
+  passes go round the settings in turn (so a change of the machine's load falls on all of them)
+  and the median is kept. Start-up, compilation and the No-UNK pass are left out, which the
+  eval minutes include."""
+  import seq2seq
+  from seq2seq import translate
+
+  t = seq2seq.load(run)
+  lines = [ex.src for ex in pairs(run, "test")]
+  go = lambda s: translate.translate_lines(t, lines, progress=None, **s)
+  for s in settings.values():
+    go(s)
+  seconds: dict[str, list[float]] = {name: [] for name in settings}
+  for _ in range(rounds):
+    for name, s in settings.items():
+      start = time.perf_counter()
+      go(s)
+      seconds[name].append(time.perf_counter() - start)
+  return {name: len(lines) / sorted(v)[len(v) // 2] for name, v in seconds.items()}
 
 
 def evaluate(
@@ -143,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   lexicon = " ".join(lexicon) if table.exists() else run_command(lexicon)
   alone = {**shared, "decode.ensemble": str(runs[0])}
   listed = {**alone, "decode.shortlist": str(table)}
-  for name, folder, overrides in (
+  decodings = (
     ("seed 0, full vocabulary", "full", alone),
     ("seed 0, shortlist", "shortlist", listed),
     (
@@ -151,11 +179,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       "shortlist_sentence",
       {**listed, "decode.shortlist_scope": "sentence"},
     ),
-  ):
+  )
+  for name, folder, overrides in decodings:
     row = timed_evaluate(args.config, out / folder, overrides)
     if "shortlist" in name:
       row["command"] = f"{lexicon} && {row['command']}"
     rows[name] = {**row, "workdir": str(runs[0]), **results(out / folder, refs, tgt_tok)}
+  decode_fields = lambda o: {
+    k.removeprefix("decode."): v
+    for k, v in o.items()
+    if k != "decode.ensemble" and k.startswith("decode.")
+  }
+  speeds = decoding_speed(runs[0], {name: decode_fields(o) for name, _, o in decodings})
+  for name, speed in speeds.items():
+    rows[name]["test_sentences_per_s"] = speed
 
   if args.average and not args.only:
     for k in (1, args.average):
@@ -207,7 +244,9 @@ def markdown(record: dict[str, Any]) -> str:
     "decoded with <unk> forbidden; OOV produced: the share of the test references' words "
     "outside the target vocabulary that the output holds. Eval minutes: the wall time of the "
     "row's `main.py --mode=eval` (valid and test, No-UNK pass included), the three seed-0 "
-    "rows run one after another.",
+    "rows run one after another. Sentences/s: the test split decoded warm in one process "
+    "(`decoding_speed`: compilation and start-up left out, the median of three passes taken in "
+    "turn across the rows).",
   ]
   if "shortlists" in record:
     made = record["shortlists"]
@@ -220,16 +259,17 @@ def markdown(record: dict[str, Any]) -> str:
   lines += [
     "",
     "| system | checkpoint step | valid BLEU | valid chrF | test BLEU | test chrF | "
-    "test BLEU No-UNK | test OOV produced | eval minutes |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "test BLEU No-UNK | test OOV produced | eval minutes | sentences/s |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
   ]
   for name, row in record["rows"].items():
     v, t = row["valid"], row["test"]
     minutes = fmt(row["eval_minutes"]) if "eval_minutes" in row else "-"
+    speed = fmt(row["test_sentences_per_s"]) if "test_sentences_per_s" in row else "-"
     lines.append(
       f"| {name} | {t['step'] if t['step'] is not None else '-'} | {fmt(v['bleu'])} | "
       f"{fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
-      f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} | {minutes} |"
+      f"{fmt(t['bleu_no_unk'])} | {fmt(t['oov_recall'], 3)} | {minutes} | {speed} |"
     )
   lines += _means(record["rows"])
   lines += ["", "Commands:", ""]

@@ -117,7 +117,7 @@ def test_alignment_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
 @pytest.mark.slow
 def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(trained, tmp_path):
   """`--only shortlists` decodes seed 0 over the full vocabulary and both shortlist scopes, each
-  row with its wall minutes, and keeps the rows (an ensemble's) it did not decode."""
+  row with its wall minutes and warm sentences per second, and keeps the rows (an ensemble's) it did not decode."""
   out = tmp_path / "decoding"
   out.mkdir()
   figures = {"bleu": 1.0, "chrf": 2.0, "bleu_no_unk": 3.0, "step": 9, "oov_recall": 0.5}
@@ -135,6 +135,7 @@ def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(tr
   for name in names:
     row = record["rows"][name]
     assert row["eval_minutes"] > 0 and row["test"]["step"] == own["step"]
+    assert row["test_sentences_per_s"] > 0
   # The run decoded as an ensemble of itself over the full vocabulary is the run itself.
   assert record["rows"][names[0]]["test"]["bleu"] == pytest.approx(own["bleu"])
   assert "decode.shortlist_scope=sentence" in record["rows"][names[2]]["command"]

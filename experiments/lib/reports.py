@@ -60,8 +60,10 @@ def made_by(script: str, record: Mapping[str, Any]) -> str:
 
 
 def publish(path: Path, record: Mapping[str, Any], page: str) -> None:
-  """A study's record as JSON at `path`, its page beside it (`.md`), and the page printed."""
-  path.write_text(json.dumps(record, indent=2) + "\n")
+  """A study's record as JSON at `path`, its page beside it (`.md`), and the page printed; paths
+  inside the repository written relative to its root (`records.relative`)."""
+  path.write_text(json.dumps(records.relative(record), indent=2) + "\n")
+  page = records.relative(page)
   path.with_suffix(".md").write_text(page)
   print(page)
 
