@@ -1,17 +1,29 @@
-"""Minimum Bayes risk against beam search on a trained run: beam 5, MBR (chrF utility) over the
-beam's 10-best and over 16 and 32 samples, each against beam 5 with a paired bootstrap.
+"""Minimum Bayes risk and reranking against beam search on a trained run: beam 5, MBR (chrF
+utility) over the beam's 10-best and over 16 and 32 samples, and (with `--reverse`) the 10-best
+reranked, each against beam 5 with a paired bootstrap.
 
     python -m experiments.mbr_study --run RUN --out experiments/results/multi30k_mbr \
-        [--config configs/multi30k.py] [--samples 16,32] [--nbest 10] [--utility chrf]
+        [--config configs/multi30k.py] [--samples 16,32] [--nbest 10] [--utility chrf] \
+        [--reverse REVERSE_RUN]
 
 Every row is one `main.py --mode=eval` of the run's checkpoint (as an ensemble of that one run,
 `decode.ensemble`, so the evaluation goes to OUT/ROW and the run is not touched) with the row's
 decoding settings on `valid` and `test`; rows that are evaluated already are kept, so a rerun
 resumes. Each row gives BLEU and chrF of both splits, the paired bootstrap of its test BLEU
-against beam 5 (`experiments.lib.stats.paired_bootstrap`, 1000 resamples), and its wall
-minutes and sentences per second (both splits and the No-UNK pass decoded, one row after
-another on one machine). Samples are unbiased (temperature 1, nothing truncated) with seed 0.
+against beam 5 (`experiments.lib.stats.paired_bootstrap`, 1000 resamples), its wall minutes
+(both splits and the No-UNK pass decoded, start-up and compilation included, one row after
+another on one machine) and its decoding speed: the test split's sentences per second decoded
+warm in this process (`decoding_study.decoding_speed`), greedy's beside them. Samples are
+unbiased (temperature 1, nothing truncated) with seed 0.
 Selection is on `valid`; nothing is tuned on `test`.
+
+Reranking (`--reverse`, a run trained from the target language into the source language): the
+beam's n-best lists of both splits (`main.py --mode=translate --nbest=N`, in OUT/rerank), then
+`python -m seq2seq.rerank` with weights tuned for BLEU on `valid` and applied to `test`, once on
+the list's own features (score, length-normalised score, length in words) and once with the
+reverse model's log p(source | candidate) added. Their valid figures are those the weights were
+tuned on. A rerank row's minutes are its commands' (the n-best translation counted in both rows,
+as each would cost alone; the No-UNK pass is not made).
 
 Writes OUT/mbr.json (every figure, command, the CPU and its load) and OUT/mbr.md.
 """
@@ -25,8 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.decoding_study import SPLITS, evaluate, references
-from experiments.lib import reports, stats
+from experiments.decoding_study import SPLITS, decoding_speed, evaluate, pairs, references
+from experiments.lib import configs, reports, stats
+from experiments.lib.configs import run_command
 
 RESAMPLES = 1000
 
@@ -43,6 +56,60 @@ def rows_to_run(samples: Sequence[int], nbest: int, utility: str) -> dict[str, d
       "decode.sampling": f"sample(n={n})",
       "decode.mbr": choose,
     }
+  rows["greedy"] = {"decode.beam_size": "1"}  # Last: the rows' folders are numbered in order.
+  return rows
+
+
+def rerank_rows(
+  run: Path, reverse: Path, config_file: str, out: Path, nbest: int, cache_dir: str
+) -> dict[str, dict[str, Any]]:
+  """The reranking rows (module docstring): {name: commands, figures, minutes, and the texts
+  chosen for each split under "texts"}; what exists in OUT/rerank already is not made again."""
+  from seq2seq import metrics
+
+  folder = out / "rerank"
+  folder.mkdir(parents=True, exist_ok=True)
+  refs, translating, minutes, fresh = references(run), [], 0.0, True
+  for split in SPLITS:
+    src, nbest_file = folder / f"{split}.src", folder / f"{split}.nbest"
+    if not src.exists():
+      src.write_text("".join(ex.src + "\n" for ex in pairs(run, split)), encoding="utf-8")
+      (folder / f"{split}.ref").write_text("".join(r + "\n" for r in refs[split]), "utf-8")
+    command = ["python", "main.py", f"--config={config_file}", f"--workdir={run}"]
+    command += ["--mode=translate", f"--input={src}", f"--output={nbest_file}", f"--nbest={nbest}"]
+    command += [f"--config.decode.beam_size={nbest}", f"--config.data.cache_dir={cache_dir}"]
+    started = time.perf_counter()
+    fresh &= not nbest_file.exists()
+    translating.append(" ".join(command) if nbest_file.exists() else run_command(command))
+    minutes += (time.perf_counter() - started) / 60
+  rows = {}
+  for name, tag, extra in (
+    (f"rerank {nbest}-best: score, length", "plain", []),
+    (f"rerank {nbest}-best: + reverse model", "reverse", [f"--reverse={reverse}"]),
+  ):
+    weights, commands = folder / f"weights_{tag}.json", list(translating)
+    started, made = time.perf_counter(), fresh and not weights.exists()
+    for split in SPLITS:
+      chosen = folder / f"{split}.{tag}.txt"
+      command = ["python", "-m", "seq2seq.rerank", f"--nbest={folder / f'{split}.nbest'}", *extra]
+      command += [f"--sources={folder / f'{split}.src'}"] * bool(extra)
+      if split == "valid":
+        tune = [*command, f"--references={folder / 'valid.ref'}", f"--tune={weights}"]
+        commands.append(" ".join(tune) if weights.exists() else run_command(tune))
+      command += [f"--weights={weights}", f"--output={chosen}"]
+      commands.append(" ".join(command) if chosen.exists() else run_command(command))
+    row: dict[str, Any] = {"command": " && ".join(commands), "texts": {}}
+    row["weights"] = json.loads(weights.read_text())["weights"]
+    for split in SPLITS:
+      texts = (folder / f"{split}.{tag}.txt").read_text(encoding="utf-8").splitlines()
+      row["texts"][split] = texts
+      row[split] = {
+        "bleu": metrics.bleu(texts, refs[split])[0],
+        "chrf": metrics.chrf(texts, refs[split]),
+      }
+    if made:  # Timed only where every command of the row ran in this pass.
+      row["eval_minutes"] = minutes + (time.perf_counter() - started) / 60
+    rows[name] = row
   return rows
 
 
@@ -61,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--samples", default="16,32", help="sample counts, comma-separated")
   p.add_argument("--nbest", type=int, default=10, help="the beam whose n-best MBR reads")
   p.add_argument("--utility", default="chrf", choices=["chrf", "bleu"])
+  p.add_argument("--reverse", help="a run of the other direction: also the reranking rows")
   args = p.parse_args(argv)
   from experiments.lib import runs as runs_lib
 
@@ -71,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   refs = references(run)
   samples = [int(n) for n in args.samples.split(",") if n.strip()]
   load_start, rows = reports.load_average(), {}
-  sentences = sum(len(refs[s]) for s in SPLITS)
-  for i, (name, overrides) in enumerate(rows_to_run(samples, args.nbest, args.utility).items()):
+  decodings = rows_to_run(samples, args.nbest, args.utility)
+  for i, (name, overrides) in enumerate(decodings.items()):
     workdir = out / f"row{i}"
     done = all((workdir / "eval" / s / "results.json").exists() for s in SPLITS)
     started = time.perf_counter()
@@ -80,20 +148,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     row = {"command": command, "workdir": workdir.name, **_figures(workdir)}
     if not done:
       row["eval_minutes"] = (time.perf_counter() - started) / 60
-      row["sentences_per_second"] = sentences / (row["eval_minutes"] * 60)
     rows[name] = row
+  texts = {
+    name: runs_lib.workdir_hypotheses(out / row["workdir"], "test") for name, row in rows.items()
+  }
+  if args.reverse:
+    reranked = rerank_rows(
+      run, Path(args.reverse).resolve(), args.config, out, args.nbest, shared["data.cache_dir"]
+    )
+    for name, row in reranked.items():
+      texts[name] = row.pop("texts")["test"]
+      rows[name] = row
   baseline = next(iter(rows))
-  base_hyps = runs_lib.workdir_hypotheses(out / rows[baseline]["workdir"], "test")
   for name, row in rows.items():
     if name != baseline:
-      hyps = runs_lib.workdir_hypotheses(out / row["workdir"], "test")
-      row["test_vs_beam5"] = stats.paired_bootstrap([base_hyps], [hyps], refs["test"], RESAMPLES)
+      row["test_vs_beam5"] = stats.paired_bootstrap(
+        [texts[baseline]], [texts[name]], refs["test"], RESAMPLES
+      )
   kept = out / "mbr.json"
-  if kept.exists():  # Timings of rows evaluated in an earlier pass stay as they were measured.
-    for name, old in json.loads(kept.read_text())["rows"].items():
-      for key in ("eval_minutes", "sentences_per_second"):
-        if name in rows and key in old and key not in rows[name]:
-          rows[name][key] = old[key]
+  earlier = json.loads(kept.read_text()) if kept.exists() else {"rows": {}}
+  if not all("test_sentences_per_s" in earlier["rows"].get(name, {}) for name in decodings):
+    config = configs.load_config(args.config)
+    fields = lambda o: {k.removeprefix("decode."): v for k, v in configs.typed(config, o).items()}
+    speeds = decoding_speed(run, {name: fields(o) for name, o in decodings.items()})
+    for name, speed in speeds.items():
+      rows[name]["test_sentences_per_s"] = speed
+  # Timings of rows measured in an earlier pass stay as they were measured.
+  for name, old in earlier["rows"].items():
+    for key in ("eval_minutes", "test_sentences_per_s"):
+      if name in rows and key in old and key not in rows[name]:
+        rows[name][key] = old[key]
   record = {
     "run": str(run),
     "cpu": reports.cpu_info(),
@@ -111,19 +195,31 @@ def markdown(record: dict[str, Any]) -> str:
     "# Minimum Bayes risk against beam search",
     "",
     f"{reports.made_by('mbr_study', record)}. BLEU and chrF: sacrebleu on detokenised "
-    "output; p: paired bootstrap of test BLEU against beam 5.",
+    "output; p: paired bootstrap of test BLEU against beam 5. Eval minutes: the wall time of "
+    "the row's commands (valid and test, start-up and compilation included). Decoding "
+    "sentences/s: the test split decoded warm in one process, compilation left out (the median "
+    "of three passes taken in turn across the rows). A rerank row's valid figures are those its "
+    "weights were tuned on.",
     "",
-    "| system | valid BLEU | valid chrF | test BLEU | test chrF | p vs beam 5 | sentences/s |",
-    "|---|---:|---:|---:|---:|---:|---:|",
+    "| system | valid BLEU | valid chrF | test BLEU | test chrF | p vs beam 5 | eval minutes "
+    "| decoding sentences/s |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
   ]
   for name, row in record["rows"].items():
     v, t = row["valid"], row["test"]
     p = row.get("test_vs_beam5", {}).get("p_value")
-    speed = row.get("sentences_per_second")
+    cells = [row.get(k) for k in ("eval_minutes", "test_sentences_per_s")]
+    minutes, speed = ("-" if c is None else fmt(c) for c in cells)
     lines.append(
       f"| {name} | {fmt(v['bleu'])} | {fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
-      f"{'-' if p is None else fmt(p, 3)} | {'-' if speed is None else fmt(speed)} |"
+      f"{'-' if p is None else fmt(p, 3)} | {minutes} | {speed} |"
     )
+  weights = {n: r["weights"] for n, r in record["rows"].items() if "weights" in r}
+  if weights:
+    lines += ["", "Weights tuned on valid (`seq2seq.rerank`; score's fixed at 1):", ""]
+    lines += [
+      f"- {n}: " + ", ".join(f"{k} {fmt(w, 3)}" for k, w in ws.items()) for n, ws in weights.items()
+    ]
   lines += ["", "Commands:", ""]
   lines += [f"    {row['command']}" for row in record["rows"].values()]
   return "\n".join(lines) + "\n"

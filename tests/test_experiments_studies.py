@@ -117,7 +117,8 @@ def test_alignment_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
 @pytest.mark.slow
 def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(trained, tmp_path):
   """`--only shortlists` decodes seed 0 over the full vocabulary and both shortlist scopes, each
-  row with its wall minutes and warm sentences per second, and keeps the rows (an ensemble's) it did not decode."""
+  row with its wall minutes and warm sentences per second, and keeps the rows (an ensemble's) it
+  did not decode."""
   out = tmp_path / "decoding"
   out.mkdir()
   figures = {"bleu": 1.0, "chrf": 2.0, "bleu_no_unk": 3.0, "step": 9, "oov_recall": 0.5}
@@ -144,25 +145,38 @@ def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(tr
 
 @pytest.mark.slow
 def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
-  """Beam 5, MBR over the 3-best and over 4 samples on the tiny run: each row's figures are its
-  own evaluation's, the MBR rows carry a bootstrap against beam 5, and a rerun decodes nothing
+  """Beam 5, MBR over the 3-best and over 4 samples, greedy, and the 3-best reranked on the tiny
+  run (the run standing in for its own reverse model): each decoding row's figures are its own
+  evaluation's, with a warm decoding speed; the rerank rows' are the chosen texts' against the
+  references; every row but beam 5 carries a bootstrap against it; a rerun decodes nothing
   again and keeps the timings measured first."""
+  from seq2seq import metrics
+
   out = tmp_path / "mbr"
   args = ["--run", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
-  args += ["--samples", "4", "--nbest", "3"]
+  args += ["--samples", "4", "--nbest", "3", "--reverse", str(trained)]
   run_module("experiments.mbr_study", *args)
   record = json.loads((out / "mbr.json").read_text())
-  names = ["beam 5", "MBR chrf, beam 3 n-best", "MBR chrf, 4 samples"]
-  assert list(record["rows"]) == names
+  names = ["beam 5", "MBR chrf, beam 3 n-best", "MBR chrf, 4 samples", "greedy"]
+  reranked = ["rerank 3-best: score, length", "rerank 3-best: + reverse model"]
+  assert list(record["rows"]) == [*names, *reranked]
   for i, name in enumerate(names):
     row = record["rows"][name]
     own = json.loads((out / f"row{i}" / "eval" / "test" / "results.json").read_text())
-    assert row["test"]["bleu"] == pytest.approx(own["bleu"]) and row["sentences_per_second"] > 0
-    assert (name == "beam 5") == ("test_vs_beam5" not in row)
+    assert row["test"]["bleu"] == pytest.approx(own["bleu"]) and row["test_sentences_per_s"] > 0
+  for name in [*names, *reranked]:
+    assert (name == "beam 5") == ("test_vs_beam5" not in record["rows"][name])
   assert "decode.sampling=sample(n=4)" in record["rows"][names[2]]["command"]
   assert "decode.mbr=mbr(utility=chrf)" in record["rows"][names[1]]["command"]
-  first = record["rows"][names[2]]["eval_minutes"]
+  refs = (out / "rerank" / "test.ref").read_text().splitlines()
+  for name, tag in zip(reranked, ("plain", "reverse"), strict=True):
+    row = record["rows"][name]
+    chosen = (out / "rerank" / f"test.{tag}.txt").read_text().splitlines()
+    assert row["test"]["bleu"] == pytest.approx(metrics.bleu(chosen, refs)[0])
+    assert ("reverse" in row["weights"]) == (tag == "reverse") and row["eval_minutes"] > 0
+  first = [record["rows"][n]["eval_minutes"] for n in (names[2], reranked[1])]
   run_module("experiments.mbr_study", *args)
   again = json.loads((out / "mbr.json").read_text())
-  assert again["rows"][names[2]]["eval_minutes"] == first
-  assert "| MBR chrf, 4 samples |" in (out / "mbr.md").read_text()
+  assert [again["rows"][n]["eval_minutes"] for n in (names[2], reranked[1])] == first
+  md = (out / "mbr.md").read_text()
+  assert "| MBR chrf, 4 samples |" in md and "| rerank 3-best: + reverse model |" in md
