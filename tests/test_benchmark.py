@@ -111,3 +111,41 @@ def test_the_flop_count_includes_intra_attention(intra: str) -> None:
   assert (counted["intra_attention"] > 0) == (intra != "none")
   traced = benchmark.traced_flops_per_token(cfg)["forward"]
   assert math.isclose(traced, counted["total"], rel_tol=1e-6), (traced, counted)
+
+
+def test_the_scaling_benchmark_predicts_cost_from_the_step_s_matmul_flops():
+  """The expected curve's FLOPs: linear in the batch, linear plus quadratic in the sentence
+  length (recurrences and attention), linear in the vocabulary with the full softmax and fixed
+  by the candidates with the sampled one."""
+  from experiments import scaling_bench as sb
+
+  flops = lambda axis, value, softmax="full": sb.step_flops(
+    sb.point_config("bench", "float32", axis, value, softmax)
+  )
+  assert flops("batch", 128) == pytest.approx(2 * flops("batch", 64))
+  f10, f20, f30, f40 = (flops("length", n) for n in (10, 20, 30, 40))
+  second = f30 - 2 * f20 + f10  # A quadratic part (the attention), no cubic one.
+  assert second > 0 and f40 - 2 * f30 + f20 == pytest.approx(second)
+  full = [flops("vocab", v) for v in (8_000, 16_000, 32_000)]
+  assert full[2] - full[1] == pytest.approx(2 * (full[1] - full[0]))
+  sampled = [flops("vocab", v, sb.SAMPLED) for v in (8_000, 100_000)]
+  assert sampled[0] == pytest.approx(sampled[1]) and sampled[0] < full[0]
+
+
+@pytest.mark.slow
+def test_the_scaling_benchmark_measures_each_axis_and_draws_it(tmp_path: Path) -> None:
+  from experiments import scaling_bench as sb
+
+  args = ["--out", str(tmp_path), "--preset", "tiny", "--axes", "length,vocab"]
+  args += ["--values", "length=5,10", "--values", "vocab=50,100", "--repeats", "1", "--steps", "1"]
+  result = sb.main(args)
+  assert list(result["curves"]) == ["length", "vocab", f"vocab ({sb.SAMPLED})"]
+  for curve in result["curves"].values():
+    first, second = curve["points"]
+    assert first["expected_tokens_per_s"] == pytest.approx(first["tokens_per_s"])
+    assert second["proportional_mb"] == pytest.approx(2 * first["planned_mb"])
+    assert all(p["tokens_per_s"] > 0 and p["planned_mb"] > 0 for p in curve["points"])
+  assert result["cpu"]["vector_isa"] and len(result["load_average"]["start"]) == 3
+  saved = json.loads((tmp_path / "scaling.json").read_text())
+  assert saved["curves"]["length"]["points"][1]["value"] == 10
+  assert (tmp_path / "scaling.png").stat().st_size > 10_000
