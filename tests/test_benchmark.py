@@ -149,3 +149,57 @@ def test_the_scaling_benchmark_measures_each_axis_and_draws_it(tmp_path: Path) -
   saved = json.loads((tmp_path / "scaling.json").read_text())
   assert saved["curves"]["length"]["points"][1]["value"] == 10
   assert (tmp_path / "scaling.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_profile_attributes_the_step_s_time_to_the_functions_that_made_it(tmp_path):
+  """On the tiny preset: every instruction's time goes to a function of this repository (or a
+  package's), the parts add up to the thunk total, the score and the GRU are among them, and
+  the control-flow thunks that only wait for their bodies are not counted."""
+  from experiments import profile_step
+
+  result = profile_step.main(["--out", str(tmp_path), "--configs", "tiny", "--dtypes", "float32"])
+  for program in ("train_step", "greedy_decode"):
+    prof = result["runs"]["tiny float32"][program]
+    parts = {p["part"]: p["ms"] for p in prof["parts"]}
+    assert sum(parts.values()) == pytest.approx(prof["thunk_ms"])
+    assert sum(p["share"] for p in prof["parts"]) == pytest.approx(1.0)
+    assert "seq2seq/scores.py:Additive.__call__" in parts
+    assert "seq2seq/layers.py:GRUCell.__call__" in parts
+    assert "while" not in prof["kinds"] and prof["wall_ms"] > 0
+  assert "## tiny float32: train step" in (tmp_path / "profile.md").read_text()
+
+
+def test_the_profile_reads_xla_s_call_stacks():
+  """The tables XLA prints after a module: a frame's parent is `parent_frame_id - 1`."""
+  from experiments import profile_step
+
+  text = "\n".join(
+    [
+      "HloModule m",
+      '  %dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="x" stack_frame_id=2}',
+      "  %while.3 = (f32[2]) while(%t), condition=%c, body=%b",
+      "FileNames",
+      f'1 "{profile_step.REPO_ROOT}/seq2seq/scores.py"',
+      '2 "/x/site-packages/flax/nnx/nn/linear.py"',
+      "FunctionNames",
+      '1 "Additive.__call__"',
+      '2 "Linear.__call__"',
+      "FileLocations",
+      "1 {file_name_id=1 function_name_id=1 line=10 end_line=10 column=1 end_column=2}",
+      "2 {file_name_id=2 function_name_id=2 line=422 end_line=422 column=1 end_column=2}",
+      "StackFrames",
+      "1 {file_location_id=1 parent_frame_id=0}",
+      "2 {file_location_id=2 parent_frame_id=2}",
+    ]
+  )
+  ops = profile_step.instructions(text)
+  assert ops["dot.1"] == {
+    "part": "seq2seq/scores.py:Additive.__call__",
+    "kind": "dot",
+    "control": False,
+  }
+  assert ops["while.3"]["control"]
+  assert profile_step.part([("/x/site-packages/optax/_src/adam.py", "update", 3)]) == (
+    "optax/_src/adam.py:update"
+  )
