@@ -189,6 +189,18 @@ ABOUT: dict[str, tuple[str, str]] = {
     "The same configuration trained for the same updates per seed, the seeds vmapped in one "
     "process, one after another in one process, or in one process each.",
   ),
+  "profile": (
+    "Where a step's time goes",
+    "The train step and greedy decoding of the benchmark's presets and the 30-minute Multi30k "
+    "config, in float32 and bfloat16, broken down by operation from XLA's trace and attributed "
+    "to the functions that made each operation.",
+  ),
+  "scaling": (
+    "How the train step's cost grows with the work",
+    "The benchmark config's train step with one of sentence length, target vocabulary (full and "
+    "sampled softmax), batch size and hidden width changed at a time, beside what its matmul "
+    "FLOPs predict.",
+  ),
   "serve_bench": (
     "The translation service under load",
     "`main.py --mode=serve` answering 1, 8 and 64 concurrent clients against offline batch "
@@ -615,8 +627,30 @@ def serve_table(study: Path) -> list[str]:
   return ["## Measurements", "", *body.splitlines(), "```bash", record["command"], "```", ""]
 
 
+def profile_table(study: Path) -> list[str]:
+  """The profile's page body (`experiments.profile_step.page`) under a heading."""
+  from experiments import profile_step
+
+  record = json.loads((study / "profile.json").read_text())
+  body = profile_step.page(record).split("\n", 2)[2]
+  return ["## Measurements", "", *body.splitlines(), ""]
+
+
+def scaling_table(study: Path) -> list[str]:
+  """The scaling benchmark's page body (`experiments.scaling_bench.page`) under a heading, its
+  figure linked from the study folder."""
+  from experiments import scaling_bench
+
+  record = json.loads((study / "scaling.json").read_text())
+  body = scaling_bench.page(record).split("\n", 2)[2]
+  figure = f"../../experiments/results/{study.name}/scaling.png"
+  return ["## Measurements", "", *body.replace("(scaling.png)", f"({figure})").splitlines(), ""]
+
+
 # The tables of a study without runs whose script keeps its figures in JSON only.
 MEASUREMENTS = {
+  "profile": profile_table,
+  "scaling": scaling_table,
   "serve_bench": serve_table,
   "multi30k_best": final_table,
   "seed_timing": seed_timing_tables,

@@ -30,6 +30,7 @@ import argparse
 import gzip
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -257,13 +258,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--configs", default="bench,paper,configs/multi30k_best.py")
   p.add_argument("--dtypes", default="float32,bfloat16")
   p.add_argument("--steps", type=int, default=3, help="calls profiled per program")
+  p.add_argument("--one", nargs=3, metavar=("CONFIG", "DTYPE", "JSON"), help=argparse.SUPPRESS)
   args = p.parse_args(argv)
+  if args.one:  # One config and dtype, in a process of its own (see below).
+    name, dtype, path = args.one
+    Path(path).write_text(json.dumps(profile_config(name, dtype, args.steps)))
+    return {}
   load_start = reports.load_average()
   runs = {}
-  for name in args.configs.split(","):
-    for dtype in args.dtypes.split(","):
-      print(f"profiling {name} {dtype}", flush=True)
-      runs[f"{name} {dtype}"] = profile_config(name, dtype, args.steps)
+  with tempfile.TemporaryDirectory() as tmp:
+    for name in args.configs.split(","):
+      for dtype in args.dtypes.split(","):
+        # Each in a fresh process: nothing compiled or allocated for one is there for the next
+        # (after two others in one process, the paper preset's step once failed to donate its
+        # state: "Attempt to donate the same buffer twice").
+        print(f"profiling {name} {dtype}", flush=True)
+        path = Path(tmp) / "one.json"
+        command = [sys.executable, "-m", "experiments.profile_step", "--out", tmp]
+        command += ["--steps", str(args.steps), "--one", name, dtype, str(path)]
+        subprocess.run(command, cwd=REPO_ROOT, check=True)
+        runs[f"{name} {dtype}"] = json.loads(path.read_text())
   result = {
     "runs": runs,
     "cpu": reports.cpu_info(),

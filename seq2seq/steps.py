@@ -321,7 +321,9 @@ def create_train_state(
   )
   graphdef, params = nnx.split(model, nnx.Param)
   tx = make_optimizer(run.train)
-  ema = params if run.train.ema_decay > 0 else None
+  # The average starts at the parameters, in buffers of its own: one buffer in two leaves
+  # cannot be donated to the train step (outside a jit nothing else copies it).
+  ema = jax.tree.map(jnp.copy, params) if run.train.ema_decay > 0 else None
   terms = {t.name: t.init_state() for t in run.objective.terms}
   terms = {name: s for name, s in terms.items() if s is not None} or None
   return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, terms, ema)

@@ -157,3 +157,18 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   np.testing.assert_array_equal(np.asarray(got), params["/score/u_a/kernel/value"])
   with pytest.raises(ValueError, match="keeps no moving average"):
     average.average_checkpoints(tmp_path / "raw", tmp_path / "again", last=1, raw=True)
+
+
+def test_a_fresh_state_s_moving_average_owns_its_buffers():
+  """`create_train_state` outside a jit (the Python API, the benchmark): the average starts equal
+  to the parameters but must not be the same buffers, or a step that donates the state gives
+  one buffer twice ("Attempt to donate the same buffer twice", seen on multi30k_best)."""
+  cfg = tiny.get_config()
+  cfg.train.ema_decay = 0.9
+  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 40)
+  params, ema = jax.tree.leaves(state.params), jax.tree.leaves(state.ema)
+  assert all(np.array_equal(p, e) for p, e in zip(params, ema, strict=True))
+  pointers = {x.unsafe_buffer_pointer() for x in params}
+  assert not pointers & {x.unsafe_buffer_pointer() for x in ema}
+  donate = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
+  jax.block_until_ready(donate((state.params, state.ema)))
