@@ -189,6 +189,17 @@ ABOUT: dict[str, tuple[str, str]] = {
     "The same configuration trained for the same updates per seed, the seeds vmapped in one "
     "process, one after another in one process, or in one process each.",
   ),
+  "multi30k_mbr": (
+    "Minimum Bayes risk and reranking on Multi30k",
+    "Beam 5 against MBR over the 10-best and over 16 and 32 samples, and the 10-best reranked "
+    "with weights tuned on validation, with and without a French-to-English model's score, on "
+    "the score study's additive model; each with its decoding speed beside greedy's.",
+  ),
+  "translate_timing": (
+    "How fast translation starts",
+    "`main.py --mode=translate` of the Multi30k test sources cold, warm and warm on other "
+    "sentences, with the compilation cache, beside the decoding alone.",
+  ),
   "profile": (
     "Where a step's time goes",
     "The train step and greedy decoding of the benchmark's presets and the 30-minute Multi30k "
@@ -627,6 +638,24 @@ def serve_table(study: Path) -> list[str]:
   return ["## Measurements", "", *body.splitlines(), "```bash", record["command"], "```", ""]
 
 
+def mbr_table(study: Path) -> list[str]:
+  """The MBR study's page body (`experiments.mbr_study.markdown`) under a heading."""
+  from experiments import mbr_study
+
+  record = json.loads((study / "mbr.json").read_text())
+  body = mbr_study.markdown(record).split("\n", 2)[2]
+  return ["## Measurements", "", *body.splitlines(), ""]
+
+
+def translate_timing_table(study: Path) -> list[str]:
+  """The translation start-up timing's page body (`experiments.translate_timing.page`)."""
+  from experiments import translate_timing
+
+  record = json.loads((study / "translate_timing.json").read_text())
+  body = translate_timing.page(record).split("\n", 2)[2]
+  return ["## Measurements", "", *body.splitlines(), ""]
+
+
 def profile_table(study: Path) -> list[str]:
   """The profile's page body (`experiments.profile_step.page`) under a heading."""
   from experiments import profile_step
@@ -649,6 +678,8 @@ def scaling_table(study: Path) -> list[str]:
 
 # The tables of a study without runs whose script keeps its figures in JSON only.
 MEASUREMENTS = {
+  "multi30k_mbr": mbr_table,
+  "translate_timing": translate_timing_table,
   "profile": profile_table,
   "scaling": scaling_table,
   "serve_bench": serve_table,

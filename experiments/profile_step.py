@@ -12,8 +12,9 @@ copy) as a thunk, and the trace times each one; a `while` (the recurrences' scan
 it is left out. Each instruction's time is attributed, through the compiled module's metadata
 (the call stack of the operation at its root), to the innermost function of this repository on
 that stack: `seq2seq/scores.py:Additive.__call__` (the score), `seq2seq/layers.py:GRUCell.
-__call__` (the gates), `seq2seq/steps.py:...` (the optimiser's update, called from there); an
-operation no function of ours made is named by its package's function (`optax/...`). The op
+__call__` (the gates), `seq2seq/steps.py:...` (the optimiser's update, called from there); the
+bfloat16 matmul helpers (`PASS_THROUGH`) give their operations to their caller; an operation no
+function of ours made is named by its package's function (`optax/...`). The op
 kind (`fusion` for fused elementwise work and, on this backend, for matmuls fused by XNNPACK's
 successor `ynn_fusion`, `dot`, `copy`, `dynamic-update-slice`, ...) is counted beside it.
 
@@ -51,6 +52,19 @@ INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ")
 FRAME = re.compile(r"stack_frame_id=(\d+)")
 OP_KIND = re.compile(r" ([a-z][\w-]*)\(")
 SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+# Helpers every caller goes through (the bfloat16 matmul with its CPU fast path and its custom
+# gradient): an operation made there is attributed to the function that called them, where the
+# caller is on the stack (the custom gradient's backward is traced without it).
+PASS_THROUGH = tuple(
+  f"seq2seq/layers.py:{name}"
+  for name in (
+    "matmul",
+    "_bf16_matmul",
+    "_bf16_matmul_fwd",
+    "_bf16_matmul_bwd",
+    "_mixed_dot_general",
+  )
+)
 
 
 def config_for(name: str, dtype: str) -> ml_collections.ConfigDict:
@@ -130,15 +144,17 @@ def part(stack: list[tuple[str, str, int]]) -> str:
   relative to it), else of the innermost frame (a package's path: `optax/...`)."""
   if not stack:
     return "(no source)"
-  ours = [f for f in stack if Path(f[0]).is_relative_to(REPO_ROOT) and "site-packages" not in f[0]]
-  file, function, _ = ours[0] if ours else stack[0]
-  path = Path(file)
+  ours = [
+    f"{Path(file).relative_to(REPO_ROOT)}:{function}"
+    for file, function, _ in stack
+    if Path(file).is_relative_to(REPO_ROOT) and "site-packages" not in file
+  ]
   if ours:
-    shown = str(path.relative_to(REPO_ROOT))
-  else:
-    at = next((i for i, p in enumerate(path.parts) if p == "site-packages"), None)
-    shown = "/".join(path.parts[at + 1 :]) if at is not None else path.name
-  return f"{shown}:{function}"
+    return next((f for f in ours if f not in PASS_THROUGH), ours[0])
+  path = Path(stack[0][0])
+  at = next((i for i, p in enumerate(path.parts) if p == "site-packages"), None)
+  shown = "/".join(path.parts[at + 1 :]) if at is not None else path.name
+  return f"{shown}:{stack[0][1]}"
 
 
 def thunk_times(trace_dir: Path, module: str) -> dict[str, float]:

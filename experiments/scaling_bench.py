@@ -27,15 +27,15 @@ elementwise work of the recurrence, the softmax, gathers, the optimiser over eve
 grows or shrinks the cost. Memory is drawn against a line through its first point growing in
 proportion to the axis value.
 
-Writes OUT/scaling.json (every point, the CPU model, its vector and matrix instruction sets and
-the load average before and after) and OUT/scaling.png. Figures from one run compare with each
-other only.
+Writes OUT/scaling.json (every point, the command, the CPU model, its vector and matrix
+instruction sets and the load average before and after), OUT/scaling.md and OUT/scaling.png.
+Figures from one run compare with each other only.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -162,6 +162,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   }
 
 
+def page(result: dict[str, Any]) -> str:
+  """The Markdown of a result: per curve, every point's measured and predicted tokens/s, their
+  ratio, and the planned memory."""
+  fmt = reports.fmt
+  lines = [
+    "# How the train step's cost grows with the work",
+    "",
+    f"{reports.made_by('scaling_bench', result)} and {result['load_average']['end']} at the end; "
+    f"the `{result['preset']}` preset in {result['dtype']}, one axis changed at a time "
+    f"({', '.join(result['cpu'].get('vector_isa', []))}). Tokens/s: target tokens per second of "
+    "the train step (median of "
+    f"{result['timing']['repeats']} runs of {result['timing']['steps_per_repeat']} steps); "
+    "predicted: what the step's matmul FLOPs give, scaled to the first point; planned: the memory "
+    "XLA plans for the step (arguments, outputs and temporaries, less what the donated state "
+    "reuses).",
+  ]
+  for name, curve in result["curves"].items():
+    header = ["value", "tokens/s", "predicted", "measured / predicted", "planned MiB", "step s"]
+    cells = [
+      [
+        f"{p['value']:,}",
+        fmt(p["tokens_per_s"], 0),
+        fmt(p["expected_tokens_per_s"], 0),
+        fmt(p["tokens_per_s"] / p["expected_tokens_per_s"], 2),
+        fmt(p["planned_mb"], 1),
+        fmt(p["step_s"], 3),
+      ]
+      for p in curve["points"]
+    ]
+    lines += ["", f"## {name}: {LABELS[curve['axis']]}", "", *reports.table(header, cells)]
+  lines += ["", "![Scaling](scaling.png)", "", "```bash", result["command"], "```"]
+  return "\n".join(lines) + "\n"
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
   """Per curve, tokens/s (measured and FLOP-predicted) and planned memory against the axis."""
   import matplotlib
@@ -210,11 +244,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--steps", type=int, default=3, help="steps per timed run")
   args = p.parse_args(argv)
   result = run(args)
+  result["command"] = "python -m experiments.scaling_bench " + " ".join(
+    argv if argv is not None else sys.argv[1:]
+  )
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  (out / "scaling.json").write_text(json.dumps(result, indent=1) + "\n")
   plot(result, out / "scaling.png")
-  print(f"wrote {out / 'scaling.json'} and {out / 'scaling.png'}")
+  reports.publish(out / "scaling.json", result, page(result))
   return result
 
 

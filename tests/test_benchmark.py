@@ -203,3 +203,16 @@ def test_the_profile_reads_xla_s_call_stacks():
   assert profile_step.part([("/x/site-packages/optax/_src/adam.py", "update", 3)]) == (
     "optax/_src/adam.py:update"
   )
+
+
+@pytest.mark.slow
+def test_the_matmul_rates_of_an_xla_variant_in_a_process_of_its_own(tmp_path):
+  from experiments import matmul_options
+
+  args = ["--out", str(tmp_path), "--variants", "default", "--repeats", "1"]
+  record = matmul_options.main([*args, "--peer-python", str(tmp_path / "none")])
+  assert list(record["rows"]) == ["XLA, default"]
+  rates = record["rows"]["XLA, default"]["rates"]
+  assert set(rates) == set(matmul_options.SHAPES)
+  assert all(_positive_finite(rates[s][d]) for s in rates for d in matmul_options.DTYPES)
+  assert "| XLA, default | - |" in (tmp_path / "matmul_options.md").read_text()

@@ -180,3 +180,23 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
   assert [again["rows"][n]["eval_minutes"] for n in (names[2], reranked[1])] == first
   md = (out / "mbr.md").read_text()
   assert "| MBR chrf, 4 samples |" in md and "| rerank 3-best: + reverse model |" in md
+
+
+@pytest.mark.slow
+def test_translate_timing_compiles_once_and_then_loads_every_program(trained, tmp_path):
+  """Cold, warm and warm on other sentences, each a fresh main.py process on one cache folder:
+  the first compiles, the second compiles nothing and writes the same translations."""
+  from experiments.decoding_study import pairs
+
+  sources = [ex.src for ex in pairs(trained, "test")]
+  (tmp_path / "a.txt").write_text("".join(s + "\n" for s in sources[:16]))
+  (tmp_path / "b.txt").write_text("".join(s + "\n" for s in sources[16:40]))
+  args = ["--run", str(trained), "--config", "configs/tiny.py", "--out", str(tmp_path / "out")]
+  args += ["--input", str(tmp_path / "a.txt"), "--other", str(tmp_path / "b.txt")]
+  run_module("experiments.translate_timing", *args)
+  record = json.loads((tmp_path / "out" / "translate_timing.json").read_text())
+  cold, warm, other = record["rows"]
+  assert cold["programs_added"] > 0 and warm["programs_added"] == 0
+  assert [r["sentences"] for r in record["rows"]] == [16, 16, 24]
+  assert record["same_output_cold_and_warm"] and record["decoding_only_sentences_per_s"] > 0
+  assert "| warm, other input | 24 |" in (tmp_path / "out" / "translate_timing.md").read_text()

@@ -1,0 +1,189 @@
+"""The CPU's matmul rate under XLA's own options, beside PyTorch's on the same shapes.
+
+    python -m experiments.matmul_options --out experiments/results/matmul_options \
+        [--peer-python /tmp/peer-venv/bin/python] [--repeats 7]
+
+The shapes: a 2,048-square matmul and the `bench` preset's output layer, its forward
+[1,920 x 1,024] x [1,024 x 8,000] and its weight gradient [1,024 x 1,920] x [1,920 x 8,000] (64
+sentences of 30 words, maxout 1,024, 8,000 words), each in float32 and in bfloat16 with float32
+accumulation (how the model multiplies, `seq2seq.layers.matmul`). Each XLA variant runs in a
+process of its own with its `XLA_FLAGS` (`VARIANTS`: the default, oneDNN for matmuls, XNNPACK
+off, YNNPACK fusions off); the PyTorch row (if `--peer-python` exists) times `torch.matmul` of
+the same shapes with 2 threads (bfloat16 under `torch.autocast`, as the peer trains). GFLOP/s
+are the median of `--repeats` timed calls after two warm-ups.
+
+Writes OUT/matmul_options.json (every rate, the flags, the CPU and its load) and
+OUT/matmul_options.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# No project import at the top: the PyTorch child runs this module in the peer's environment.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHAPES = {
+  "square 2048": (2048, 2048, 2048),
+  "output layer forward": (1920, 1024, 8000),
+  "output layer weight gradient": (1024, 1920, 8000),
+}
+VARIANTS = {
+  "default": "",
+  "oneDNN matmuls": "--xla_cpu_use_onednn=true",
+  "XNNPACK off": "--xla_cpu_use_xnnpack=false",
+  "YNNPACK fusions off": "--xla_cpu_experimental_ynn_fusion_type=",
+}
+DTYPES = ("float32", "bfloat16")
+
+
+def xla_rates(repeats: int) -> dict[str, dict[str, float]]:
+  """{shape: {dtype: GFLOP/s}} of jitted matmuls in this process (its XLA_FLAGS)."""
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+
+  out: dict[str, dict[str, float]] = {}
+  for name, (m, k, n) in SHAPES.items():
+    out[name] = {}
+    for dtype in DTYPES:
+      keys = jax.random.split(jax.random.key(0))
+      x = jax.random.normal(keys[0], (m, k), jnp.float32).astype(dtype)
+      y = jax.random.normal(keys[1], (k, n), jnp.float32).astype(dtype)
+      product = functools.partial(jnp.matmul, preferred_element_type=jnp.float32)
+      f = jax.jit(product).lower(x, y).compile()
+      out[name][dtype] = _rate(lambda f=f, x=x, y=y: f(x, y).block_until_ready(), m, k, n, repeats)
+  return out
+
+
+def torch_rates(repeats: int) -> dict[str, dict[str, float]]:
+  """The same with `torch.matmul`, 2 threads; bfloat16 under CPU autocast."""
+  import torch
+
+  torch.set_num_threads(2)
+  out: dict[str, dict[str, float]] = {}
+  for name, (m, k, n) in SHAPES.items():
+    out[name] = {}
+    x, y = torch.randn(m, k), torch.randn(k, n)
+
+    def plain(x=x, y=y):
+      return torch.matmul(x, y)
+
+    def mixed(x=x, y=y):
+      with torch.autocast("cpu", torch.bfloat16):
+        return torch.matmul(x, y)
+
+    with torch.no_grad():
+      out[name]["float32"] = _rate(plain, m, k, n, repeats)
+      out[name]["bfloat16"] = _rate(mixed, m, k, n, repeats)
+  return out
+
+
+def _rate(call, m: int, k: int, n: int, repeats: int) -> float:
+  call()
+  call()
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    call()
+    seconds.append(time.perf_counter() - start)
+  return 2.0 * m * k * n / statistics.median(seconds) / 1e9
+
+
+def _child(python: str, what: str, repeats: int, flags: str = "") -> dict[str, Any]:
+  """Runs this module's `--child WHAT` in a fresh process; its JSON."""
+  env = {**os.environ, "XLA_FLAGS": flags} if what == "xla" else dict(os.environ)
+  command = [python, "-m", "experiments.matmul_options", "--child", what]
+  command += ["--repeats", str(repeats), "--out", "-"]
+  done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+  if done.returncode:
+    return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def page(record: dict[str, Any]) -> str:
+  from experiments.lib import reports
+
+  fmt = reports.fmt
+  header = ["variant", "XLA_FLAGS"] + [f"{s}, {d}" for s in SHAPES for d in DTYPES]
+  cells = []
+  for name, row in record["rows"].items():
+    rates = row.get("rates")
+    values = [fmt(rates[s][d], 0) for s in SHAPES for d in DTYPES] if rates else ["-"] * 6
+    note = f"`{row['flags']}`" if row.get("flags") else "-"
+    cells.append([name, note if "error" not in row else f"failed: {row['error']}"] + values)
+  lines = [
+    "# Matmul rate under XLA's options, and PyTorch's",
+    "",
+    f"{reports.made_by('matmul_options', record)} and {record['load_average']['end']} at the end "
+    f"({', '.join(record['cpu'].get('vector_isa', []))}). GFLOP/s, median of "
+    f"{record['repeats']} calls; bfloat16: bfloat16 factors, float32 accumulation and output "
+    "(PyTorch: `torch.autocast`). Shapes (M x K x N): "
+    + ", ".join(f"{s} {m:,} x {k:,} x {n:,}" for s, (m, k, n) in SHAPES.items())
+    + ".",
+    "",
+    *reports.table(header, cells),
+    "",
+    "```bash",
+    record["command"],
+    "```",
+  ]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--out", required=True)
+  p.add_argument("--repeats", type=int, default=7)
+  p.add_argument("--peer-python", default="/tmp/peer-venv/bin/python")
+  p.add_argument("--variants", default=",".join(VARIANTS), help="of " + ", ".join(VARIANTS))
+  p.add_argument("--child", choices=["xla", "torch"], help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  if args.child:  # One measurement in a process of its own: its JSON on the last line.
+    rates = xla_rates(args.repeats) if args.child == "xla" else torch_rates(args.repeats)
+    print(json.dumps(rates))
+    return rates
+  from experiments.lib import reports
+
+  load_start = reports.load_average()
+  rows: dict[str, dict[str, Any]] = {}
+  chosen = [v for v in args.variants.split(",") if v]
+  if unknown := [v for v in chosen if v not in VARIANTS]:
+    raise SystemExit(f"error: --variants: unknown {', '.join(unknown)}")
+  for name, flags in ((v, VARIANTS[v]) for v in chosen):
+    print(f"XLA {name}", flush=True)
+    found = _child(sys.executable, "xla", args.repeats, flags)
+    rows[f"XLA, {name}"] = {"flags": flags, **({"rates": found} if "error" not in found else found)}
+  if Path(args.peer_python).exists():
+    print("PyTorch", flush=True)
+    found = _child(args.peer_python, "torch", args.repeats)
+    rows["PyTorch (the peer's)"] = {
+      "flags": "",
+      **({"rates": found} if "error" not in found else found),
+    }
+  record = {
+    "rows": rows,
+    "repeats": args.repeats,
+    "cpu": reports.cpu_info(),
+    "load_average": {"start": load_start, "end": reports.load_average()},
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    "command": "python -m experiments.matmul_options "
+    + " ".join(argv if argv is not None else sys.argv[1:]),
+  }
+  out = Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  reports.publish(out / "matmul_options.json", record, page(record))
+  return record
+
+
+if __name__ == "__main__":
+  main()
