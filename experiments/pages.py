@@ -200,6 +200,12 @@ ABOUT: dict[str, tuple[str, str]] = {
     "`main.py --mode=translate` of the Multi30k test sources cold, warm and warm on other "
     "sentences, with the compilation cache, beside the decoding alone.",
   ),
+  "matmul_options": (
+    "Matmul rate under XLA's options, and PyTorch's",
+    "The development CPU's matmul rate on a square matrix and on the benchmark's output layer, "
+    "in float32 and bfloat16, under XLA's default and three of its CPU options, beside "
+    "PyTorch's on the same shapes.",
+  ),
   "profile": (
     "Where a step's time goes",
     "The train step and greedy decoding of the benchmark's presets and the 30-minute Multi30k "
@@ -656,6 +662,15 @@ def translate_timing_table(study: Path) -> list[str]:
   return ["## Measurements", "", *body.splitlines(), ""]
 
 
+def matmul_options_table(study: Path) -> list[str]:
+  """The matmul rates' page body (`experiments.matmul_options.page`) under a heading."""
+  from experiments import matmul_options
+
+  record = json.loads((study / "matmul_options.json").read_text())
+  body = matmul_options.page(record).split("\n", 2)[2]
+  return ["## Measurements", "", *body.splitlines(), ""]
+
+
 def profile_table(study: Path) -> list[str]:
   """The profile's page body (`experiments.profile_step.page`) under a heading."""
   from experiments import profile_step
@@ -680,6 +695,7 @@ def scaling_table(study: Path) -> list[str]:
 MEASUREMENTS = {
   "multi30k_mbr": mbr_table,
   "translate_timing": translate_timing_table,
+  "matmul_options": matmul_options_table,
   "profile": profile_table,
   "scaling": scaling_table,
   "serve_bench": serve_table,
