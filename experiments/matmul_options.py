@@ -170,18 +170,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       "flags": "",
       **({"rates": found} if "error" not in found else found),
     }
-  record = {
-    "rows": rows,
-    "repeats": args.repeats,
-    "cpu": reports.cpu_info(),
-    "load_average": {"start": load_start, "end": reports.load_average()},
-    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    "command": "python -m experiments.matmul_options "
-    + " ".join(argv if argv is not None else sys.argv[1:]),
-  }
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  reports.publish(out / "matmul_options.json", record, page(record))
+  record = {"rows": rows, "repeats": args.repeats}
+  record |= reports.provenance("matmul_options", argv, load_start)
+  reports.publish(Path(args.out) / "matmul_options.json", record, page(record))
   return record
 
 

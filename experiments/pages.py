@@ -644,60 +644,28 @@ def serve_table(study: Path) -> list[str]:
   return ["## Measurements", "", *body.splitlines(), "```bash", record["command"], "```", ""]
 
 
-def mbr_table(study: Path) -> list[str]:
-  """The MBR study's page body (`experiments.mbr_study.markdown`) under a heading."""
-  from experiments import mbr_study
+def script_page(script: str, report: str, render: str = "page"):
+  """The table function of a study whose script writes its own page: `experiments.SCRIPT`'s
+  `render(record)` of STUDY/REPORT under a heading, past the script's own title, its figures
+  linked from the study folder."""
+  import importlib
 
-  record = json.loads((study / "mbr.json").read_text())
-  body = mbr_study.markdown(record).split("\n", 2)[2]
-  return ["## Measurements", "", *body.splitlines(), ""]
+  def table(study: Path) -> list[str]:
+    record = json.loads((study / report).read_text())
+    body = getattr(importlib.import_module(f"experiments.{script}"), render)(record)
+    body = re.sub(r"\]\((\w+\.png)\)", rf"](../../experiments/results/{study.name}/\1)", body)
+    return ["## Measurements", "", *body.split("\n", 2)[2].splitlines(), ""]
 
-
-def translate_timing_table(study: Path) -> list[str]:
-  """The translation start-up timing's page body (`experiments.translate_timing.page`)."""
-  from experiments import translate_timing
-
-  record = json.loads((study / "translate_timing.json").read_text())
-  body = translate_timing.page(record).split("\n", 2)[2]
-  return ["## Measurements", "", *body.splitlines(), ""]
-
-
-def matmul_options_table(study: Path) -> list[str]:
-  """The matmul rates' page body (`experiments.matmul_options.page`) under a heading."""
-  from experiments import matmul_options
-
-  record = json.loads((study / "matmul_options.json").read_text())
-  body = matmul_options.page(record).split("\n", 2)[2]
-  return ["## Measurements", "", *body.splitlines(), ""]
-
-
-def profile_table(study: Path) -> list[str]:
-  """The profile's page body (`experiments.profile_step.page`) under a heading."""
-  from experiments import profile_step
-
-  record = json.loads((study / "profile.json").read_text())
-  body = profile_step.page(record).split("\n", 2)[2]
-  return ["## Measurements", "", *body.splitlines(), ""]
-
-
-def scaling_table(study: Path) -> list[str]:
-  """The scaling benchmark's page body (`experiments.scaling_bench.page`) under a heading, its
-  figure linked from the study folder."""
-  from experiments import scaling_bench
-
-  record = json.loads((study / "scaling.json").read_text())
-  body = scaling_bench.page(record).split("\n", 2)[2]
-  figure = f"../../experiments/results/{study.name}/scaling.png"
-  return ["## Measurements", "", *body.replace("(scaling.png)", f"({figure})").splitlines(), ""]
+  return table
 
 
 # The tables of a study without runs whose script keeps its figures in JSON only.
 MEASUREMENTS = {
-  "multi30k_mbr": mbr_table,
-  "translate_timing": translate_timing_table,
-  "matmul_options": matmul_options_table,
-  "profile": profile_table,
-  "scaling": scaling_table,
+  "multi30k_mbr": script_page("mbr_study", "mbr.json", render="markdown"),
+  "translate_timing": script_page("translate_timing", "translate_timing.json"),
+  "matmul_options": script_page("matmul_options", "matmul_options.json"),
+  "profile": script_page("profile_step", "profile.json"),
+  "scaling": script_page("scaling_bench", "scaling.json"),
   "serve_bench": serve_table,
   "multi30k_best": final_table,
   "seed_timing": seed_timing_tables,

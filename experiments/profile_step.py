@@ -294,18 +294,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         command += ["--steps", str(args.steps), "--one", name, dtype, str(path)]
         subprocess.run(command, cwd=REPO_ROOT, check=True)
         runs[f"{name} {dtype}"] = json.loads(path.read_text())
-  result = {
-    "runs": runs,
-    "cpu": reports.cpu_info(),
-    "load_average": {"start": load_start, "end": reports.load_average()},
-    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    "versions": reports.versions(),
-    "command": "python -m experiments.profile_step "
-    + " ".join(argv if argv is not None else sys.argv[1:]),
-  }
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  reports.publish(out / "profile.json", result, page(result))
+  result = {"runs": runs, "versions": reports.versions()}
+  result |= reports.provenance("profile_step", argv, load_start)
+  reports.publish(Path(args.out) / "profile.json", result, page(result))
   return result
 
 

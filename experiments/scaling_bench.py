@@ -35,8 +35,6 @@ Figures from one run compare with each other only.
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -123,7 +121,7 @@ def expected(points: list[dict[str, Any]], axis_values: Sequence[int]) -> None:
     p["proportional_mb"] = first["planned_mb"] * value / axis_values[0]
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
   values = dict(AXES)
   for spec in args.values:
     axis, _, listed = spec.partition("=")
@@ -155,10 +153,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     "dtype": args.dtype,
     "timing": {"repeats": args.repeats, "steps_per_repeat": args.steps, "warmup_steps": 2},
     "curves": curves,
-    "cpu": reports.cpu_info(),
-    "load_average": {"start": load_start, "end": reports.load_average()},
-    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "versions": reports.versions(),
+    **reports.provenance("scaling_bench", argv, load_start),
   }
 
 
@@ -243,10 +239,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--repeats", type=int, default=3, help="timed runs per point (median kept)")
   p.add_argument("--steps", type=int, default=3, help="steps per timed run")
   args = p.parse_args(argv)
-  result = run(args)
-  result["command"] = "python -m experiments.scaling_bench " + " ".join(
-    argv if argv is not None else sys.argv[1:]
-  )
+  result = run(args, argv)
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   plot(result, out / "scaling.png")

@@ -99,15 +99,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "rows": rows,
     "same_output_cold_and_warm": same_output,
     "decoding_only_sentences_per_s": decoding_only(run, source),
-    "cpu": reports.cpu_info(),
-    "load_average": {"start": load_start, "end": reports.load_average()},
-    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    "command": "python -m experiments.translate_timing "
-    + " ".join(argv if argv is not None else sys.argv[1:]),
   }
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  reports.publish(out / "translate_timing.json", record, page(record))
+  record |= reports.provenance("translate_timing", argv, load_start)
+  reports.publish(Path(args.out) / "translate_timing.json", record, page(record))
   return record
 
 

@@ -59,9 +59,23 @@ def made_by(script: str, record: Mapping[str, Any]) -> str:
   )
 
 
+def provenance(script: str, argv: Sequence[str] | None, load_start: Any) -> dict[str, Any]:
+  """What every measurement records beside its figures: the CPU and its instruction sets, the
+  load average at the start (`load_start`) and now, the date, and the command that made it
+  (`python -m experiments.SCRIPT` with `argv`, or this process's arguments)."""
+  words = list(argv) if argv is not None else sys.argv[1:]
+  return {
+    "cpu": cpu_info(),
+    "load_average": {"start": load_start, "end": load_average()},
+    "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    "command": " ".join([f"python -m experiments.{script}", *words]),
+  }
+
+
 def publish(path: Path, record: Mapping[str, Any], page: str) -> None:
-  """A study's record as JSON at `path`, its page beside it (`.md`), and the page printed; paths
-  inside the repository written relative to its root (`records.relative`)."""
+  """A study's record as JSON at `path` (its folder made), its page beside it (`.md`), and the
+  page printed; paths inside the repository written relative to its root (`records.relative`)."""
+  path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(json.dumps(records.relative(record), indent=2) + "\n")
   page = records.relative(page)
   path.with_suffix(".md").write_text(page)
