@@ -140,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     help="decode the seed-0 rows of full vocabulary and shortlists alone, keeping every other row "
     "of OUT/decoding.json as it is (one --runs: the ensemble's members need not exist)",
   )
+  p.add_argument(
+    "--speed-rounds", type=int, default=3, help="timed passes of the warm decoding (median kept)"
+  )
   args = p.parse_args(argv)
   out = Path(args.out).resolve()
   out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for k, v in o.items()
     if k != "decode.ensemble" and k.startswith("decode.")
   }
-  speeds = decoding_speed(runs[0], {name: decode_fields(o) for name, _, o in decodings})
+  speeds = decoding_speed(
+    runs[0], {name: decode_fields(o) for name, _, o in decodings}, args.speed_rounds
+  )
   for name, speed in speeds.items():
     rows[name]["test_sentences_per_s"] = speed
 

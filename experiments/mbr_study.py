@@ -129,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   p.add_argument("--nbest", type=int, default=10, help="the beam whose n-best MBR reads")
   p.add_argument("--utility", default="chrf", choices=["chrf", "bleu"])
   p.add_argument("--reverse", help="a run of the other direction: also the reranking rows")
+  p.add_argument(
+    "--speed-rounds", type=int, default=3, help="timed passes of the warm decoding (median kept)"
+  )
   args = p.parse_args(argv)
   from experiments.lib import runs as runs_lib
 
@@ -170,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   if not all("test_sentences_per_s" in earlier["rows"].get(name, {}) for name in decodings):
     config = configs.load_config(args.config)
     fields = lambda o: {k.removeprefix("decode."): v for k, v in configs.typed(config, o).items()}
-    speeds = decoding_speed(run, {name: fields(o) for name, o in decodings.items()})
+    speeds = decoding_speed(
+      run, {name: fields(o) for name, o in decodings.items()}, args.speed_rounds
+    )
     for name, speed in speeds.items():
       rows[name]["test_sentences_per_s"] = speed
   # Timings of rows measured in an earlier pass stay as they were measured.

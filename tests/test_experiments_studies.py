@@ -126,7 +126,7 @@ def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(tr
   earlier = {"date": "then", "cpu": {"cpu_model": "X"}, "load_average": {"start": 1, "end": 2}}
   (out / "decoding.json").write_text(json.dumps({**earlier, "rows": {"ensemble": ensemble}}))
   args = ["--runs", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
-  run_module("experiments.decoding_study", *args, "--only", "shortlists")
+  run_module("experiments.decoding_study", *args, "--only", "shortlists", "--speed-rounds", "1")
   record = json.loads((out / "decoding.json").read_text())
   names = ["seed 0, full vocabulary", "seed 0, shortlist", "seed 0, shortlist per sentence"]
   assert list(record["rows"]) == ["ensemble", *names]
@@ -154,7 +154,7 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
 
   out = tmp_path / "mbr"
   args = ["--run", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
-  args += ["--samples", "4", "--nbest", "3", "--reverse", str(trained)]
+  args += ["--samples", "4", "--nbest", "3", "--reverse", str(trained), "--speed-rounds", "1"]
   run_module("experiments.mbr_study", *args)
   record = json.loads((out / "mbr.json").read_text())
   names = ["beam 5", "MBR chrf, beam 3 n-best", "MBR chrf, 4 samples", "greedy"]
