@@ -19,7 +19,11 @@ kind (`fusion` for fused elementwise work and, on this backend, for matmuls fuse
 successor `ynn_fusion`, `dot`, `copy`, `dynamic-update-slice`, ...) is counted beside it.
 
 Two threads may run thunks at once, so the summed thunk time can exceed the wall time; each part
-is given in milliseconds per step and as a share of the summed time.
+is given in milliseconds per step and as a share of the summed time. A plain `dot` thunk (an
+Eigen matmul) can be timed short of its work: the bench step's weight-gradient dot (31.5 GFLOP)
+shows 19.5 ms, a rate two cores cannot reach, so part of such a dot's time lands on the thunks
+that wait for it (the dot presumably runs on in Eigen's thread pool); read the `dot` kind as a
+lower bound. The matmuls XLA hands to YNNPACK (`ynn_fusion`) look timed whole.
 
 Writes OUT/profile.json (per config, dtype and program: every part, the top instructions, the
 wall time per step, the CPU and its load) and OUT/profile.md.
@@ -243,7 +247,8 @@ def page(result: dict[str, Any], top_parts: int = 10) -> str:
     f"({', '.join(result['cpu'].get('vector_isa', []))}). Per config, dtype and program: the "
     "wall time of one call under the profiler, the summed time of XLA's thunks (two threads may "
     "run at once) and the parts that took most of it, each the function whose source line made "
-    "the operation (the share is of the summed thunk time).",
+    "the operation (the share is of the summed thunk time). A plain `dot` (an Eigen matmul) can "
+    "be timed short of its work, the rest charged to the thunks that wait for it.",
   ]
   for key, programs in result["runs"].items():
     for program, prof in programs.items():
