@@ -3,9 +3,10 @@
     python -m experiments.matmul_options --out experiments/results/matmul_options \
         [--peer-python /tmp/peer-venv/bin/python] [--repeats 7]
 
-The shapes: a 2,048-square matmul and the `bench` preset's output layer, its forward
-[1,920 x 1,024] x [1,024 x 8,000] and its weight gradient [1,024 x 1,920] x [1,920 x 8,000] (64
-sentences of 30 words, maxout 1,024, 8,000 words), each in float32 and in bfloat16 with float32
+The shapes: a 2,048-square matmul and the `bench` preset's output layer (64 sentences of 30
+words, maxout 1,024, 8,000 words) in the three forms its training step multiplies: the forward
+[1,920 x 1,024] x [1,024 x 8,000], the input gradient g W^T (W stored [1,024 x 8,000]) and the
+weight gradient h^T g (h stored [1,920 x 1,024]), each in float32 and in bfloat16 with float32
 accumulation (how the model multiplies, `seq2seq.layers.matmul`). Each XLA variant runs in a
 process of its own with its `XLA_FLAGS` (`VARIANTS`: the default, oneDNN for matmuls, XNNPACK
 off, YNNPACK fusions off); the PyTorch row (if `--peer-python` exists) times `torch.matmul` of
@@ -31,10 +32,13 @@ from typing import Any
 
 # No project import at the top: the PyTorch child runs this module in the peer's environment.
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# (M, K, N, form): form NN is [M, K] x [K, N]; NT multiplies by a stored [N, K] transposed (the
+# output layer's input gradient g W^T); TN a stored [K, M] transposed (its weight gradient h^T g).
 SHAPES = {
-  "square 2048": (2048, 2048, 2048),
-  "output layer forward": (1920, 1024, 8000),
-  "output layer weight gradient": (1024, 1920, 8000),
+  "square 2048": (2048, 2048, 2048, "NN"),
+  "output layer forward": (1920, 1024, 8000, "NN"),
+  "output layer input gradient": (1920, 8000, 1024, "NT"),
+  "output layer weight gradient": (1024, 1920, 8000, "TN"),
 }
 VARIANTS = {
   "default": "",
@@ -50,19 +54,25 @@ def xla_rates(repeats: int) -> dict[str, dict[str, float]]:
   import functools
 
   import jax
-  import jax.numpy as jnp
 
   out: dict[str, dict[str, float]] = {}
-  for name, (m, k, n) in SHAPES.items():
+  for name, (m, k, n, form) in SHAPES.items():
     out[name] = {}
     for dtype in DTYPES:
       keys = jax.random.split(jax.random.key(0))
-      x = jax.random.normal(keys[0], (m, k), jnp.float32).astype(dtype)
-      y = jax.random.normal(keys[1], (k, n), jnp.float32).astype(dtype)
-      product = functools.partial(jnp.matmul, preferred_element_type=jnp.float32)
-      f = jax.jit(product).lower(x, y).compile()
+      x = jax.random.normal(keys[0], (k, m) if form == "TN" else (m, k)).astype(dtype)
+      y = jax.random.normal(keys[1], (n, k) if form == "NT" else (k, n)).astype(dtype)
+      f = jax.jit(functools.partial(_product, form=form)).lower(x, y).compile()
       out[name][dtype] = _rate(lambda f=f, x=x, y=y: f(x, y).block_until_ready(), m, k, n, repeats)
   return out
+
+
+def _product(a, b, form: str):
+  """a x b in `form` (`SHAPES`), accumulated and returned in float32."""
+  import jax.numpy as jnp
+
+  a, b = (a.T, b) if form == "TN" else (a, b.T) if form == "NT" else (a, b)
+  return jnp.matmul(a, b, preferred_element_type=jnp.float32)
 
 
 def torch_rates(repeats: int) -> dict[str, dict[str, float]]:
@@ -71,9 +81,10 @@ def torch_rates(repeats: int) -> dict[str, dict[str, float]]:
 
   torch.set_num_threads(2)
   out: dict[str, dict[str, float]] = {}
-  for name, (m, k, n) in SHAPES.items():
+  for name, (m, k, n, form) in SHAPES.items():
     out[name] = {}
-    x, y = torch.randn(m, k), torch.randn(k, n)
+    x = torch.randn(k, m).t() if form == "TN" else torch.randn(m, k)
+    y = torch.randn(n, k).t() if form == "NT" else torch.randn(k, n)
 
     def plain(x=x, y=y):
       return torch.matmul(x, y)
@@ -118,7 +129,7 @@ def page(record: dict[str, Any]) -> str:
   cells = []
   for name, row in record["rows"].items():
     rates = row.get("rates")
-    values = [fmt(rates[s][d], 0) for s in SHAPES for d in DTYPES] if rates else ["-"] * 6
+    values = [fmt(rates[s][d], 0) for s in SHAPES for d in DTYPES] if rates else ["-"] * 8
     note = f"`{row['flags']}`" if row.get("flags") else "-"
     cells.append([name, note if "error" not in row else f"failed: {row['error']}"] + values)
   lines = [
@@ -128,7 +139,7 @@ def page(record: dict[str, Any]) -> str:
     f"({', '.join(record['cpu'].get('vector_isa', []))}). GFLOP/s, median of "
     f"{record['repeats']} calls; bfloat16: bfloat16 factors, float32 accumulation and output "
     "(PyTorch: `torch.autocast`). Shapes (M x K x N): "
-    + ", ".join(f"{s} {m:,} x {k:,} x {n:,}" for s, (m, k, n) in SHAPES.items())
+    + ", ".join(f"{s} {m:,} x {k:,} x {n:,} ({f})" for s, (m, k, n, f) in SHAPES.items())
     + ".",
     "",
     *reports.table(header, cells),
