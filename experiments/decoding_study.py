@@ -90,17 +90,19 @@ def timed_evaluate(config_file: str, workdir: Path, overrides: dict[str, str]) -
   return {"command": command, "eval_minutes": (time.perf_counter() - started) / 60}
 
 
-def decoding_speed(run: Path, settings: dict[str, dict[str, str]], rounds: int = 3) -> dict:
-  """{name: test sentences per second} of each of `settings` (decode.* fields) decoding the
-  run's test sources warm, in this process: a first pass of each compiles, then `rounds` timed
-  passes go round the settings in turn (so a change of the machine's load falls on all of them)
-  and the median is kept. Start-up, compilation and the No-UNK pass are left out, which the
-  eval minutes include."""
+def decoding_speed(
+  run: Path, settings: dict[str, dict[str, str]], rounds: int = 3, lines: list[str] | None = None
+) -> dict:
+  """{name: sentences per second} of each of `settings` (decode.* fields) decoding `lines` (by
+  default the run's test sources) warm, in this process: a first pass of each compiles, then
+  `rounds` timed passes go round the settings in turn (so a change of the machine's load falls
+  on all of them) and the median is kept. Start-up, compilation and the No-UNK pass are left
+  out, which the eval minutes include."""
   import seq2seq
   from seq2seq import translate
 
   t = seq2seq.load(run)
-  lines = [ex.src for ex in pairs(run, "test")]
+  lines = [ex.src for ex in pairs(run, "test")] if lines is None else lines
   go = lambda s: translate.translate_lines(t, lines, progress=None, **s)
   for s in settings.values():
     go(s)

@@ -49,18 +49,10 @@ def _cache_dir(run: Path) -> str:
 
 def decoding_only(run: Path, source: Path) -> float:
   """Sentences per second of the run's own decoding of `source`, warm, in this process."""
-  import seq2seq
-  from seq2seq import translate as translate_
+  from experiments.decoding_study import decoding_speed
 
-  t = seq2seq.load(run)
   lines = source.read_text(encoding="utf-8").splitlines()
-  translate_.translate_lines(t, lines, progress=None)  # Compiles.
-  seconds = []
-  for _ in range(3):
-    start = time.perf_counter()
-    translate_.translate_lines(t, lines, progress=None)
-    seconds.append(time.perf_counter() - start)
-  return len(lines) / sorted(seconds)[1]
+  return decoding_speed(run, {"own": {}}, lines=lines)["own"]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
