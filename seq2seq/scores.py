@@ -92,8 +92,12 @@ class Additive(Score):
     return self.u_a(annotations_BSH)
 
   def __call__(self, query_D, keys_SK, annotations_SH):
-    hidden_SA = jnp.tanh(self.w_a(query_D)[None, :] + keys_SK)
-    return self.v_a(hidden_SA)[:, 0]
+    # tanh over [S, A] is recomputed in the backward pass rather than kept: kept, a decoder
+    # scan stacks it for every step ([T, B, S, A] floats written and zero-filled per training
+    # step), while recomputing reads only W_a s per step and the keys, which do not change
+    # along the scan. The values and gradients are the same bits either way.
+    energy = jax.checkpoint(lambda wq_A, keys_SK: self.v_a(jnp.tanh(wq_A[None, :] + keys_SK)))
+    return energy(self.w_a(query_D), keys_SK)[:, 0]
 
 
 REGISTRY.alias("concat", "additive")  # Luong et al.'s name: v_a^T tanh(W_a [s ; h_j]).

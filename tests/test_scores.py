@@ -188,3 +188,29 @@ def test_additive_gradient_matches_finite_differences(tiny_config):
     assert flat_g.dtype == jnp.float64
     np.testing.assert_allclose(np.asarray(flat_g), numeric, rtol=1e-6, atol=1e-9)
     assert np.abs(numeric).max() > 1e-3  # The check is not vacuous.
+
+
+def test_additive_training_keeps_no_tanh_per_step(tiny_config):
+  """A decoder scan of T steps differentiated through the additive score holds no [T, B, S, A]
+  array: tanh is recomputed in the backward pass, not stacked for every step."""
+  T = 7
+  score = randomise(scores.make_score("additive", D, H, _cfg(tiny_config), rngs=nnx.Rngs(0)), 3)
+  graphdef, params = nnx.split(score)
+  rng = np.random.default_rng(0)
+  queries_TBD = jnp.asarray(rng.normal(size=(T, B, D)), jnp.float32)
+  annotations_BSH = jnp.asarray(rng.normal(size=(B, S, H)), jnp.float32)
+  mask_BS = jnp.ones((B, S), bool)
+
+  def loss(params):
+    sc = nnx.merge(graphdef, params)
+    keys_BSK = sc.keys(annotations_BSH)
+
+    def step(total, query_BD):
+      c_BH, _ = attention.attend(sc, query_BD, keys_BSK, annotations_BSH, mask_BS)
+      return total + jnp.sum(c_BH**2), None
+
+    return jax.lax.scan(step, 0.0, queries_TBD)[0]
+
+  text = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+  assert f"f32[{B},{S},4]" in text  # One step's tanh is there: the check below is not vacuous.
+  assert f"f32[{T},{B},{S},4]" not in text
