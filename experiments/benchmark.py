@@ -559,6 +559,12 @@ def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]
     ours_best = max(p["ours_best_step_tokens_per_s"] for p in peer["train_rounds"])
     peer_best = max(t["max_tokens_per_s"] for _, t in paired)
     ratios["train_tokens_per_s_fastest_steps"] = ours_best / peer_best
+    # The peer's tokens/s as a share of the most this step's matmuls allow at the matmul rate
+    # measured here in the compute dtype: 1 / that share bounds ours / peer for any
+    # implementation whose matmuls run no faster (see `summary`).
+    peer_tps = statistics.median(t["tokens_per_s"] for _, t in paired)
+    ceiling = results["matmul_gflops"][results["dtype"]] * 1e9 / results["train_flops_per_token"]
+    ratios["train_tokens_per_s_ceiling"] = ceiling / peer_tps
     peer["train"] = {
       "tokens_per_s": _spread([t["tokens_per_s"] for _, t in paired]),
       "gflops": _spread([t["gflops"] for _, t in paired]),
@@ -571,6 +577,10 @@ def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]
   decode_peer = peer.get("decode", {})
   if greedy is not None and "sentences_per_s" in decode_peer:
     ratios["greedy_sentences_per_s"] = greedy["median"] / decode_peer["sentences_per_s"]
+    # Greedy decoding multiplies as the forward pass does, one target word at a time.
+    per_sentence = results["flops_per_token"] * results["batch"]["tgt_len"]
+    ceiling = results["matmul_gflops"][results["dtype"]] * 1e9 / per_sentence
+    ratios["greedy_sentences_per_s_ceiling"] = ceiling / decode_peer["sentences_per_s"]
   else:
     ratios["greedy_sentences_per_s"] = None
   return ratios
@@ -742,12 +752,19 @@ def summary(results: dict[str, Any]) -> str:
         f"{tr['fastest_step_tokens_per_s']:.0f} tokens/s, "
         f"{ratios['train_tokens_per_s_fastest_steps']:.2f}"
       )
+      lines.append(
+        f"  ceiling      {ratios['train_tokens_per_s_ceiling']:9.2f} x the peer's tokens/s: every "
+        f"matmul at the {results['dtype']} rate above and nothing else taking time"
+      )
     else:
       errors = {p["peer"].get("error") for p in peer["train_rounds"]}
       lines.append(f"  peer train   failed: {'; '.join(str(e) for e in errors)}")
     de = peer["decode"]
     if "sentences_per_s" in de:
-      lines.append(f"  peer greedy  {de['sentences_per_s']:9.1f} sentences/s")
+      lines.append(
+        f"  peer greedy  {de['sentences_per_s']:9.1f} sentences/s; ceiling "
+        f"{ratios['greedy_sentences_per_s_ceiling']:.2f} x that"
+      )
     else:
       lines.append(f"  peer greedy  failed: {de.get('error')}")
   if "note" in results["decode"]:

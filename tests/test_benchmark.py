@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import run_module
 
+from experiments import benchmark
+
 
 def _positive_finite(value: object) -> bool:
   return isinstance(value, int | float) and math.isfinite(value) and value > 0
@@ -86,8 +88,6 @@ def test_the_peer_gets_our_deep_output_for_a_like_for_like_run(tmp_path):
   """A stand-in peer script that reports its arguments: the comparison hands it --maxout."""
   import sys
 
-  from experiments import benchmark
-
   script = tmp_path / "peer.py"
   script.write_text("import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n")
   like = benchmark._run_peer_mode(Path(sys.executable), script, "train", "paper", 1, 1, 60, 500)
@@ -102,7 +102,6 @@ def test_the_peer_gets_our_deep_output_for_a_like_for_like_run(tmp_path):
 @pytest.mark.parametrize("intra", ["dot", "general", "additive", "none"])
 def test_the_flop_count_includes_intra_attention(intra: str) -> None:
   """The analytic count against the traced forward pass with the decoder attending to its past."""
-  from experiments import benchmark
   from experiments.lib.configs import apply_overrides
 
   cfg = apply_overrides(benchmark.make_config("tiny"), {"model.intra_attention": intra})
@@ -216,3 +215,34 @@ def test_the_matmul_rates_of_an_xla_variant_in_a_process_of_its_own(tmp_path):
   assert set(rates) == set(matmul_options.SHAPES)
   assert all(_positive_finite(rates[s][d]) for s in rates for d in matmul_options.DTYPES)
   assert "| XLA, default | - |" in (tmp_path / "matmul_options.md").read_text()
+
+
+def test_the_peer_comparison_states_the_matmul_ceiling():
+  """The most ours / peer can be when every matmul runs at the measured rate of the compute
+  dtype and nothing else takes time: training 3 MFLOP a token at 1,200 GFLOP/s is 400,000
+  tokens/s, 400x a peer at 1,000; greedy decoding 30 words of 1 MFLOP is 40,000 sentences/s,
+  200x a peer at 200."""
+  results = {
+    "dtype": "bfloat16",
+    "matmul_gflops": {"float32": 300.0, "bfloat16": 1200.0},
+    "flops_per_token": 1e6,
+    "train_flops_per_token": 3e6,
+    "batch": {"tgt_len": 30},
+    "decode": {"greedy_sentences_per_s": {"median": 100.0}},
+  }
+  peer_run = {"tokens_per_s": 1000.0, "max_tokens_per_s": 1100.0, "gflops": 3.0}
+  peer = {
+    "train_rounds": [
+      {
+        "ours_tokens_per_s": 500.0,
+        "ours_best_step_tokens_per_s": 600.0,
+        "peer": {**peer_run, "fwd_mflop_per_token": 1.0},
+      }
+    ],
+    "decode": {"sentences_per_s": 200.0},
+  }
+  ratios = benchmark.peer_ratios(results, peer)
+  assert ratios["train_tokens_per_s"]["median"] == 0.5
+  assert ratios["train_tokens_per_s_ceiling"] == pytest.approx(400.0)
+  assert ratios["greedy_sentences_per_s"] == 0.5
+  assert ratios["greedy_sentences_per_s_ceiling"] == pytest.approx(200.0)
