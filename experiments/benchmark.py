@@ -472,11 +472,13 @@ def _run_peer_mode(
   threads: int,
   timeout_s: float,
   maxout: int = 0,
+  dtype: str = "float32",
 ) -> dict[str, Any]:
   """One run of the peer script (with the paper's deep output of width `maxout`, 0: its plain
-  output layer); its JSON line, or an `error` entry."""
+  output layer; in `dtype`, bfloat16 under PyTorch's autocast); its JSON line, or an `error`
+  entry."""
   cmd = [str(python), str(script), mode, "--size", size, "--steps", str(steps)]
-  cmd += ["--threads", str(threads), "--maxout", str(maxout)]
+  cmd += ["--threads", str(threads), "--maxout", str(maxout), "--dtype", dtype]
   try:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
   except subprocess.TimeoutExpired:
@@ -513,7 +515,8 @@ def compare_with_peer(
   our timed runs (`steps` steps), then one peer run (`peer_steps` timed steps after its own two
   warm-up steps). The ratio is the median of the per-round ratios of the runs' mean rates. The
   ratio of the fastest single steps of both sides over all rounds is kept too: under contention
-  it is the better estimate of what each side does on a quiet machine.
+  it is the better estimate of what each side does on a quiet machine. The peer runs in the
+  dtype of our step (`bench.cfg.model.dtype`).
   """
   size = _RUN_DEFAULTS[preset]["peer_size"]
   if size is None:
@@ -522,11 +525,12 @@ def compare_with_peer(
     return {"skipped": f"peer interpreter {python} does not exist"}
   if not script.exists():
     return {"skipped": f"peer script {script} does not exist"}
+  how = dict(maxout=maxout, dtype=bench.cfg.model.dtype)
   pairs = []
   for _ in range(rounds):
     times = bench.run(steps)
     ours = bench.tokens_per_step * len(times) / sum(times)
-    theirs = _run_peer_mode(python, script, "train", size, peer_steps, threads, timeout_s, maxout)
+    theirs = _run_peer_mode(python, script, "train", size, peer_steps, threads, timeout_s, **how)
     pairs.append(
       {
         "ours_tokens_per_s": ours,
@@ -534,7 +538,7 @@ def compare_with_peer(
         "peer": theirs,
       }
     )
-  decode = _run_peer_mode(python, script, "decode", size, peer_steps, threads, timeout_s, maxout)
+  decode = _run_peer_mode(python, script, "decode", size, peer_steps, threads, timeout_s, **how)
   return {
     "size": size,
     "threads": threads,

@@ -246,3 +246,29 @@ def test_the_peer_comparison_states_the_matmul_ceiling():
   assert ratios["train_tokens_per_s_ceiling"] == pytest.approx(400.0)
   assert ratios["greedy_sentences_per_s"] == 0.5
   assert ratios["greedy_sentences_per_s_ceiling"] == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_peer_runs_in_the_benchmarks_dtype(tmp_path, dtype):
+  """Every peer run (training rounds and decoding) is handed the dtype our step runs in, so a
+  bfloat16 step is compared with the peer's bfloat16 (autocast), never with its float32."""
+  import sys
+  import types
+
+  script = tmp_path / "peer.py"
+  script.write_text("import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n")
+  cfg = benchmark.make_config("bench", dtype)
+  ours = types.SimpleNamespace(cfg=cfg, tokens_per_step=10, run=lambda steps: [1.0] * steps)
+  peer = benchmark.compare_with_peer(
+    ours,
+    "bench",
+    rounds=2,
+    steps=1,
+    peer_steps=1,
+    python=Path(sys.executable),
+    script=script,
+    threads=1,
+    maxout=1024,
+  )
+  runs = [r["peer"] for r in peer["train_rounds"]] + [peer["decode"]]
+  assert [r["argv"][r["argv"].index("--dtype") + 1] for r in runs] == [dtype] * 3
