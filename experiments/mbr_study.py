@@ -196,29 +196,43 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def markdown(record: dict[str, Any]) -> str:
   fmt = reports.fmt
+  rows = record["rows"]
+  # A timing column only where some row was timed (a resumed study keeps results, not the
+  # eval minutes of rows evaluated before).
+  timings = {
+    "eval_minutes": (
+      "eval minutes",
+      "Eval minutes: the wall time of the row's commands (valid and test, start-up and "
+      "compilation included). ",
+    ),
+    "test_sentences_per_s": (
+      "decoding sentences/s",
+      "Decoding sentences/s: the test split decoded warm in one process, compilation left out "
+      "(the median of three passes taken in turn across the rows). ",
+    ),
+  }
+  timings = {k: t for k, t in timings.items() if any(k in row for row in rows.values())}
   lines = [
     "# Minimum Bayes risk against beam search",
     "",
-    f"{reports.made_by('mbr_study', record)}. BLEU and chrF: sacrebleu on detokenised "
-    "output; p: paired bootstrap of test BLEU against beam 5. Eval minutes: the wall time of "
-    "the row's commands (valid and test, start-up and compilation included). Decoding "
-    "sentences/s: the test split decoded warm in one process, compilation left out (the median "
-    "of three passes taken in turn across the rows). A rerank row's valid figures are those its "
-    "weights were tuned on.",
+    f"{reports.made_by('mbr_study', record)} and {record['load_average']['end']} at the end. "
+    "BLEU and chrF: sacrebleu on detokenised output; p: paired bootstrap of test BLEU against "
+    "beam 5. "
+    + "".join(explained for _, explained in timings.values())
+    + "A rerank row's valid figures are those its weights were tuned on.",
     "",
-    "| system | valid BLEU | valid chrF | test BLEU | test chrF | p vs beam 5 | eval minutes "
-    "| decoding sentences/s |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|",
   ]
-  for name, row in record["rows"].items():
+  header = ["system", "valid BLEU", "valid chrF", "test BLEU", "test chrF", "p vs beam 5"]
+  cells = []
+  for name, row in rows.items():
     v, t = row["valid"], row["test"]
     p = row.get("test_vs_beam5", {}).get("p_value")
-    cells = [row.get(k) for k in ("eval_minutes", "test_sentences_per_s")]
-    minutes, speed = ("-" if c is None else fmt(c) for c in cells)
-    lines.append(
-      f"| {name} | {fmt(v['bleu'])} | {fmt(v['chrf'])} | {fmt(t['bleu'])} | {fmt(t['chrf'])} | "
-      f"{'-' if p is None else fmt(p, 3)} | {minutes} | {speed} |"
+    cells.append(
+      [name, fmt(v["bleu"]), fmt(v["chrf"]), fmt(t["bleu"]), fmt(t["chrf"])]
+      + ["-" if p is None else fmt(p, 3)]
+      + ["-" if row.get(k) is None else fmt(row[k]) for k in timings]
     )
+  lines += reports.table(header + [heading for heading, _ in timings.values()], cells)
   weights = {n: r["weights"] for n, r in record["rows"].items() if "weights" in r}
   if weights:
     lines += ["", "Weights tuned on valid (`seq2seq.rerank`; score's fixed at 1):", ""]

@@ -200,3 +200,23 @@ def test_translate_timing_compiles_once_and_then_loads_every_program(trained, tm
   assert [r["sentences"] for r in record["rows"]] == [16, 16, 24]
   assert record["same_output_cold_and_warm"] and record["decoding_only_sentences_per_s"] > 0
   assert "| warm, other input | 24 |" in (tmp_path / "out" / "translate_timing.md").read_text()
+
+
+def test_the_mbr_page_leaves_out_a_timing_no_row_has():
+  """A study resumed after its rows were evaluated has no eval minutes: no column of dashes."""
+  from experiments import mbr_study
+
+  figures = {"bleu": 50.0, "chrf": 70.0}
+  row = {"valid": figures, "test": figures, "command": "c", "test_sentences_per_s": 9.0}
+  record = {
+    "date": "today",
+    "cpu": {"cpu_model": "cpu"},
+    "load_average": {"start": [0.0], "end": [1.0]},
+    "rows": {"beam 5": row, "greedy": {**row, "test_vs_beam5": {"p_value": 0.5}}},
+  }
+  page = mbr_study.markdown(record)
+  assert "eval minutes" not in page.lower() and "| decoding sentences/s |" in page
+  assert "| greedy | 50.00 | 70.00 | 50.00 | 70.00 | 0.500 | 9.00 |" in page
+  record["rows"]["greedy"]["eval_minutes"] = 2.0
+  page = mbr_study.markdown(record)
+  assert "| eval minutes | decoding sentences/s |" in page and "| 0.500 | 2.00 | 9.00 |" in page
