@@ -717,7 +717,8 @@ def summary(results: dict[str, Any]) -> str:
     f"  peak RSS     {results['peak_rss_mb']:9.0f} MB",
     f"  matmul       {mm['float32']:9.1f} GFLOP/s float32, {mm['bfloat16']:.1f} bfloat16",
     f"  model        {results['flops_per_token'] / 1e6:9.2f} fwd MFLOP/token, training "
-    f"{results['train_gflops']:.1f} GFLOP/s, MFU {results['train_mfu']:.3f}",
+    f"{results['train_gflops']:.1f} GFLOP/s, MFU {results['train_mfu']:.3f} of the float32 "
+    f"rate, {results['train_mfu_vs_compute_dtype']:.3f} of the {results['dtype']} one",
     f"  decoding     greedy {results['greedy_sentences_per_s']:.1f} sentences/s, beam 10 "
     f"{results['beam10_sentences_per_s']:.1f} ("
     f"{results['decode']['beam10_cost_per_sentence_vs_greedy']:.1f}x greedy's cost per sentence)",
