@@ -171,6 +171,22 @@ def _score_window(score, query_BD, keys, annotations_BSH, mask_BS, first_B, widt
   return Window(start_B, positions_BW, e_BW, annotations_W, mask_W.astype(bool))
 
 
+def _attend_window(score, query_BD, keys, annotations_BSH, mask_BS, first_B, width, weigh):
+  """(context [B, H], alpha [B, S]) of the `width` positions from `first_B` (`_score_window`),
+  `weigh(window) -> (alpha_BW, in_window_BW)` making the window's weights from its scores.
+
+  Recomputed in the backward pass (jax.checkpoint) rather than kept: the window's annotations
+  and keys, sliced anew at every step, would otherwise be stacked for every step of a decoder
+  scan ([T, B, 2D + 1, H] each), while the whole annotations do not change along it."""
+
+  def attend(query_BD, keys, annotations_BSH, mask_BS, first_B):
+    win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, first_B, width)
+    alpha_BW, in_window_BW = weigh(win)
+    return _read_window(win, alpha_BW, in_window_BW, mask_BS.shape[-1])
+
+  return jax.checkpoint(attend)(query_BD, keys, annotations_BSH, mask_BS, first_B)
+
+
 def _read_window(window: Window, alpha_BW: jax.Array, in_window_BW: jax.Array, src_len: int):
   """(context [B, H] from the window's annotations, alpha [B, S] with zeros outside it)."""
   context = attention.context(alpha_BW, window.annotations_BWH, in_window_BW)
@@ -202,10 +218,14 @@ class LocalM(Structure):
     last_B = jnp.maximum(jnp.sum(mask_BS, axis=-1).astype(jnp.int32) - 1, 0)
     centre_B = jnp.minimum(state, last_B)
     d = self.window
-    win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, centre_B - d, 2 * d + 1)
-    in_window = win.mask_BW & (jnp.abs(win.positions_BW - centre_B[:, None]) <= d)
-    alpha_BW = self.normalise(win.e_BW, in_window)
-    context, alpha_BS = _read_window(win, alpha_BW, in_window, mask_BS.shape[-1])
+
+    def weigh(win):
+      in_window = win.mask_BW & (jnp.abs(win.positions_BW - centre_B[:, None]) <= d)
+      return self.normalise(win.e_BW, in_window), in_window
+
+    context, alpha_BS = _attend_window(
+      score, query_BD, keys, annotations_BSH, mask_BS, centre_B - d, 2 * d + 1, weigh
+    )
     return Attended(context, alpha_BS, state + 1, {})
 
 
@@ -241,14 +261,17 @@ class LocalP(Structure):
     d, src_len = self.window, mask_BS.shape[-1]
     # A huge window (the "infinitely wide" test) must not overflow int32 arithmetic.
     first_B = jnp.floor(p_B).astype(jnp.int32) - min(d, src_len)
-    win = _score_window(score, query_BD, keys, annotations_BSH, mask_BS, first_B, 2 * d + 1)
-    offset_BW = win.positions_BW.astype(jnp.float32) - p_B[:, None]
-    in_window = win.mask_BW & (jnp.abs(offset_BW) <= d)
     sigma = d / 2.0
-    alpha_BW = self.normalise(win.e_BW, in_window) * jnp.exp(
-      -jnp.square(offset_BW) / (2.0 * sigma * sigma)
+
+    def weigh(win):
+      offset_BW = win.positions_BW.astype(jnp.float32) - p_B[:, None]
+      in_window = win.mask_BW & (jnp.abs(offset_BW) <= d)
+      gauss_BW = jnp.exp(-jnp.square(offset_BW) / (2.0 * sigma * sigma))
+      return self.normalise(win.e_BW, in_window) * gauss_BW, in_window
+
+    context, alpha_BS = _attend_window(
+      score, query_BD, keys, annotations_BSH, mask_BS, first_B, 2 * d + 1, weigh
     )
-    context, alpha_BS = _read_window(win, alpha_BW, in_window, src_len)
     return Attended(context, alpha_BS, state, {})
 
 

@@ -605,3 +605,29 @@ def test_every_variant_is_finite_in_bfloat16(name):
   (value, (logits, aux)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   assert np.isfinite(float(value)) and bool(jnp.isfinite(logits).all())
   assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves((aux, grads)))
+
+
+@pytest.mark.parametrize("name", ["local_m", "local_p"])
+def test_local_attention_in_training_keeps_no_window_per_step(name):
+  """A decoder scan of T steps differentiated through a local structure holds no [T, B, 2D + 1,
+  H] array: the window's slice of the annotations is taken again in the backward pass."""
+  T, H = 5, 32
+  module, score = structure(name, window=1)
+  _, annotations, mask = source()
+  queries = jnp.asarray(np.random.default_rng(0).normal(size=(T, B, 32)), jnp.float32)
+  graphdef, params = nnx.split((module, score))
+
+  def loss(params):
+    module, score = nnx.merge(graphdef, params)
+    keys = module.keys(score, annotations, mask)
+
+    def one(carry, query):
+      total, state = carry
+      att = module(score, query, keys, annotations, mask, state)
+      return (total + jnp.sum(att.context**2), att.state), None
+
+    return jax.lax.scan(one, (0.0, module.init_state(mask)), queries)[0][0]
+
+  text = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+  assert f"f32[{B},3,{H}]" in text  # One step's window is there: the check below is not vacuous.
+  assert f"f32[{T},{B},3,{H}]" not in text
