@@ -552,6 +552,8 @@ def compare_with_peer(
 def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
   """Ours / peer: training tokens/s and GFLOP/s (each side with its own FLOP count), greedy."""
   ratios: dict[str, Any] = {}
+  # The ceilings: the most this step's matmuls allow at the rate measured here in its dtype.
+  flop_rate = results["matmul_gflops"][results["dtype"]] * 1e9
   paired = [
     (p["ours_tokens_per_s"], p["peer"]) for p in peer["train_rounds"] if "tokens_per_s" in p["peer"]
   ]
@@ -563,12 +565,10 @@ def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]
     ours_best = max(p["ours_best_step_tokens_per_s"] for p in peer["train_rounds"])
     peer_best = max(t["max_tokens_per_s"] for _, t in paired)
     ratios["train_tokens_per_s_fastest_steps"] = ours_best / peer_best
-    # The peer's tokens/s as a share of the most this step's matmuls allow at the matmul rate
-    # measured here in the compute dtype: 1 / that share bounds ours / peer for any
-    # implementation whose matmuls run no faster (see `summary`).
+    # Over the peer's tokens/s, the ceiling bounds ours / peer for any implementation whose
+    # matmuls run no faster (see `summary`).
     peer_tps = statistics.median(t["tokens_per_s"] for _, t in paired)
-    ceiling = results["matmul_gflops"][results["dtype"]] * 1e9 / results["train_flops_per_token"]
-    ratios["train_tokens_per_s_ceiling"] = ceiling / peer_tps
+    ratios["train_tokens_per_s_ceiling"] = flop_rate / results["train_flops_per_token"] / peer_tps
     peer["train"] = {
       "tokens_per_s": _spread([t["tokens_per_s"] for _, t in paired]),
       "gflops": _spread([t["gflops"] for _, t in paired]),
@@ -583,7 +583,7 @@ def peer_ratios(results: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]
     ratios["greedy_sentences_per_s"] = greedy["median"] / decode_peer["sentences_per_s"]
     # Greedy decoding multiplies as the forward pass does, one target word at a time.
     per_sentence = results["flops_per_token"] * results["batch"]["tgt_len"]
-    ceiling = results["matmul_gflops"][results["dtype"]] * 1e9 / per_sentence
+    ceiling = flop_rate / per_sentence
     ratios["greedy_sentences_per_s_ceiling"] = ceiling / decode_peer["sentences_per_s"]
   else:
     ratios["greedy_sentences_per_s"] = None

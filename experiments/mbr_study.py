@@ -233,14 +233,14 @@ def markdown(record: dict[str, Any]) -> str:
       + ["-" if row.get(k) is None else fmt(row[k]) for k in timings]
     )
   lines += reports.table(header + [heading for heading, _ in timings.values()], cells)
-  weights = {n: r["weights"] for n, r in record["rows"].items() if "weights" in r}
+  weights = {n: r["weights"] for n, r in rows.items() if "weights" in r}
   if weights:
     lines += ["", "Weights tuned on valid (`seq2seq.rerank`; score's fixed at 1):", ""]
     lines += [
       f"- {n}: " + ", ".join(f"{k} {fmt(w, 3)}" for k, w in ws.items()) for n, ws in weights.items()
     ]
   lines += ["", "Commands:", ""]
-  lines += [f"    {row['command']}" for row in record["rows"].values()]
+  lines += [f"    {row['command']}" for row in rows.values()]
   return "\n".join(lines) + "\n"
 
 
