@@ -98,6 +98,7 @@ def test_a_results_page_regenerated_from_the_data_is_the_committed_page():
 # Studies without runs, each drawn by its own section of the pages from its script's JSON.
 WITHOUT_RUNS = [
   "across_studies",
+  "demo",
   "explorer_timing",
   "multi30k_attention_offsets",
   "multi30k_best",
@@ -115,7 +116,7 @@ def test_a_study_without_runs_has_its_page_generated_from_its_files(name: str):
   assert page == (pages.OUT / f"{name}.md").read_text()
   for listed in [definition["report"], *definition["files"]]:
     assert listed is None or f"`experiments/results/{name}/{listed}`" in page
-  assert "## Conclusion" in page or name == "across_studies"
+  assert "## Conclusion" in page or name in {"across_studies", "demo"}
 
 
 def test_every_results_page_has_one_title_and_its_images_and_links_resolve():
@@ -124,6 +125,16 @@ def test_every_results_page_has_one_title_and_its_images_and_links_resolve():
     assert sum(line.startswith("# ") for line in body.splitlines()) == 1, page
     for target in re.findall(r"\]\(([^)#:]+)\)", body):
       assert (page.parent / target).exists(), (page, target)
+
+
+def test_no_results_page_has_an_empty_section_or_a_file_name_for_a_heading():
+  for page in sorted(pages.OUT.glob("*.md")):
+    sections = re.split(r"\n(?=## )", page.read_text())[1:]
+    for section in sections:
+      heading, _, rest = section.partition("\n")
+      assert rest.strip(), (page.name, heading)
+      if page.name != "schema.md":  # The schema's sections are the files it describes.
+        assert not re.fullmatch(r"## \S+\.(md|json)", heading), (page.name, heading)
 
 
 def test_the_headline_table_reads_every_cell_from_the_data():

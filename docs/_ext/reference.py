@@ -58,6 +58,7 @@ CLI_MODULES = (
       "experiments.attention_offsets",
       "experiments.attention_sharpness",
       "experiments.explorer_timing",
+      "experiments.demo_run",
     ],
   ),
   (

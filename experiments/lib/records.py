@@ -75,6 +75,7 @@ REPORTS = (
   "multi30k.json",  # experiments.realtext
   "final.json",  # experiments.best30 --final
   "offsets.json",  # experiments.attention_offsets
+  "demo.json",  # experiments.demo_run
 )
 
 
