@@ -541,6 +541,7 @@ def compare_with_peer(
   decode = _run_peer_mode(python, script, "decode", size, peer_steps, threads, timeout_s, **how)
   return {
     "size": size,
+    "dtype": how["dtype"],
     "threads": threads,
     "maxout": maxout,
     "like_for_like": maxout > 0,
@@ -692,8 +693,6 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     )
     if "skipped" not in peer:
       peer["ratios"] = peer_ratios(results, peer)
-      if args.dtype != "float32":
-        peer["note"] = f"the peer computes in float32; ours in {args.dtype}"
     results["peer"] = peer
     results["load_average"]["end_of_peer"] = reports.load_average()
   return results

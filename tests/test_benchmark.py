@@ -272,3 +272,4 @@ def test_the_peer_runs_in_the_benchmarks_dtype(tmp_path, dtype):
   )
   runs = [r["peer"] for r in peer["train_rounds"]] + [peer["decode"]]
   assert [r["argv"][r["argv"].index("--dtype") + 1] for r in runs] == [dtype] * 3
+  assert peer["dtype"] == dtype and "note" not in peer  # The record says so, and nothing else.

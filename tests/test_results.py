@@ -144,10 +144,31 @@ def test_the_headline_table_reads_every_cell_from_the_data():
   assert f"{search['bleu_all']:.2f} ± {search['bleu_all_std']:.2f}" in table
   best = json.loads((ROOT / pages.HEADLINE_INPUTS["multi30k"]).read_text())
   assert f"| {best['test_bleu']:.2f} |" in table
-  bench = json.loads((ROOT / pages.HEADLINE_INPUTS["speed"]).read_text())
-  assert f"{bench['peer']['ratios']['train_tokens_per_s']['median']:.2f}x" in table
-  assert f"both {bench['dtype']}" in table
-  assert len(table.splitlines()) == 2 + 3
+  speeds = pages.headline_speeds(pages.HEADLINE_INPUTS["speed"])
+  for path in speeds:
+    bench = json.loads((ROOT / path).read_text())
+    assert f"{bench['peer']['ratios']['train_tokens_per_s']['median']:.2f}x" in table
+    assert f"both {bench['dtype']}" in table and f"`{path}`" in table
+  assert len(table.splitlines()) == 2 + 2 + len(speeds)
+
+
+def test_the_headline_gives_every_cpus_newest_like_for_like_speed_not_a_chosen_one():
+  """One row per CPU the benchmark folder was measured on, its newest float32 comparison with
+  the peer at the benchmark config: a slower machine's figure is not left out."""
+  folder = ROOT / pages.HEADLINE_INPUTS["speed"]
+  newest: dict[str, tuple[str, str]] = {}
+  for path in folder.glob("*.json"):
+    bench = json.loads(path.read_text())
+    peer = bench.get("peer") or {}
+    if not (peer.get("like_for_like") and peer.get("ratios") and bench["dtype"] == "float32"):
+      continue
+    cpu = bench["device"].get("cpu_model")
+    if cpu and bench.get("preset") == "bench" and bench["date"] > newest.get(cpu, ("",))[0]:
+      newest[cpu] = (bench["date"], str(path.relative_to(ROOT)))
+  assert len(newest) >= 2  # This folder holds an AMD and an Intel machine's.
+  assert sorted(pages.headline_speeds(pages.HEADLINE_INPUTS["speed"])) == sorted(
+    p for _, p in newest.values()
+  )
 
 
 def test_the_headline_refuses_a_speed_measured_against_a_peer_in_another_dtype():
