@@ -456,7 +456,17 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
   rows = [r for r in report.get("configurations", []) if r["name"] != base]
   if not tests or not rows:
     return []
+  sig = report.get("significance") or {}
+  more = [  # Beside BLEU, where the report tested them: (column, tests, digits).
+    (name, sig[key], digits)
+    for name, key, digits in (
+      ("chrF difference (p)", "per_configuration_chrf", 2),
+      ("twin peaks difference (p)", "per_configuration_twin_peaks", 3),
+    )
+    if sig.get(key)
+  ]
   header = ["point", f"difference vs {base}", "95% interval", "p", "by seed"]
+  header += [name for name, _, _ in more]
   cells = []
   for row in rows:
     t = tests.get(row["name"], {})
@@ -466,10 +476,11 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
     cells.append(
       [row["name"], f"{t['difference']:+.2f}", f"{lo:+.2f} to {hi:+.2f}", _p(t["p_value"])]
       + [" / ".join(f"{d:+.2f}" for d in _seed_differences(recs, row["name"], base)) or "-"]
+      + [_difference(other.get(row["name"]), digits) for _, other, digits in more]
     )
   if not cells:
     return []
-  n = (report.get("significance") or {}).get("n_samples")
+  n = sig.get("n_samples")
   return [
     "## Significance",
     "",
@@ -477,9 +488,21 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
     "",
     f"Paired bootstrap of test BLEU ({n} resamples of the test sentences; each seed's outputs "
     "paired with the baseline's of the same seed and pooled on every resample); by seed: each "
-    "seed's test BLEU minus the baseline's of the same seed, from the run records.",
+    "seed's test BLEU minus the baseline's of the same seed, from the run records."
+    + (
+      " chrF and twin peaks (the share of output words with one source twin whose attention "
+      "peaks on it, pooled over the resampled sentences' pairs): the same resamples."
+      if more
+      else ""
+    ),
     "",
   ]
+
+
+def _difference(test: Mapping[str, Any] | None, digits: int) -> str:
+  if not test or test.get("difference") is None:
+    return "-"
+  return f"{test['difference']:+.{digits}f} ({_p(test['p_value'])})"
 
 
 def _seed_differences(recs: Mapping[str, Sequence[dict]], point: str, base: str) -> list[float]:

@@ -294,7 +294,7 @@ def attention_figures(
     src = src_tok.tokenize(builders.split_sources(r[0])[0])  # Its words, <unk> ones spelled.
     src_words = metrics.span_words(src, metrics.token_spans(src_tok, src))
     src_words = src_words[: len(src_spans[i])]  # As decoded.
-    offsets += metrics.identical_word_offsets(alpha, out_words, src_words)
+    offsets.append(metrics.identical_word_offsets(alpha, out_words, src_words))
   rank = metrics.CONTENT_RANK
   content = (
     f"not among the {rank} most frequent source words (pieces grouped at '▁') of the "

@@ -291,17 +291,38 @@ def identical_word_offsets(
 TWIN_OFFSETS = (-2, -1, 0, 1, 2)  # The offsets whose shares results.json reports.
 
 
-def twin_figures(offsets: Sequence[int]) -> dict:
-  """results.json's twin-word figures from `identical_word_offsets` over a split: the number of
-  pairs, the share that peaks on the twin, and the share at each of TWIN_OFFSETS (None without
-  pairs)."""
+def twin_figures(by_sentence: Sequence[Sequence[int]]) -> dict:
+  """results.json's twin-word figures from `identical_word_offsets` of each sentence of a split:
+  the number of pairs, the share that peaks on the twin, the share at each of TWIN_OFFSETS (None
+  without pairs), and per sentence with pairs its pairs and those peaking on the twin
+  (`identical_words_by_sentence`: sentence indices, pairs, peaks; `twin_counts` reads it), for
+  a paired test between systems on the same sentences."""
+  offsets = [o for sentence in by_sentence for o in sentence]
   n = len(offsets)
   counts = collections.Counter(offsets)
+  kept = [i for i, sentence in enumerate(by_sentence) if sentence]
   return {
     "identical_words": n,
     "identical_word_peaks": counts[0] / n if n else None,
     "identical_word_offsets": {f"{k:+d}": counts[k] / n for k in TWIN_OFFSETS} if n else None,
+    "identical_words_by_sentence": {
+      "sentence": kept,
+      "pairs": [len(by_sentence[i]) for i in kept],
+      "peaks": [by_sentence[i].count(0) for i in kept],
+    },
   }
+
+
+def twin_counts(results: dict, num_sentences: int) -> np.ndarray | None:
+  """[num_sentences, 2]: each sentence's twin pairs and pairs peaking on the twin, from a
+  results.json's `identical_words_by_sentence` (None where it has none)."""
+  kept = results.get("identical_words_by_sentence")
+  if kept is None:
+    return None
+  out = np.zeros((num_sentences, 2), np.int64)
+  out[kept["sentence"], 0] = kept["pairs"]
+  out[kept["sentence"], 1] = kept["peaks"]
+  return out
 
 
 CONTENT_RANK = 50  # Content words: source words outside the 50 most frequent ones.

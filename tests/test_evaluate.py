@@ -549,7 +549,7 @@ def test_identical_word_offsets_measure_from_each_twin():
 
 
 def test_twin_figures_share_each_offset():
-  figures = metrics.twin_figures([0, 0, 1, -1, 5, 0, 1, 0])
+  figures = metrics.twin_figures([[0, 0, 1], [], [-1, 5, 0], [1, 0]])
   assert figures["identical_words"] == 8 and figures["identical_word_peaks"] == 0.5
   assert figures["identical_word_offsets"] == {
     "-2": 0.0,
@@ -558,8 +558,16 @@ def test_twin_figures_share_each_offset():
     "+1": 0.25,
     "+2": 0.0,
   }
-  assert metrics.twin_figures([]) == {
+  assert figures["identical_words_by_sentence"] == {
+    "sentence": [0, 2, 3],
+    "pairs": [3, 3, 2],
+    "peaks": [2, 1, 1],
+  }
+  assert metrics.twin_counts(figures, 5).tolist() == [[3, 2], [0, 0], [3, 1], [2, 1], [0, 0]]
+  assert metrics.twin_figures([[], []]) == {
     "identical_words": 0,
     "identical_word_peaks": None,
     "identical_word_offsets": None,
+    "identical_words_by_sentence": {"sentence": [], "pairs": [], "peaks": []},
   }
+  assert metrics.twin_counts({}, 3) is None  # A run evaluated before it was kept.

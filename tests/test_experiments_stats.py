@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
+import sacrebleu
 from helpers import run_module
 
 from experiments import plateau
@@ -61,6 +63,30 @@ def test_bootstrap_p_is_one_for_equally_good_systems():
   system = [f"w{i} a x c d e" if i % 2 else f"w{i} a b c d e" for i in range(40)]
   result = stats.paired_bootstrap([base], [system], refs, n_samples=200)
   assert result["bleu"] == pytest.approx(result["baseline_bleu"]) and result["p_value"] == 1.0
+
+
+def test_bootstrap_of_chrf_scores_the_pooled_seeds_as_sacrebleu_does():
+  refs = [f"w{i} the cat sat on mats" for i in range(30)]
+  base = [[f"w{i} a dog sat on rugs" for i in range(30)]] * 2
+  system = [[f"w{i} the cat sat on rugs" for i in range(30)]]
+  system.append([f"w{i} a cat sat" for i in range(30)])
+  result = stats.paired_bootstrap(base, system, refs, n_samples=100, metric="chrf")
+  pooled = sacrebleu.corpus_chrf(system[0] + system[1], [refs + refs]).score
+  assert result["chrf"] == pytest.approx(pooled)
+  assert result["baseline_chrf"] == pytest.approx(sacrebleu.corpus_chrf(base[0], [refs]).score)
+  assert result["difference"] > 0 and result["p_value"] < 0.05 and "nc:6" in result["signature"]
+
+
+def test_bootstrap_of_twin_peaks_pools_pairs_over_sentences_and_seeds():
+  """The share is peaks over pairs of the resampled sentences, both seeds summed: here the
+  baseline peaks on 2 of 8 pairs and the system on 6 of 8, a difference of +0.5."""
+  base = [np.array([[2, 1], [0, 0], [2, 0]]), np.array([[2, 1], [0, 0], [2, 0]])]
+  system = [np.array([[2, 2], [0, 0], [2, 1]]), np.array([[2, 2], [0, 0], [2, 1]])]
+  result = stats.paired_bootstrap_twins(base, system, n_samples=200)
+  assert result["identical_word_peaks"] == 0.75 and result["baseline_identical_word_peaks"] == 0.25
+  assert result["difference"] == 0.5 and 0 < result["difference_ci95"][0] <= 0.5
+  same = stats.paired_bootstrap_twins(base, base, n_samples=50)
+  assert same["difference"] == 0 and same["p_value"] == 1.0
 
 
 def test_the_plateau_budget_is_where_the_curve_stays_within_tolerance_of_its_best(tmp_path):

@@ -93,6 +93,14 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
   assert 0.0 < rows["score=dot"]["p_value_vs_baseline"] <= 1.0
   assert result["significance"]["n_samples"] == 100
   assert result["significance"]["per_configuration"]["score=dot"]["seeds"] == [0, 1]
+  chrf = result["significance"]["per_configuration_chrf"]["score=dot"]
+  assert chrf["chrf"] == pytest.approx(rows["score=dot"]["chrf_mean"], abs=5) and chrf["p_value"]
+  twins = result["significance"]["per_configuration_twin_peaks"]
+  pairs = {
+    p: sum(result["runs"][f"{p}-seed{s}"]["results"]["test"]["identical_words"] for s in (0, 1))
+    for p in rows
+  }
+  assert ("score=dot" in twins) == (min(pairs.values()) > 0), pairs  # Twin pairs in both points.
   rec = result["runs"]["score=dot-seed1"]
   assert rec["workdir"] == str(out / "runs" / "score=dot" / "seed_1") and rec["wall_s"] > 0
   assert "--config.model.score=dot" in rec["command"] and "--config.seed=1" in rec["command"]

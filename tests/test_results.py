@@ -137,6 +137,43 @@ def test_no_results_page_has_an_empty_section_or_a_file_name_for_a_heading():
         assert not re.fullmatch(r"## \S+\.(md|json)", heading), (page.name, heading)
 
 
+def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tested_them():
+  def test(difference, p):
+    return {
+      "difference": difference,
+      "difference_ci95": [difference - 1, difference + 1],
+      "p_value": p,
+    }
+
+  report = {
+    "baseline": "plain",
+    "configurations": [{"name": "plain"}, {"name": "guided"}],
+    "significance": {
+      "n_samples": 1000,
+      "per_configuration": {"guided": test(0.5, 0.2), "plain": {"p_value": None}},
+      "per_configuration_chrf": {"guided": test(0.25, 0.3)},
+      "per_configuration_twin_peaks": {"guided": test(0.125, 0.001)},
+    },
+  }
+  recs = {
+    name: [{"seed": 0, "results": {"test": {"bleu": bleu}}}]
+    for name, bleu in (("plain", 50.0), ("guided", 50.5))
+  }
+  lines = pages.significance(report, recs)
+  assert (
+    "| point | difference vs plain | 95% interval | p | by seed | chrF difference (p) | "
+    "twin peaks difference (p) |" in lines
+  )
+  assert (
+    "| guided | +0.50 | -0.50 to +1.50 | 0.200 | +0.50 | +0.25 (0.300) | +0.125 (0.001) |" in lines
+  )
+  del report["significance"]["per_configuration_twin_peaks"]  # An older report: BLEU, chrF.
+  assert (
+    "| guided | +0.50 | -0.50 to +1.50 | 0.200 | +0.50 | +0.25 (0.300) |"
+    in pages.significance(report, recs)
+  )
+
+
 def test_the_headline_table_reads_every_cell_from_the_data():
   table = pages.headline_table()
   paper = json.loads((ROOT / pages.HEADLINE_INPUTS["paper"]).read_text())

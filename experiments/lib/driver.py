@@ -448,15 +448,19 @@ def collect(
 ) -> dict[str, Any]:
   """The record of a finished sweep: per point the test-split figures over seeds
   (`sweeps.aggregate`) with the paired bootstrap p of its test BLEU against `baseline`
-  (`sweeps.bootstrap`), every run's record, and the validation learning curves."""
+  (`sweeps.bootstrap`; of its test chrF and, where the runs kept their per-sentence counts, its
+  twin peaks beside it), every run's record, and the validation learning curves."""
   recs = sweeps.records(sweep, trained)
   rows = [sweeps.aggregate(sweep, point, recs[point.name]) for point in sweep.points]
   refs = sweeps.references(sweep)
-  significance = sweeps.bootstrap(sweep, baseline, refs, args.bootstrap_samples)
+  n = args.bootstrap_samples
+  significance = sweeps.bootstrap(sweep, baseline, refs, n)
   for row in rows:
     row["p_value_vs_baseline"] = significance[row["name"]]["p_value"]
   tested = {
     "hypotheses": "test split, seed S paired with the baseline's, seeds pooled per resample",
     "per_configuration": significance,
+    "per_configuration_chrf": sweeps.bootstrap(sweep, baseline, refs, n, metric="chrf"),
+    "per_configuration_twin_peaks": sweeps.bootstrap_twins(recs, baseline, n),
   }
   return record(sweep, args, baseline, rows, tested, recs, start, **extra)

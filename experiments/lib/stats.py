@@ -92,48 +92,78 @@ def paired_bootstrap(
   system: Sequence[Sequence[str]],
   references: Sequence[str],
   n_samples: int,
+  metric: str = "bleu",
 ) -> dict[str, Any]:
-  """BLEU of `system` against `baseline`: one list of translations of `references` per seed,
-  seed S of the system paired with seed S of the baseline (see the module docstring).
+  """BLEU (or chrF: `metric="chrf"`) of `system` against `baseline`: one list of translations
+  of `references` per seed, seed S of the system paired with seed S of the baseline (see the
+  module docstring).
 
-  Returns p_value, both systems' BLEU (of their seeds pooled), bootstrap means and 95%
-  percentile intervals (ci95: [low, high]), the difference system - baseline with its interval,
-  and sacrebleu's signature. Identical outputs get p = 1 without resampling.
+  Returns p_value, both systems' score (of their seeds pooled; the key is the metric's name),
+  bootstrap means and 95% percentile intervals (ci95: [low, high]), the difference system -
+  baseline with its interval, and sacrebleu's signature. Identical outputs get p = 1 without
+  resampling.
   """
   if len(baseline) != len(system) or not baseline:
     raise ValueError(f"paired seeds needed: {len(baseline)} baseline, {len(system)} system")
   if [list(h) for h in baseline] == [list(h) for h in system]:
     return {"p_value": 1.0, "identical_to_baseline": True}
-  metric = sacrebleu.metrics.BLEU()
+  scorer = {"bleu": sacrebleu.metrics.BLEU, "chrf": sacrebleu.metrics.CHRF}[metric]()
   refs = [list(references)]
 
   def pooled_stats(seeds: Sequence[Sequence[str]]) -> np.ndarray:  # [N, statistics]
-    per_seed = [metric._extract_corpus_statistics(metrics.scored_text(h), refs) for h in seeds]
+    per_seed = [scorer._extract_corpus_statistics(metrics.scored_text(h), refs) for h in seeds]
     return np.sum([np.asarray(s, np.float64) for s in per_seed], axis=0)
 
-  def bleu(stats_: np.ndarray) -> float:
-    return float(metric._compute_score_from_stats(stats_).score)
+  def score(stats_: np.ndarray) -> float:
+    return float(scorer._compute_score_from_stats(list(stats_)).score)
 
-  base, sys_ = pooled_stats(baseline), pooled_stats(system)
-  n = len(references)
+  result = resampled(pooled_stats(baseline), pooled_stats(system), score, n_samples, metric)
+  return {**result, "signature": str(scorer.get_signature())}
+
+
+def paired_bootstrap_twins(
+  baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], n_samples: int
+) -> dict[str, Any]:
+  """How often attention peaks on an output word's source twin (`metrics.twin_figures`'s
+  `identical_word_peaks`), `system` against `baseline`, by the same resampling of the test
+  sentences: per seed an [N, 2] array of each sentence's twin pairs and pairs peaking on the twin
+  (`metrics.twin_counts`), seed S paired with the baseline's seed S, seeds pooled. The share is
+  pooled over the resampled sentences' pairs, as over a split's."""
+  if len(baseline) != len(system) or not baseline:
+    raise ValueError(f"paired seeds needed: {len(baseline)} baseline, {len(system)} system")
+
+  def share(stats_: np.ndarray) -> float:
+    return float(stats_[1] / stats_[0]) if stats_[0] else float("nan")
+
+  base, sys_ = (np.sum([np.asarray(s, np.float64) for s in x], axis=0) for x in (baseline, system))
+  return resampled(base, sys_, share, n_samples, "identical_word_peaks")
+
+
+def resampled(
+  base: np.ndarray, system: np.ndarray, score: Any, n_samples: int, name: str
+) -> dict[str, Any]:
+  """The paired bootstrap of `score` (a function of summed per-sentence statistics) on the
+  [N, k] per-sentence statistics of both systems: p, both scores with bootstrap means and 95%
+  intervals, the difference and its interval."""
+  n = len(base)
   rng = np.random.default_rng(BOOTSTRAP_SEED)
   counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_samples)])
-  base_scores = np.array([bleu(row) for row in counts @ base])
-  sys_scores = np.array([bleu(row) for row in counts @ sys_])
-  sys_bleu, base_bleu = bleu(sys_.sum(0)), bleu(base.sum(0))
-  observed = sys_bleu - base_bleu
+  base_scores = np.array([score(row) for row in counts @ base])
+  sys_scores = np.array([score(row) for row in counts @ system])
+  sys_score, base_score = score(system.sum(0)), score(base.sum(0))
+  observed = sys_score - base_score
   diffs = sys_scores - base_scores
-  extreme = np.abs(diffs - diffs.mean()) >= abs(observed) - 1e-9
-  interval = lambda x: [float(v) for v in np.percentile(x, [2.5, 97.5])]
+  defined = diffs[~np.isnan(diffs)]  # A resample may hold no pair of a ratio's denominator.
+  extreme = np.abs(defined - defined.mean()) >= abs(observed) - 1e-9
+  interval = lambda x: [float(v) for v in np.nanpercentile(x, [2.5, 97.5])]
   return {
-    "p_value": float((extreme.sum() + 1) / (n_samples + 1)),
-    "bleu": sys_bleu,
-    "mean": float(sys_scores.mean()),
+    "p_value": float((extreme.sum() + 1) / (len(defined) + 1)),
+    name: sys_score,
+    "mean": float(np.nanmean(sys_scores)),
     "ci95": interval(sys_scores),
-    "baseline_bleu": base_bleu,
-    "baseline_mean": float(base_scores.mean()),
+    f"baseline_{name}": base_score,
+    "baseline_mean": float(np.nanmean(base_scores)),
     "baseline_ci95": interval(base_scores),
     "difference": observed,
     "difference_ci95": interval(diffs),
-    "signature": str(metric.get_signature()),
   }

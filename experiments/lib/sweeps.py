@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from experiments.lib import records as records_lib
 from experiments.lib import runs as runs_lib
 from experiments.lib import stats
 from experiments.lib.runs import Run
-from seq2seq import checkpoints, input_pipeline, registry
+from seq2seq import checkpoints, input_pipeline, metrics, registry
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
@@ -305,9 +306,10 @@ def bootstrap(
   n_samples: int,
   split: str = "test",
   indices: Sequence[int] | None = None,
+  metric: str = "bleu",
 ) -> dict[str, dict[str, Any]]:
-  """The paired bootstrap of every point's BLEU on `split` (whose references `refs` are)
-  against the point `baseline`'s, seeds paired (seed S of the point with seed S of the
+  """The paired bootstrap of every point's BLEU (or chrF) on `split` (whose references `refs`
+  are) against the point `baseline`'s, seeds paired (seed S of the point with seed S of the
   baseline) and pooled on each resample of the sentences (`stats.paired_bootstrap`). `indices`:
   only these sentences of the split (e.g. a length bucket). {point: stats.paired_bootstrap's
   result and "seeds"}; the baseline's p is None.
@@ -319,9 +321,34 @@ def bootstrap(
   for point in sweep.points:
     if point.name == baseline:
       continue
-    result = stats.paired_bootstrap(base, hypotheses(point), select(list(refs)), n_samples)
+    refs_ = select(list(refs))
+    result = stats.paired_bootstrap(base, hypotheses(point), refs_, n_samples, metric)
     out[point.name] = {**result, "seeds": list(sweep.seeds)}
   out[baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
+  return out
+
+
+def bootstrap_twins(
+  recs: Mapping[str, Sequence[dict[str, Any]]], baseline: str, n_samples: int
+) -> dict[str, dict[str, Any]]:
+  """The paired bootstrap of every point's twin peaks on the test split against `baseline`'s
+  (`stats.paired_bootstrap_twins`), from the runs' per-sentence twin counts
+  (`metrics.twin_counts`); the points whose runs, or the baseline's, were evaluated without
+  them, or made no twin pair, are left out. {point: the result and "seeds"}."""
+
+  def counts(point: str) -> list[np.ndarray] | None:
+    tests = [rec["results"]["test"] for rec in recs[point]]
+    arrays = [metrics.twin_counts(t, t["num_sentences"]) for t in tests]
+    missing = any(a is None for a in arrays) or sum(a[:, 0].sum() for a in arrays) == 0
+    return None if missing else arrays
+
+  base = counts(baseline)
+  out: dict[str, dict[str, Any]] = {}
+  for point in recs:
+    mine = None if base is None or point == baseline else counts(point)
+    if mine is not None and len(mine) == len(base):
+      result = stats.paired_bootstrap_twins(base, mine, n_samples)
+      out[point] = {**result, "seeds": [rec["config"]["seed"] for rec in recs[point]]}
   return out
 
 
