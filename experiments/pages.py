@@ -110,6 +110,19 @@ ABOUT: dict[str, tuple[str, str]] = {
     "One or two layers in Luong's decoder",
     "Local-p attention with the general score in a decoder of one and of two LSTM layers.",
   ),
+  "multi30k_subword": (
+    "Subword regularisation on Multi30k",
+    "SentencePiece unigram vocabularies of 8,000 pieces, each training batch segmented by "
+    "sampling (Kudo 2018: alpha 0.1 over the 64 best segmentations) against the deterministic "
+    "segmentation; validation and test always deterministic. Three seeds each.",
+  ),
+  "multi30k_guided": (
+    "Guided alignment on Multi30k",
+    "Attention supervised by eflomal's links of the training split (grow-diag-final-and; "
+    "train.align) against the plain model, which reads the same config but for the loss term. "
+    "Three seeds each; twin peaks measure whether attention finds the source word an output "
+    "word is spelled like.",
+  ),
   "multi30k_decoding": (
     "Decoding choices on Multi30k",
     "Beam, length normalisation, checkpoint averaging, ensembles and shortlists, decoded from "
