@@ -134,3 +134,9 @@ def test_every_flag_of_every_command_in_the_front_door_exists(monkeypatch):
       known[program] = _module_flags(program, monkeypatch)
     unknown += [f"{program} {f}" for f in flags if f not in known[program]]
   assert sorted(set(unknown)) == []
+
+
+def test_the_design_page_says_where_every_module_of_the_package_lives():
+  table = (ROOT / "docs" / "design.md").read_text().split("## Where things live", 1)[1]
+  modules = sorted(p.name for p in (ROOT / "seq2seq").glob("*.py") if p.name != "__init__.py")
+  assert [m for m in modules if f"`{m}`" not in table] == []
