@@ -86,7 +86,7 @@ ladder() {
 # for their variants): the normalisers in both decoders at the embedded studies' plateau budget
 # and cpu preset (experiments/embedded_studies.sh; softmax in the paper's decoder is the
 # embedded score study's additive baseline, linked).
-EMBEDDED=(--config=configs/demo.py --seeds 0,1,2 --training sequential --launcher=local
+EMBEDDED=(--config=configs/demo.py --seeds 0,1,2 --training sequential --launcher="$LAUNCHER"
   --set model.emb_dim=64 --set model.enc_hidden=64 --set model.dec_hidden=128
   --set model.attn_dim=64 --set model.maxout_dim=64 --set model.init=glorot
   --set train.learning_rate=3e-3 --set data.synthetic.max_len=80 --set data.max_len=30
