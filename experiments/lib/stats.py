@@ -87,6 +87,11 @@ def bootstrap_caption(baseline: str, what: str = "test BLEU") -> str:
   )
 
 
+def _require_paired_seeds(baseline: Sequence[Any], system: Sequence[Any]) -> None:
+  if len(baseline) != len(system) or not baseline:
+    raise ValueError(f"paired seeds needed: {len(baseline)} baseline, {len(system)} system")
+
+
 def paired_bootstrap(
   baseline: Sequence[Sequence[str]],
   system: Sequence[Sequence[str]],
@@ -103,8 +108,7 @@ def paired_bootstrap(
   baseline with its interval, and sacrebleu's signature. Identical outputs get p = 1 without
   resampling.
   """
-  if len(baseline) != len(system) or not baseline:
-    raise ValueError(f"paired seeds needed: {len(baseline)} baseline, {len(system)} system")
+  _require_paired_seeds(baseline, system)
   if [list(h) for h in baseline] == [list(h) for h in system]:
     return {"p_value": 1.0, "identical_to_baseline": True}
   scorer = {"bleu": sacrebleu.metrics.BLEU, "chrf": sacrebleu.metrics.CHRF}[metric]()
@@ -129,8 +133,7 @@ def paired_bootstrap_twins(
   sentences: per seed an [N, 2] array of each sentence's twin pairs and pairs peaking on the twin
   (`metrics.twin_counts`), seed S paired with the baseline's seed S, seeds pooled. The share is
   pooled over the resampled sentences' pairs, as over a split's."""
-  if len(baseline) != len(system) or not baseline:
-    raise ValueError(f"paired seeds needed: {len(baseline)} baseline, {len(system)} system")
+  _require_paired_seeds(baseline, system)
 
   def share(stats_: np.ndarray) -> float:
     return float(stats_[1] / stats_[0]) if stats_[0] else float("nan")

@@ -318,10 +318,10 @@ def bootstrap(
   hypotheses = lambda point: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(point)]
   base = hypotheses(sweep.point(baseline))
   out: dict[str, dict[str, Any]] = {}
+  refs_ = select(list(refs))
   for point in sweep.points:
     if point.name == baseline:
       continue
-    refs_ = select(list(refs))
     result = stats.paired_bootstrap(base, hypotheses(point), refs_, n_samples, metric)
     out[point.name] = {**result, "seeds": list(sweep.seeds)}
   out[baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
