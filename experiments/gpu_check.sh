@@ -8,7 +8,8 @@
 #     bash experiments/gpu_check.sh wheels     # here: downloads the wheels into .whl/
 #     bash experiments/gpu_check.sh [PART...]  # there: writes $OUT (default runs/gpu_check)
 #
-# PART is `tests`, `bench` or `demo` (default: all three, in that order); the whole pass does not
+# PART is `tests`, `bench` or `demo` (default: all three, in that order; `install` only installs
+# the wheels), DTYPES the dtypes the benchmarks and demos run in; the whole pass does not
 # fit one call's 10 minutes with room to spare, so split it over two calls of one warm machine
 # (the next call must come within its 30 idle seconds) or choose.
 #
@@ -30,6 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_check}
 PY=${PY:-python3}
+DTYPES=${DTYPES:-float32 bfloat16}  # The benchmarks' and demos' model.dtype values.
 if [ "${1:-}" = wheels ]; then  # The packages the image lacks, for its Python 3.12.
   mkdir -p .whl
   names="array-record dm-tree docstring-parser googleapis-common-protos grain immutabledict
@@ -47,11 +49,14 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
 
-if [ -d .whl ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+if [ -d .whl ]; then  # Once per machine: experiments/gpu_jobs.sh may run beside this script.
+  if [ ! -e /tmp/site/.installed ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl && touch /tmp/site/.installed || exit 1
+  fi
   export PYTHONPATH=/tmp/site:$PWD
 fi
+[ "${1:-}" = install ] && exit
 step() {  # step NAME SECONDS COMMAND...: runs COMMAND under a time limit and logs how it ended.
   local name=$1 limit=$2
   shift 2
@@ -83,14 +88,11 @@ tests() {
   tail -5 "$OUT/pytest.txt"
 }
 bench() {
-  benchmark bench float32 --shortlist-size 1000
-  benchmark bench bfloat16 --shortlist-size 1000
-  benchmark paper float32
-  benchmark paper bfloat16
+  for dtype in $DTYPES; do benchmark bench "$dtype" --shortlist-size 1000; done
+  for dtype in $DTYPES; do benchmark paper "$dtype"; done
 }
 demos() {
-  demo float32 1200 200
-  demo bfloat16 1200 200
+  for dtype in $DTYPES; do demo "$dtype" 1200 200; done
   collect_demos
   demo float32 1300 150  # Resumes from the 1,200-update checkpoint.
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Trains sweeps' runs on a lent GPU: the lines of jobs files that `experiments.sweep
+# --launcher=jobs` wrote here (as `LAUNCHER=jobs bash experiments/training_studies.sh` does), run
+# PROCESSES at a time on the one GPU, each a whole run of its own (train, evaluate). What the
+# runs record, not their checkpoints, comes back as one archive, refreshed every minute so that a
+# call cut at its limit still returns the runs finished by then. Unfinished runs are lost with
+# the machine: order the jobs files by priority.
+#
+#     bash experiments/gpu_jobs.sh SECONDS PROCESSES JOBS_FILE...   # there, from the repo root
+#     tar xzf RECORDS.tgz -C /                                     # here: the runs' workdirs
+#
+# The jobs name this machine's paths (its checkout, the corpus under ../shared/data, the
+# interpreter in .venv), so there the checkout is copied to the same path, the corpus from
+# .gpu_carry/ (a copy of ../shared/data/multi30k, ignored by git, carried with the call), and
+# the image's python3 (with our missing pins from .whl/, as experiments/gpu_check.sh installs
+# them) stands in for .venv's. Float32 products at full precision
+# (JAX_DEFAULT_MATMUL_PRECISION=highest), not the GPU's TF32 default, as on the CPU.
+set -uo pipefail
+seconds=$1 processes=$2
+shift 2
+OUT=${OUT:-runs/gpu_jobs}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+root=$(sed -n '1s/^cd \([^ ]*\) .*/\1/p' "$1")  # The checkout the jobs were written in.
+[ -n "$root" ] || { echo "$1: no 'cd ROOT' at its start" >&2; exit 2; }
+if [ "$PWD" != "$root" ]; then
+  mkdir -p "$root" "$root/../shared/data" && cp -a . "$root" || exit 1
+  cp -r .gpu_carry/multi30k "$root/../shared/data/" || exit 1
+fi
+cd "$root" || exit 1
+bash experiments/gpu_check.sh install || exit 1
+export PYTHONPATH=/tmp/site:$root JAX_DEFAULT_MATMUL_PRECISION=highest
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+# The jobs' workdirs: the --out folders their lines name, and what of them comes back.
+studies=$(grep -ho -- '--out=[^ ]*' "$@" | sort -u | cut -d= -f2-)
+pack() {
+  tar czf "$OUT/records.tgz.part" --exclude=checkpoints --exclude=best --exclude=jax_cache \
+    --exclude=tensorboard --exclude='*.npz' --exclude=.lock $studies 2>/dev/null
+  mv "$OUT/records.tgz.part" "$OUT/records.tgz"
+}
+cat "$@" | sed "s#$root/.venv/bin/python#python3#" > /tmp/jobs.txt
+echo "$(wc -l < /tmp/jobs.txt) jobs, $processes at a time, for at most $seconds s"
+setsid xargs -d '\n' -P "$processes" -I{} sh -c {} < /tmp/jobs.txt &
+jobs_pid=$!
+start=$SECONDS
+while kill -0 "$jobs_pid" 2>/dev/null && [ $((SECONDS - start)) -lt "$seconds" ]; do
+  sleep 10
+  [ $(((SECONDS - start) % 60)) -lt 10 ] && pack
+done
+kill -- -"$jobs_pid" 2>/dev/null
+wait "$jobs_pid"
+echo "jobs: stopped after $((SECONDS - start)) s"
+pack
+for s in $studies; do  # The runs evaluated on the test split.
+  find "$s" -path '*/eval/test/results.json' | sed 's/^/finished: /'
+done
