@@ -24,10 +24,12 @@ OUT=$(cd "$OUT" && pwd)
 root=$(sed -n '1s/^cd \([^ ]*\) .*/\1/p' "$1")  # The checkout the jobs were written in.
 [ -n "$root" ] || { echo "$1: no 'cd ROOT' at its start" >&2; exit 2; }
 if [ "$PWD" != "$root" ]; then
-  mkdir -p "$root" "$root/../shared/data" && cp -a . "$root" || exit 1
-  cp -r .gpu_carry/multi30k "$root/../shared/data/" || exit 1
+  mkdir -p "$root" && cp -a . "$root" || exit 1
 fi
 cd "$root" || exit 1
+if [ ! -d ../shared/data/multi30k ]; then
+  mkdir -p ../shared/data && cp -r .gpu_carry/multi30k ../shared/data/ || exit 1
+fi
 bash experiments/gpu_check.sh install || exit 1
 export PYTHONPATH=/tmp/site:$root JAX_DEFAULT_MATMUL_PRECISION=highest
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
