@@ -82,10 +82,10 @@ demo() {  # demo DTYPE STEPS SECONDS: configs/demo.py in /tmp/demo_DTYPE, to STE
 }
 tests() {
   step "tests on the GPU" 150 env XLA_FLAGS= XLA_PYTHON_CLIENT_PREALLOCATE=false \
-    "$PY" -m pytest -q -n 8 -p no:cacheprovider tests/test_scores.py tests/test_attention.py \
+    "$PY" -m pytest -v -n 4 -p no:cacheprovider tests/test_scores.py tests/test_attention.py \
     tests/test_structures.py tests/test_models.py tests/test_decode.py \
     > "$OUT/pytest.txt" 2>&1
-  tail -5 "$OUT/pytest.txt"
+  grep -E "(FAILED|ERROR|crashed)|passed|failed" "$OUT/pytest.txt" | tail -40
 }
 bench() {
   for dtype in $DTYPES; do benchmark bench "$dtype" --shortlist-size 1000; done

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Trains sweeps' runs on a lent GPU: the lines of jobs files that `experiments.sweep
-# --launcher=jobs` wrote here (as `LAUNCHER=jobs bash experiments/training_studies.sh` does), run
-# PROCESSES at a time on the one GPU, each a whole run of its own (train, evaluate). What the
+# --launcher=jobs` wrote here (as `LAUNCHER=jobs bash experiments/training_studies.sh` does), on
+# the one GPU, each a whole run of its own (train, evaluate): each file's first line alone until
+# it trains (it compiles the programs the others then load), then the others PROCESSES at a
+# time. What the
 # runs record, not their checkpoints, comes back as one archive, refreshed every minute so that a
 # call cut at its limit still returns the runs finished by then. Unfinished runs are lost with
 # the machine: order the jobs files by priority.
@@ -40,17 +42,33 @@ pack() {
     --exclude=tensorboard --exclude='*.npz' --exclude=.lock $studies 2>/dev/null
   mv "$OUT/records.tgz.part" "$OUT/records.tgz"
 }
-cat "$@" | sed "s#$root/.venv/bin/python#python3#" > /tmp/jobs.txt
-echo "$(wc -l < /tmp/jobs.txt) jobs, $processes at a time, for at most $seconds s"
-setsid xargs -d '\n' -P "$processes" -I{} sh -c {} < /tmp/jobs.txt &
-jobs_pid=$!
+python3=(sed "s#$root/.venv/bin/python#python3#")
+for f in "$@"; do head -n 1 "$f"; done | "${python3[@]}" > /tmp/first_jobs.txt
+for f in "$@"; do tail -n +2 "$f"; done | "${python3[@]}" > /tmp/other_jobs.txt
+echo "$(cat /tmp/*_jobs.txt | wc -l) jobs, $processes at a time, for at most $seconds s"
 start=$SECONDS
-while kill -0 "$jobs_pid" 2>/dev/null && [ $((SECONDS - start)) -lt "$seconds" ]; do
+left() { [ $((SECONDS - start)) -lt "$seconds" ]; }
+# Each jobs file's first run starts alone and compiles its programs into its study's
+# compilation cache (the sweep's OUT/jax_cache); the others start once it trains, and load them.
+# Six runs compiling the same programs at once (H200, 2026-12-04) had not finished after 6 minutes.
+pids=()
+while read -r line; do
+  setsid sh -c "$line" &
+  pids+=($!)
+done < /tmp/first_jobs.txt
+for log in $(sed 's/.*>> \([^ ]*\) 2>&1$/\1/' /tmp/first_jobs.txt); do
+  until grep -q 'step [0-9]*/[0-9]' "$log" 2>/dev/null || ! left; do sleep 5; done
+done
+echo "first runs training after $((SECONDS - start)) s"
+setsid xargs -d '\n' -P "$processes" -I{} sh -c {} < /tmp/other_jobs.txt &
+pids+=($!)
+running() { for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && return; done; return 1; }
+while running && left; do
   sleep 10
   [ $(((SECONDS - start) % 60)) -lt 10 ] && pack
 done
-kill -- -"$jobs_pid" 2>/dev/null
-wait "$jobs_pid"
+for pid in "${pids[@]}"; do kill -- -"$pid" 2>/dev/null; done
+wait
 echo "jobs: stopped after $((SECONDS - start)) s"
 pack
 for s in $studies; do  # The runs evaluated on the test split.

@@ -119,7 +119,8 @@ ABOUT: dict[str, tuple[str, str]] = {
   "multi30k_guided": (
     "Guided alignment on Multi30k",
     "Attention supervised by eflomal's links of the training split (grow-diag-final-and; "
-    "train.align) against the plain model, which reads the same config but for the loss term. "
+    "experiments/alignments/multi30k.en-fr.train.align) against the plain model, which reads "
+    "the same config but for the loss term. "
     "Three seeds each; twin peaks measure whether attention finds the source word an output "
     "word is spelled like.",
   ),

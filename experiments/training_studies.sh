@@ -15,8 +15,8 @@
 #    links of the training split against the plain model. The plain point is trained here too
 #    (its config names the links, which it does not read), not borrowed from the score study,
 #    so the two points differ in the loss alone. The links are made once, into
-#    experiments/results/multi30k_guided/train.align, and committed with the study: eflomal
-#    takes no seed, so the file, not the command, fixes them.
+#    experiments/alignments/multi30k.en-fr.train.align, and committed: eflomal takes no seed, so
+#    the file, not the command, fixes them (this one: eflomal 2.0.0, 2026-12-04).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,10 +29,10 @@ subword() {
 }
 
 guided() {
-  local out=$RESULTS/multi30k_guided links=$RESULTS/multi30k_guided/train.align
-  mkdir -p "$out"
+  local out=$RESULTS/multi30k_guided links=$PWD/experiments/alignments/multi30k.en-fr.train.align
   if [ ! -e "$links" ]; then
     local data=$out/data_run  # The corpus and vocabularies of the runs' data settings.
+    mkdir -p "$out" "$(dirname "$links")"
     nice -n 10 "$PY" main.py --config=configs/multi30k.py --workdir="$data" \
       --config.data.cache_dir="$RESULTS/multi30k_scores/data" \
       --config.train.num_steps=0 --config.train.final_eval=false
