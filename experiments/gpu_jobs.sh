@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Trains sweeps' runs on a lent GPU: the lines of jobs files that `experiments.sweep
 # --launcher=jobs` wrote here (as `LAUNCHER=jobs bash experiments/training_studies.sh` does), on
-# the one GPU, each a whole run of its own (train, evaluate): each file's first line alone until
-# it trains (it compiles the programs the others then load), then the others PROCESSES at a
+# the one GPU, each a whole run of its own (train, evaluate): each point's first run until they
+# train (they compile the programs the others then load), then the others PROCESSES at a
 # time. What the
 # runs record, not their checkpoints, comes back as one archive, refreshed every minute so that a
 # call cut at its limit still returns the runs finished by then. Unfinished runs are lost with
@@ -42,15 +42,29 @@ pack() {
     --exclude=tensorboard --exclude='*.npz' --exclude=.lock $studies 2>/dev/null
   mv "$OUT/records.tgz.part" "$OUT/records.tgz"
 }
-python3=(sed "s#$root/.venv/bin/python#python3#")
-for f in "$@"; do head -n 1 "$f"; done | "${python3[@]}" > /tmp/first_jobs.txt
-for f in "$@"; do tail -n +2 "$f"; done | "${python3[@]}" > /tmp/other_jobs.txt
+# GEMM autotuning compiles hundreds of kernel variants per product on the host's cores; level 0
+# takes XLA's default kernels instead (and the same ones in every process), where this XLA has
+# the flag.
+flag=--xla_gpu_autotune_level=0
+if XLA_FLAGS="$flag" python3 -c "import jax.numpy as jnp; (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()" 2>/dev/null; then
+  export XLA_FLAGS="$flag"
+fi
+echo "XLA_FLAGS=${XLA_FLAGS:-}"
+# The first run of each point (its out folder and --only) starts before the others.
+: > /tmp/first_jobs.txt
+: > /tmp/other_jobs.txt
+sed "s#$root/.venv/bin/python#python3#" "$@" | awk '{
+  match($0, /--out=[^ ]*/); out = substr($0, RSTART, RLENGTH)
+  match($0, /--only=[^ ]*/); key = out substr($0, RSTART, RLENGTH)
+  print > ((key in seen) ? "/tmp/other_jobs.txt" : "/tmp/first_jobs.txt"); seen[key] = 1
+}'
 echo "$(cat /tmp/*_jobs.txt | wc -l) jobs, $processes at a time, for at most $seconds s"
 start=$SECONDS
 left() { [ $((SECONDS - start)) -lt "$seconds" ]; }
-# Each jobs file's first run starts alone and compiles its programs into its study's
-# compilation cache (the sweep's OUT/jax_cache); the others start once it trains, and load them.
-# Six runs compiling the same programs at once (H200, 2026-12-04) had not finished after 6 minutes.
+# Each point's first run compiles its programs into its study's compilation cache (the sweep's
+# OUT/jax_cache); the others start once the first runs train, and load them: the seeds of a point
+# run the same programs. Six runs compiling the same programs at once (H200, 2026-12-04, with
+# autotuning) had not finished after 6 minutes.
 pids=()
 while read -r line; do
   setsid sh -c "$line" &
