@@ -46,7 +46,8 @@ pack() {
 # takes XLA's default kernels instead (and the same ones in every process), where this XLA has
 # the flag.
 flag=--xla_gpu_autotune_level=0
-if XLA_FLAGS="$flag" python3 -c "import jax.numpy as jnp; (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()" 2>/dev/null; then
+probe="import jax.numpy as jnp; (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()"
+if XLA_FLAGS="$flag" python3 -c "$probe" 2>/dev/null; then
   export XLA_FLAGS="$flag"
 fi
 echo "XLA_FLAGS=${XLA_FLAGS:-}"
