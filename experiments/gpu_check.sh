@@ -49,7 +49,9 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
 
-if [ -d .whl ]; then  # Once per machine: experiments/gpu_jobs.sh may run beside this script.
+# Once per machine (experiments/gpu_jobs.sh may run beside this script), and only where the
+# interpreter lacks our stack.
+if [ -d .whl ] && ! "$PY" -c "import grain, ml_collections, sacremoses" 2>/dev/null; then
   if [ ! -e /tmp/site/.installed ]; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl && touch /tmp/site/.installed || exit 1

@@ -21,6 +21,9 @@ set -uo pipefail
 seconds=$1 processes=$2
 shift 2
 OUT=${OUT:-runs/gpu_jobs}
+PY=${PY:-python3}  # The interpreter there (the image's), for the jobs' .venv/bin/python.
+export PY
+poll=${POLL:-10}  # Seconds between looks at the runs.
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 root=$(sed -n '1s/^cd \([^ ]*\) .*/\1/p' "$1")  # The checkout the jobs were written in.
@@ -29,7 +32,7 @@ if [ "$PWD" != "$root" ]; then
   mkdir -p "$root" && cp -a . "$root" || exit 1
 fi
 cd "$root" || exit 1
-if [ ! -d ../shared/data/multi30k ]; then
+if [ ! -d ../shared/data/multi30k ] && [ -d .gpu_carry/multi30k ]; then
   mkdir -p ../shared/data && cp -r .gpu_carry/multi30k ../shared/data/ || exit 1
 fi
 bash experiments/gpu_check.sh install || exit 1
@@ -37,9 +40,10 @@ export PYTHONPATH=/tmp/site:$root JAX_DEFAULT_MATMUL_PRECISION=highest
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 # The jobs' workdirs: the --out folders their lines name, and what of them comes back.
 studies=$(grep -ho -- '--out=[^ ]*' "$@" | sort -u | cut -d= -f2-)
-pack() {
+pack() {  # What the studies commit (.gitignore's list for experiments/results), and the logs.
   tar czf "$OUT/records.tgz.part" --exclude=checkpoints --exclude=best --exclude=jax_cache \
-    --exclude=tensorboard --exclude='*.npz' --exclude=.lock $studies 2>/dev/null
+    --exclude=tensorboard --exclude=data --exclude='*.npz' --exclude=.lock \
+    --exclude=report.html --exclude=sentences.jsonl --exclude=alignments $studies 2>/dev/null
   mv "$OUT/records.tgz.part" "$OUT/records.tgz"
 }
 # GEMM autotuning compiles hundreds of kernel variants per product on the host's cores; level 0
@@ -47,14 +51,14 @@ pack() {
 # the flag.
 flag=--xla_gpu_autotune_level=0
 probe="import jax.numpy as jnp; (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()"
-if XLA_FLAGS="$flag" python3 -c "$probe" 2>/dev/null; then
+if XLA_FLAGS="$flag" "$PY" -c "$probe" 2>/dev/null; then
   export XLA_FLAGS="$flag"
 fi
 echo "XLA_FLAGS=${XLA_FLAGS:-}"
 # The first run of each point (its out folder and --only) starts before the others.
 : > /tmp/first_jobs.txt
 : > /tmp/other_jobs.txt
-sed "s#$root/.venv/bin/python#python3#" "$@" | awk '{
+sed "s#$root/.venv/bin/python#$PY#" "$@" | awk '{
   match($0, /--out=[^ ]*/); out = substr($0, RSTART, RLENGTH)
   match($0, /--only=[^ ]*/); key = out substr($0, RSTART, RLENGTH)
   print > ((key in seen) ? "/tmp/other_jobs.txt" : "/tmp/first_jobs.txt"); seen[key] = 1
@@ -72,15 +76,19 @@ while read -r line; do
   pids+=($!)
 done < /tmp/first_jobs.txt
 for log in $(sed 's/.*>> \([^ ]*\) 2>&1$/\1/' /tmp/first_jobs.txt); do
-  until grep -q 'step [0-9]*/[0-9]' "$log" 2>/dev/null || ! left; do sleep 5; done
+  until grep -q 'step [0-9]*/[0-9]' "$log" 2>/dev/null || ! left; do sleep "$poll"; done
 done
 echo "first runs training after $((SECONDS - start)) s"
 setsid xargs -d '\n' -P "$processes" -I{} sh -c {} < /tmp/other_jobs.txt &
 pids+=($!)
 running() { for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && return; done; return 1; }
+last_pack=$SECONDS
 while running && left; do
-  sleep 10
-  [ $(((SECONDS - start) % 60)) -lt 10 ] && pack
+  sleep "$poll"
+  if [ $((SECONDS - last_pack)) -ge 60 ]; then
+    pack
+    last_pack=$SECONDS
+  fi
 done
 for pid in "${pids[@]}"; do kill -- -"$pid" 2>/dev/null; done
 wait

@@ -16,4 +16,5 @@ COMMON=(--seeds 0,1,2 --training sequential --launcher="$LAUNCHER"
 # The Bahdanau-decoder system on the score study's corpus files.
 PAPER=(--config=configs/multi30k.py --set "data.cache_dir=$RESULTS/multi30k_scores/data")
 
-sweep() { nice -n 10 "$PY" -m experiments.sweep "$@"; }
+# SWEEP_ARGS: more flags for every sweep (`--collect --partial`: report what is finished).
+sweep() { nice -n 10 "$PY" -m experiments.sweep "$@" ${SWEEP_ARGS:-}; }
