@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # finishes after WORK more with what a real run leaves: its results, a checkpoint, an explorer.
 FAKE_RUN = """
 import json, pathlib, sys, time
-out, point, seed, delay, work = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+out, point, seed = sys.argv[1:4]
+delay, work = float(sys.argv[4]), float(sys.argv[5])
 run = pathlib.Path(out, "runs", point, "seed_" + seed)
 run.mkdir(parents=True, exist_ok=True)
 (run / "started").write_text(repr(time.time()))
