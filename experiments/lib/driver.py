@@ -454,13 +454,13 @@ def collect(
   rows = [sweeps.aggregate(sweep, point, recs[point.name]) for point in sweep.points]
   refs = sweeps.references(sweep)
   n = args.bootstrap_samples
-  significance = sweeps.bootstrap(sweep, baseline, refs, n)
+  significance = sweeps.bootstraps(sweep, baseline, refs, n)
   for row in rows:
-    row["p_value_vs_baseline"] = significance[row["name"]]["p_value"]
+    row["p_value_vs_baseline"] = significance["bleu"][row["name"]]["p_value"]
   tested = {
     "hypotheses": "test split, seed S paired with the baseline's, seeds pooled per resample",
-    "per_configuration": significance,
-    "per_configuration_chrf": sweeps.bootstrap(sweep, baseline, refs, n, metric="chrf"),
+    "per_configuration": significance["bleu"],
+    "per_configuration_chrf": significance["chrf"],
     "per_configuration_twin_peaks": sweeps.bootstrap_twins(recs, baseline, n),
   }
   return record(sweep, args, baseline, rows, tested, recs, start, **extra)

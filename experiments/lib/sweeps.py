@@ -314,17 +314,37 @@ def bootstrap(
   only these sentences of the split (e.g. a length bucket). {point: stats.paired_bootstrap's
   result and "seeds"}; the baseline's p is None.
   """
+  return bootstraps(sweep, baseline, refs, n_samples, split, indices, (metric,))[metric]
+
+
+def bootstraps(
+  sweep: Sweep,
+  baseline: str,
+  refs: Sequence[str],
+  n_samples: int,
+  split: str = "test",
+  indices: Sequence[int] | None = None,
+  metrics: Sequence[str] = ("bleu", "chrf"),
+) -> dict[str, dict[str, dict[str, Any]]]:
+  """`bootstrap` for each of `metrics`, the runs' hypotheses read once: {metric: {point: ...}}."""
   select = (lambda lines: lines) if indices is None else (lambda lines: [lines[i] for i in indices])
-  hypotheses = lambda point: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(point)]
-  base = hypotheses(sweep.point(baseline))
-  out: dict[str, dict[str, Any]] = {}
+  hypotheses = {
+    point.name: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(point)]
+    for point in sweep.points
+  }
+  base = hypotheses[sweep.point(baseline).name]
   refs_ = select(list(refs))
-  for point in sweep.points:
-    if point.name == baseline:
-      continue
-    result = stats.paired_bootstrap(base, hypotheses(point), refs_, n_samples, metric)
-    out[point.name] = {**result, "seeds": list(sweep.seeds)}
-  out[baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
+  out: dict[str, dict[str, dict[str, Any]]] = {}
+  for metric in metrics:
+    out[metric] = {
+      name: {
+        **stats.paired_bootstrap(base, hyps, refs_, n_samples, metric),
+        "seeds": list(sweep.seeds),
+      }
+      for name, hyps in hypotheses.items()
+      if name != baseline
+    }
+    out[metric][baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
   return out
 
 
