@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The training issue's Multi30k studies (experiments/training_studies.sh) trained on a lent GPU:
-# what to prepare here, the one call to make there, and how the runs come back into the studies.
+# Multi30k studies trained on a lent GPU: the training issue's (experiments/training_studies.sh:
+# subword, guided) and the Luong decoder's (experiments/luong_studies.sh: plateau, table4): what
+# to prepare here, the one call to make there, and how the runs come back into the studies.
 #
-#     bash experiments/gpu_studies.sh prepare [subword|guided]...  # here: prints the call to make
-#     bash experiments/gpu_studies.sh ingest RECORDS.tgz [STEP]...  # here: runs back, reports
+#     bash experiments/gpu_studies.sh prepare [STEP]...               # here: the call to make
+#     bash experiments/gpu_studies.sh ingest RECORDS.tgz [STEP]...    # here: runs back, reports
 #
 # `prepare` fetches the wheels the device's image lacks (experiments/gpu_check.sh wheels), copies
 # the corpus into .gpu_carry/ (ignored by git: the data is never committed), writes each study's
@@ -12,29 +13,39 @@
 # `ingest` unpacks the runs' workdirs where the jobs wrote them (this checkout's paths), writes
 # each study's report from its finished points (`--collect --partial`) and converts the study
 # into records (`experiments.convert_results --prune`); then `python -m experiments.pages` and
-# commit. The runs are the studies' own (same configs, 3,000 updates each); only the device
-# differs, which their records name.
+# commit. The runs are the studies' own (same configs and budgets); only the device differs,
+# which their records name. STEP defaults to subword guided plateau.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 shift || true
 if [ "$mode" = ingest ]; then
-  records=${1:?usage: $0 ingest RECORDS.tgz [subword|guided]...}
+  records=${1:?usage: $0 ingest RECORDS.tgz [STEP]...}
   shift
 fi
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(subword guided)
+[ ${#steps[@]} -gt 0 ] || steps=(subword guided plateau)
 PY=${PY:-.venv/bin/python}
+study() {  # study STEP: the step's script and study folder.
+  case "$1" in
+    subword|guided) echo "training_studies.sh multi30k_$1" ;;
+    plateau) echo "luong_studies.sh multi30k_luong_plateau" ;;
+    table4) echo "luong_studies.sh multi30k_luong" ;;
+    *) echo "unknown step $1: subword, guided, plateau or table4" >&2; exit 2 ;;
+  esac
+}
 
 case "$mode" in
   prepare)
     bash experiments/gpu_check.sh wheels
     grep -qx '/.gpu_carry/' .git/info/exclude 2>/dev/null || echo /.gpu_carry/ >> .git/info/exclude
     mkdir -p .gpu_carry && cp -r ../shared/data/multi30k .gpu_carry/
-    LAUNCHER=jobs bash experiments/training_studies.sh "${steps[@]}"
     files=() carry=(.whl .gpu_carry experiments/results/multi30k_scores/data)
     for step in "${steps[@]}"; do
-      files+=("experiments/results/multi30k_$step/jobs.txt")
+      info=$(study "$step")
+      read -r script folder <<< "$info"
+      LAUNCHER=jobs bash "experiments/$script" "$step"
+      files+=("experiments/results/$folder/jobs.txt")
     done
     carry+=("${files[@]}")
     echo
@@ -46,10 +57,11 @@ case "$mode" in
   ingest)
     tar xzf "$records" -C /
     for step in "${steps[@]}"; do
-      study=experiments/results/multi30k_$step
-      [ -d "$study" ] || continue
-      LAUNCHER=local SWEEP_ARGS="--collect --partial" bash experiments/training_studies.sh "$step"
-      "$PY" -m experiments.convert_results --prune "$study"
+      info=$(study "$step")
+      read -r script folder <<< "$info"
+      [ -d "experiments/results/$folder" ] || continue
+      LAUNCHER=local SWEEP_ARGS="--collect --partial" bash "experiments/$script" "$step"
+      "$PY" -m experiments.convert_results --prune "experiments/results/$folder"
     done
     ;;
   *)

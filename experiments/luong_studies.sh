@@ -6,19 +6,38 @@
 # its three seeds are evaluated, with the study's `--collect --partial` report.
 #
 # Every run is configs/luong.py:multi30k (two LSTM layers of 512, input feeding; everything but
-# the decoder as configs/multi30k.py) trained for 3,000 updates, seeds 0, 1 and 2 one after
-# another, on the score study's corpus files, exactly as the Bahdanau-decoder points were: the
-# decoder is the only difference between the two sides of the cross.
+# the decoder as configs/multi30k.py), seeds 0, 1 and 2 one after another, on the score study's
+# corpus files, as the Bahdanau-decoder points were. Each decoder trains to its own plateau: the
+# Bahdanau-decoder studies for 3,000 updates (experiments/multi30k_studies.sh), the Luong
+# studies for the budget `experiments.plateau` reads off one long Luong run (step 0, `plateau`),
+# so that neither side of the cross is compared before it has flattened. (One such run, lost
+# with its session on 2026-12-04, was still 1.4 BLEU below its best at 3,000 updates.)
 #
-#     bash experiments/luong_studies.sh [table4|cross|normalisers|ladder|alignment]...
+#     bash experiments/luong_studies.sh [plateau|table4|cross|normalisers|ladder|alignment]...
 #
-# With no argument all five run, in that order (the order of the issue's measurements by what
-# they need: the cross and the ladder reuse Table 4's points).
+# With no argument all six run, in that order (the order of the issue's measurements by what
+# they need: the budget comes first, the cross and the ladder reuse Table 4's points).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source experiments/study_settings.sh
 LUONG=(--config=configs/luong.py:multi30k --set "data.cache_dir=$RESULTS/multi30k_scores/data")
+
+# 0. The plateau: Table 4's first point (global attention, location score), seed 0, to 6,000
+# updates with greedy validation BLEU every 500. Its first update from which every later
+# evaluation stays within 1 BLEU of the best (`experiments.plateau`, PLATEAU/budget.json) is the
+# budget of every Luong-decoder run below.
+PLATEAU=$RESULTS/multi30k_luong_plateau
+plateau() {
+  sweep "${LUONG[@]}" "${COMMON[@]}" --out $PLATEAU --seeds 0 --set train.num_steps=6000 \
+    --set model.attention=soft --grid model.score=location
+}
+AT_BUDGET=()  # The Luong-decoder sweeps' budget, after COMMON's 3,000 (a later --set wins).
+budget() {
+  local run=$PLATEAU/runs/score=location/seed_0
+  [ -e "$run" ] || { echo "the Luong studies need the plateau run first: $0 plateau" >&2; exit 1; }
+  "$PY" -m experiments.plateau "$run" --json $PLATEAU/budget.json
+}
 
 # `link OUT POINT STUDY/runs/POINT`: another study's point (the same resolved config) reused.
 link() {
@@ -30,7 +49,7 @@ link() {
 # local-p (window D = 10) with dot and general; all with input feeding.
 TABLE4=$RESULTS/multi30k_luong
 table4() {
-  sweep "${LUONG[@]}" "${COMMON[@]}" --out $TABLE4 \
+  sweep "${LUONG[@]}" "${COMMON[@]}" "${AT_BUDGET[@]}" --out $TABLE4 \
     --grid "model.attention=soft,local_m,local_p" --grid "model.score=location,dot,general" \
     --points "attention=soft+score=location,attention=soft+score=dot,attention=soft+score=general,\
 attention=local_m+score=dot,attention=local_m+score=general,\
@@ -44,7 +63,7 @@ cross() {
   for score in location dot general; do
     link $CROSS "score=$score" "multi30k_luong/runs/attention=soft+score=$score"
   done
-  sweep "${LUONG[@]}" "${COMMON[@]}" --out $CROSS --set model.attention=soft \
+  sweep "${LUONG[@]}" "${COMMON[@]}" "${AT_BUDGET[@]}" --out $CROSS --set model.attention=soft \
     --grid model.score=additive,dot,general,scaled,cosine,location
 }
 
@@ -57,8 +76,9 @@ normalisers() {
   sweep "${PAPER[@]}" "${COMMON[@]}" --out $NORM_PAPER \
     --grid model.normaliser=softmax,sparsemax,entmax15
   link $NORM_LUONG "normaliser=softmax" "multi30k_luong_scores/runs/score=additive"
-  sweep "${LUONG[@]}" "${COMMON[@]}" --out $NORM_LUONG --set model.attention=soft \
-    --set model.score=additive --grid model.normaliser=softmax,sparsemax,entmax15
+  sweep "${LUONG[@]}" "${COMMON[@]}" "${AT_BUDGET[@]}" --out $NORM_LUONG \
+    --set model.attention=soft --set model.score=additive \
+    --grid model.normaliser=softmax,sparsemax,entmax15
 }
 
 # 4. Luong's Table 1-style ladder, as three sweeps the ladder's page reads together: no
@@ -70,15 +90,15 @@ UNFED2="luong(cell=lstm, layers=2, input_feeding=false)"
 FED1="luong(cell=lstm, layers=1, input_feeding=true)"
 point() { echo "decoder=$1" | sed 's/[^A-Za-z0-9._=-]/-/g'; }
 ladder() {
-  sweep "${LUONG[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_luong_none \
+  sweep "${LUONG[@]}" "${COMMON[@]}" "${AT_BUDGET[@]}" --out $RESULTS/multi30k_luong_none \
     --set model.attention=soft --grid model.name=rnnencdec_bi
   link $RESULTS/multi30k_luong_feeding "$(point "$FED2")" \
     "multi30k_luong/runs/attention=soft+score=location"
-  sweep "${LUONG[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_luong_feeding \
+  sweep "${LUONG[@]}" "${COMMON[@]}" "${AT_BUDGET[@]}" --out $RESULTS/multi30k_luong_feeding \
     --set model.attention=soft --set model.score=location --grid "model.decoder=$FED2,$UNFED2"
   link $RESULTS/multi30k_luong_depth "$(point "$FED2")" \
     "multi30k_luong/runs/attention=local_p+score=general"
-  sweep "${LUONG[@]}" "${COMMON[@]}" --out $RESULTS/multi30k_luong_depth \
+  sweep "${LUONG[@]}" "${COMMON[@]}" "${AT_BUDGET[@]}" --out $RESULTS/multi30k_luong_depth \
     --grid "model.decoder=$FED2,$FED1"
 }
 
@@ -102,5 +122,14 @@ alignment() {
     --grid model.normaliser=softmax,sparsemax,entmax15
 }
 
-[ $# -gt 0 ] || set -- table4 cross normalisers ladder alignment
-for study in "$@"; do "$study"; done
+[ $# -gt 0 ] || set -- plateau table4 cross normalisers ladder alignment
+for study in "$@"; do
+  case "$study" in
+    plateau|alignment) ;;
+    table4|cross|normalisers|ladder)  # At the plateau's budget, unless BUDGET names one.
+      [ -v BUDGET ] || BUDGET=$(budget)
+      AT_BUDGET=(--set "train.num_steps=$BUDGET") ;;
+    *) echo "usage: $0 [plateau|table4|cross|normalisers|ladder|alignment]..." >&2; exit 2 ;;
+  esac
+  "$study"
+done
