@@ -118,8 +118,8 @@ class StructuralStudy(driver.PresetStudy):
     ids = input_pipeline.long_test_indices([ex.src for ex in examples], *words).tolist()
     n = args.bootstrap_samples
     significance = {
-      "all": sweeps.bootstrap(sweep, baseline, refs, n),
-      "long": sweeps.bootstrap(sweep, baseline, refs, n, indices=ids),
+      "all": sweeps.bootstrap(sweep, baseline, refs, n)["bleu"],
+      "long": sweeps.bootstrap(sweep, baseline, refs, n, indices=ids)["bleu"],
     }
     for row in rows:
       row["p_value_vs_baseline"] = significance["all"][row["name"]]["p_value"]

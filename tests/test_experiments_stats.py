@@ -26,7 +26,7 @@ def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
       text = "a dog sleeps\n" if point.name == "coverage" and seed == 1 else f"the cat {seed}\n"
       (run.workdir / "eval" / "test").mkdir(parents=True)
       (run.workdir / "eval" / "test" / "hypotheses.txt").write_text(text)
-  result = sweeps.bootstrap(sweep, "additive", ["the cat 0"], n_samples=20)
+  result = sweeps.bootstrap(sweep, "additive", ["the cat 0"], n_samples=20)["bleu"]
   assert result["copy"] == {"p_value": 1.0, "identical_to_baseline": True, "seeds": [0, 1]}
   assert 0.0 < result["coverage"]["p_value"] <= 1.0 and "signature" in result["coverage"]
   assert result["additive"] == {"p_value": None, "seeds": [0, 1]}
@@ -50,7 +50,9 @@ def test_bootstrap_resamples_sentences_not_seed_copies(tmp_path):
     sweep = Sweep("configs/tiny.py", points, seeds, tmp_path / str(len(seeds)), {}, {})
     write_hypotheses(sweep, points[0], [base] * len(seeds))
     write_hypotheses(sweep, points[1], [system] * len(seeds))
-    p[len(seeds)] = sweeps.bootstrap(sweep, "base", refs, n_samples=200)["system"]["p_value"]
+    p[len(seeds)] = sweeps.bootstrap(sweep, "base", refs, n_samples=200)["bleu"]["system"][
+      "p_value"
+    ]
   assert 0.0 < p[1] < 1.0 and p[3] == pytest.approx(p[1])
 
 

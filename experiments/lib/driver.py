@@ -454,7 +454,7 @@ def collect(
   rows = [sweeps.aggregate(sweep, point, recs[point.name]) for point in sweep.points]
   refs = sweeps.references(sweep)
   n = args.bootstrap_samples
-  significance = sweeps.bootstraps(sweep, baseline, refs, n)
+  significance = sweeps.bootstrap(sweep, baseline, refs, n, metrics=("bleu", "chrf"))
   for row in rows:
     row["p_value_vs_baseline"] = significance["bleu"][row["name"]]["p_value"]
   tested = {

@@ -306,27 +306,15 @@ def bootstrap(
   n_samples: int,
   split: str = "test",
   indices: Sequence[int] | None = None,
-  metric: str = "bleu",
-) -> dict[str, dict[str, Any]]:
-  """The paired bootstrap of every point's BLEU (or chrF) on `split` (whose references `refs`
-  are) against the point `baseline`'s, seeds paired (seed S of the point with seed S of the
-  baseline) and pooled on each resample of the sentences (`stats.paired_bootstrap`). `indices`:
-  only these sentences of the split (e.g. a length bucket). {point: stats.paired_bootstrap's
-  result and "seeds"}; the baseline's p is None.
-  """
-  return bootstraps(sweep, baseline, refs, n_samples, split, indices, (metric,))[metric]
-
-
-def bootstraps(
-  sweep: Sweep,
-  baseline: str,
-  refs: Sequence[str],
-  n_samples: int,
-  split: str = "test",
-  indices: Sequence[int] | None = None,
-  metrics: Sequence[str] = ("bleu", "chrf"),
+  metrics: Sequence[str] = ("bleu",),
 ) -> dict[str, dict[str, dict[str, Any]]]:
-  """`bootstrap` for each of `metrics`, the runs' hypotheses read once: {metric: {point: ...}}."""
+  """The paired bootstrap of every point's BLEU (and/or chrF: `metrics`) on `split` (whose
+  references `refs` are) against the point `baseline`'s, seeds paired (seed S of the point with
+  seed S of the baseline) and pooled on each resample of the sentences
+  (`stats.paired_bootstrap`), the runs' hypotheses read once for all metrics. `indices`: only
+  these sentences of the split (e.g. a length bucket). {metric: {point: stats.paired_bootstrap's
+  result and "seeds"}}; the baseline's p is None.
+  """
   select = (lambda lines: lines) if indices is None else (lambda lines: [lines[i] for i in indices])
   hypotheses = {
     point.name: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(point)]
