@@ -69,6 +69,18 @@ def test_a_run_s_wall_time_is_saved_while_it_trains(tmp_path):
   assert runs_lib.machines(workdirs[0]) == [runs_lib.this_machine()]
 
 
+def test_a_run_on_an_accelerator_names_it_beside_the_host(monkeypatch):
+  """A run trained on a lent GPU is recorded as such, not as its host's CPU alone."""
+  host = runs_lib.this_machine()  # Here: the CPU alone.
+
+  class Device:
+    device_kind = "NVIDIA H200"
+
+  monkeypatch.setattr(runs_lib.jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(runs_lib.jax, "devices", lambda: [Device()])
+  assert runs_lib.this_machine() == f"{host}, 1 x NVIDIA H200"
+
+
 @pytest.mark.parametrize("together", [False, True])
 def test_a_preempted_study_exits_as_a_scheduler_reruns(together, tmp_path, monkeypatch):
   """A run stopped by a signal after saving ends its sweep with cli.PREEMPTED (75), as main.py

@@ -177,8 +177,13 @@ def machines(workdir: Path) -> list[str]:
 
 
 def this_machine() -> str:
-  """This host as `machines` records it."""
-  return f"{reports.cpu_info().get('cpu_model') or 'unknown CPU'}, {os.cpu_count()} cores"
+  """This host as `machines` records it: its CPU, and the accelerators JAX computes on where
+  they are not the CPU ("..., 16 cores, 1 x NVIDIA H200")."""
+  host = f"{reports.cpu_info().get('cpu_model') or 'unknown CPU'}, {os.cpu_count()} cores"
+  if jax.default_backend() == "cpu":
+    return host
+  devices = jax.devices()
+  return f"{host}, {len(devices)} x {devices[0].device_kind}"
 
 
 def _write_wall_time(workdir: Path, record: dict[str, Any]) -> None:
