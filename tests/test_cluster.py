@@ -55,7 +55,10 @@ def test_a_signalled_array_task_requeues_itself_and_its_rerun_finishes(tmp_path,
   requeued task resumes from the checkpoint and finishes without asking again, and the sweep
   collects."""
   out = tmp_path / "sweep"
-  args = [*tiny_sweep_args(out, 3000), "--set=train.log_every=10", *cache_flags]
+  # The signal follows step 10's log line (the task stopped at step 17 when this was timed), so
+  # 600 steps leave the rerun most of the run to resume: at 3,000 it trained for 95 s.
+  steps = 600
+  args = [*tiny_sweep_args(out, steps), "--set=train.log_every=10", *cache_flags]
   run_module("experiments.sweep", *args, "--launcher=jobs")
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
@@ -75,12 +78,12 @@ def test_a_signalled_array_task_requeues_itself_and_its_rerun_finishes(tmp_path,
   assert task.wait(timeout=300) == 0
   assert asked.read_text().split() == ["requeue", "41_0"]
   stopped = max(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
-  assert 0 < stopped < 3000
+  assert 0 < stopped < steps
 
   subprocess.run(["bash", str(out / "sbatch.sh")], env=env, check=True, timeout=600)
   assert asked.read_text().split() == ["requeue", "41_0"]  # Not asked again.
-  steps = [r["step"] for r in _rows(run) if r["split"] == "train"]
-  assert steps[-1] == 3000 and steps == sorted(set(steps))  # Resumed, no step twice.
+  logged = [r["step"] for r in _rows(run) if r["split"] == "train"]
+  assert logged[-1] == steps and logged == sorted(set(logged))  # Resumed, no step twice.
   run_module("experiments.sweep", *args, "--collect")
   assert (out / "sweep.json").exists()
 
