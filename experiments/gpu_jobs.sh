@@ -2,11 +2,10 @@
 # Trains sweeps' runs on a lent GPU: the lines of jobs files that `experiments.sweep
 # --launcher=jobs` wrote here (as `LAUNCHER=jobs bash experiments/training_studies.sh` does), on
 # the one GPU, each a whole run of its own (train, evaluate): each point's first run until they
-# train (they compile the programs the others then load), then the others PROCESSES at a
-# time. What the
-# runs record, not their checkpoints, comes back as one archive, refreshed every minute so that a
-# call cut at its limit still returns the runs finished by then. Unfinished runs are lost with
-# the machine: order the jobs files by priority.
+# train (they compile the programs the others then load), then the others PROCESSES at a time.
+# What the runs record, not their checkpoints, comes back as one archive, refreshed every minute
+# so that a call cut at its limit still returns the runs finished by then. Unfinished runs are
+# lost with the machine: order the jobs files by priority.
 #
 #     bash experiments/gpu_jobs.sh SECONDS PROCESSES JOBS_FILE...   # there, from the repo root
 #     tar xzf RECORDS.tgz -C /                                     # here: the runs' workdirs
@@ -75,8 +74,13 @@ while read -r line; do
   setsid sh -c "$line" &
   pids+=($!)
 done < /tmp/first_jobs.txt
-for log in $(sed 's/.*>> \([^ ]*\) 2>&1$/\1/' /tmp/first_jobs.txt); do
-  until grep -q 'step [0-9]*/[0-9]' "$log" 2>/dev/null || ! left; do sleep "$poll"; done
+i=0
+for log in $(sed 's/.*>> \([^ ]*\) 2>&1$/\1/' /tmp/first_jobs.txt); do  # Training, ended or late.
+  until grep -q 'step [0-9]*/[0-9]' "$log" 2>/dev/null || ! kill -0 "${pids[i]}" 2>/dev/null \
+    || ! left; do
+    sleep "$poll"
+  done
+  i=$((i + 1))
 done
 echo "first runs training after $((SECONDS - start)) s"
 setsid xargs -d '\n' -P "$processes" -I{} sh -c {} < /tmp/other_jobs.txt &

@@ -1,6 +1,7 @@
 """experiments/gpu_jobs.sh, the way a lent GPU trains sweeps' jobs files, run here on fake jobs:
-each point's first run starts before the point's other seeds, the runs still going at the
-deadline are stopped, and the archive holds what the studies commit and nothing heavier."""
+each point's first run starts before the point's other seeds (unless it fails first), the runs
+still going at the deadline are stopped, and the archive holds what the studies commit and
+nothing heavier."""
 
 import json
 import os
@@ -21,6 +22,8 @@ delay, work = float(sys.argv[4]), float(sys.argv[5])
 run = pathlib.Path(out, "runs", point, "seed_" + seed)
 run.mkdir(parents=True, exist_ok=True)
 (run / "started").write_text(repr(time.time()))
+if delay < 0:
+  sys.exit("failed before training")
 time.sleep(delay)
 (run / "training").write_text(repr(time.time()))
 print("step 1/2", flush=True)
@@ -52,6 +55,8 @@ def test_gpu_jobs_starts_each_points_first_run_alone_and_packs_the_records(tmp_p
     _job(study, "a", 1, 0.0, 0.2),
     _job(study, "b", 0, 1.5, 0.2),
     _job(study, "b", 1, 0.0, 60.0),  # Still running at the deadline.
+    _job(study, "c", 0, -1.0, 0.0),  # Fails before it trains: nobody waits for it.
+    _job(study, "c", 1, 0.0, 0.2),
   ]
   jobs.write_text("\n".join(lines) + "\n")
   out = tmp_path / "out"
@@ -73,7 +78,8 @@ def test_gpu_jobs_starts_each_points_first_run_alone_and_packs_the_records(tmp_p
     assert float((runs / point / "seed_1" / "started").read_text()) >= first_training
   with tarfile.open(out / "records.tgz") as tar:
     names = {Path("/", name).relative_to(study).as_posix() for name in tar.getnames()}
-  finished = {f"runs/{p}/eval/test/results.json" for p in ("a/seed_0", "a/seed_1", "b/seed_0")}
+  done_runs = ("a/seed_0", "a/seed_1", "b/seed_0", "c/seed_1")
+  finished = {f"runs/{p}/eval/test/results.json" for p in done_runs}
   assert finished <= names
   assert "runs/b/seed_1/eval/test/results.json" not in names
   assert not [n for n in names if "checkpoints" in n or n.endswith("report.html")]
