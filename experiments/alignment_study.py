@@ -161,9 +161,8 @@ class AlignmentStudy(driver.PresetStudy):
     significance = {}
     for split in SPLITS:
       refs = references(sweep, split)
-      significance[split] = sweeps.bootstrap(sweep, BASELINE, refs, args.bootstrap_samples, split)[
-        "bleu"
-      ]
+      per_metric = sweeps.bootstrap(sweep, BASELINE, refs, args.bootstrap_samples, split)
+      significance[split] = per_metric["bleu"]
     for row in rows:
       row["p_value_vs_baseline"] = significance["test"][row["name"]]["p_value"]
       row["p_value_long_vs_baseline"] = significance[LONG][row["name"]]["p_value"]

@@ -15,8 +15,8 @@
 # into records (`experiments.convert_results --prune`); then `python -m experiments.pages` and
 # commit the finished points. Until then the study folders that `prepare` made (jobs files,
 # logs, unfinished runs) fail tests/test_results.py's check that every folder is a study: move
-# aside what did not finish. The runs are the studies' own (same configs and budgets); only the device differs,
-# which their records name. STEP defaults to subword guided plateau.
+# aside what did not finish. The runs are the studies' own (same configs and budgets); only the
+# device differs, which their records name. STEP defaults to subword guided plateau.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -67,7 +67,7 @@ case "$mode" in
     done
     ;;
   *)
-    echo "usage: $0 prepare|ingest RECORDS.tgz [subword|guided]..." >&2
+    echo "usage: $0 prepare [STEP]... | ingest RECORDS.tgz [STEP]..." >&2
     exit 2
     ;;
 esac
