@@ -46,13 +46,15 @@ pack() {  # What the studies commit (.gitignore's list for experiments/results),
   mv "$OUT/records.tgz.part" "$OUT/records.tgz"
 }
 # GEMM autotuning compiles hundreds of kernel variants per product on the host's cores; level 0
-# takes XLA's default kernels instead (and the same ones in every process), where this XLA has
-# the flag.
-flag=--xla_gpu_autotune_level=0
+# takes XLA's default kernels instead (and the same ones in every process). Triton's GEMM fusions
+# took over 3 minutes each to compile with six processes on 16 cores (2026-12-04, H200);
+# without them the products are cuBLAS calls. Each flag is kept where this XLA has it.
 probe="import jax.numpy as jnp; (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()"
-if XLA_FLAGS="$flag" "$PY" -c "$probe" 2>/dev/null; then
-  export XLA_FLAGS="$flag"
-fi
+for flag in --xla_gpu_autotune_level=0 --xla_gpu_enable_triton_gemm=false; do
+  if XLA_FLAGS="${XLA_FLAGS:-} $flag" "$PY" -c "$probe" 2>/dev/null; then
+    export XLA_FLAGS="${XLA_FLAGS:-} $flag"
+  fi
+done
 echo "XLA_FLAGS=${XLA_FLAGS:-}"
 # The first run of each point (its out folder and --only) starts before the others.
 : > /tmp/first_jobs.txt
