@@ -69,6 +69,20 @@ def test_a_run_s_wall_time_is_saved_while_it_trains(tmp_path):
   assert runs_lib.machines(workdirs[0]) == [runs_lib.this_machine()]
 
 
+def test_the_wall_time_file_is_never_read_half_written(tmp_path):
+  """A study reads a run's wall time while the run saves it (the suite once failed on an empty
+  file) and a kill can land mid-save: every read sees a whole record."""
+  workdir, seen, errors = tmp_path / "a", 0, []
+  with runs_lib.timed([workdir], every_s=0.0005):
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+      try:
+        seen += runs_lib.wall_time(workdir) >= 0.0
+      except ValueError as error:  # json's error on an empty or partial file.
+        errors.append(error)
+  assert seen > 0 and not errors, f"{len(errors)} of {seen + len(errors)} reads failed"
+
+
 def test_a_run_on_an_accelerator_names_it_beside_the_host(monkeypatch):
   """A run trained on a lent GPU is recorded as such, not as its host's CPU alone."""
   host = runs_lib.this_machine()  # Here: the CPU alone.

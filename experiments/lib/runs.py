@@ -33,7 +33,7 @@ import ml_collections
 
 from experiments.lib import configs, records, reports
 from seq2seq import cli as seq2seq_cli
-from seq2seq import input_pipeline, metric_writer, seed_group, train
+from seq2seq import files, input_pipeline, metric_writer, seed_group, train
 from seq2seq.data import builders
 
 WALL_TIME_FILE = "wall_time.json"
@@ -189,7 +189,8 @@ def this_machine() -> str:
 def _write_wall_time(workdir: Path, record: dict[str, Any]) -> None:
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / WALL_TIME_FILE).write_text(json.dumps(record) + "\n")
+    # In one rename: a study reads the record while the run saves it, and a kill may come mid-save.
+    files.write_atomic(workdir / WALL_TIME_FILE, json.dumps(record) + "\n")
 
 
 @contextlib.contextmanager
