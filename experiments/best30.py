@@ -42,7 +42,7 @@ from typing import Any
 from experiments.lib import reports
 from experiments.lib.configs import run_command
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import average, metric_writer
+from seq2seq import average, files, metric_writer
 
 CONFIG = "configs/multi30k.py"
 FINAL_CONFIG = "configs/multi30k_best.py"
@@ -185,7 +185,7 @@ def final(args) -> dict[str, Any]:
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
   }
   args.record.parent.mkdir(parents=True, exist_ok=True)
-  args.record.write_text(json.dumps(record, indent=2) + "\n")
+  files.write_atomic(args.record, json.dumps(record, indent=2) + "\n")
   print(json.dumps(record, indent=2))
   return record
 
@@ -211,7 +211,7 @@ def without_average(args) -> dict[str, Any]:
     "load_average": reports.load_average(),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
   }
-  args.record.write_text(json.dumps(record, indent=2) + "\n")
+  files.write_atomic(args.record, json.dumps(record, indent=2) + "\n")
   print(json.dumps(record["without_moving_average"], indent=2))
   return record
 
@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     load = reports.load_average()
     run = train_in_process(Run(name, CONFIG, overrides, workdir))
     table[name] = record_try(name, workdir, run, load)
-    path.write_text(json.dumps(table, indent=2) + "\n")  # After every try: resumable.
+    files.write_atomic(path, json.dumps(table, indent=2) + "\n")  # After every try: resumable.
     (args.out / "tries.md").write_text(markdown(table))
   print(markdown(table))
   return table

@@ -40,6 +40,7 @@ from typing import Any
 from experiments.decoding_study import SPLITS, decoding_speed, evaluate, pairs, references
 from experiments.lib import configs, reports, stats
 from experiments.lib.configs import run_command
+from seq2seq import files
 
 RESAMPLES = 1000
 
@@ -73,8 +74,9 @@ def rerank_rows(
   for split in SPLITS:
     src, nbest_file = folder / f"{split}.src", folder / f"{split}.nbest"
     if not src.exists():
-      src.write_text("".join(ex.src + "\n" for ex in pairs(run, split)), encoding="utf-8")
-      (folder / f"{split}.ref").write_text("".join(r + "\n" for r in refs[split]), "utf-8")
+      # The references first: the source file's presence says both are whole.
+      files.write_atomic(folder / f"{split}.ref", "".join(r + "\n" for r in refs[split]))
+      files.write_atomic(src, "".join(ex.src + "\n" for ex in pairs(run, split)))
     command = ["python", "main.py", f"--config={config_file}", f"--workdir={run}"]
     command += ["--mode=translate", f"--input={src}", f"--output={nbest_file}", f"--nbest={nbest}"]
     command += [f"--config.decode.beam_size={nbest}", f"--config.data.cache_dir={cache_dir}"]

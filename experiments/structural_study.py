@@ -71,7 +71,16 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import decode, evaluation, inference, input_pipeline, metrics, settings, structures
+from seq2seq import (
+  decode,
+  evaluation,
+  files,
+  inference,
+  input_pipeline,
+  metrics,
+  settings,
+  structures,
+)
 from seq2seq import runtime as rt
 from seq2seq.data import synthetic
 
@@ -226,7 +235,7 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   for name, length in step_lengths(long_split).items():
     out[f"step_ms_{name}"] = step_ms(state, vocab, length)
   if jax.process_index() == 0:
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    files.write_atomic(path, json.dumps(out, indent=2) + "\n")
   return out
 
 

@@ -41,6 +41,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq import files
+
 SCHEMA_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_ROOT = REPO_ROOT / "experiments" / "results"
@@ -245,7 +247,7 @@ def write_json(path: Path, value: Any, compact: bool = False) -> None:
   text = dumps(value, compact)
   if not path.exists() or path.read_text() != text:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    files.write_atomic(path, text)
 
 
 def _write_gz(path: Path, data: bytes) -> None:
@@ -603,7 +605,7 @@ def write_json_like(path: Path, value: Any) -> None:
   """`value` as the study scripts write JSON (indent 2), only when it changed."""
   text = json.dumps(value, indent=2, default=str) + "\n"
   if path.read_text() != text:
-    path.write_text(text)
+    files.write_atomic(path, text)
 
 
 def studies(root: Path = RESULTS_ROOT) -> list[Path]:

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 
 from experiments.lib import records
+from seq2seq import files
 
 PACKAGES = (
   "jax",
@@ -76,7 +77,7 @@ def publish(path: Path, record: Mapping[str, Any], page: str) -> None:
   """A study's record as JSON at `path` (its folder made), its page beside it (`.md`), and the
   page printed; paths inside the repository written relative to its root (`records.relative`)."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(records.relative(record), indent=2) + "\n")
+  files.write_atomic(path, json.dumps(records.relative(record), indent=2) + "\n")
   page = records.relative(page)
   path.with_suffix(".md").write_text(page)
   print(page)
@@ -85,7 +86,7 @@ def publish(path: Path, record: Mapping[str, Any], page: str) -> None:
 def write_json(path: Path, value: Any) -> None:
   """`value` as indented JSON (what json cannot encode written as its string), paths inside the
   repository written relative to its root (`records.relative`: results name no machine's path)."""
-  path.write_text(json.dumps(records.relative(value), indent=2, default=str) + "\n")
+  files.write_atomic(path, json.dumps(records.relative(value), indent=2, default=str) + "\n")
 
 
 def versions() -> dict[str, str]:

@@ -310,7 +310,7 @@ def train_in_process(run: Run) -> dict[str, Any]:
     "process_wall_s": wall_s,
     "config": json.loads(run.config().to_json_best_effort()),
   }
-  record_path.write_text(json.dumps(record, indent=2) + "\n")
+  files.write_atomic(record_path, json.dumps(record, indent=2) + "\n")
   return record
 
 
