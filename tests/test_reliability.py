@@ -322,7 +322,7 @@ def test_a_second_process_on_a_workdir_fails_at_once_naming_the_holder(tmp_path)
   try:
     wait_for(lambda: completed_checkpoints(workdir), holder)
     for mode in ("train", "eval"):
-      proc = run_main(workdir, f"--mode={mode}", check=False, own_process=True)
+      proc = run_main(workdir, f"--mode={mode}", check=False)
       assert proc.returncode == 1, proc.stderr[-2000:]
       line = proc.stderr.strip().splitlines()[-1]
       assert line.startswith("error:") and f"in use by process {holder.pid} on" in line, line
