@@ -55,6 +55,10 @@ RESUMABLE_FIELDS = (
   "data.cache_dir",  # Where the built corpus lives, not what it holds: a moved repository resumes.
 )
 
+# Settings of a mechanism that change nothing while the switch named beside them is off in both
+# configs: a run saved with another value is the same run (the plain runs saved before
+# copy_eos's default changed are read as "target").
+INERT_UNLESS = {"model.copy_eos": "model.copy"}
 
 # What a run's parameters and vocabularies are made of: evaluating or translating it with a
 # config that differs here would build another model (or read the text with other ids). The
@@ -124,12 +128,20 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   return _differences(settings.upgrade(old), new)
 
 
+def _inert(name: str, a: dict[str, Any], b: dict[str, Any]) -> bool:
+  """Whether `name` sets a mechanism that both flat configs turn off (`INERT_UNLESS`)."""
+  switch = INERT_UNLESS.get(name)
+  return switch is not None and not a.get(switch) and not b.get(switch)
+
+
 def _differences(current: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """`config_differences` of a config already upgraded (`current`) and `new`."""
   a = flatten(current)
   b = flatten(settings.canonical(new))
   names = sorted(set(a) | set(b))
-  changed = [n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>")]
+  changed = [
+    n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>") and not _inert(n, a, b)
+  ]
   return [n for n in changed if not any(n.startswith(f) for f in RESUMABLE_FIELDS)]
 
 

@@ -204,6 +204,22 @@ def test_none_and_empty_are_the_same_off_setting():
   assert checkpoints.config_differences(saved, new) == ["model.intra_attention"]
 
 
+def test_a_setting_of_a_mechanism_that_is_off_differs_in_nothing():
+  """What copying does at the end of a sentence (model.copy_eos) changes no run that does not
+  copy: a plain run saved before the setting's default changed (read as "target") is the same run
+  as one made with today's default, so a study links it as its baseline point; with copying on,
+  the setting is part of the model."""
+  old = tiny.get_config()
+  old.model.copy_eos = "target"
+  saved = json.loads(old.to_json_best_effort())
+  config = tiny.get_config()
+  assert config.model.copy_eos != "target" and not config.model.copy
+  assert checkpoints.config_differences(saved, json.loads(config.to_json_best_effort())) == []
+  saved["model"]["copy"] = config.model.copy = True
+  new = json.loads(config.to_json_best_effort())
+  assert checkpoints.config_differences(saved, new) == ["model.copy_eos"]
+
+
 def test_a_run_resumes_with_its_corpus_cached_elsewhere(tmp_path):
   """data.cache_dir says where the built corpus lives, not what it holds: a study's committed
   runs (whose config.json names the cache by absolute path) resume and are reused after the
