@@ -53,8 +53,8 @@ case "$mode" in
     echo
     echo "device call (timeout_s 590), carry: ${carry[*]}"
     echo "bash experiments/gpu_check.sh install > /dev/null || exit 1;" \
-      "DTYPES=float32 OUT=\$OUT/check timeout 120 bash experiments/gpu_check.sh tests;" \
-      "OUT=\$OUT/jobs bash experiments/gpu_jobs.sh 420 6 ${files[*]}"
+      "DTYPES=float32 OUT=\$OUT/check timeout 150 bash experiments/gpu_check.sh tests;" \
+      "OUT=\$OUT/jobs bash experiments/gpu_jobs.sh 400 6 ${files[*]}"
     ;;
   ingest)
     tar xzf "$records" -C /
