@@ -150,6 +150,13 @@ ABOUT: dict[str, tuple[str, str]] = {
     "Score functions on the embedded corpus at the plateau",
     "Additive against cosine on the embedded synthetic corpus, trained to its plateau.",
   ),
+  "embedded_normalisers": (
+    "Attention normalisers in both decoders, on the embedded corpus",
+    "Softmax, sparsemax and 1.5-entmax with the additive score in the paper's decoder and in "
+    "Luong et al.'s, three seeds each at the embedded studies' budget: AER against the corpus's "
+    "gold alignments (Luong et al. report AER for their variants) and the share of exactly "
+    "zero attention weights.",
+  ),
   "embedded_plateau": (
     "Where the embedded corpus flattens",
     "The additive model's validation curve, read for the embedded studies' budget.",
