@@ -137,6 +137,29 @@ def test_no_results_page_has_an_empty_section_or_a_file_name_for_a_heading():
         assert not re.fullmatch(r"## \S+\.(md|json)", heading), (page.name, heading)
 
 
+def test_attentions_zero_share_is_a_column_where_a_point_has_one():
+  """A sparse normaliser's zero share is shown beside a linked baseline evaluated before it was
+  measured ("-"); a study whose attention has no exact zeros gets no column of zeros."""
+
+  def row(name, zeros):
+    return {
+      "name": name,
+      "seeds": [0],
+      "bleu_mean": 50.0,
+      "bleu_std": 0.0,
+      "attention_zero_share_mean": zeros,
+      "attention_zero_share_std": 0.0,
+    }
+
+  report = {"baseline": "softmax", "configurations": [row("softmax", None), row("sparse", 0.95)]}
+  lines = pages.results_table(report)
+  assert lines[2].startswith("| point | seeds | test BLEU | zero weights |")
+  assert "| softmax | 1 | 50.00 ± 0.00 | - | - |" in lines
+  assert "| sparse | 1 | 50.00 ± 0.00 | 0.950 ± 0.000 | - |" in lines
+  report["configurations"] = [row("softmax", 0.0), row("dot", 0.0)]
+  assert "zero weights" not in pages.results_table(report)[2]
+
+
 def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tested_them():
   def test(difference, p):
     return {
