@@ -354,11 +354,15 @@ def convert_run(
     if path.name not in {RECORD, "config.json", "wall_time.json", "run.json"}:
       extra[path.name] = json.loads(path.read_text())
   seed = config.get("seed")
+  point = point or old.get("point")
+  # A run converted alone (its point unfinished, so not in the study's report) is named as the
+  # sweep names its runs.
+  alone = workdir.name if point is None or seed is None else f"{point}-seed{seed}"
   record = {
     "schema_version": SCHEMA_VERSION,
     "kind": "run",
-    "name": name or entry.get("name") or old.get("name") or workdir.name,
-    "point": point or old.get("point"),
+    "name": name or entry.get("name") or old.get("name") or alone,
+    "point": point,
     "seed": seed,
     "config_file": entry.get("config_file") or old.get("config_file"),
     "overrides": entry.get("overrides") or old.get("overrides"),
