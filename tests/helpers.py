@@ -181,14 +181,19 @@ def run_module(module: str, *args: str, own_process: bool = False, timeout: floa
   else:
     from experiments.lib import configs
 
-    script = importlib.import_module(module)
     saved, configs.subprocess = configs.subprocess, _CommandsHere
     try:
-      proc = _in_this_process(lambda argv: script.main(argv[1:]), cmd[2:])
+      proc = _module_here(module, list(args))
     finally:
       configs.subprocess = saved
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
+
+
+def _module_here(module: str, args: list[str]) -> subprocess.CompletedProcess:
+  """`python -m MODULE ARGS` as the script's `main(ARGS)` in this process."""
+  script = importlib.import_module(module)
+  return _in_this_process(lambda argv: script.main(argv[1:]), [module, *args])
 
 
 class _CommandsHere:
@@ -202,8 +207,7 @@ class _CommandsHere:
     if cmd[1] == "main.py":
       proc = _in_this_process(_main_py, cmd[1:])
     else:  # -m MODULE ARGS
-      script = importlib.import_module(cmd[2])
-      proc = _in_this_process(lambda argv: script.main(argv), cmd[3:])
+      proc = _module_here(cmd[2], cmd[3:])
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     return proc
