@@ -8,6 +8,7 @@ import collections
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,29 @@ def test_an_unfinished_run_is_left_as_it_is(tmp_path):
   (work / "metrics.jsonl").write_text('{"step": 2, "split": "train", "loss": 1.0}\n')
   [line] = convert_results.main([str(work), "--prune"])
   assert "unfinished" in line and sorted(p.name for p in work.iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_run_trained_in_another_worktree_is_recorded_with_relative_paths(tmp_path, monkeypatch):
+  """A study run from a git worktree (so that edits to the main tree cannot change it halfway)
+  writes that tree's paths into its runs' configs; converted in the main tree, they are written
+  relative as this tree's are, and a sibling folder whose name starts with the root's is not."""
+  repo, tree = tmp_path / "repo", tmp_path / "repo_wt"
+  git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+  repo.mkdir()
+  for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "x"]):
+    subprocess.run(git + args, check=True)
+  subprocess.run(git + ["worktree", "add", "-q", "--detach", str(tree)], check=True)
+  assert records.checkouts(repo) == [repo, tree]
+  monkeypatch.setattr(records, "REPO_ROOT", repo)
+  records._roots.cache_clear()
+  try:
+    sweep, run = _fake_run(tmp_path)
+    config = json.loads((run.workdir / "config.json").read_text())
+    config["data"]["cache_dir"] = f"{tree}/experiments/results/study/data"
+    config["workdir_note"] = f"{repo}2/elsewhere"
+    (run.workdir / "config.json").write_text(json.dumps(config))
+    record = records.convert_run(run.workdir, sweep.out)
+  finally:
+    records._roots.cache_clear()
+  assert record["config"]["data"]["cache_dir"] == "experiments/results/study/data"
+  assert record["config"]["workdir_note"] == f"{repo}2/elsewhere"

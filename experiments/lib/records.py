@@ -32,11 +32,14 @@ where its script records one. No result lies loose beside the study folders.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
+import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -188,7 +191,7 @@ def machine_paths(value: Any, where: str) -> list[str]:
   elif isinstance(value, list):
     for i, item in enumerate(value):
       found += machine_paths(item, f"{where}[{i}]")
-  elif isinstance(value, str) and (str(REPO_ROOT) in value or "/home/" in value):
+  elif isinstance(value, str) and (_roots().search(value) or "/home/" in value):
     found.append(f"{where}: {value[:120]}")
   return found
 
@@ -219,8 +222,36 @@ class _PointCheck(Point):
 
 
 # ---------------------------------------------------------------------- paths
+def checkouts(repo: Path) -> list[Path]:
+  """The working trees of `repo`'s git repository: `repo` first, then its other worktrees (a
+  study run from a worktree, so that edits here cannot change it halfway, writes that tree's
+  paths into its runs' configs). Only `repo` where git cannot tell."""
+  try:
+    listed = subprocess.run(
+      ["git", "-C", str(repo), "worktree", "list", "--porcelain"],
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout
+  except (OSError, subprocess.CalledProcessError):
+    listed = ""
+  trees = [
+    Path(line[len("worktree ") :]) for line in listed.splitlines() if line.startswith("worktree ")
+  ]
+  return [repo] + [tree for tree in trees if tree != repo]
+
+
+@functools.cache
+def _roots() -> re.Pattern[str]:
+  """The roots of this checkout and its worktrees, each as a whole path or a path's start (not
+  /work/main in /work/main2), longest first."""
+  names = sorted({str(root) for root in checkouts(REPO_ROOT)}, key=len, reverse=True)
+  return re.compile("(" + "|".join(map(re.escape, names)) + r")(/|(?![\w.-]))")
+
+
 def relative(value: Any) -> Any:
-  """`value` with every string's paths inside the repository written relative to its root."""
+  """`value` with every string's paths inside the repository, or inside another working tree of
+  it, written relative to its root."""
   if isinstance(value, dict):
     return {key: relative(item) for key, item in value.items()}
   if isinstance(value, list | tuple):
@@ -228,8 +259,7 @@ def relative(value: Any) -> Any:
   if isinstance(value, Path):
     value = str(value)
   if isinstance(value, str):
-    root = str(REPO_ROOT)
-    return value.replace(root + "/", "").replace(root, ".") if root in value else value
+    return _roots().sub(lambda m: "" if m.group(2) else ".", value)
   return value
 
 
