@@ -105,7 +105,8 @@ ladder() {
 # 5. AER on the embedded corpus, which has gold alignments (Luong et al.'s Table 6 reports AER
 # for their variants): the normalisers in both decoders at the embedded studies' plateau budget
 # and cpu preset (experiments/embedded_studies.sh; softmax in the paper's decoder is the
-# embedded score study's additive baseline, linked).
+# embedded score study's additive baseline, linked). Each point is tested against the paper's
+# decoder with softmax and, `--within model.decoder`, against softmax in its own decoder.
 EMBEDDED=(--config=configs/demo.py --seeds 0,1,2 --training sequential --launcher="$LAUNCHER"
   --set model.emb_dim=64 --set model.enc_hidden=64 --set model.dec_hidden=128
   --set model.attn_dim=64 --set model.maxout_dim=64 --set model.init=glorot
@@ -119,7 +120,7 @@ alignment() {
   link $RESULTS/embedded_normalisers "decoder=paper+normaliser=softmax" "embedded_scores/runs/additive"
   sweep "${EMBEDDED[@]}" --out $RESULTS/embedded_normalisers \
     --grid "model.decoder=paper,luong(cell=lstm, layers=2, input_feeding=true)" \
-    --grid model.normaliser=softmax,sparsemax,entmax15
+    --grid model.normaliser=softmax,sparsemax,entmax15 --within model.decoder
 }
 
 [ $# -gt 0 ] || set -- plateau table4 cross normalisers ladder alignment

@@ -481,14 +481,9 @@ def _caption(shown: Sequence[tuple[str, str, int]]) -> str:
   )
 
 
-def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
-  tests = _test_significance(report)
-  base = report.get("baseline")
-  rows = [r for r in report.get("configurations", []) if r["name"] != base]
-  if not tests or not rows:
-    return []
-  sig = report.get("significance") or {}
-  more = [  # Beside BLEU, where the report tested them: (column, tests, digits).
+def _more_tests(sig: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], int]]:
+  """Beside BLEU, where the report tested them: (column, tests, digits)."""
+  return [
     (name, sig[key], digits)
     for name, key, digits in (
       ("chrF difference (p)", "per_configuration_chrf", 2),
@@ -496,30 +491,62 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
     )
     if sig.get(key)
   ]
-  header = ["point", f"difference vs {base}", "95% interval", "p", "by seed"]
-  header += [name for name, _, _ in more]
+
+
+def _significance_rows(
+  pairs: Mapping[str, str],
+  tests: Mapping[str, Any],
+  more: Sequence[tuple[str, Mapping[str, Any], int]],
+  recs: Mapping[str, Sequence[dict]],
+) -> list[list[str]]:
+  """One row per tested point of `pairs` ({point: what it is tested against}): the BLEU
+  difference, its interval and p, the differences by seed, and the `more` tests."""
   cells = []
-  for row in rows:
-    t = tests.get(row["name"], {})
+  for name, base in pairs.items():
+    t = tests.get(name, {})
     if t.get("difference") is None:
       continue
     lo, hi = t["difference_ci95"]
     cells.append(
-      [row["name"], f"{t['difference']:+.2f}", f"{lo:+.2f} to {hi:+.2f}", _p(t["p_value"])]
-      + [" / ".join(f"{d:+.2f}" for d in _seed_differences(recs, row["name"], base)) or "-"]
-      + [_difference(other.get(row["name"]), digits) for _, other, digits in more]
+      [name, f"{t['difference']:+.2f}", f"{lo:+.2f} to {hi:+.2f}", _p(t["p_value"])]
+      + [" / ".join(f"{d:+.2f}" for d in _seed_differences(recs, name, base)) or "-"]
+      + [_difference(other.get(name), digits) for _, other, digits in more]
     )
+  return cells
+
+
+def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
+  tests = _test_significance(report)
+  base = report.get("baseline")
+  sig = report.get("significance") or {}
+  pairs = {r["name"]: base for r in report.get("configurations", []) if r["name"] != base}
+  more = _more_tests(sig)
+  header = ["point", f"difference vs {base}", "95% interval", "p", "by seed"]
+  cells = _significance_rows(pairs, tests, more, recs) if tests else []
   if not cells:
     return []
+  lines = ["## Significance", "", *reports.table(header + [n for n, _, _ in more], cells), ""]
+  within = sig.get("within") or {"references": {}, "per_configuration": {}}
+  refs = within["references"]
+  more_within = _more_tests(within)
+  rows = _significance_rows(refs, within["per_configuration"], more_within, recs)
+  for row in rows:
+    row.insert(1, refs[row[0]])
+  if rows:
+    header = ["point", "against", "difference", "95% interval", "p", "by seed"]
+    lines += [
+      f"Within each `{within['key']}`: each point against the point with its "
+      f"`{within['key']}` and the baseline's other settings.",
+      "",
+      *reports.table(header + [n for n, _, _ in more_within], rows),
+      "",
+    ]
   n = sig.get("n_samples")
-  return [
-    "## Significance",
-    "",
-    *reports.table(header, cells),
-    "",
+  lines += [
     f"Paired bootstrap of test BLEU ({n} resamples of the test sentences; each seed's outputs "
-    "paired with the baseline's of the same seed and pooled on every resample); by seed: each "
-    "seed's test BLEU minus the baseline's of the same seed, from the run records."
+    "paired with those of the same seed of the point tested against, pooled on every resample); "
+    "by seed: each seed's test BLEU minus that of the same seed of the point tested against, "
+    "from the run records."
     + (
       " chrF and twin peaks (the share of output words with one source twin whose attention "
       "peaks on it, pooled over the resampled sentences' pairs): the same resamples."
@@ -528,6 +555,7 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
     ),
     "",
   ]
+  return lines
 
 
 def _difference(test: Mapping[str, Any] | None, digits: int) -> str:
@@ -761,8 +789,27 @@ def ranking(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float]]:
   return sorted(((r["name"], r[key]) for r in rows), key=lambda x: -x[1])
 
 
+def _comparison(name: str, base: str, t: Mapping[str, Any], recs: Mapping) -> str:
+  """One sentence: `name`'s test BLEU against `base`'s, its interval, p, verdict and seeds."""
+  lo, hi = t["difference_ci95"]
+  verdict = _verdict(t["difference"], t["p_value"])
+  seeds = _seed_differences(recs, name, base)
+  sign = ""
+  if len(seeds) > 1:
+    every = "both seeds" if len(seeds) == 2 else f"all {len(seeds)} seeds"
+    if all(d > 0 for d in seeds) or all(d < 0 for d in seeds):
+      sign = f"; the same sign on {every}"
+    else:
+      sign = "; the seeds differ in sign"
+  return (
+    f"`{name}` against `{base}`: {t['difference']:+.2f} test BLEU (95% interval "
+    f"{lo:+.2f} to {hi:+.2f}), p {_p(t['p_value'])}: {verdict}{sign}."
+  )
+
+
 def sweep_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
-  """What a study's rows and bootstrap say, one sentence per point against the baseline."""
+  """What a study's rows and bootstrap say, one sentence per point against the baseline, and
+  per point against its group's baseline where the study tested within groups."""
   rows = report.get("configurations") or []
   base = report.get("baseline")
   if not rows or base is None:
@@ -774,26 +821,17 @@ def sweep_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict
     out.append(f"By mean test BLEU: {order}.")
   for row in rows:
     t = tests.get(row["name"], {})
-    if row["name"] == base or t.get("difference") is None:
-      continue
-    lo, hi = t["difference_ci95"]
-    verdict = _verdict(t["difference"], t["p_value"])
-    seeds = _seed_differences(recs, row["name"], base)
-    sign = ""
-    if len(seeds) > 1:
-      every = "both seeds" if len(seeds) == 2 else f"all {len(seeds)} seeds"
-      if all(d > 0 for d in seeds) or all(d < 0 for d in seeds):
-        sign = f"; the same sign on {every}"
-      else:
-        sign = "; the seeds differ in sign"
-    out.append(
-      f"`{row['name']}` against `{base}`: {t['difference']:+.2f} test BLEU (95% interval "
-      f"{lo:+.2f} to {hi:+.2f}), p {_p(t['p_value'])}: {verdict}{sign}."
-    )
+    if row["name"] != base and t.get("difference") is not None:
+      out.append(_comparison(row["name"], base, t, recs))
   ps = [(tests.get(r["name"]) or {}).get("p_value") for r in rows if r["name"] != base]
   level = [p for p in ps if p is not None and p > P_LEVEL]
   if level and len(level) == len(rows) - 1:
     out.append(f"No point moves test BLEU away from `{base}` (every p above {P_LEVEL}).")
+  within = (report.get("significance") or {}).get("within") or {}
+  for name, other in within.get("references", {}).items():
+    t = within["per_configuration"].get(name, {})
+    if t.get("difference") is not None:
+      out.append(f"Within its `{within['key']}`: " + _comparison(name, other, t, recs))
   return out
 
 

@@ -2,7 +2,7 @@
 
     python -m experiments.sweep --config=configs/demo.py --out runs/my-sweep \
         --grid model.score=additive,dot,general --grid model.features=none,coverage \
-        --seeds 0,1,2 [--set train.num_steps=2000 ...] [--baseline POINT]
+        --seeds 0,1,2 [--set train.num_steps=2000 ...] [--baseline POINT] [--within KEY]
         [--decode decode.replace_unk=false ...]
         [--training together|sequential] [--launcher local|jobs|cores] [--only POINT,...]
         [--collect] [--bootstrap-samples 1000] [--compilation-cache DIR]
@@ -37,7 +37,9 @@ Outputs (after training, or with `--collect`): OUT/sweep.md, per point the mean 
 deviation over seeds of test BLEU, test chrF, validation BLEU (the final evaluation's) and,
 where the corpus has gold alignments, AER, and the paired bootstrap p of test BLEU against
 `--baseline` (default: the first point), pooled over seeds (each seed's test hypotheses
-concatenated in seed order and paired with the baseline's of the same seed); OUT/sweep.json
+concatenated in seed order and paired with the baseline's of the same seed), and with
+`--within KEY` the same test of each point against its group's baseline (the point with its
+value of KEY and the baseline's of the other grid fields); OUT/sweep.json
 (rows, significance, every run's record and command, learning curves, environment) and
 OUT/learning_curves.png (validation BLEU against steps, or validation loss where no run computed
 BLEU: mean over seeds, band of one standard deviation, one line per point).
@@ -85,6 +87,14 @@ class GridSweep(driver.Study):
       "points are not a whole cross product",
     )
     parser.add_argument("--baseline", default=None, help="point tested against (default: first)")
+    parser.add_argument(
+      "--within",
+      default=None,
+      metavar="KEY",
+      help="a --grid field: also test each point against the point with its value of KEY and "
+      "the baseline's of every other field (--within model.decoder: each normaliser against "
+      "softmax in the same decoder)",
+    )
 
   def points(self, args: argparse.Namespace) -> list[Point]:
     if not args.grid:
@@ -109,6 +119,16 @@ class GridSweep(driver.Study):
       for d in settings
     ]
     return trained + decoded
+
+  def check(self, sweep: Sweep, args: argparse.Namespace) -> None:
+    """`--within KEY` must name a --grid field other than every field."""
+    if args.within is None:
+      return
+    grid = sweeps.parse_grid(args.grid)
+    if args.within not in grid:
+      raise ValueError(f"--within {args.within}: not a --grid field ({', '.join(grid)})")
+    if len(grid) < 2:
+      raise ValueError(f"--within {args.within}: the grid has no other field to compare in groups")
 
   def report(
     self, sweep: Sweep, args: argparse.Namespace, trained: set[str], start: float

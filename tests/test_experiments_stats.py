@@ -56,6 +56,44 @@ def test_bootstrap_resamples_sentences_not_seed_copies(tmp_path):
   assert 0.0 < p[1] < 1.0 and p[3] == pytest.approx(p[1])
 
 
+def _decoder_grid(tmp_path):
+  grid = {"model.decoder": ["paper", "luong"], "model.normaliser": ["softmax", "sparsemax"]}
+  points = sweeps.grid_points(grid) + [
+    Point("copy", {}, decode_from="decoder=paper+normaliser=softmax")
+  ]
+  return Sweep("configs/tiny.py", points, [0, 1], tmp_path, {}, {})
+
+
+def test_within_pairs_each_point_with_its_groups_baseline(tmp_path):
+  sweep = _decoder_grid(tmp_path)
+  base = "decoder=paper+normaliser=softmax"
+  # The baseline's own group is tested against the baseline already.
+  assert sweeps.within_references(sweep, base, "model.decoder") == {
+    "decoder=luong+normaliser=sparsemax": "decoder=luong+normaliser=softmax",
+  }
+  assert sweeps.within_references(sweep, base, "model.normaliser") == {
+    "decoder=luong+normaliser=sparsemax": "decoder=paper+normaliser=sparsemax",
+  }
+  with pytest.raises(ValueError, match="--within model.score: no point sets it"):
+    sweeps.within_references(sweep, base, "model.score")
+
+
+def test_bootstrap_of_given_pairs_matches_each_pairs_own_baseline_test(tmp_path):
+  """Tested within groups, a point gets the test it would get with its group's baseline as the
+  study's baseline: the same resamples, the same p."""
+  refs = [f"w{i} a b c d e" for i in range(30)]
+  sweep = _decoder_grid(tmp_path)
+  for k, point in enumerate(sweep.points):
+    lines = [f"w{i} a b c d e" if i % (k + 2) else f"w{i} a x c d e" for i in range(30)]
+    write_hypotheses(sweep, point, [lines, lines[::-1]])
+  pairs = sweeps.within_references(sweep, "decoder=paper+normaliser=softmax", "model.decoder")
+  within = sweeps.bootstrap(sweep, pairs, refs, n_samples=100, metrics=("bleu", "chrf"))
+  assert set(within["bleu"]) == set(pairs) == set(within["chrf"])
+  luong = "decoder=luong+normaliser=sparsemax"
+  alone = sweeps.bootstrap(sweep, pairs[luong], refs, n_samples=100)["bleu"][luong]
+  assert within["bleu"][luong] == alone and 0.0 < alone["p_value"] < 1.0
+
+
 def test_bootstrap_p_is_one_for_equally_good_systems():
   """Two-sided and centred: systems with the same corpus BLEU (their errors on different
   sentences) differ by nothing, so p = 1; counting resamples whose absolute difference exceeds

@@ -242,6 +242,8 @@ def test_sweep_decodes_each_trained_point_again_without_training(tmp_path, cache
     (["--grid", "model.score=additive", "--set", "train.num_steps=ten"], "expected an integer"),
     (["--grid", "model.score=additive,dot", "--baseline", "cosine"], "unknown point 'cosine'"),
     (["--grid", "model.score=additive", "--only", "dot"], "unknown point ['dot']"),
+    (["--grid", "model.score=additive,dot", "--within", "model.dropout"], "not a --grid field"),
+    (["--grid", "model.score=additive,dot", "--within", "model.score"], "no other field"),
     ([], "--grid KEY=V1,V2,... is required"),
   ],
 )

@@ -198,6 +198,52 @@ def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tes
   )
 
 
+def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseline():
+  def test(difference, p):
+    return {
+      "difference": difference,
+      "difference_ci95": [difference - 1, difference + 1],
+      "p_value": p,
+    }
+
+  names = ["paper+softmax", "paper+sparse", "luong+softmax", "luong+sparse"]
+  report = {
+    "baseline": "paper+softmax",
+    "configurations": [{"name": n, "bleu_mean": 50.0} for n in names],
+    "significance": {
+      "n_samples": 1000,
+      "per_configuration": {
+        "paper+softmax": {"p_value": None},
+        "paper+sparse": test(1.0, 0.01),
+        "luong+softmax": test(-4.0, 0.001),
+        "luong+sparse": test(-2.0, 0.001),
+      },
+      "within": {
+        "key": "model.decoder",
+        "references": {"paper+sparse": "paper+softmax", "luong+sparse": "luong+softmax"},
+        "per_configuration": {"paper+sparse": test(1.0, 0.01), "luong+sparse": test(2.0, 0.002)},
+        "per_configuration_chrf": {"luong+sparse": test(1.5, 0.004)},
+      },
+    },
+  }
+  bleu = {"paper+softmax": 50.0, "paper+sparse": 51.0, "luong+softmax": 46.0, "luong+sparse": 48.0}
+  recs = {n: [{"seed": 0, "results": {"test": {"bleu": b}}}] for n, b in bleu.items()}
+  lines = pages.significance(report, recs)
+  assert "| luong+sparse | -2.00 | -3.00 to -1.00 | 0.001 | -2.00 |" in lines
+  assert (
+    "| point | against | difference | 95% interval | p | by seed | chrF difference (p) |" in lines
+  )
+  assert (
+    "| luong+sparse | luong+softmax | +2.00 | +1.00 to +3.00 | 0.002 | +2.00 | +1.50 (0.004) |"
+    in lines
+  )
+  said = pages.sweep_conclusion(report, recs)
+  assert (
+    "Within its `model.decoder`: `luong+sparse` against `luong+softmax`: +2.00 test BLEU (95% "
+    "interval +1.00 to +3.00), p 0.002: ahead." in said
+  )
+
+
 def test_the_headline_table_reads_every_cell_from_the_data():
   table = pages.headline_table()
   paper = json.loads((ROOT / pages.HEADLINE_INPUTS["paper"]).read_text())

@@ -449,7 +449,9 @@ def collect(
   """The record of a finished sweep: per point the test-split figures over seeds
   (`sweeps.aggregate`) with the paired bootstrap p of its test BLEU against `baseline`
   (`sweeps.bootstrap`; of its test chrF and, where the runs kept their per-sentence counts, its
-  twin peaks beside it), every run's record, and the validation learning curves."""
+  twin peaks beside it), every run's record, and the validation learning curves. With
+  `--within KEY`, the same tests of each point against its group's baseline
+  (`sweeps.within_references`) too, under the significance's "within"."""
   recs = sweeps.records(sweep, trained)
   rows = [sweeps.aggregate(sweep, point, recs[point.name]) for point in sweep.points]
   refs = sweeps.references(sweep)
@@ -463,4 +465,14 @@ def collect(
     "per_configuration_chrf": significance["chrf"],
     "per_configuration_twin_peaks": sweeps.bootstrap_twins(recs, baseline, n),
   }
+  if key := getattr(args, "within", None):
+    pairs = sweeps.within_references(sweep, baseline, key)
+    within = sweeps.bootstrap(sweep, pairs, refs, n, metrics=("bleu", "chrf"))
+    tested["within"] = {
+      "key": key,
+      "references": pairs,
+      "per_configuration": within["bleu"],
+      "per_configuration_chrf": within["chrf"],
+      "per_configuration_twin_peaks": sweeps.bootstrap_twins(recs, pairs, n),
+    }
   return record(sweep, args, baseline, rows, tested, recs, start, **extra)

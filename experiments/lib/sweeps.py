@@ -299,50 +299,84 @@ def long_test_words(sweep: Sweep) -> tuple[int, int]:
   return data.long_test_min_words, data.long_test_max_words
 
 
+def _pairs(points: Sequence[str], against: str | Mapping[str, str]) -> dict[str, str]:
+  """{point: the point it is tested against}: every other point against one baseline, or the
+  pairs given."""
+  if isinstance(against, str):
+    return {name: against for name in points if name != against}
+  return dict(against)
+
+
+def within_references(sweep: Sweep, baseline: str, key: str) -> dict[str, str]:
+  """{point: its group's baseline} for a sweep whose points vary `key` and other fields: the
+  group of a point is the points with its value of `key`, the group's baseline the one of them
+  with the baseline's value of every other field (`--within model.decoder`: each normaliser
+  against softmax in the same decoder). Left out: the baseline's own group (its points are
+  tested against the baseline already), a group's baseline itself, a point whose group has none,
+  and a decoding point (its own settings are not the grid's)."""
+  base = sweep.point(baseline).overrides
+  trained = [p for p in sweep.points if p.decode_from is None]
+  if not any(key in p.overrides for p in trained):
+    raise ValueError(f"--within {key}: no point sets it; the grid's fields: {', '.join(base)}")
+  out = {}
+  for point in trained:
+    if point.overrides.keys() != base.keys() or point.overrides[key] == base[key]:
+      continue
+    wanted = {**base, key: point.overrides[key]}
+    for other in trained:
+      if other.overrides == wanted and other.name != point.name:
+        out[point.name] = other.name
+  return out
+
+
 def bootstrap(
   sweep: Sweep,
-  baseline: str,
+  against: str | Mapping[str, str],
   refs: Sequence[str],
   n_samples: int,
   split: str = "test",
   indices: Sequence[int] | None = None,
   metrics: Sequence[str] = ("bleu",),
 ) -> dict[str, dict[str, dict[str, Any]]]:
-  """The paired bootstrap of every point's BLEU (and/or chrF: `metrics`) on `split` (whose
-  references `refs` are) against the point `baseline`'s, seeds paired (seed S of the point with
-  seed S of the baseline) and pooled on each resample of the sentences
+  """The paired bootstrap of BLEU (and/or chrF: `metrics`) on `split` (whose references `refs`
+  are): every point against the baseline point `against`, or each point of the mapping
+  `against` ({point: reference point}) against its reference; seeds paired (seed S of the point
+  with seed S of the other) and pooled on each resample of the sentences
   (`stats.paired_bootstrap`), the runs' hypotheses read once for all metrics. `indices`: only
   these sentences of the split (e.g. a length bucket). {metric: {point: stats.paired_bootstrap's
-  result and "seeds"}}; the baseline's p is None.
+  result and "seeds"}}; a single baseline's p is None.
   """
+  pairs = _pairs(sweep.names(), against)
   select = (lambda lines: lines) if indices is None else (lambda lines: [lines[i] for i in indices])
+  needed = {*pairs, *pairs.values()}
   hypotheses = {
-    point.name: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(point)]
-    for point in sweep.points
+    name: [select(runs_lib.hypotheses(run, split)) for run in sweep.runs(name)]
+    for name in sweep.names()
+    if name in needed
   }
-  base = hypotheses[sweep.point(baseline).name]
   refs_ = select(list(refs))
   out: dict[str, dict[str, dict[str, Any]]] = {}
   for metric in metrics:
     out[metric] = {
       name: {
-        **stats.paired_bootstrap(base, hyps, refs_, n_samples, metric),
+        **stats.paired_bootstrap(hypotheses[other], hypotheses[name], refs_, n_samples, metric),
         "seeds": list(sweep.seeds),
       }
-      for name, hyps in hypotheses.items()
-      if name != baseline
+      for name, other in pairs.items()
     }
-    out[metric][baseline] = {"p_value": None, "seeds": list(sweep.seeds)}
+    if isinstance(against, str):
+      out[metric][sweep.point(against).name] = {"p_value": None, "seeds": list(sweep.seeds)}
   return out
 
 
 def bootstrap_twins(
-  recs: Mapping[str, Sequence[dict[str, Any]]], baseline: str, n_samples: int
+  recs: Mapping[str, Sequence[dict[str, Any]]], against: str | Mapping[str, str], n_samples: int
 ) -> dict[str, dict[str, Any]]:
-  """The paired bootstrap of every point's twin peaks on the test split against `baseline`'s
-  (`stats.paired_bootstrap_twins`), from the runs' per-sentence twin counts
-  (`metrics.twin_counts`); the points whose runs, or the baseline's, were evaluated without
-  them, or made no twin pair, are left out. {point: the result and "seeds"}."""
+  """The paired bootstrap of twin peaks on the test split (`stats.paired_bootstrap_twins`),
+  every point against the baseline `against`, or each point of the mapping `against` against
+  its reference, from the runs' per-sentence twin counts (`metrics.twin_counts`); the points
+  whose runs, or their reference's, were evaluated without them, or made no twin pair, are
+  left out. {point: the result and "seeds"}."""
 
   def counts(point: str) -> list[np.ndarray] | None:
     tests = [rec["results"]["test"] for rec in recs[point]]
@@ -350,10 +384,10 @@ def bootstrap_twins(
     missing = any(a is None for a in arrays) or sum(a[:, 0].sum() for a in arrays) == 0
     return None if missing else arrays
 
-  base = counts(baseline)
   out: dict[str, dict[str, Any]] = {}
-  for point in recs:
-    mine = None if base is None or point == baseline else counts(point)
+  for point, other in _pairs(list(recs), against).items():
+    base = counts(other)
+    mine = None if base is None else counts(point)
     if mine is not None and len(mine) == len(base):
       result = stats.paired_bootstrap_twins(base, mine, n_samples)
       out[point] = {**result, "seeds": [rec["config"]["seed"] for rec in recs[point]]}
