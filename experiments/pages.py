@@ -1420,6 +1420,7 @@ HEADLINE_INPUTS = {
   "paper": "experiments/results/paper_cpu_seeds/table1.json",
   "multi30k": "experiments/results/multi30k_best/final.json",
   "speed": "experiments/results/benchmark",
+  "decoders": "experiments/results/embedded_normalisers/sweep.json",
 }
 README = ROOT / "README.md"
 # The README's generated block sits between these two lines.
@@ -1435,6 +1436,9 @@ def headline_table(inputs: Mapping[str, str] = HEADLINE_INPUTS) -> str:
     against RNNencdec-50;
   * `multi30k`, experiments/results/multi30k_best/final.json: the 30-minute Multi30k system
     (`test_bleu`, `minutes`, `updates`, `published`: the best published recurrent system);
+  * `decoders`, experiments/results/embedded_normalisers/sweep.json: the attention's AER
+    against the embedded corpus's gold alignments (`aer_mean`, `aer_std`), softmax in Luong et
+    al.'s decoder against softmax in the paper's (the study's baseline), with both test BLEUs;
   * `speed`, benchmark JSONs of `python -m experiments.benchmark --peer` (`headline_speeds`: a
     folder gives, per CPU, its newest float32 one): our training tokens/s and greedy
     sentences/s over the PyTorch peer's (`peer.ratios`), measured side by side at the benchmark
@@ -1459,6 +1463,22 @@ def headline_table(inputs: Mapping[str, str] = HEADLINE_INPUTS) -> str:
     f"({best['updates']:,} updates) | {best['test_bleu']:.2f} | "
     f"{published.get('system', '-')}: {published.get('test_2016_bleu', '-')} | "
     f"`{inputs['multi30k']}` |"
+  )
+  decoders = _read(inputs["decoders"])
+  points = {r["name"]: r for r in decoders["configurations"]}
+  paper_decoder = points[decoders["baseline"]]
+  luong = next(
+    r
+    for r in decoders["configurations"]
+    if r["overrides"]["model.decoder"].startswith("luong")
+    and r["overrides"]["model.normaliser"] == "softmax"
+  )
+  lines.append(
+    f"| Attention's alignment error rate on the embedded corpus (lower is better), Luong et "
+    f"al.'s decoder ({len(luong['seeds'])} seeds; test BLEU {luong['bleu_mean']:.2f} against "
+    f"{paper_decoder['bleu_mean']:.2f}) | {luong['aer_mean']:.3f} ± {luong['aer_std']:.3f} | "
+    f"the paper's decoder: {paper_decoder['aer_mean']:.3f} ± {paper_decoder['aer_std']:.3f} | "
+    f"`{inputs['decoders']}` |"
   )
   for path in headline_speeds(inputs["speed"]):
     bench = _read(path)

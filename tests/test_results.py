@@ -256,7 +256,12 @@ def test_the_headline_table_reads_every_cell_from_the_data():
     bench = json.loads((ROOT / path).read_text())
     assert f"{bench['peer']['ratios']['train_tokens_per_s']['median']:.2f}x" in table
     assert f"both {bench['dtype']}" in table and f"`{path}`" in table
-  assert len(table.splitlines()) == 2 + 2 + len(speeds)
+  decoders = json.loads((ROOT / pages.HEADLINE_INPUTS["decoders"]).read_text())
+  for row in decoders["configurations"]:
+    if row["overrides"]["model.normaliser"] == "softmax":
+      assert f"{row['aer_mean']:.3f} ± {row['aer_std']:.3f}" in table
+      assert f"{row['bleu_mean']:.2f}" in table
+  assert len(table.splitlines()) == 2 + 3 + len(speeds)
 
 
 def test_the_headline_gives_every_cpus_newest_like_for_like_speed_not_a_chosen_one():
