@@ -161,22 +161,24 @@ def test_attentions_zero_share_is_a_column_where_a_point_has_one():
   assert "zero weights" not in pages.results_table(report)[2]
 
 
-def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tested_them():
-  def test(difference, p):
-    return {
-      "difference": difference,
-      "difference_ci95": [difference - 1, difference + 1],
-      "p_value": p,
-    }
+def _tested(difference, p):
+  """A bootstrap result as a report stores it: the difference, an interval of +-1 and p."""
+  return {
+    "difference": difference,
+    "difference_ci95": [difference - 1, difference + 1],
+    "p_value": p,
+  }
 
+
+def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tested_them():
   report = {
     "baseline": "plain",
     "configurations": [{"name": "plain"}, {"name": "guided"}],
     "significance": {
       "n_samples": 1000,
-      "per_configuration": {"guided": test(0.5, 0.2), "plain": {"p_value": None}},
-      "per_configuration_chrf": {"guided": test(0.25, 0.3)},
-      "per_configuration_twin_peaks": {"guided": test(0.125, 0.001)},
+      "per_configuration": {"guided": _tested(0.5, 0.2), "plain": {"p_value": None}},
+      "per_configuration_chrf": {"guided": _tested(0.25, 0.3)},
+      "per_configuration_twin_peaks": {"guided": _tested(0.125, 0.001)},
     },
   }
   recs = {
@@ -199,13 +201,6 @@ def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tes
 
 
 def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseline():
-  def test(difference, p):
-    return {
-      "difference": difference,
-      "difference_ci95": [difference - 1, difference + 1],
-      "p_value": p,
-    }
-
   names = ["paper+softmax", "paper+sparse", "luong+softmax", "luong+sparse"]
   report = {
     "baseline": "paper+softmax",
@@ -214,15 +209,18 @@ def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseli
       "n_samples": 1000,
       "per_configuration": {
         "paper+softmax": {"p_value": None},
-        "paper+sparse": test(1.0, 0.01),
-        "luong+softmax": test(-4.0, 0.001),
-        "luong+sparse": test(-2.0, 0.001),
+        "paper+sparse": _tested(1.0, 0.01),
+        "luong+softmax": _tested(-4.0, 0.001),
+        "luong+sparse": _tested(-2.0, 0.001),
       },
       "within": {
         "key": "model.decoder",
         "references": {"paper+sparse": "paper+softmax", "luong+sparse": "luong+softmax"},
-        "per_configuration": {"paper+sparse": test(1.0, 0.01), "luong+sparse": test(2.0, 0.002)},
-        "per_configuration_chrf": {"luong+sparse": test(1.5, 0.004)},
+        "per_configuration": {
+          "paper+sparse": _tested(1.0, 0.01),
+          "luong+sparse": _tested(2.0, 0.002),
+        },
+        "per_configuration_chrf": {"luong+sparse": _tested(1.5, 0.004)},
       },
     },
   }
