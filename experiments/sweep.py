@@ -217,7 +217,25 @@ def markdown(result: dict[str, Any]) -> str:
     )
   n = result["significance"]["n_samples"]
   lines.append(stats.bootstrap_caption(baseline, f"test BLEU ({n} resamples)"))
+  within = result["significance"].get("within") or {"references": {}}
+  if within["references"]:
+    tests = within["per_configuration"]
+    cells = [
+      [name, other, _signed(tests[name].get("difference")), fmt(tests[name]["p_value"], 4)]
+      for name, other in within["references"].items()
+    ]
+    lines += [
+      "",
+      f"Within each `{within['key']}`: each point against its group's baseline (its "
+      f"`{within['key']}`, the baseline's other settings), by the same test.",
+      "",
+      *reports.table(["point", "against", "test BLEU difference", "p"], cells),
+    ]
   return "\n".join(lines) + "\n"
+
+
+def _signed(difference: float | None) -> str:
+  return "0 (the same outputs)" if difference is None else f"{difference:+.2f}"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

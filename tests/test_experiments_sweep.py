@@ -255,6 +255,20 @@ def test_sweep_refuses_bad_settings_in_one_line(tmp_path, extra, message):
   assert "\n" not in str(exc.value) and not (tmp_path / "bad").exists()
 
 
+def test_the_sweep_table_ends_with_the_tests_within_groups():
+  """The committed normalisers study, tested within each decoder: its sweep.md table is the
+  sweep's own, then one line per point against softmax in its own decoder."""
+  study = ROOT / "experiments" / "results" / "embedded_normalisers"
+  result = json.loads((study / "sweep.json").read_text())
+  md = grid_sweep.markdown(result)
+  within = result["significance"]["within"]
+  assert within["key"] == "model.decoder" and within["references"]
+  for name, other in within["references"].items():
+    diff = within["per_configuration"][name]["difference"]
+    assert f"| {name} | {other} | {diff:+.2f} |" in md
+  assert md + "\n".join(driver.footer(result)) + "\n" == (study / "sweep.md").read_text()
+
+
 def test_grid_points_cross_product_named_and_typed():
   grid = sweeps.parse_grid(
     ["model.score=additive,dot", "model.features=none,coverage(fertility=true,fertility_max=3)"]
