@@ -23,6 +23,7 @@ against a baseline point (pooled over seeds, see `bootstrap`), and validation le
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import re
@@ -378,6 +379,7 @@ def bootstrap_twins(
   whose runs, or their reference's, were evaluated without them, or made no twin pair, are
   left out. {point: the result and "seeds"}."""
 
+  @functools.cache  # A reference (one baseline) serves many points: its counts are read once.
   def counts(point: str) -> list[np.ndarray] | None:
     tests = [rec["results"]["test"] for rec in recs[point]]
     arrays = [metrics.twin_counts(t, t["num_sentences"]) for t in tests]
