@@ -23,8 +23,8 @@ __all__ = ["Hypothesis", "Scored", "Translator", "load"]
 
 def load(workdir: str | Path, config: ml_collections.ConfigDict | None = None) -> Translator:
   """The run in `workdir`, ready to translate and score: its saved config (WORKDIR/config.json,
-  or `config` when given, e.g. with other `decode` settings) and its best checkpoint by
-  validation BLEU, else its latest (`evaluation.restore_for_eval`)."""
+  or `config` when given, e.g. with other `decode` settings) and its best checkpoint (by
+  validation BLEU, or early stopping's metric), else its latest (`evaluation.restore_for_eval`)."""
   if config is None:
     config = checkpoints.load_config(workdir)
   return translate.Translator(config, workdir)

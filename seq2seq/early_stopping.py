@@ -8,8 +8,9 @@ stops after the validation at which `metric` (greedy validation "bleu" or "chrf"
 better; or the validation "loss", lower is better) has gone `patience` evaluations in a row
 without beating its best so far by more than `min_delta`. The steps between evaluations are
 `train.eval_every`; the budget (`train.num_steps`, `train.max_minutes`) still ends training when
-it comes first. The best checkpoint (`WORKDIR/best`, by validation BLEU) is kept as always, and
-the final evaluation reads it.
+it comes first. The best checkpoint (`WORKDIR/best`) is then the best by `metric`, the step the
+count names as best (`checkpoint_metric`), and the final evaluation and `--mode=eval` read it
+(as Keras's `restore_best_weights` and Prechelt's early stopping restore the best parameters).
 
 The count is not saved anywhere: it is read again from the validation rows of metrics.jsonl
 (`Patience.replay`), so a resumed run stops where the uninterrupted run would, and a rerun of a
@@ -53,6 +54,16 @@ def parse(text: str | EarlyStopping | None) -> EarlyStopping | None:
   """The settings a `train.early_stopping` spec names; None for "" (no early stopping)."""
   usage = "'' (off) or early(metric=bleu|chrf|loss, patience=N, min_delta=D)"
   return registry.optional_settings(EarlyStopping, "early", text, FIELD, usage)
+
+
+def checkpoint_metric(train) -> str | None:
+  """The validation metric that chooses the best checkpoint of a run with `train` settings:
+  early stopping's metric when it is on, else "bleu" with `train.valid_bleu`, else None (the
+  latest checkpoint is evaluated)."""
+  rule = parse(train.early_stopping)
+  if rule is not None:
+    return rule.metric
+  return "bleu" if train.valid_bleu else None
 
 
 class Patience:

@@ -22,6 +22,7 @@ from seq2seq import (
   checkpoints,
   console,
   decode,
+  early_stopping,
   ensemble,
   explorer,
   files,
@@ -89,22 +90,25 @@ VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each e
 def restore_run(
   run: settings.RunSettings, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
 ) -> steps.TrainState:
-  """The run's best checkpoint by validation BLEU if one was kept and is intact, else, of the
-  intact regular checkpoints, the one with the best validation BLEU in metrics.jsonl (the latest
-  among equals, and when none was validated), with the parameters evaluation uses
+  """The run's best checkpoint if one was kept and is intact, else, of the intact regular
+  checkpoints, the one with the best validation row by the metric that chooses the best
+  (`early_stopping.checkpoint_metric`: early stopping's, else BLEU; the latest among equals, and
+  when none was validated or no metric chooses), with the parameters evaluation uses
   (`TrainState.for_eval`: the moving average when there is one). A damaged checkpoint is
   reported by its folder and skipped (`checkpoints.Checkpointer` sets aside those that fail
   their checksums); never restored as garbage."""
   workdir = Path(workdir)
   fresh = rt.abstract_state(run, src_vocab, tgt_vocab, runtime)
-  bleu = {
-    r["step"]: r["bleu"]
+  metric = early_stopping.checkpoint_metric(run.train)
+  sign = early_stopping.METRICS.get(metric, 0.0)
+  value = {
+    r["step"]: sign * r[metric]
     for r in metric_writer.read_metrics(workdir)
-    if r["split"] == "valid" and "bleu" in r
+    if r["split"] == "valid" and metric in r
   }
   for subdir in ("best", "checkpoints"):
     ckpt = checkpoints.Checkpointer(workdir, run.train.keep_checkpoints, subdir=subdir)
-    held = sorted(ckpt.manager.all_steps(), key=lambda s: (bleu.get(s, -1.0), s), reverse=True)
+    held = sorted(ckpt.manager.all_steps(), key=lambda s: (value.get(s, -np.inf), s), reverse=True)
     try:
       for step in held:
         try:
@@ -117,6 +121,19 @@ def restore_run(
     finally:
       ckpt.close()
   raise FileNotFoundError(f"no intact checkpoint in {workdir / 'checkpoints'}; train first")
+
+
+def checkpoint_note(run: settings.RunSettings, step: int) -> dict:
+  """What results.json says of the checkpoint evaluated: its step and the validation metric that
+  chose it ("latest" where none did); nothing for an ensemble."""
+  if ensemble.workdirs(run.decode):
+    return {}
+  return {
+    "checkpoint": {
+      "step": step,
+      "chosen_by": early_stopping.checkpoint_metric(run.train) or "latest",
+    }
+  }
 
 
 def restore_member(workdir: Path, runtime) -> steps.TrainState:
@@ -229,7 +246,7 @@ def evaluate_run(
         f"parameters are unusable, and {workdir / prefix} is left as it was"
       )
     result["step"] = step
-    result.update(notes or {})
+    result.update(checkpoint_note(run, step) | (notes or {}))
     out = workdir / prefix / split
     result = evaluate_split(
       rt.host_local(state),

@@ -104,7 +104,8 @@ def unstack(state: steps.TrainState, index: int) -> steps.TrainState:
   return jax.tree.map(lambda x: x[index], state)
 
 
-BEST_BLEU = "validation.json"  # In WORKDIR/best/STEP/: the BLEU that made it the best.
+# In WORKDIR/best/STEP/: the validation that made it the best (its metric, value and BLEU).
+BEST_BLEU = "validation.json"
 
 
 def held_bleu(workdir: Path, best_step: int | None) -> float:
@@ -438,7 +439,7 @@ class Loop:
 
   def validate(self, done: int) -> None:
     """Validation loss and perplexity of every member, with `train.valid_bleu` its greedy BLEU
-    too, saving the member's best checkpoint when that BLEU is the best so far."""
+    too, saving the member's best checkpoint when this validation is its best (`is_best`)."""
     paused, members = time.perf_counter(), self.members
     batches = input_pipeline.eval_batches(
       self.data,
@@ -460,19 +461,11 @@ class Loop:
         chrf = "chrf" in read
         scores = evaluation.valid_scores(member_state.for_eval(), self.data, run, out, chrf=chrf)
         scalars.update(scores)
-        if scalars["bleu"] >= self.best_bleu[k]:  # Ties go to the later checkpoint.
-          self.best_bleu[k] = scalars["bleu"]
-          self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
-          files.kill_point("best-checkpoint")
-          if self.bests[k].latest_step() != done:  # (A redone validation may hold it already.)
-            self.bests[k].save(member_state, None)
-          if self.primary:  # Its BLEU beside it, whatever becomes of metrics.jsonl.
-            beside = members.workdirs[k] / "best" / str(done) / BEST_BLEU
-            files.write_atomic(beside, json.dumps({"step": done, "bleu": scalars["bleu"]}) + "\n")
-          files.kill_point("after-best-checkpoint")
-      w.write(done, "valid", scalars)
       if self.patience:
         self.patience[k].update(done, scalars)
+      if self.is_best(k, done, scalars):
+        self.save_best(k, done, scalars)
+      w.write(done, "valid", scalars)
       if self.plateaus:
         self.plateaus[k].update(scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
@@ -480,6 +473,33 @@ class Loop:
       console.say(valid_line(done, scalars, self.best_bleu[k], who))
     self.set_lr_scale()
     self.eta.paused("eval", time.perf_counter() - paused)
+
+  def is_best(self, k: int, done: int, scalars: dict[str, float]) -> bool:
+    """Whether member k's validation at `done` is its best so far: by early stopping's own count
+    when it is on (the step it names as best), else by validation BLEU (ties go to the later
+    checkpoint); never without either (`early_stopping.checkpoint_metric`)."""
+    bleu = scalars.get("bleu")
+    better_bleu = bleu is not None and bleu >= self.best_bleu[k]
+    if better_bleu:
+      self.best_bleu[k] = bleu
+    if self.patience:
+      return self.patience[k].best_step == done
+    return better_bleu
+
+  def save_best(self, k: int, done: int, scalars: dict[str, float]) -> None:
+    """Member k's checkpoint of `done` as its best, with the validation that chose it beside."""
+    metric = early_stopping.checkpoint_metric(self.tcfg)
+    self.save_all()  # First, so that a resumed run never starts before its best checkpoint.
+    files.kill_point("best-checkpoint")
+    if self.bests[k].latest_step() != done:  # (A redone validation may hold it already.)
+      self.bests[k].save(self.members.state(self.state, k), None)
+    if self.primary:  # What chose it, beside it, whatever becomes of metrics.jsonl.
+      chosen = {"step": done, "chosen_by": metric, metric: scalars[metric]}
+      if "bleu" in scalars:
+        chosen["bleu"] = scalars["bleu"]
+      beside = self.members.workdirs[k] / "best" / str(done) / BEST_BLEU
+      files.write_atomic(beside, json.dumps(chosen) + "\n")
+    files.kill_point("after-best-checkpoint")
 
   def save_all(self) -> None:
     """Every member's checkpoint of the current step, with the loop's own state (the data

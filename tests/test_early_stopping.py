@@ -59,8 +59,10 @@ def steps_of(workdir, split):
 def test_a_run_stops_where_the_rule_says_and_a_resumed_run_stops_there_too(tmp_path):
   """No validation loss improves by 1000: the first evaluation (step 4) is the best, the second
   and third wait, so training ends after step 12 of 40, saying why in the console, metrics.jsonl
-  and the results. A run first trained to step 8 and then resumed stops at 12 as well, and a
-  rerun of a stopped run trains no further."""
+  and the results. The final evaluation reads the checkpoint of step 4, the best by the metric
+  that stopped training, with validation BLEU on (which would choose another) and off (where
+  the latest would be read), and `--mode=eval` reads it too. A run first trained to step 8 and
+  then resumed stops at 12 as well, and a rerun of a stopped run trains no further."""
   whole = tmp_path / "whole"
   proc = run_main(whole, "--config.train.num_steps=40", *EVERY, STOP)
   assert steps_of(whole, "valid") == [4, 8, 12]
@@ -68,16 +70,19 @@ def test_a_run_stops_where_the_rule_says_and_a_resumed_run_stops_there_too(tmp_p
   assert stop["step"] == 12 and stop["best_step"] == 4 and stop["metric"] == "loss"
   assert "stopped early at step 12: validation loss has not improved" in proc.stdout + proc.stderr
   results = json.loads((whole / "eval" / "test" / "results.json").read_text())
-  assert results["stopped_early"]["step"] == 12 and results["step"] <= 12
+  assert results["stopped_early"]["step"] == 12
+  assert results["step"] == 4 and results["checkpoint"] == {"step": 4, "chosen_by": "loss"}
 
-  parts = tmp_path / "parts"
-  run_main(parts, "--config.train.num_steps=8", *EVERY, STOP, "--config.train.final_eval=false")
+  parts, quiet = tmp_path / "parts", ["--config.train.final_eval=false"]
+  quiet.append("--config.train.valid_bleu=false")
+  run_main(parts, "--config.train.num_steps=8", *EVERY, STOP, *quiet)
   assert steps_of(parts, "valid") == [4, 8] and not steps_of(parts, "early_stopping")
-  run_main(parts, "--config.train.num_steps=40", *EVERY, STOP, "--config.train.final_eval=false")
+  run_main(parts, "--config.train.num_steps=40", *EVERY, STOP, *quiet)
   assert steps_of(parts, "valid") == [4, 8, 12] and steps_of(parts, "early_stopping") == [12]
   train_rows = steps_of(parts, "train")
-  again = run_main(
-    parts, "--config.train.num_steps=40", *EVERY, STOP, "--config.train.final_eval=false"
-  )
+  again = run_main(parts, "--config.train.num_steps=40", *EVERY, STOP, *quiet)
   assert steps_of(parts, "train") == train_rows and steps_of(parts, "valid") == [4, 8, 12]
   assert "stopped early at step 12" in again.stdout + again.stderr
+  run_main(parts, "--config.train.num_steps=40", *EVERY, STOP, *quiet, "--mode=eval")
+  results = json.loads((parts / "eval" / "test" / "results.json").read_text())
+  assert results["step"] == 4 and results["checkpoint"] == {"step": 4, "chosen_by": "loss"}
