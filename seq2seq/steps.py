@@ -426,8 +426,10 @@ def batch_gradients(
   The batch is padded with empty rows to a multiple of the count and cut into consecutive
   slices. Each slice's loss is divided by its own tokens (or sentences); weighting it by its
   share of the batch's gives the loss and the gradient of the whole batch, to rounding. Slice i
-  draws its dropout from `fold_in(rng, i)`. The metrics are weighted alike (exact for the
-  cross-entropy's; `settings.validate` refuses the terms and softmaxes that a slice would change).
+  draws its dropout from `fold_in(rng, i)`. The metrics the slices allow are means over target
+  tokens (ce_loss and the penalty terms'): each is summed times its slice's tokens and divided
+  by the batch's once, whatever the loss normalisation. `settings.validate` refuses the terms and
+  softmaxes that a slice would change.
   """
   grad_fn = jax.value_and_grad(objective.loss_fn, has_aux=True)
   if micro_batches == 1:
@@ -447,13 +449,16 @@ def batch_gradients(
     else jnp.sum(b["tgt_mask"])
   ).astype(jnp.float32)
   whole = jnp.maximum(weight_of(batch), 1.0)
+  whole_tokens = jnp.maximum(jnp.sum(batch["tgt_mask"]).astype(jnp.float32), 1.0)
 
   def add(carry, xs):
     i, piece = xs
     key = None if rng is None else jax.random.fold_in(rng, i)
     (loss, (_, tokens, extras)), grads = grad_fn(state.params, state, piece, key, objective_)
     share = weight_of(piece) / whole
-    weighted = jax.tree.map(lambda x: share * x, (loss, extras, grads))
+    token_share = tokens.astype(jnp.float32) / whole_tokens
+    weighted = jax.tree.map(lambda x: share * x, (loss, grads))
+    weighted += (jax.tree.map(lambda x: token_share * x, extras),)
     total, count = carry
     return (jax.tree.map(jnp.add, total, weighted), count + tokens), None
 
@@ -461,8 +466,8 @@ def batch_gradients(
   (loss0, (_, tokens0, extras0)), grads0 = jax.eval_shape(
     lambda: grad_fn(state.params, state, first, rng, objective_)
   )
-  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), ((loss0, extras0, grads0), tokens0))
-  ((loss, extras, grads), tokens), _ = jax.lax.scan(add, zeros, (jnp.arange(micro_batches), sliced))
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), ((loss0, grads0, extras0), tokens0))
+  ((loss, grads, extras), tokens), _ = jax.lax.scan(add, zeros, (jnp.arange(micro_batches), sliced))
   return loss, tokens, extras, grads
 
 
