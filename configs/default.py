@@ -215,7 +215,7 @@ def get_config() -> ml_collections.ConfigDict:
   dec.sampling = ""
   # Minimum Bayes risk (seq2seq/mbr.py): "" keeps the search's order; "mbr(utility=chrf|bleu,
   # evidence=uniform|model)" picks, of the samples or the beam's n-best, the one of highest
-  # expected utility against the others (translate, the API and evaluation alike).
+  # expected utility over all the candidates, itself included (evidence=model: n-best only).
   dec.mbr = ""
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).

@@ -1,18 +1,19 @@
 """Minimum Bayes risk decoding: of a sentence's candidates (its samples, `decode.sampling`, or
-the beam's n-best list), choose the one that agrees best with the others.
+the beam's n-best list), choose the one with the highest expected utility.
 
 `decode.mbr` names it: "" keeps the search's order; a spec
 
     mbr(utility=chrf, evidence=uniform)
 
-ranks the candidates by their expected utility against the candidates as pseudo-references:
-E(i) = sum over j != i of w_j u(c_i, c_j) / sum over j != i of w_j, where u is sacrebleu's
-sentence chrF (`chrf`) or sentence BLEU with effective order (`bleu`) on the detokenised text,
-and the weights w are equal (`uniform`: with samples, the Monte Carlo estimate of the expected
-utility under the model; duplicates count as often as they were drawn) or the model's
-probabilities of the candidates renormalised over the list (`model`, for an n-best list). A
-candidate is not its own evidence. The first candidate after ranking is the translation, and
-the ranking is the n-best list (`--nbest`); ties keep the search's order.
+ranks candidate c_i by Kumar and Byrne's (2004) expected utility over the evidence set, the
+distinct texts t among the candidates, c_i's own included: E(i) = sum over t of P(t) u(c_i, t).
+u is sacrebleu's sentence chrF (`chrf`) or sentence BLEU with effective order (`bleu`) on the
+detokenised text. P(t) is the mass of t's occurrences over all the candidates' mass, with a mass
+of 1 each (`uniform`: over samples, the Monte Carlo estimate; a text drawn k times weighs k) or
+the model's probability (`model`, for a beam's n-best list; refused over samples, which are
+already drawn in proportion to it). Identical texts score alike. The first candidate after
+ranking is the translation, and the ranking is the n-best list (`--nbest`); ties keep the
+search's order.
 """
 
 from __future__ import annotations
@@ -68,20 +69,19 @@ def parse(text: str | Mbr | None) -> Mbr | None:
 def expected_utilities(
   texts: Sequence[str], utility: Callable[[str, str], float], weights: np.ndarray
 ) -> np.ndarray:
-  """E(i) for every candidate [N] (see the module docstring); one candidate scores 0."""
-  n = len(texts)
-  table = np.zeros((n, n))
-  for i in range(n):
-    for j in range(n):
-      if i != j:
-        table[i, j] = utility(texts[i], texts[j])
-  others = np.where(np.eye(n, dtype=bool), 0.0, np.asarray(weights, np.float64)[None, :])
-  totals = others.sum(axis=1)
-  return np.divide((table * others).sum(axis=1), totals, out=np.zeros(n), where=totals > 0)
+  """E(i) for every candidate [N] (see the module docstring), from each candidate's mass
+  `weights` [N] (non-negative, not all 0); duplicate texts pool their mass."""
+  distinct = list(dict.fromkeys(texts))
+  text_N = np.array([distinct.index(text) for text in texts])
+  mass_D = np.zeros(len(distinct))
+  np.add.at(mass_D, text_N, np.asarray(weights, np.float64))
+  utility_DD = np.array([[utility(hyp, ref) for ref in distinct] for hyp in distinct], np.float64)
+  return (utility_DD @ (mass_D / mass_D.sum()))[text_N]
 
 
 def evidence_weights(scores: Sequence[float], evidence: str) -> np.ndarray:
-  """The weight of each candidate as a pseudo-reference, from its log-probability `scores`."""
+  """Each candidate's mass in the evidence set [N], from its log-probability `scores` [N]: 1
+  (`uniform`) or its probability up to a common factor (`model`)."""
   if evidence == "uniform":
     return np.ones(len(scores))
   logp = np.asarray(scores, np.float64)

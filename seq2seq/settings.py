@@ -185,11 +185,17 @@ def validate(config: Config) -> RunSettings:
   length_penalties.make(dec.length_penalty)
   if dec.coverage_penalty < 0:
     raise ValueError(f"decode.coverage_penalty must be >= 0, got {dec.coverage_penalty}")
-  sampling.parse(dec.sampling)
-  if mbr.parse(dec.mbr) is not None and dec.candidates() < 2:
+  drawn = sampling.parse(dec.sampling)
+  chooser = mbr.parse(dec.mbr)
+  if chooser is not None and dec.candidates() < 2:
     raise ValueError(
       f"decode.mbr={dec.mbr!r} chooses among candidates: draw several "
       "(decode.sampling=sample(n=...)) or widen the beam (decode.beam_size > 1)"
+    )
+  if chooser is not None and chooser.evidence == "model" and drawn is not None:
+    raise ValueError(
+      f"decode.mbr={dec.mbr!r}: evidence=model weighs an n-best list; samples are drawn in "
+      "proportion to the model already (weighing them again uses p squared): use evidence=uniform"
     )
   inference.check_replace_unk(dec, model)
   return RunSettings(int(config.seed), model, data, train, dec, objective_, config)

@@ -1,5 +1,5 @@
-"""Minimum Bayes risk (`seq2seq.mbr`): expected utilities against values worked out by hand,
-the choice of a consensus, the settings' checks, and MBR through the Python API."""
+"""Minimum Bayes risk (`seq2seq.mbr`): expected utilities against values worked out by hand and
+a brute-force reference, the choice of a consensus, the settings' checks."""
 
 import numpy as np
 import pytest
@@ -11,18 +11,69 @@ SAME = lambda hyp, ref: float(hyp == ref)  # Exact match: MBR then picks the mos
 
 
 def test_expected_utilities_by_hand():
-  # Uniform: a's evidence is {a, b}: (1 + 0) / 2; b's is {a, a}: 0.
+  # Uniform: the evidence is a (mass 2 of 3) and b (1 of 3), each candidate's own text included.
   got = mbr.expected_utilities(["a", "a", "b"], SAME, np.ones(3))
-  np.testing.assert_allclose(got, [0.5, 0.5, 0.0])
-  # Weights 1, 2, 1: the first a's evidence is a (2) and b (1): 2/3; the second's 1/2.
+  np.testing.assert_allclose(got, [2 / 3, 2 / 3, 1 / 3])
+  # Weights 1, 2, 1: a pools 3 of 4, b has 1 of 4; both a's score alike.
   got = mbr.expected_utilities(["a", "a", "b"], SAME, np.array([1.0, 2.0, 1.0]))
-  np.testing.assert_allclose(got, [2 / 3, 1 / 2, 0.0])
-  np.testing.assert_allclose(mbr.expected_utilities(["a"], SAME, np.ones(1)), [0.0])
+  np.testing.assert_allclose(got, [3 / 4, 3 / 4, 1 / 4])
+  np.testing.assert_allclose(mbr.expected_utilities(["a"], SAME, np.ones(1)), [1.0])
 
 
 def test_model_evidence_weighs_by_probability():
   np.testing.assert_allclose(mbr.evidence_weights([np.log(0.2), np.log(0.4)], "model"), [0.5, 1])
   np.testing.assert_allclose(mbr.evidence_weights([-3.0, -1.0], "uniform"), [1, 1])
+
+
+def brute_force(texts, probs, utility):
+  """Kumar and Byrne's expected utility, plainly: E(i) = sum over distinct texts t of
+  P(t) u(c_i, t), P the candidates' probabilities merged by text and normalised."""
+  mass = {}
+  for text, p in zip(texts, probs, strict=True):
+    mass[text] = mass.get(text, 0.0) + float(p)
+  total = sum(mass.values())
+  return [sum(p / total * utility(hyp, ref) for ref, p in mass.items()) for hyp in texts]
+
+
+@pytest.mark.parametrize(
+  "utility, texts",  # u(first, second) > u(second, first): a candidate's own mass decides.
+  [("chrf", ["the cat sat on the mat", "the cat sat"]), ("bleu", ["the cat", "the cat sat"])],
+)
+def test_model_evidence_keeps_each_candidates_own_probability(utility, texts):
+  # Kumar and Byrne (2004, eq. 2): with p 0.1 and 0.9, the 0.9 candidate is the choice.
+  u = mbr.UTILITIES[utility]()
+  assert u(*texts) > u(*texts[::-1])
+  order = mbr.order(texts, np.log([0.1, 0.9]), mbr.Mbr(utility=utility, evidence="model"))
+  assert order == [1, 0]
+
+
+def test_identical_texts_get_identical_expected_utility():
+  texts = ["a b c", "a b d", "a b c", "x y"]
+  for weights in (np.ones(4), np.array([0.4, 0.3, 0.1, 0.2])):
+    got = mbr.expected_utilities(texts, mbr.UTILITIES["chrf"](), weights)
+    assert got[0] == got[2]
+
+
+@pytest.mark.parametrize(
+  "texts, probs",
+  [
+    (["a b", "b c"], [0.9, 0.1]),
+    (["the cat sat", "the cat sat on the mat", "a cat sat", "the cat sat"], [0.3, 0.1, 0.2, 0.4]),
+    (["one two three", "one two", "four", "one two", "one two three"], [0.05, 0.3, 0.4, 0.1, 0.15]),
+    (["x", "x", "y"], [1.0, 1.0, 1.0]),  # Uniform: x weighs twice what y does.
+    (["only"], [1.0]),
+  ],
+)
+@pytest.mark.parametrize("utility", ["chrf", "bleu"])
+def test_expected_utilities_match_brute_force(texts, probs, utility):
+  u = mbr.UTILITIES[utility]()
+  want = brute_force(texts, probs, u)
+  np.testing.assert_allclose(mbr.expected_utilities(texts, u, np.array(probs)), want, rtol=1e-12)
+  scores = np.log(probs)  # Model evidence from log-probabilities: the same expectations.
+  weights = mbr.evidence_weights(scores, "model")
+  np.testing.assert_allclose(mbr.expected_utilities(texts, u, weights), want, rtol=1e-12)
+  order = mbr.order(texts, scores, mbr.Mbr(utility=utility, evidence="model"))
+  assert order == sorted(range(len(texts)), key=lambda i: -want[i])
 
 
 @pytest.mark.parametrize("utility", ["chrf", "bleu"])
@@ -56,3 +107,16 @@ def test_mbr_needs_several_candidates():
     settings.validate(config)
   config.decode.sampling = "sample(n=8)"
   assert settings.validate(config).decode.candidates() == 8
+
+
+def test_model_evidence_is_refused_over_samples():
+  # Samples are drawn in proportion to p: weighting them by p again would use p squared.
+  config = tiny.get_config()
+  config.decode.mbr = "mbr(evidence=model)"
+  config.decode.sampling = "sample(n=8)"
+  with pytest.raises(ValueError, match="evidence=model weighs an n-best list"):
+    settings.validate(config)
+  config.decode.mbr = "mbr(evidence=uniform)"
+  assert settings.validate(config).decode.candidates() == 8
+  config.decode.mbr, config.decode.sampling, config.decode.beam_size = "mbr(evidence=model)", "", 4
+  assert settings.validate(config).decode.candidates() == 4

@@ -187,15 +187,20 @@ def test_api_samples_n_per_sentence_and_scores_them_as_forced_decoding_does(load
   check_scores_match_search(loaded, sources, 4, searches=[({"sampling": spec}, 4)])
 
 
-@pytest.mark.parametrize("spec", ["mbr(utility=chrf)", "mbr(utility=bleu, evidence=model)"])
-def test_api_mbr_ranks_the_samples_by_expected_utility(loaded, spec):
-  """With decode.mbr the list is the samples in order of expected utility against each other
-  (recomputed here from the texts and scores returned), the 1-best its first."""
+@pytest.mark.parametrize(
+  "spec, search",
+  [
+    ("mbr(utility=chrf)", {"sampling": "sample(n=6, temperature=2.0, seed=4)"}),
+    ("mbr(utility=bleu, evidence=model)", {"beam_size": 6}),  # Model evidence: an n-best list.
+  ],
+)
+def test_api_mbr_ranks_the_candidates_by_expected_utility(loaded, spec, search):
+  """With decode.mbr the list is the candidates (samples or the n-best list) in order of expected
+  utility (recomputed here from the texts and scores returned), the 1-best its first."""
   sources = [s for s in SOURCES if s.strip()]
-  drawn = "sample(n=6, temperature=2.0, seed=4)"
-  ranked = loaded.translate(sources, sampling=drawn, mbr=spec, nbest=6)
-  plain = loaded.translate(sources, sampling=drawn, nbest=6)
-  best = loaded.translate(sources, sampling=drawn, mbr=spec)
+  ranked = loaded.translate(sources, mbr=spec, nbest=6, **search)
+  plain = loaded.translate(sources, nbest=6, **search)
+  best = loaded.translate(sources, mbr=spec, **search)
   settings_ = mbr.parse(spec)
   for hyps, unranked, one in zip(ranked, plain, best, strict=True):
     assert sorted(h.text for h in hyps) == sorted(h.text for h in unranked)
@@ -204,6 +209,8 @@ def test_api_mbr_ranks_the_samples_by_expected_utility(loaded, spec):
     utilities = mbr.expected_utilities(texts, mbr.UTILITIES[settings_.utility](), weights)
     assert list(utilities) == sorted(utilities, reverse=True)
     assert [h.text for h in one] == texts[:1]
+  with pytest.raises(ValueError, match="evidence=model weighs an n-best list"):
+    loaded.translate(sources, sampling="sample(n=6)", mbr="mbr(evidence=model)")
 
 
 def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, tmp_path):
