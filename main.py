@@ -93,7 +93,8 @@ flags.DEFINE_integer("serve_max_batch", 64, "serve: the most sentences decoded t
 flags.DEFINE_list(
   "serve_batch_sizes",
   ["1", "4", "8", "16", "32", "64"],
-  "serve: the batch shapes compiled; a gathered batch is padded to the first that holds it.",
+  "serve: the batch shapes compiled; a gathered batch is padded to the first that holds it, so "
+  "the largest must hold --serve_max_batch.",
 )
 flags.register_validator(
   "serve_batch_sizes",

@@ -767,7 +767,8 @@ def demo_table(study: Path) -> list[str]:
   ]
 
 
-# The tables of a study without runs whose script keeps its figures in JSON only.
+# The tables of a study without runs drawn from its script's JSON, in place of any page the script
+# wrote from the same JSON (its definition's `tables`).
 MEASUREMENTS = {
   "multi30k_mbr": script_page("mbr_study", "mbr.json", render="markdown"),
   "translate_timing": script_page("translate_timing", "translate_timing.json"),
@@ -1305,8 +1306,9 @@ def study_page(study: Path, out: Path = OUT) -> str:
     lines += significance(report, recs)
     lines += learning(report, study, page)
     lines += per_run(recs)
+  elif study.name in MEASUREMENTS:  # Drawn from the JSON: the script's own page says the same.
+    lines += MEASUREMENTS[study.name](study)
   else:
-    lines += MEASUREMENTS[study.name](study) if study.name in MEASUREMENTS else []
     lines += tables(definition, study, page)
   lines += figures(definition, study, page, lines)
   lines += files(definition, study)

@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import signal
 import socket
 import subprocess
@@ -458,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "load_average": {"start": reports.load_average()},
     "environment": environment,
     "run": args.label or str(args.run),
-    "command": "python -m experiments.serve_bench " + " ".join(argv or sys.argv[1:]),
+    "command": shlex.join(["python", "-m", "experiments.serve_bench", *(argv or sys.argv[1:])]),
   }
   record["offline"], expected = offline(args.run, sentences)
   server = Server(args.run, [f"--serve_max_words={args.max_words}"])

@@ -88,7 +88,12 @@ VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each e
 
 
 def restore_run(
-  run: settings.RunSettings, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+  run: settings.RunSettings,
+  workdir: Path,
+  src_vocab: int,
+  tgt_vocab: int,
+  runtime,
+  doing: str = "loading",
 ) -> steps.TrainState:
   """The run's best checkpoint if one was kept and is intact, else, of the intact regular
   checkpoints, the one with the best validation row by the metric that chooses the best
@@ -96,7 +101,8 @@ def restore_run(
   when none was validated or no metric chooses), with the parameters evaluation uses
   (`TrainState.for_eval`: the moving average when there is one). A damaged checkpoint is
   reported by its folder and skipped (`checkpoints.Checkpointer` sets aside those that fail
-  their checksums); never restored as garbage."""
+  their checksums); never restored as garbage. The console names it after `doing` ("evaluating
+  the best checkpoint (step 2000)")."""
   workdir = Path(workdir)
   fresh = rt.abstract_state(run, src_vocab, tgt_vocab, runtime)
   metric = early_stopping.checkpoint_metric(run.train)
@@ -116,7 +122,7 @@ def restore_run(
         except checkpoints.CheckpointError as e:
           logging.warning("%s; trying the next one", e)
           continue
-        console.say(f"evaluating the {subdir} checkpoint (step {int(state.step)})")
+        console.say(f"{doing} the {subdir} checkpoint (step {int(state.step)})")
         return state.for_eval()
     finally:
       ckpt.close()
@@ -146,13 +152,18 @@ def restore_member(workdir: Path, runtime) -> steps.TrainState:
 
 
 def restore_for_eval(
-  run: settings.RunSettings, workdir: Path, src_vocab: int, tgt_vocab: int, runtime
+  run: settings.RunSettings,
+  workdir: Path,
+  src_vocab: int,
+  tgt_vocab: int,
+  runtime,
+  doing: str = "loading",
 ) -> steps.TrainState:
   """What evaluation and translation decode: the ensemble `decode.ensemble` names (see
   `seq2seq.ensemble`), else the run in `workdir` (`restore_run`)."""
   if ensemble.workdirs(run.decode):
     return ensemble.load(run.decode, lambda member: restore_member(member, runtime))
-  return restore_run(run, workdir, src_vocab, tgt_vocab, runtime)
+  return restore_run(run, workdir, src_vocab, tgt_vocab, runtime, doing)
 
 
 DIRECTIONS = settings.DIRECTIONS
@@ -221,7 +232,8 @@ def evaluate_run(
   data = data or rt.load_data(run, workdir)
   if eval_fn is None:
     _, eval_fn = rt.compile_steps(run, runtime)
-  state = restore_for_eval(run, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime)
+  sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
+  state = restore_for_eval(run, workdir, *sizes, runtime, doing="evaluating")
   direction = run.model.direction
   state = direction_state(state, direction)
   prefix = eval_prefix(run.model)

@@ -138,6 +138,36 @@ def test_no_results_page_has_an_empty_section_or_a_file_name_for_a_heading():
         assert not re.fullmatch(r"## \S+\.(md|json)", heading), (page.name, heading)
 
 
+def test_no_results_page_says_a_section_twice():
+  """A section whose text another section of the page holds (a script's tables drawn once from
+  its JSON and again from the page it wrote) is there twice."""
+  twice = {}
+  for page in sorted(pages.OUT.glob("*.md")):
+    sections = [s.partition("\n") for s in re.split(r"\n(?=## )", page.read_text())[1:]]
+    for heading, _, body in sections:
+      held = [h for h, _, other in sections if h != heading and body.strip() in other]
+      if held:
+        twice[f"{page.name}: {heading}"] = held
+  assert twice == {}
+
+
+# An absolute path (not a system file such as /proc/cpuinfo): a folder of the machine that made
+# the page, which a reader's checkout has not.
+MACHINE_PATH = re.compile(r"(?<![\w.~:/)\]-])/(?!(?:proc|sys|dev|usr|etc)/)[\w.-]+/[\w./=-]*")
+# The project's issues, which a reader of the pages cannot look up.
+ISSUE = re.compile(r"\bissues?\b|(?<![\w&])#\d+\b", re.IGNORECASE)
+
+
+def test_no_results_page_names_a_machines_folder_or_an_issue():
+  found = {}
+  for page in sorted(pages.OUT.glob("*.md")):
+    text = page.read_text()
+    said = sorted(set(MACHINE_PATH.findall(text)) | {m.group() for m in ISSUE.finditer(text)})
+    if said:
+      found[page.name] = said
+  assert found == {}
+
+
 def test_attentions_zero_share_is_a_column_where_a_point_has_one():
   """A sparse normaliser's zero share is shown beside a linked baseline evaluated before it was
   measured ("-"); a study whose attention has no exact zeros gets no column of zeros."""
@@ -400,7 +430,8 @@ def test_an_unfinished_run_is_left_as_it_is(tmp_path):
 def test_a_run_trained_in_another_worktree_is_recorded_with_relative_paths(tmp_path, monkeypatch):
   """A study run from a git worktree (so that edits to the main tree cannot change it halfway)
   writes that tree's paths into its runs' configs; converted in the main tree, they are written
-  relative as this tree's are, and a sibling folder whose name starts with the root's is not."""
+  relative as this tree's are, and a sibling folder whose name starts with the root's is written
+  as a folder beside the checkout, not as one inside it."""
   repo, tree = tmp_path / "repo", tmp_path / "repo_wt"
   git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
   repo.mkdir()
@@ -410,6 +441,7 @@ def test_a_run_trained_in_another_worktree_is_recorded_with_relative_paths(tmp_p
   assert records.checkouts(repo) == [repo, tree]
   monkeypatch.setattr(records, "REPO_ROOT", repo)
   records._roots.cache_clear()
+  records._beside.cache_clear()
   try:
     sweep, run = _fake_run(tmp_path)
     config = json.loads((run.workdir / "config.json").read_text())
@@ -419,5 +451,32 @@ def test_a_run_trained_in_another_worktree_is_recorded_with_relative_paths(tmp_p
     record = records.convert_run(run.workdir, sweep.out)
   finally:
     records._roots.cache_clear()
+    records._beside.cache_clear()
   assert record["config"]["data"]["cache_dir"] == "experiments/results/study/data"
-  assert record["config"]["workdir_note"] == f"{repo}2/elsewhere"
+  assert record["config"]["workdir_note"] == "../repo2/elsewhere"
+
+
+def test_a_path_beside_the_checkout_is_recorded_relative_to_it(tmp_path, monkeypatch):
+  """A run or data kept in a folder beside the checkout (../keep/RUN, ../shared/data) is written
+  as the path from the checkout's root, as a reader types it there; a path elsewhere on the
+  machine is kept as it is."""
+  work = tmp_path / "work"
+  monkeypatch.setattr(records, "REPO_ROOT", work / "main")
+  records._roots.cache_clear()
+  records._beside.cache_clear()
+  try:
+    got = records.relative(
+      {
+        "command": f"x --run {work}/keep/run --input={work}/main/in.txt --other {work}/main2/y",
+        "run": work / "keep" / "run",
+        "elsewhere": [f"{tmp_path}/scratch/z", "/usr/bin/python3", f"/data{work}/keep"],
+      }
+    )
+  finally:
+    records._roots.cache_clear()
+    records._beside.cache_clear()
+  assert got == {
+    "command": "x --run ../keep/run --input=in.txt --other ../main2/y",
+    "run": "../keep/run",
+    "elsewhere": [f"{tmp_path}/scratch/z", "/usr/bin/python3", f"/data{work}/keep"],
+  }

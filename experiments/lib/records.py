@@ -19,7 +19,8 @@ files where they are present and the record where they are not, so a converted r
 to a sweep, and `--collect` reports on it. `RunRecord` and `StudyDefinition` below are the
 schema: every field with its meaning (docs/results/schema.md is generated from them), checked by
 `validate_run` and `validate_definition`. Nothing stored names a machine's path: paths inside the
-repository are written relative to its root (`relative`).
+repository are written relative to its root, and those in a folder beside it from there
+(`relative`: ../shared/data/..., ../keep/RUN).
 
 A study without runs of its own keeps what its script measured or drew from other studies: a
 timing (`seed_timing/`, `explorer_timing/`, `benchmark/`), the final system of a script that
@@ -249,9 +250,20 @@ def _roots() -> re.Pattern[str]:
   return re.compile("(" + "|".join(map(re.escape, names)) + r")(/|(?![\w.-]))")
 
 
+@functools.cache
+def _beside() -> re.Pattern[str] | None:
+  """The start of a path in a folder beside the checkout (/work/keep/ for /work/main); None
+  where the checkout's parent is the filesystem's root."""
+  parent = REPO_ROOT.parent
+  if parent == parent.parent:
+    return None
+  return re.compile(r"(?<![\w.~/-])" + re.escape(str(parent)) + r"/(?=[\w.-])")
+
+
 def relative(value: Any) -> Any:
   """`value` with every string's paths inside the repository, or inside another working tree of
-  it, written relative to its root."""
+  it, written relative to its root, and those in a folder beside it from there (../keep/RUN), as
+  a reader types them at the root of a checkout."""
   if isinstance(value, dict):
     return {key: relative(item) for key, item in value.items()}
   if isinstance(value, list | tuple):
@@ -259,7 +271,9 @@ def relative(value: Any) -> Any:
   if isinstance(value, Path):
     value = str(value)
   if isinstance(value, str):
-    return _roots().sub(lambda m: "" if m.group(2) else ".", value)
+    value = _roots().sub(lambda m: "" if m.group(2) else ".", value)
+    beside = _beside()
+    return beside.sub("../", value) if beside else value
   return value
 
 
