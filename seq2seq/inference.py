@@ -60,10 +60,13 @@ def with_text(
   src_tok: tok.Tokenizer,
   tgt_tok: tok.Tokenizer,
   replace_unk: bool = False,
+  *,
+  forced: int = 0,
 ) -> Hypothesis:
-  """`hyp` with its `text` (`output_text`) and `tokens` (`output_tokens`) filled in."""
+  """`hyp` with its `text` (`output_text`) and `tokens` (`output_tokens`) filled in; its first
+  `forced` tokens (a forced prefix) are never replaced by `replace_unk`."""
   tokens = output_tokens(hyp.ids, src_text, src_tok, tgt_tok)
-  text = _text(tokens, hyp, src_text, src_tok, tgt_tok, replace_unk)
+  text = _text(tokens, hyp, src_text, src_tok, tgt_tok, replace_unk, forced)
   return dataclasses.replace(hyp, text=text, tokens=tokens)
 
 
@@ -114,12 +117,16 @@ def output_text(
   )
 
 
-def _text(tokens, tr: Hypothesis, src_text: str, src_tok, tgt_tok, replace_unk: bool) -> str:
-  """`output_text` of the translation `tr` whose output tokens are `tokens`."""
+def _text(
+  tokens, tr: Hypothesis, src_text: str, src_tok, tgt_tok, replace_unk: bool, forced: int = 0
+) -> str:
+  """`output_text` of the translation `tr` whose output tokens are `tokens`, the first `forced`
+  of them kept as they are."""
   if replace_unk and tr.attention.size:  # Copied from the first source's real words (no EOS).
     src_tokens = src_tok.tokenize(builders.split_sources(src_text)[0])
     src_tokens = src_tokens[: tr.attention.shape[1] - 1]  # Those decoded: a line can be cut.
-    tokens = replace_unknowns(tokens, tr.attention, src_tokens, unk_id=tok.UNK)
+    free = replace_unknowns(tokens[forced:], tr.attention[forced:], src_tokens, unk_id=tok.UNK)
+    tokens = [*tokens[:forced], *free]
   return tgt_tok.detokenize(tokens)
 
 

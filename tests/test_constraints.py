@@ -26,7 +26,8 @@ from helpers import (
 
 import seq2seq
 from configs import tiny
-from seq2seq import constraints, decode
+from seq2seq import constraints, decode, inference, translate
+from seq2seq import tokenizer as tk
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -46,8 +47,8 @@ def occurrences(seq, phrase) -> int:
 
 
 def contains(seq, phrases) -> bool:
-  """Whether `seq` holds every phrase, a phrase listed twice twice (the phrases used here share
-  no word, so this is the constraints' own reading)."""
+  """Whether `seq` holds every phrase, a phrase listed twice twice (different phrases used here
+  share no word, so this is the constraints' own reading)."""
   wanted = {}
   for p in phrases:
     wanted[tuple(p)] = wanted.get(tuple(p), 0) + 1
@@ -70,8 +71,21 @@ def exhaustive_best(table_VV, max_len, penalty, keep):
   return best
 
 
-# Phrases over the words 3, 4, 5 (vocabulary 6) that share no word within one case.
-CASES = [[[4]], [[3, 4]], [[5], [5]], [[3, 4], [5]], [[4, 3, 5]], []]
+# Phrases over the words 3, 4, 5 (vocabulary 6); different phrases of a case share no word, but
+# a phrase may repeat a word (4 4 3), begin as it ends (4 3 4), or be listed twice.
+CASES = [
+  [[4]],
+  [[3, 4]],
+  [[5], [5]],
+  [[3, 4], [5]],
+  [[4, 3, 5]],
+  [],
+  [[4, 4, 3]],
+  [[4, 3, 4]],
+  [[4, 3, 4, 5]],
+  [[4, 4], [4, 4]],
+  [[3, 3, 4], [5]],
+]
 
 
 @pytest.mark.parametrize("penalty", ["power", "none", "word(penalty=0.5)"])
@@ -95,11 +109,30 @@ def test_constrained_beam_finds_the_best_output_that_holds_every_phrase(penalty)
   for b, phrases in enumerate(CASES):
     want, norm = exhaustive_best(table[b], max_len, penalty, lambda s, p=phrases: contains(s, p))
     got = tuple(int(t) for t in res.tokens[b, : int(res.lengths[b])])
-    assert got == want, (phrases, got, want)
+    # The best, or one that ties with it: a bigram table scores 4 4 3 4 as it scores 4 3 4 4.
+    assert got == want or (contains(got, phrases) and len(got) == len(want)), (phrases, got, want)
+    np.testing.assert_allclose(score_of(table[b], got), score_of(table[b], want), rtol=1e-9)
     np.testing.assert_allclose(res.norm_scores[b], norm, rtol=1e-5)
     np.testing.assert_allclose(res.scores[b], score_of(table[b], want), rtol=1e-5)
     differs += want != exhaustive_best(table[b], max_len, penalty, lambda s: True)[0]
   assert differs >= 3, "the constraints should change most of the best outputs"
+
+
+def test_a_wide_beam_finds_the_phrase_4_4_3_after_another_4():
+  """A table that likes 4 after 4: of the outputs holding 4 4 3, the best (length-normalised) is
+  4 4 4 3, which a tracker that restarts a broken phrase at its first word never accepts."""
+  table = np.full((6, 6), -4.0)
+  table[BOS_ID, 4] = table[4, 4] = table[3, EOS_ID] = 4.0
+  table[4, 3] = 2.0
+  want, norm = exhaustive_best(table, 5, "power", lambda s: contains(s, [[4, 4, 3]]))
+  assert want == (4, 4, 4, 3, EOS_ID)
+  src = jnp.full((1, 3), 5, jnp.int32)
+  cons = packed([[[4, 4, 3]]])
+  res = decode.beam_search(
+    TableModel(table[None]), src, jnp.ones_like(src), beam_size=256, max_len=5, constraints=cons
+  )
+  assert tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])]) == want
+  np.testing.assert_allclose(res.norm_scores[0], norm, rtol=1e-5)
 
 
 @pytest.mark.parametrize("beam_size", [1, 256])
@@ -249,6 +282,43 @@ def test_progress_gives_back_a_broken_phrase_and_starts_it_again():
     assert int(prog.next[0]) == following
 
 
+def test_a_broken_phrase_keeps_its_longest_prefix_that_ends_the_output():
+  """Knuth-Morris-Pratt: the output 4 4 4 3 holds the phrase 4 4 3 (the third 4 breaks it after
+  4 4, but the output still ends in 4 4), and 4 3 4 3 4 5 holds 4 3 4 5 (broken after 4 3 4 by
+  a 3, it keeps 4 3)."""
+  for phrase, words, counts in [
+    ([4, 4, 3], [4, 4, 4, 3], [1, 2, 2, 3]),
+    ([4, 3, 4, 5], [4, 3, 4, 3, 4, 5], [1, 2, 3, 2, 3, 4]),
+  ]:
+    cons = packed([[phrase]])
+    prog = constraints.initial(cons)
+    padding = int(cons.padding.sum())
+    for word, count in zip(words, counts, strict=True):
+      assert int(constraints.met_after(cons, prog, 10)[0, word]) == count + padding
+      prog = constraints.advance(cons, prog, jnp.asarray([word]))
+      assert int(prog.met.sum()) == count + padding, (phrase, word)
+    assert bool(prog.met.all()) and int(prog.next[0]) == -1
+
+
+@pytest.mark.parametrize("phrases", CASES, ids=str)
+def test_every_constraint_is_met_exactly_when_the_output_holds_every_phrase(phrases):
+  """Every output of up to 6 words over 3, 4, 5: after each word, all slots are met exactly when
+  the output so far holds every phrase (`contains`), and `met_after` counts what `advance`
+  records."""
+  outputs = np.array(list(itertools.product([3, 4, 5], repeat=6)), np.int32)
+  n = len(outputs)
+  cons = packed([phrases] * n)
+  prog = constraints.initial(cons)
+  for t in range(outputs.shape[1]):
+    word_N = jnp.asarray(outputs[:, t])
+    counted_N = constraints.met_after(cons, prog, 6)[jnp.arange(n), word_N]
+    prog = constraints.advance(cons, prog, word_N)
+    np.testing.assert_array_equal(prog.met.sum(-1), counted_N)
+    want = np.array([contains(tuple(out[: t + 1]), phrases) for out in outputs.tolist()])
+    wrong = np.flatnonzero(np.asarray(prog.met.all(-1)) != want)
+    assert not wrong.size, (phrases, outputs[wrong[0], : t + 1].tolist(), want[wrong[0]])
+
+
 # ------------------------------------------------------------------ the trained tiny run
 
 
@@ -297,6 +367,10 @@ def test_api_refuses_what_it_cannot_do_in_one_line(loaded):
     ({"constraints": [["chat"] * 40, [], [], []]}, "line 1: its constraints and EOS need 41"),
     ({"prefixes": ["le " * 40, "", "", ""]}, "line 1: its prefix and EOS need 41"),
     (
+      {"prefixes": ["", "", "le zzzqqq", ""]},
+      "prefix of line 3: 'le zzzqqq' holds 'zzzqqq', outside",
+    ),
+    (
       {"constraints": [[]] * 4, "sampling": "sample(n=2)", "nbest": 2},
       "constraints cannot be combined with decode.sampling",
     ),
@@ -304,6 +378,38 @@ def test_api_refuses_what_it_cannot_do_in_one_line(loaded):
   for kwargs, message in cases:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
       loaded.translate(SOURCES, **kwargs)
+  with pytest.raises(ValueError, match="holds 'zzzqqq', outside the target vocabulary"):
+    translate.beam_view(loaded, SOURCES[0], prefix="zzzqqq", beam_size=2)
+
+
+def test_unk_replacement_never_replaces_a_forced_word():
+  """The first `forced` output tokens were forced (a prefix): an <unk> there stays, while an
+  <unk> the model chose becomes the source word it attends to most."""
+  src_vocab = tk.WordVocab.build(["le chat noir"], 10)
+  tgt_vocab = tk.WordVocab.build(["the cat"], 10)
+  alpha = np.array([[0.1, 0.8, 0.05, 0.05], [0.1, 0.1, 0.7, 0.1], [0.0, 0.0, 0.0, 1.0]])
+  hyp = inference.Hypothesis([tk.UNK_ID, tk.UNK_ID], alpha)  # [2 outputs + EOS, 3 words + EOS].
+  text = lambda **kw: inference.with_text(hyp, "le chat noir", src_vocab, tgt_vocab, True, **kw)
+  assert text().text == "chat noir"
+  assert text(forced=1).text == "<unk> noir" and text(forced=1).tokens == ["<unk>", "<unk>"]
+  assert text(forced=2).text == "<unk> <unk>"
+
+
+def test_translations_tell_unk_replacement_how_many_words_were_forced(loaded, monkeypatch):
+  seen = []
+
+  def recording(hyp, *args, forced=0, **kwargs):
+    seen.append(forced)
+    return with_text(hyp, *args, forced=forced, **kwargs)
+
+  with_text = inference.with_text
+  monkeypatch.setattr(inference, "with_text", recording)
+  prefixes = ["le chien", "", "", "une"]
+  loaded.translate(SOURCES, prefixes=prefixes, beam_size=2, replace_unk=True)
+  assert seen == [2, 0, 1]  # The blank line gets no translation.
+  seen.clear()
+  translate.beam_view(loaded, SOURCES[0], prefix="le chien", beam_size=2, replace_unk=True)
+  assert seen == [2]
 
 
 def test_translate_mode_reads_prefix_and_constraint_files_or_writes_nothing(trained, tmp_path):
@@ -323,9 +429,11 @@ def test_translate_mode_reads_prefix_and_constraint_files_or_writes_nothing(trai
   assert "maison" in lines[0].split() and "le chat" in lines[3]
   (tmp_path / "short.jsonl").write_text('["chat"]\n')
   (tmp_path / "bad.jsonl").write_text('["chat"]\n{"a": 1}\n[]\n[]\n')
+  (tmp_path / "unknown.txt").write_text("le\n\nzzzqqq chien\n\n")
   cases = [
     (f"--constraints={tmp_path}/short.jsonl", "constraints: 1 entries for 4 lines"),
     (f"--constraints={tmp_path}/bad.jsonl", "bad.jsonl, line 2: give a JSON list of phrases"),
+    (f"--prefixes={tmp_path}/unknown.txt", "prefix of line 3: 'zzzqqq chien' holds 'zzzqqq'"),
   ]
   for flag, message in cases:
     fresh = tmp_path / "fresh.txt"
