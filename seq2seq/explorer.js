@@ -490,7 +490,7 @@
     }
     const source = el("textarea", { id: "whatif-source", rows: 3, cols: 80, spellcheck: "false" });
     const prefix = el("input", { id: "whatif-prefix", size: 60, placeholder: "target words to start with (optional)" });
-    const beam = el("input", { id: "whatif-beam", type: "number", min: 2, max: 64, value: live.beam_size });
+    const beam = el("input", { id: "whatif-beam", type: "number", min: 1, max: 64, value: live.beam_size });
     const status = el("p", { id: "whatif-status", class: "note" });
     const result = el("div", { id: "whatif-result" });
     const beamView = el("div", { id: "whatif-beam-view" });
@@ -576,7 +576,8 @@
         el("td", {}, ...step.live.map((c, i) => cand(c, "live", t, i))),
         el("td", {}, ...step.finished.map((c, i) => cand(c, "finished", t, i)))));
     });
-    const summary = `beam ${view.beam_size}, length penalty ${view.length_penalty}: ` +
+    const search = view.beam_size === 1 ? "greedy (beam 1)" : `beam ${view.beam_size}`;
+    const summary = `${search}, length penalty ${view.length_penalty}: ` +
       `“${view.translation.text}” (log p ${fmt(view.translation.score, 3)})` +
       (view.translation.finished ? "" : ", cut at the length limit");
     return el("div", {}, el("p", { class: "beam-summary", text: summary }), table);

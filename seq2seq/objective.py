@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import input_pipeline, models, registry, structures, tokenizer
+from seq2seq import input_pipeline, models, normalisers, registry, structures, tokenizer
 from seq2seq import softmax as softmax_lib
 
 
@@ -372,6 +372,18 @@ class Supervision(Term):
     if run.tokenizer != "word":
       raise ValueError(
         "train.loss_terms: supervision needs data.tokenizer=word (gold links index words)"
+      )
+    # A link the attention cannot reach adds a constant (18.42 for ce) and no gradient towards it.
+    normaliser, attention = run.model.normaliser, run.model.attention
+    narrow = None
+    if normalisers.REGISTRY.get(normaliser.name).sparse:
+      narrow = f"model.normaliser={str(normaliser)!r} gives exact zeros (use softmax)"
+    elif structures.get(attention.name).windowed:
+      narrow = f"model.attention={str(attention)!r} is zero outside its window (use soft)"
+    if narrow:
+      raise ValueError(
+        "train.loss_terms: supervision gets no gradient towards a gold link the attention "
+        f"cannot reach, and {narrow}"
       )
 
   def __call__(self, p: DirectionPass, ctx):

@@ -9,7 +9,8 @@ draws `n` outputs per sentence instead, each word from the model's next-word dis
 (PAD and BOS never, UNK never with the No-UNK protocol) after these changes, in this order:
 
 * `temperature` T > 0 divides the logits (T < 1 sharpens, T > 1 flattens);
-* `top_k` K > 0 keeps the K most probable words (Fan et al. 2018); 0 keeps all;
+* `top_k` K > 0 keeps the K most probable words (Fan et al. 2018), exactly K: of words tied
+  with the K-th, those of lowest id; 0 keeps all;
 * `top_p` p in (0, 1] keeps the smallest set of most probable words whose probabilities sum to
   at least p (nucleus sampling, Holtzman et al. 2020); 1 keeps all;
 * `epsilon` e in [0, 1) drops every word of probability below e (Hewitt et al. 2022); 0 keeps
@@ -75,9 +76,11 @@ def truncated_logits(logits_NV: jax.Array, banned_V: jax.Array, sampling: Sampli
   """The logits [N, V] float32 that the next word is drawn from (a categorical over them):
   banned words, then each truncation of `sampling` (see the module docstring), at -inf."""
   logits = jnp.where(banned_V, -jnp.inf, logits_NV.astype(jnp.float32) / sampling.temperature)
-  if sampling.top_k:
-    kth = jax.lax.top_k(logits, min(sampling.top_k, logits.shape[-1]))[0][:, -1:]
-    logits = jnp.where(logits < kth, -jnp.inf, logits)
+  if sampling.top_k:  # Exactly K words: of words tied with the K-th, those of lowest id.
+    _, top_NK = jax.lax.top_k(logits, min(sampling.top_k, logits.shape[-1]))
+    rows = jnp.arange(logits.shape[0])[:, None]
+    keep = jnp.zeros(logits.shape, bool).at[rows, top_NK].set(True)
+    logits = jnp.where(keep, logits, -jnp.inf)
   if sampling.top_p < 1:
     probs = jax.nn.softmax(logits, axis=-1)
     order = jnp.argsort(-probs, axis=-1)

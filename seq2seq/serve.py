@@ -99,6 +99,12 @@ class ServeSettings:
       raise ValueError(f"serve max_batch must be at least 1, got {self.max_batch}")
     if not self.batch_sizes or min(self.batch_sizes) < 1:
       raise ValueError(f"serve batch_sizes must be positive, got {self.batch_sizes}")
+    if max(self.batch_sizes) < self.max_batch:  # Else a full batch compiles while serving.
+      raise ValueError(
+        f"serve max_batch ({self.max_batch}) is past the largest of batch_sizes "
+        f"({max(self.batch_sizes)}): add a size of at least {self.max_batch} to "
+        "--serve_batch_sizes, or lower --serve_max_batch"
+      )
     if self.wait_ms < 0:
       raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
     if not is_loopback(self.host) and not self.token:
@@ -145,7 +151,7 @@ class TranslateRequest(RequestModel):
 class BeamRequest(RequestModel):
   sentence: str
   prefix: str = ""  # Target words every hypothesis starts with.
-  beam_size: int | None = pydantic.Field(None, ge=2, le=64)
+  beam_size: int | None = pydantic.Field(None, ge=1, le=64)
   length_penalty: str | None = None
   max_len_ratio: float | None = pydantic.Field(None, gt=0)
   replace_unk: bool | None = None
@@ -271,9 +277,10 @@ class Batcher:
 
 
 def batch_size_for(count: int, max_batch: int, sizes: Sequence[int] = BATCH_SIZES) -> int:
-  """The smallest of `sizes` that holds `count` sentences, at most `max_batch`."""
-  fits = sorted(b for b in sizes if b >= count and b <= max_batch)
-  return fits[0] if fits else max(min(count, max_batch), 1)
+  """The smallest of `sizes` that holds `count` sentences, or `max_batch` of them for a larger
+  job (decoded in batches); without one (`ServeSettings` refuses such sizes), that count."""
+  need = max(min(count, max_batch), 1)
+  return min((b for b in sizes if b >= need), default=need)
 
 
 # What the service does with a loaded run.
@@ -308,19 +315,20 @@ class Service:
 
   def warm_up(self, lengths: Sequence[int] | None = None) -> int:
     """Compiles the run's own decoding and greedy search for every batch size of `batch_sizes`
-    up to `max_batch` and every source length bucket up to `Limits.max_words` (or `lengths`),
-    so requests with the run's settings or `beam_size: 1` find their programs compiled; returns
-    how many programs it ran."""
+    up to the one that holds `max_batch` and every source length bucket up to `Limits.max_words`
+    (or `lengths`), so requests with the run's settings or `beam_size: 1` find their programs
+    compiled; returns how many programs it ran."""
     step = self.t.decoding.bucket_step
     if lengths is None:
       lengths = range(step, self.cfg.limits.max_words + step, step)
     word = _known_word(self.t)
     beams = sorted({self.t.decoding.beam_size, 1})
+    largest = batch_size_for(self.cfg.max_batch, self.cfg.max_batch, self.cfg.batch_sizes)
     shapes = [
       (k, b, n)
       for k in beams
       for b in sorted(self.cfg.batch_sizes)
-      if b <= self.cfg.max_batch
+      if b <= largest
       for n in lengths
     ]
     for k, b, n in shapes:
@@ -367,7 +375,7 @@ class Service:
       raise RequestError(422, "the sentence is blank", "sentence")
     self._check_sentences([req.sentence], "sentence", one=True)
     options = req.decode_settings()
-    options.setdefault("beam_size", max(self.t.decoding.beam_size, 2))
+    options.setdefault("beam_size", self.t.decoding.beam_size)
     try:
       self.t.decoding_with(**options)
     except ValueError as e:
@@ -415,7 +423,7 @@ class Service:
   def explorer_page(self, split: str | None = None) -> str:
     """The explorer of the run's evaluated `split` (its first without one; none if the run has
     not been evaluated) in live mode, the what-if and beam views asking this service."""
-    return explorer.live_page(self.t.workdir, split, beam_size=max(self.t.decoding.beam_size, 2))
+    return explorer.live_page(self.t.workdir, split, beam_size=self.t.decoding.beam_size)
 
   def info(self) -> dict[str, Any]:
     run = self.t.run

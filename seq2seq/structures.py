@@ -90,6 +90,7 @@ class Structure(nnx.Module):
   name = "base"
   uses_score = True  # Scores through the model's score function (and its alignment features).
   sampled = False  # Samples where to look: training adds `objective.reinforce_loss`.
+  windowed = False  # Gives exactly zero weight outside a window of positions.
   # Whether its weights come from a normaliser (`model.normaliser`), which `make_structure` sets.
   normalised = True
   normalise: normalisers.Normaliser = normalisers.Softmax()
@@ -204,6 +205,7 @@ class LocalM(Structure):
   positions of the window are scored and read (`_score_window`), so a step costs O(D), not O(S).
   """
 
+  windowed = True
   Settings = WindowSettings
 
   def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
@@ -237,6 +239,8 @@ class LocalP(Structure):
   with sigma = D / 2 (not renormalised, as in the paper). Only floor(p_i) - D .. floor(p_i) + D,
   which holds every position of the window, is scored (`_score_window`).
   """
+
+  windowed = True
 
   @dataclasses.dataclass(frozen=True)
   class Settings(WindowSettings):

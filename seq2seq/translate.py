@@ -192,12 +192,13 @@ def translate_lines(
   and left "too_long").
 
   `prefixes` (a text per line, "" for none): each translation of a line starts with its
-  prefix's words, which count in its score (`decode.forced_words`). `constraints` (a list of
-  phrases per line, [] for none): each translation contains every phrase of its line, as
-  consecutive words (`seq2seq.constraints`); beam search then runs even at beam size 1. The two
-  are not combined, nor used with a shortlist, and constraints not with sampling (ValueError,
-  as for a prefix or phrases too long for the line's length limit, a phrase with a word outside
-  the target vocabulary, or a list of another length than `lines`).
+  prefix's words, which count in its score (`decode.forced_words`) and which `replace_unk`
+  leaves alone. `constraints` (a list of phrases per line, [] for none): each translation
+  contains every phrase of its line, as consecutive words (`seq2seq.constraints`); beam search
+  then runs even at beam size 1. The two are not combined, nor used with a shortlist, and
+  constraints not with sampling (ValueError, as for a prefix or phrases too long for the line's
+  length limit, a prefix or phrase with a word outside the target vocabulary, or a list of
+  another length than `lines`).
 
   `decode_settings` (decode.* fields, `Translator.decoding_with`) replace the run's for this
   call; 1 <= nbest <= decode.beam_size (ValueError otherwise). Progress shows on the console
@@ -242,8 +243,11 @@ def translate_lines(
   )
   out: list[list[Hypothesis]] = [[] for _ in lines]
   replace_unk = dec.replace_unk
-  for i, hyps in zip(keep, found, strict=True):
-    hyps = [inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk) for h in hyps]
+  for i, hyps, prefix in zip(keep, found, prefix_ids, strict=True):
+    hyps = [
+      inference.with_text(h, lines[i], t.src_tok, t.tgt_tok, replace_unk, forced=len(prefix))
+      for h in hyps
+    ]
     out[i] = inference.mbr_reordered(hyps, [h.text for h in hyps], dec)[:nbest]
   return out, {"truncated": truncated, "too_long": len(too_long)}
 
@@ -280,13 +284,11 @@ def beam_view(t: Translator, line: str, *, prefix: str = "", **decode_settings: 
   hypotheses), and "winner": [step, "finished" or "live", index] of the translation}.
 
   The run's decode settings, or those given, apply (one line, batch size 1); `prefix` forces the
-  first words as in `translate_lines`. The view is of beam search: a beam size of 1 (greedy
-  search, which may choose otherwise), sampling and MBR are refused (ValueError)."""
+  first words as in `translate_lines`. At beam size 1 it shows greedy search's one path, which
+  translation runs at that width (`_greedy_steps`). Sampling and MBR are refused (ValueError)."""
   dec = t.decoding_with(**{"batch_size": 1, **decode_settings})
-  if dec.sampling or dec.mbr or dec.beam_size < 2:
-    raise ValueError(
-      "the beam view shows beam search: give a beam_size of 2 or more, without sampling or MBR"
-    )
+  if dec.sampling or dec.mbr:
+    raise ValueError("the beam view shows search: decode without sampling or MBR")
   guides = _guides(t, dec, [line], [prefix] if prefix else None, None)
   ids, keep, _, too_long = _encode_lines(t, dec, [line])
   if not keep:
@@ -294,10 +296,14 @@ def beam_view(t: Translator, line: str, *, prefix: str = "", **decode_settings: 
     raise ValueError(f"no beam to show: the line is {why}")
   _check_fits(guides, 0, ids[0], dec)
   prefix_ids = guides.prefixes[0] if guides.prefixes else []
+  if dec.beam_size == 1:
+    return _view(t, line, dec, *_greedy_steps(t, line, dec, ids, prefix_ids))
   [(best, steps)] = inference.traced_split(
     t.state, _split(ids, [prefix_ids]), dec, prefixes=bool(prefix_ids)
   )
-  best = inference.with_text(best, line, t.src_tok, t.tgt_tok, dec.replace_unk)
+  best = inference.with_text(
+    best, line, t.src_tok, t.tgt_tok, dec.replace_unk, forced=len(prefix_ids)
+  )
   words = lambda ids: inference.output_tokens(ids, line, t.src_tok, t.tgt_tok)
   found = np.isfinite(steps.scores).any(1) | np.isfinite(steps.eos_scores).any(1)
   count = int(np.flatnonzero(found).max()) + 1 if found.any() else 0
@@ -336,6 +342,40 @@ def beam_view(t: Translator, line: str, *, prefix: str = "", **decode_settings: 
         )
     rows.append({"live": live, "finished": finished})
     before = after
+  return _view(t, line, dec, best, rows, winner)
+
+
+def _greedy_steps(t: Translator, line: str, dec: decode.DecodeSettings, ids, prefix_ids):
+  """(greedy's translation of `line`, its steps as the beam view shows them, the winner). A beam
+  of one is not greedy: it keeps the ends with EOS it passed and may return an earlier one. Each
+  step keeps one hypothesis, scored by forced decoding; the last step ends it with EOS."""
+  split = _split(ids, [prefix_ids])
+  [[best]] = inference.nbest_split(t.state, split, dec, 1, prefixes=bool(prefix_ids))
+  [forced] = inference.score_split(t.state, _split(ids, [best.ids]), dec)
+  best = inference.with_text(
+    best, line, t.src_tok, t.tgt_tok, dec.replace_unk, forced=len(prefix_ids)
+  )
+  words = lambda ids: inference.output_tokens(ids, line, t.src_tok, t.tgt_tok)
+  running = np.cumsum(forced.token_scores[: len(best.ids)])
+  rows = []
+  for i, score in enumerate(running):
+    kept = {"slot": 0, "from": 0, "tokens": words(best.ids[: i + 1]), "score": float(score)}
+    rows.append({"live": [kept], "finished": []})
+  if not best.finished:
+    return best, rows, [len(rows) - 1, "live", 0]
+  ending = {
+    "from": 0,
+    "tokens": [*words(best.ids), tok.EOS],
+    "score": best.score,
+    "norm_score": best.norm_score,
+    "entered": True,
+  }
+  rows.append({"live": [], "finished": [ending]})
+  return best, rows, [len(rows) - 1, "finished", 0]
+
+
+def _view(t: Translator, line: str, dec: decode.DecodeSettings, best, rows, winner) -> dict:
+  """`beam_view`'s answer from the search's best `Hypothesis`, its steps and its winner."""
   return {
     "source": inference.source_tokens(line, t.src_tok)[: best.attention.shape[1]],
     "beam_size": dec.beam_size,
@@ -381,7 +421,7 @@ def _guides(
   if dec.shortlist:
     raise ValueError(f"{name} cannot be combined with decode.shortlist: decode without it")
   if prefixes is not None:
-    return _Guides(prefixes=[t.tgt_tok.encode(p) for p in prefixes])
+    return _Guides(prefixes=[_prefix_ids(t, i, p) for i, p in enumerate(prefixes)])
   if dec.sampling:
     raise ValueError("constraints cannot be combined with decode.sampling: search with a beam")
   encoded = []
@@ -401,6 +441,20 @@ def _guides(
       ids.append(phrase_ids)
     encoded.append(ids)
   return _Guides(constraints=encoded)
+
+
+def _prefix_ids(t: Translator, i: int, prefix: str) -> list[int]:
+  """The target ids of line i's prefix; ValueError for a word outside the target vocabulary,
+  which would be forced as <unk>, not as the word."""
+  ids = t.tgt_tok.encode(prefix)
+  if tok.UNK_ID in ids:
+    words = t.tgt_tok.tokenize(prefix)
+    unknown = [repr(w) for w in words if t.tgt_tok.encode_tokens([w]) == [tok.UNK_ID]]
+    raise ValueError(
+      f"prefix of line {i + 1}: {prefix!r} holds {', '.join(unknown) or 'a word'}, outside the "
+      "target vocabulary: no translation can start with it"
+    )
+  return ids
 
 
 def _check_fits(guides: _Guides, i: int, sources: list[list[int]], dec: decode.DecodeSettings):

@@ -11,7 +11,7 @@ from flax import nnx
 from helpers import TableModel, score_of
 
 import seq2seq
-from seq2seq import decode, translate
+from seq2seq import decode, inference, translate
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -151,9 +151,10 @@ def test_the_view_shows_the_translation_the_search_returns(translator, beam_size
   assert view["source"] == ["the", "man", "will", "not", "</s>"]
 
 
-def test_the_view_under_a_prefix_keeps_it_in_every_hypothesis(translator):
-  view = translate.beam_view(translator, "the man will not", prefix="le chat", beam_size=3)
-  [best] = translator.translate(["the man will not"], beam_size=3, prefixes=["le chat"])[0]
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_the_view_under_a_prefix_keeps_it_in_every_hypothesis(translator, beam_size):
+  view = translate.beam_view(translator, "the man will not", prefix="le chat", beam_size=beam_size)
+  [best] = translator.translate(["the man will not"], beam_size=beam_size, prefixes=["le chat"])[0]
   assert view["translation"]["text"] == best.text
   assert [len(s["live"]) for s in view["steps"][:2]] == [1, 1]  # Forced: one way on.
   for t, step in enumerate(view["steps"]):
@@ -161,10 +162,47 @@ def test_the_view_under_a_prefix_keeps_it_in_every_hypothesis(translator):
       assert c["tokens"][:2] == ["le", "chat"][: t + 1]
 
 
+def test_the_view_at_width_1_follows_greedy_search_as_translation_does(translator):
+  """Translation searches greedily at width 1. A beam of one differs: it keeps a finished pool,
+  and on this run ends one word earlier where greedy runs to the length limit."""
+  sentence = "the man will not"
+  [greedy] = translator.translate([sentence], beam_size=1)[0]
+  dec = translator.decoding_with(beam_size=1, batch_size=1)
+  ids, *_ = translate._encode_lines(translator, dec, [sentence])
+  [(beam1, _)] = inference.traced_split(translator.state, translate._split(ids, [[]]), dec)
+  assert beam1.ids != greedy.ids  # The case this test is for.
+  view = translate.beam_view(translator, sentence, beam_size=1)
+  assert view["translation"]["text"] == greedy.text
+  assert view["translation"]["finished"] == greedy.finished
+  np.testing.assert_allclose(view["translation"]["score"], greedy.score, rtol=1e-6)
+  won = winner_of(view)
+  assert won["tokens"] == greedy.tokens + (["</s>"] if greedy.finished else [])
+  path = [s["live"] for s in view["steps"] if s["live"]]
+  assert [c[0]["tokens"] for c in path] == [greedy.tokens[: i + 1] for i in range(len(path))]
+  assert all(len(c) == 1 for c in path)
+  np.testing.assert_allclose(path[-1][0]["score"], greedy.score, rtol=1e-4)
+
+
+def test_the_greedy_view_ends_a_finished_translation_with_eos(translator, monkeypatch):
+  """Where greedy ends with EOS (on this run it never does, so a scored output stands in), the
+  last step holds that ending, the winner, after one kept hypothesis per word."""
+  [scored] = translator.score(["the man"], ["le chat"])
+  ids = translator.tgt_tok.encode("le chat")
+  ends = inference.Hypothesis(ids, np.zeros((3, 3)), scored.score, scored.norm_score)
+  monkeypatch.setattr(inference, "nbest_split", lambda *args, **kwargs: [[ends]])
+  view = translate.beam_view(translator, "the man", beam_size=1)
+  kept = [step["live"] for step in view["steps"][:2]]
+  assert [[c["tokens"] for c in k] for k in kept] == [[["le"]], [["le", "chat"]]]
+  np.testing.assert_allclose(kept[1][0]["score"], sum(scored.token_scores[:2]), rtol=1e-6)
+  assert len(view["steps"]) == 3 and view["steps"][2]["live"] == []
+  assert winner_of(view) == view["steps"][2]["finished"][0] and view["winner"][1] == "finished"
+  assert winner_of(view)["tokens"] == ["le", "chat", "</s>"]
+  assert winner_of(view)["score"] == scored.score and view["translation"]["finished"]
+
+
 @pytest.mark.parametrize(
   ("settings", "message"),
   [
-    ({"beam_size": 1}, "beam_size of 2 or more"),
     ({"sampling": "sample(n=2)"}, "without sampling"),
     ({"beam": 3}, "not decode settings"),
   ],

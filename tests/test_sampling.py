@@ -47,6 +47,14 @@ def test_truncations_keep_the_words_worked_out_by_hand(settings_, words):
   assert kept(**settings_) == words
 
 
+@pytest.mark.parametrize("k, words", [(2, [0, 1]), (3, [0, 1, 2]), (4, [0, 1, 2, 3])])
+def test_top_k_keeps_exactly_k_words_when_some_tie(k, words):
+  """Words 1-3 tie at 0.2: top_k keeps k words, the tied ones of lowest id first."""
+  tied = jnp.asarray(np.log([0.4, 0.2, 0.2, 0.2, 0.2]))[None]
+  out = sampling.truncated_logits(tied, BANNED, sampling.Sampling(top_k=k))
+  assert [int(i) for i in np.flatnonzero(np.isfinite(np.asarray(out[0])))] == words
+
+
 def test_temperature_divides_the_logits():
   out = sampling.truncated_logits(LOGITS, BANNED, sampling.Sampling(temperature=2.0))
   np.testing.assert_allclose(np.asarray(out[0, :4]), np.log(PROBS) / 2, rtol=1e-6)

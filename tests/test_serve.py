@@ -4,6 +4,7 @@ SIGTERM as a user runs it."""
 
 import asyncio
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -125,6 +126,22 @@ def test_the_batch_shapes_are_a_setting():
       serve.ServeSettings(batch_sizes=sizes)
 
 
+def test_settings_refuse_a_max_batch_past_the_largest_batch_size():
+  """A gathered batch larger than every compiled shape would compile a new one at request time:
+  refused at start-up instead."""
+  with pytest.raises(ValueError, match=r"max_batch \(64\) is past the largest of batch_sizes"):
+    serve.ServeSettings(max_batch=64, batch_sizes=(1, 8, 32))
+  serve.ServeSettings(max_batch=32, batch_sizes=(1, 8, 32))
+  serve.ServeSettings(max_batch=20, batch_sizes=(1, 8, 32))
+
+
+def test_every_batch_is_padded_to_a_compiled_size():
+  """With max_batch between two sizes, a full batch (or a larger job, decoded in batches) is
+  padded up to the next size, which warm-up compiles: never a shape of its own."""
+  sizes = (1, 8, 32)
+  assert [serve.batch_size_for(n, 20, sizes) for n in (1, 5, 9, 20, 64)] == [1, 8, 32, 32, 32]
+
+
 def test_field_names_of_pydantic_locations():
   assert serve.field_name(("sentences", 2)) == "sentences[2]"
   assert serve.field_name(("constraints", 0, 1)) == "constraints[0][1]"
@@ -186,7 +203,7 @@ BAD_REQUESTS = [
   ({"sentences": ["the " * 9]}, 422, "sentences[0]"),  # Over max_words=8.
   ({"sentences": ["the", "日本語のテキスト"]}, 422, "sentences[1]"),  # No word it knows.
   ({"sources": ["the"], "targets": ["a", "b"]}, 422, "targets"),
-  ({"sentence": "the", "beam_size": 1}, 422, "beam_size"),  # The beam view needs a beam.
+  ({"sentence": "the", "beam_size": 65}, 422, "beam_size"),  # Over the beam view's 64.
   ({"sentence": "the", "sampling": "sample(n=2)"}, 422, "sampling"),  # Not an option there.
   ({"sentence": "  "}, 422, "sentence"),
   ({"sentence": "the " * 9}, 422, "sentence"),
@@ -257,6 +274,20 @@ def test_the_beam_view_answers_as_the_python_api(translator):
   assert got == 200
   want = translate.beam_view(translator, "the man will not", prefix="le", beam_size=3)
   assert answer["beam"] == json.loads(json.dumps(want))
+
+
+def test_a_guide_outside_the_target_vocabulary_gets_a_422_with_the_reason(translator):
+  """A prefix word the target vocabulary lacks would be forced as <unk>: refused, as a
+  constraint phrase with such a word is."""
+  cases = [
+    ("/translate", {"sentences": ["the man", "they"], "prefixes": ["", "le zzzqqq"]}, "line 2"),
+    ("/translate", {"sentences": ["the man"], "constraints": [["zzzqqq"]]}, "line 1"),
+    ("/beam", {"sentence": "the man", "prefix": "zzzqqq"}, "line 1"),
+  ]
+  for path, body, line in cases:
+    got, answer = post(translator, path, body)
+    assert got == 422, answer
+    assert line in answer["error"] and "outside the target vocabulary" in answer["error"], answer
 
 
 def get(translator, path, **settings):
@@ -423,6 +454,7 @@ def test_main_serves_answers_and_stops_on_sigterm(trained):
       proc.kill()
   assert proc.returncode == 0, out
   assert "compiled" in out and "serving on" in out
+  assert "loading the best checkpoint" in out and "evaluating" not in out
 
 
 def test_main_refuses_an_open_address_without_a_token(trained):
@@ -436,6 +468,27 @@ def test_main_refuses_an_open_address_without_a_token(trained):
   )
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --host=0.0.0.0 is reachable")
+
+
+def test_main_refuses_batch_sizes_that_do_not_cover_max_batch(tmp_path):
+  """One error line at start-up, before any run is read (the workdir holds none)."""
+  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={tmp_path}"]
+  cmd += ["--serve_max_batch=100"]  # Past the default sizes' largest, 64.
+  proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1, proc.stderr
+  assert proc.stderr.strip().splitlines() == [
+    "error: serve max_batch (100) is past the largest of batch_sizes (64): add a size of at least "
+    "100 to --serve_batch_sizes, or lower --serve_max_batch"
+  ]
+
+
+def test_loading_a_run_to_serve_says_it_loads(trained, capsys):
+  """What serving prints while it reads the run's checkpoint (`seq2seq.load`, as main.py's serve
+  mode does): that it loads it, not that it evaluates it."""
+  seq2seq.load(trained)
+  err = capsys.readouterr().err
+  assert re.search(r"^loading the \w+ checkpoint \(step \d+\)$", err, re.M), err
+  assert "evaluating" not in err
 
 
 @pytest.mark.slow

@@ -84,6 +84,11 @@ def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, me
     ({"train.loss_terms": "reinforce"}, "reinforce trains attention that samples"),
     ({"train.loss_terms": "agreement"}, "agreement joins the two directions"),
     ({"train.loss_terms": "fertility", "model.name": "rnnencdec"}, "reads the attention"),
+    # A gold link outside the attention's support: a constant loss, no gradient towards it.
+    ({"train.loss_terms": "supervision", "model.normaliser": "sparsemax"}, "model.normaliser"),
+    ({"train.loss_terms": "supervision(loss=mse)", "model.normaliser": "entmax15"}, "entmax15"),
+    ({"train.loss_terms": "supervision", "model.attention": "local_m"}, "model.attention='local_m"),
+    ({"train.loss_terms": "supervision", "model.attention": "local_p(window=3)"}, "local_p"),
     ({"model.direction": "reverse"}, "needs an agreement run"),
     ({"train.nonfinite": "ignore"}, "train.nonfinite='ignore' is not one of"),
     ({"train.optimizer": "lion"}, "lion"),
@@ -120,6 +125,13 @@ def test_validate_holds_the_rules_across_components(overrides, message):
     config[section][key] = value
   with pytest.raises(ValueError, match=message):
     settings.validate(config)
+
+
+@pytest.mark.parametrize("attention", ["soft", "monotonic", "hard", "conv", "multihead"])
+def test_supervision_takes_attention_that_can_reach_every_position(attention):
+  config = tiny.get_config()
+  config.train.loss_terms, config.model.attention = "supervision", attention
+  assert settings.validate(config).objective.term("supervision") is not None
 
 
 def test_implied_terms_are_on_and_listing_them_changes_their_settings():
