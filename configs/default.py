@@ -24,33 +24,35 @@ def get_config() -> ml_collections.ConfigDict:
   m.attn_dim = 1000  # Hidden size of the additive alignment model (paper: 1000).
   m.maxout_dim = 500  # Units after maxout over pairs in the deep output (paper: 500).
   # Components are named by specs, NAME or NAME(setting=value, ...): each registered component
-  # owns its settings and their defaults (seq2seq/registry.py). `python -m seq2seq.settings`
+  # owns its settings and their defaults (seq2seq/common/registry.py). `python -m seq2seq.settings`
   # lists every component with its settings.
-  m.score = "additive"  # Alignment model (seq2seq/scores.py), e.g. "dot", "cosine(sharpness=5)".
-  # Where attention may look (seq2seq/structures.py); "soft" is the paper's global attention.
+  m.score = (
+    "additive"  # Alignment model (seq2seq/model/scores.py), e.g. "dot", "cosine(sharpness=5)".
+  )
+  # Where attention may look (seq2seq/model/structures.py); "soft" is the paper's global attention.
   m.attention = "soft"  # E.g. "local_p(window=10)", "multihead(heads=4)", "hard".
-  # Alignment features of the additive score (seq2seq/alignment_features.py), "+"-joined; "" is none.
+  # Alignment features of the additive score (seq2seq/model/alignment_features.py), "+"-joined; "" is none.
   m.features = ""  # E.g. "coverage(fertility=true)+prev_attention(filters=8)".
   # Time steps per loop iteration of the encoder's and the teacher-forced decoder's lax.scan
   # (the same results; fewer, larger loop bodies for XLA to schedule). Decoding is unaffected.
   m.scan_unroll = 1
   # Intra-attention (Cheng et al. 2016; Paulus et al. 2017): at step i the decoder's query
   # s_{i-1} also attends over its earlier states s_1 .. s_{i-2} (zeros while there are none) with
-  # this score function (a spec of seq2seq/scores.py, e.g. "dot" or "additive"); that context
+  # this score function (a spec of seq2seq/model/scores.py, e.g. "dot" or "additive"); that context
   # feeds the GRU and the deep output. "" is off.
   m.intra_attention = ""
   # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.build_lexicon) whose
   # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits: its
   # file, or "train" to learn it from the run's training split when training starts; "" off.
   m.lexicon_bias = ""
-  # Copying from the source (pointer-generator, See et al. 2017; seq2seq/copying.py): a learned
+  # Copying from the source (pointer-generator, See et al. 2017; seq2seq/data/copying.py): a learned
   # gate mixes the vocabulary softmax with the attention over an extended vocabulary, so words
   # outside the target vocabulary can be produced by copying them from the source.
   m.copy = False
   # Where copying sends the attention on the source EOS: "null" (nowhere: that mass generates
   # from the vocabulary, as in See et al., whose sources have no EOS) or "target" (the target
   # EOS, so p(EOS) grows with it; runs saved before this switch existed). Chosen on validation
-  # data: docs/results/multi30k_copy_eos.md. seq2seq/copying.py.
+  # data: docs/results/multi30k_copy_eos.md. seq2seq/data/copying.py.
   m.copy_eos = "null"
   # Multi-source translation (Zoph and Knight 2016): a corpus of two source languages
   # (data.local.src_lang="en+de") gets a second encoder and attention, their contexts combined by
@@ -145,7 +147,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.anneal_to = 0.0
   t.clip_norm = 1.0  # Global gradient-norm clip (paper: 1); 0 disables.
   t.label_smoothing = 0.0  # Label smoothing of the cross-entropy (paper: 0).
-  # The training softmax (seq2seq/softmax.py): "full", or "sampled(size=4096)" over the batch's
+  # The training softmax (seq2seq/training/softmax.py): "full", or "sampled(size=4096)" over the batch's
   # target words plus uniformly drawn others (Jean et al. 2015); evaluation always uses "full".
   t.softmax = "full"
   # Keep an exponential moving average of the parameters with this decay (0: none); validation,
@@ -154,7 +156,7 @@ def get_config() -> ml_collections.ConfigDict:
   # The summed loss divided by the batch's target "tokens", or by its "sentences" (GroundHog's
   # cost: summed over a sentence's words, mean over sentences; the paper's configs use it).
   t.loss_normalization = "tokens"
-  # Terms added to the cross-entropy (seq2seq/objective.py), "+"-joined specs; "" is none. The
+  # Terms added to the cross-entropy (seq2seq/training/objective.py), "+"-joined specs; "" is none. The
   # model implies some (REINFORCE for hard attention, the bonus of agreement runs): list those
   # only to change their settings.
   t.loss_terms = ""  # E.g. "fertility(weight=0.1)", "supervision(weight=1.0, loss=mse)".
@@ -170,7 +172,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.checkpoint_every = 1000  # Steps between checkpoints (and one at the end).
   t.keep_checkpoints = 3  # Checkpoints kept on disk.
   t.valid_bleu = True  # Greedy validation BLEU at every evaluation; the best checkpoint is kept.
-  # Stop once a validation metric stops improving (seq2seq/early_stopping.py): "" trains the whole
+  # Stop once a validation metric stops improving (seq2seq/training/early_stopping.py): "" trains the whole
   # budget; "early(metric=bleu|chrf|loss, patience=N, min_delta=D)" stops after N evaluations
   # in a row without a gain of more than D.
   t.early_stopping = ""
@@ -183,7 +185,7 @@ def get_config() -> ml_collections.ConfigDict:
   dec = c.decode = ml_collections.ConfigDict()
   dec.beam_size = 12  # Beam width (paper: 12); 1 is greedy.
   dec.max_len_ratio = 2.0  # Longest output as a multiple of the source length (plus 10).
-  # What finished outputs are ranked by (seq2seq/length_penalties.py): "power(alpha=A)" divides
+  # What finished outputs are ranked by (seq2seq/decoding/length_penalties.py): "power(alpha=A)" divides
   # the score by length**A (A = 1: GroundHog's), "gnmt(alpha=A)" by ((5 + length) / 6)**A,
   # "word(penalty=P)" subtracts P per token, "none" ranks by the score alone.
   dec.length_penalty = "power"
@@ -193,7 +195,7 @@ def get_config() -> ml_collections.ConfigDict:
   # memory grows with the square of a sentence's length); 0: no limit.
   dec.max_input_tokens = 250
   # Evaluate and translate with the ensemble of these runs (comma-separated workdirs sharing the
-  # vocabularies) instead of the workdir's own checkpoint (seq2seq/ensemble.py); "" is none.
+  # vocabularies) instead of the workdir's own checkpoint (seq2seq/decoding/ensemble.py); "" is none.
   dec.ensemble = ""
   dec.ensemble_combination = "mean_prob"  # "mean_prob" (log of the mean) or "mean_logprob".
   dec.ensemble_attention = "mean"  # The attention reported: "mean" over members, or an index.
@@ -209,11 +211,11 @@ def get_config() -> ml_collections.ConfigDict:
   # sentence's output can then depend on its batch-mates. "sentence": each sentence decodes over
   # the candidates of its own source words (Jean et al. 2015), the same alone or in any batch.
   dec.shortlist_scope = "batch"
-  # Sample instead of searching (seq2seq/sampling.py): "" searches (beam_size); a spec
+  # Sample instead of searching (seq2seq/decoding/sampling.py): "" searches (beam_size); a spec
   # "sample(n=16, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, seed=0)" draws n outputs per
   # sentence (the best of them the translation, all of them the --nbest list).
   dec.sampling = ""
-  # Minimum Bayes risk (seq2seq/mbr.py): "" keeps the search's order; "mbr(utility=chrf|bleu,
+  # Minimum Bayes risk (seq2seq/decoding/mbr.py): "" keeps the search's order; "mbr(utility=chrf|bleu,
   # evidence=uniform|model)" picks, of the samples or the beam's n-best, the one of highest
   # expected utility over all the candidates, itself included (evidence=model: n-best only).
   dec.mbr = ""

@@ -37,7 +37,10 @@ myst_heading_anchors = 3
 nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"(?!seq2seq\b).*")]
 # A type variable and a private base class, which have no page of their own.
-nitpick_ignore = [("py:obj", "seq2seq.registry.T"), ("py:class", "seq2seq.data.builders._Builder")]
+nitpick_ignore = [
+  ("py:obj", "seq2seq.common.registry.T"),
+  ("py:class", "seq2seq.data.builders._Builder"),
+]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"

@@ -81,7 +81,7 @@ from experiments.lib import driver, plots, reports, stats, sweeps
 from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import input_pipeline
+from seq2seq.data import input_pipeline
 
 BASELINE = "additive"
 LONG = input_pipeline.LONG_TEST

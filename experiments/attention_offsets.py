@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.lib import plots, stats
-from seq2seq import explorer, metrics
-from seq2seq import tokenizer as tok
+from seq2seq import explorer
+from seq2seq.data import metrics
+from seq2seq.data import tokenizer as tok
 
 BINS = ("<=-3", "-2", "-1", "+0", "+1", "+2", ">=+3")  # Offsets of the peak from the twin.
 

@@ -26,9 +26,11 @@ import numpy as np
 from flax import nnx
 
 from experiments.lib import stats
-from seq2seq import checkpoints, copying, decode, evaluation, inference, input_pipeline, settings
-from seq2seq import lexicon as lexicon_lib
-from seq2seq import runtime as rt
+from seq2seq import checkpoints, restoring, settings
+from seq2seq import sharding as rt
+from seq2seq.data import copying, input_pipeline
+from seq2seq.data import lexicon as lexicon_lib
+from seq2seq.decoding import decode, inference
 
 
 def sharpness(alphas: Sequence[np.ndarray]) -> dict[str, float]:
@@ -55,7 +57,7 @@ def measure(workdir: Path, config, split_name: str, limit: int) -> dict[str, dic
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   states = {
     "init": rt.initial_state(run, *sizes, runtime, **_tables(data, config, workdir)),
-    "trained": evaluation.restore_run(run, workdir, *sizes, runtime),
+    "trained": restoring.restore_run(run, workdir, *sizes, runtime),
   }
   out = {}
   for name, state in states.items():
@@ -100,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   for run in sorted(args.study.glob("runs/*/seed_*")):
     config = checkpoints.load_config(run)
     finished = (
-      run / evaluation.eval_prefix(settings.validate(config).model) / "test" / "results.json"
+      run / restoring.eval_prefix(settings.validate(config).model) / "test" / "results.json"
     )
     if not finished.is_file() or not any((run / s).is_dir() for s in ("best", "checkpoints")):
       continue  # Still training, or its checkpoints are not in this working tree.

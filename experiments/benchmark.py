@@ -7,7 +7,7 @@
 What it measures, on random int32 batches of the layout in `seq2seq/train.py` (full-length
 sentences, all-ones masks, so every position is a training target token):
 
-* the train step: `steps.create_train_state` and the training loop's own jitted step
+* the train step: `train_state.create_train_state` and the training loop's own jitted step
   (`rt.compile_steps`: state replicated and donated, batch split over a one-axis device mesh;
   `--devices N` forces N CPU devices to measure data-parallel scaling); compile time
   (`.lower().compile()`), then `--repeats` timed runs of `--steps` steps each after a warm-up,
@@ -69,8 +69,10 @@ from configs import tiny as tiny_config
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT, apply_overrides, parse_sets
 from experiments.lib.timing import median_seconds, timed_calls
-from seq2seq import models, objective, scores, settings, steps
-from seq2seq import runtime as rt
+from seq2seq import settings
+from seq2seq import sharding as rt
+from seq2seq.model import models, scores
+from seq2seq.training import objective, train_state
 
 PRESETS = ("bench", "paper", "tiny")
 # Per preset: (sentence length, timed runs, steps per run, warm-up steps, matmul size, peer size).
@@ -214,7 +216,7 @@ def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
   src_vocab, tgt_vocab = cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
   run = settings.validate(cfg)
   state = jax.eval_shape(
-    lambda: steps.create_train_state(run, jax.random.key(0), src_vocab, tgt_vocab)
+    lambda: train_state.create_train_state(run, jax.random.key(0), src_vocab, tgt_vocab)
   )
   batch = {k: jnp.asarray(v) for k, v in random_batch(cfg).items()}
   tokens = float(np.sum(random_batch(cfg)["tgt_mask"]))
@@ -223,7 +225,7 @@ def traced_flops_per_token(cfg: ml_collections.ConfigDict) -> dict[str, float]:
     model = nnx.merge(state.graphdef, params)
     return model(b["src"], b["src_mask"], b["tgt_in"])
 
-  step = functools.partial(steps.train_step, run=run)
+  step = functools.partial(train_state.train_step, run=run)
   fwd = jax.make_jaxpr(forward)(state.params, batch)
   trn = jax.make_jaxpr(step)(state, batch, jax.random.key(1))
   return {
@@ -245,7 +247,7 @@ def _rss_mb() -> float:
 
 def measure_matmul(dtype: str, n: int, repeats: int = 5) -> dict[str, Any]:
   """GFLOP/s of a jitted [n, n] @ [n, n] of `dtype` factors accumulated and returned in float32
-  (how the model multiplies, `seq2seq.layers.matmul`): median, min, max and the `repeats`
+  (how the model multiplies, `seq2seq.model.layers.matmul`): median, min, max and the `repeats`
   samples."""
   keys = jax.random.split(jax.random.key(0))
   x = jax.random.normal(keys[0], (n, n), jnp.float32).astype(dtype)
@@ -313,7 +315,7 @@ class TrainBench:
     runtime.check_batch_size(cfg.data.batch_size)
     t0 = time.perf_counter()
     run = settings.validate(cfg)
-    state = steps.create_train_state(
+    state = train_state.create_train_state(
       run, jax.random.key(seed), cfg.data.src_vocab_size, cfg.data.tgt_vocab_size
     )
     state = jax.block_until_ready(jax.device_put(state, runtime.replicated))
@@ -420,12 +422,12 @@ def measure_decoding(bench: TrainBench, *, repeats: int, shortlist_size: int = 0
   specials, then a fixed random draw of the others: what `decode.shortlist` hands the search,
   whose cost depends on the size, not on which words).
 
-  `seq2seq.decode.jit_decode` with max_len = the source length (30 on `bench`, the peer's fixed
-  30 steps). Decoding stops early once every hypothesis has emitted EOS, so the mean output
+  `seq2seq.decoding.decode.jit_decode` with max_len = the source length (30 on `bench`, the peer's
+  fixed 30 steps). Decoding stops early once every hypothesis has emitted EOS, so the mean output
   length is recorded next to each figure: with it equal to max_len, both sides did the same work.
   Sentences/s are {median, min, max} over `repeats` timed calls after the compiling one.
   """
-  from seq2seq import decode
+  from seq2seq.decoding import decode
 
   src, mask = bench.batch["src"], bench.batch["src_mask"]
   batch_size, max_len = int(src.shape[0]), int(src.shape[1])

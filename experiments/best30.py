@@ -42,7 +42,9 @@ from typing import Any
 from experiments.lib import reports
 from experiments.lib.configs import run_command
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import average, files, metric_writer
+from seq2seq import average
+from seq2seq.common import files
+from seq2seq.training import metric_writer
 
 CONFIG = "configs/multi30k.py"
 FINAL_CONFIG = "configs/multi30k_best.py"
@@ -66,7 +68,7 @@ CHOSEN: dict[str, Any] = {
 # that reached 56.2 test BLEU, experiments/results/multi30k_realtext/multi30k.md).
 TRIES: dict[str, dict[str, Any]] = {
   "base": {},
-  # Mixed precision: bfloat16 matmuls accumulated in float32 (`seq2seq.layers.matmul`), about
+  # Mixed precision: bfloat16 matmuls accumulated in float32 (`seq2seq.model.layers.matmul`), about
   # 1.5x the updates per minute on a CPU with AVX512-BF16
   # (experiments/results/benchmark/benchmark.md).
   "bfloat16": {"model.dtype": "bfloat16"},

@@ -55,7 +55,7 @@ def results(workdir: Path, references: dict[str, list[str]], tgt_tok) -> dict[st
   (`metrics.oov_recall`, computed here from the hypotheses so runs evaluated before it existed
   get it too)."""
   from experiments.lib import runs as runs_lib
-  from seq2seq import metrics
+  from seq2seq.data import metrics
 
   out = {}
   found = runs_lib.read_results(workdir) or {}
@@ -69,8 +69,8 @@ def results(workdir: Path, references: dict[str, list[str]], tgt_tok) -> dict[st
 
 def pairs(run: Path, split: str) -> list[Any]:
   """The pairs (`builders.Example`: source and reference text) of a split of `run`'s corpus."""
-  from seq2seq import checkpoints, input_pipeline
-  from seq2seq.data import builders
+  from seq2seq import checkpoints
+  from seq2seq.data import builders, input_pipeline
 
   config = checkpoints.load_config(run)
   data_settings = input_pipeline.DataSettings.from_config(config)
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   started = time.perf_counter()
 
   from experiments.lib import runs as runs_lib
-  from seq2seq import tokenizer
+  from seq2seq.data import tokenizer
 
   refs, tgt_tok = references(runs[0]), tokenizer.load(runs[0] / "vocab" / "tgt")
   kept = out / "decoding.json"

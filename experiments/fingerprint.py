@@ -163,7 +163,10 @@ def model_fingerprint(name: str) -> dict:
   import numpy as np
 
   from configs import tiny
-  from seq2seq import decode, input_pipeline, lexicon, settings, steps
+  from seq2seq import settings
+  from seq2seq.data import input_pipeline, lexicon
+  from seq2seq.decoding import decode
+  from seq2seq.training import train_state
 
   cfg = tiny.get_config()
   for dotted, value in MODELS[name].items():
@@ -181,7 +184,7 @@ def model_fingerprint(name: str) -> dict:
   )
   copy_map = np.where(np.arange(vocab) % 3 == 0, -1, np.arange(vocab)).astype(np.int32)
   run = settings.validate(cfg)
-  state = steps.create_train_state(run, jax.random.key(0), vocab, vocab, copy_map, table)
+  state = train_state.create_train_state(run, jax.random.key(0), vocab, vocab, copy_map, table)
   sources = input_pipeline.num_sources(run.data)
   batch, src_len, tgt_len = 4, 7, 6
   src_mask = np.tile((np.arange(src_len)[None] < rng.integers(2, src_len + 1, (batch, 1))), sources)
@@ -196,7 +199,7 @@ def model_fingerprint(name: str) -> dict:
   arrays = {k: jnp.asarray(v, jnp.int32) for k, v in arrays.items()}
   leaves = jax.tree.leaves(state.params)
   record: dict = {"params": sorted(_digest_array(x) for x in leaves), "train": []}
-  step = jax.jit(functools.partial(steps.train_step, run=run))
+  step = jax.jit(functools.partial(train_state.train_step, run=run))
   for i in range(3):
     state, metrics = step(state, arrays, jax.random.fold_in(jax.random.key(1), i))
     record["train"].append({k: repr(float(v)) for k, v in sorted(metrics.items())})

@@ -90,7 +90,7 @@ demo() {  # demo DTYPE STEPS SECONDS: configs/demo.py in /tmp/demo_DTYPE, to STE
 GPU_TEST_ENV=(env XLA_FLAGS= XLA_PYTHON_CLIENT_PREALLOCATE=false PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)
 tests() {
   "${GPU_TEST_ENV[@]}" "$PY" -c "import sys; sys.path.insert(0, 'tests'); import conftest, \
-seq2seq.train, seq2seq.decode; print('imported:', [m for m in ('torch', 'tensorflow') \
+seq2seq.train, seq2seq.decoding.decode; print('imported:', [m for m in ('torch', 'tensorflow') \
 if m in sys.modules])" > "$OUT/imports.txt" 2>&1
   cat "$OUT/imports.txt"
   step "one test that aborted on the H200, alone" 45 "${GPU_TEST_ENV[@]}" "$PY" -m pytest -x -q \

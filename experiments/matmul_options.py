@@ -7,7 +7,7 @@ The shapes: a 2,048-square matmul and the `bench` preset's output layer (64 sent
 words, maxout 1,024, 8,000 words) in the three forms its training step multiplies: the forward
 [1,920 x 1,024] x [1,024 x 8,000], the input gradient g W^T (W stored [1,024 x 8,000]) and the
 weight gradient h^T g (h stored [1,920 x 1,024]), each in float32 and in bfloat16 with float32
-accumulation (how the model multiplies, `seq2seq.layers.matmul`). Each XLA variant runs in a
+accumulation (how the model multiplies, `seq2seq.model.layers.matmul`). Each XLA variant runs in a
 process of its own with its `XLA_FLAGS` (`VARIANTS`: the default, oneDNN for matmuls, XNNPACK
 off, YNNPACK fusions off); the PyTorch row (if `--peer-python` exists) times `torch.matmul` of
 the same shapes with 2 threads (bfloat16 under `torch.autocast`, as the peer trains). GFLOP/s

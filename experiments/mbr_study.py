@@ -40,7 +40,7 @@ from typing import Any
 from experiments.decoding_study import SPLITS, decoding_speed, evaluate, pairs, references
 from experiments.lib import configs, reports, stats
 from experiments.lib.configs import run_command
-from seq2seq import files
+from seq2seq.common import files
 
 RESAMPLES = 1000
 
@@ -66,7 +66,7 @@ def rerank_rows(
 ) -> dict[str, dict[str, Any]]:
   """The reranking rows (module docstring): {name: commands, figures, minutes, and the texts
   chosen for each split under "texts"}; what exists in OUT/rerank already is not made again."""
-  from seq2seq import metrics
+  from seq2seq.data import metrics
 
   folder = out / "rerank"
   folder.mkdir(parents=True, exist_ok=True)

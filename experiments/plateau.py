@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.lib import stats
-from seq2seq import metric_writer
+from seq2seq.training import metric_writer
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,12 +11,13 @@ copy) as a thunk, and the trace times each one; a `while` (the recurrences' scan
 `conditional` thunk only waits for the instructions inside it, which are timed themselves, so
 it is left out. Each instruction's time is attributed, through the compiled module's metadata
 (the call stack of the operation at its root), to the innermost function of this repository on
-that stack: `seq2seq/scores.py:Additive.__call__` (the score), `seq2seq/layers.py:GRUCell.
-__call__` (the gates), `seq2seq/steps.py:...` (the optimiser's update, called from there); the
-bfloat16 matmul helpers (`PASS_THROUGH`) give their operations to their caller; an operation no
-function of ours made is named by its package's function (`optax/...`). The op
-kind (`fusion` for fused elementwise work and, on this backend, for matmuls fused by XNNPACK's
-successor `ynn_fusion`, `dot`, `copy`, `dynamic-update-slice`, ...) is counted beside it.
+that stack: `seq2seq/model/scores.py:Additive.__call__` (the score),
+`seq2seq/model/layers.py:GRUCell. __call__` (the gates), `seq2seq/training/train_state.py:...` (the
+optimiser's update, called from there); the bfloat16 matmul helpers (`PASS_THROUGH`) give their
+operations to their caller; an operation no function of ours made is named by its package's function
+(`optax/...`). The op kind (`fusion` for fused elementwise work and, on this backend, for matmuls
+fused by XNNPACK's successor `ynn_fusion`, `dot`, `copy`, `dynamic-update-slice`, ...) is counted
+beside it.
 
 Two threads may run thunks at once, so the summed thunk time can exceed the wall time; each part
 is given in milliseconds per step and as a share of the summed time. A plain `dot` thunk (an
@@ -60,7 +61,7 @@ SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 # gradient): an operation made there is attributed to the function that called them, where the
 # caller is on the stack (the custom gradient's backward is traced without it).
 PASS_THROUGH = tuple(
-  f"seq2seq/layers.py:{name}"
+  f"seq2seq/model/layers.py:{name}"
   for name in (
     "matmul",
     "_bf16_matmul",
@@ -217,7 +218,7 @@ def profile(call, compiled_text: str, calls: int) -> dict[str, Any]:
 
 
 def profile_config(name: str, dtype: str, steps: int) -> dict[str, Any]:
-  from seq2seq import decode
+  from seq2seq.decoding import decode
 
   cfg = config_for(name, dtype)
   bench = benchmark.TrainBench(cfg)

@@ -38,8 +38,11 @@ import numpy as np
 from experiments.lib import reports
 from experiments.lib.configs import load_config
 from experiments.lib.runs import Run, train_in_process, valid_rows
-from seq2seq import decode, evaluation, inference, metric_writer, metrics, plots, settings
-from seq2seq import runtime as rt
+from seq2seq import evaluation, plots, restoring, settings
+from seq2seq import sharding as rt
+from seq2seq.data import metrics
+from seq2seq.decoding import decode, inference
+from seq2seq.training import metric_writer
 
 CONFIG = "configs/multi30k.py"
 STAGES = ("explore", "final", "report", "all")
@@ -163,7 +166,7 @@ def final(args) -> None:
   runtime, run_settings = rt.Runtime(), settings.validate(config)
   data = rt.load_data(run_settings, workdir)
   save_data_stats(data, workdir)
-  state = evaluation.restore_for_eval(
+  state = restoring.restore_for_eval(
     run_settings, workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   state = rt.host_local(state)

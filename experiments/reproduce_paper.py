@@ -71,9 +71,9 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.configs import apply_overrides, load_config, parse_sets
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
-from seq2seq import input_pipeline, plots
-from seq2seq import runtime as rt
-from seq2seq.data import builders
+from seq2seq import plots
+from seq2seq import sharding as rt
+from seq2seq.data import builders, input_pipeline
 
 PRESETS = ("smoke", "cpu", "paper")
 CORPORA = ("synthetic", "local")

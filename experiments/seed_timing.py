@@ -138,8 +138,7 @@ def speedups(ways: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 def prepare_corpus(config_file: str, data_dir: str) -> None:
   from experiments.lib import configs
-  from seq2seq import input_pipeline
-  from seq2seq.data import builders
+  from seq2seq.data import builders, input_pipeline
 
   config = configs.load_config(config_file)
   builders.prepare_corpus(input_pipeline.DataSettings.from_config(config), Path(data_dir))

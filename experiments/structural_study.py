@@ -7,7 +7,7 @@ the long ones.
         [--decode-sentences 50] [--training together|sequential] [--launcher local|jobs]
         [--only VARIANT,...] [--collect] [--compilation-cache DIR]
 
-A variant is one config override, `{"model.attention": NAME}` (seq2seq/structures.py), crossed
+A variant is one config override, `{"model.attention": NAME}` (seq2seq/model/structures.py), crossed
 with the seeds: a named grid on the generic sweep (`python -m experiments.sweep`, whose flags it
 shares: jobs file, collecting, resuming; `experiments/lib/sweeps.py`). Every run is an ordinary
 workdir OUT/runs/NAME/seed_N (record `NAME-seedN`; rerunning resumes or reuses it);
@@ -25,8 +25,9 @@ WORKDIR/structural_study.json):
   selected here, after evaluation, by source length: BLEU of the run's test hypotheses
   restricted to those pairs against their references, and AER and attention entropy of the
   teacher-forced attention on them (argmax links against the gold alignments, as in
-  `seq2seq.metrics`);
-* decoding speed: sentences per second of `seq2seq.inference.translate_split` with the run's
+  `seq2seq.data.metrics`);
+* decoding speed: sentences per second of `seq2seq.decoding.inference.translate_split` with the
+run's
   decode settings over the first `--decode-sentences` long test sources and as many short ones
   (shorter than the long split). A first pass compiles; the second is timed.
 
@@ -71,18 +72,12 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import (
-  decode,
-  evaluation,
-  files,
-  inference,
-  input_pipeline,
-  metrics,
-  settings,
-  structures,
-)
-from seq2seq import runtime as rt
-from seq2seq.data import synthetic
+from seq2seq import restoring, settings
+from seq2seq import sharding as rt
+from seq2seq.common import files
+from seq2seq.data import input_pipeline, metrics, synthetic
+from seq2seq.decoding import decode, inference
+from seq2seq.model import structures
 
 LONG_SPLITS = {"smoke": (10, 18), "cpu": (40, 80)}  # Source words (inclusive) of the long split.
 MEASURE_FILE = "structural_study.json"
@@ -209,7 +204,7 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   config = run.config()
   runtime, run_settings = rt.Runtime(), settings.validate(config)
   data = rt.load_data(run_settings, run.workdir)
-  state = evaluation.restore_for_eval(
+  state = restoring.restore_for_eval(
     run_settings, run.workdir, data.src_tokenizer.size, data.tgt_tokenizer.size, runtime
   )
   raw = data.raw("test")

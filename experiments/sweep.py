@@ -54,7 +54,8 @@ from typing import Any
 from experiments.lib import configs, driver, reports, stats, sweeps
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import checkpoints, metrics
+from seq2seq import checkpoints
+from seq2seq.data import metrics
 
 
 class GridSweep(driver.Study):
@@ -208,7 +209,7 @@ def markdown(result: dict[str, Any]) -> str:
       "Over-translated: output words repeated beyond the reference (sum over words of"
       " max(0, n_hyp - max(1, n_ref)), `<unk>` left out); unattended: source content words (outside"
       f" the {metrics.CONTENT_RANK} most frequent) that no output word's attention peaks on; both"
-      " summed over the test split (`seq2seq.metrics`)."
+      " summed over the test split (`seq2seq.data.metrics`)."
     )
   if with_zeros:
     lines.append(

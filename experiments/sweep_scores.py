@@ -40,7 +40,7 @@ from typing import Any
 from experiments.lib import driver, plots, reports, stats
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import scores
+from seq2seq.model import scores
 
 DEFAULT_SCORES = ("additive", "dot", "general", "scaled", "cosine", "location")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import ml_collections
 
 from seq2seq import checkpoints, translate
-from seq2seq.inference import Hypothesis, Scored
+from seq2seq.decoding.inference import Hypothesis, Scored
 from seq2seq.translate import Translator
 
 __all__ = ["Hypothesis", "Scored", "Translator", "load"]
@@ -24,7 +24,7 @@ __all__ = ["Hypothesis", "Scored", "Translator", "load"]
 def load(workdir: str | Path, config: ml_collections.ConfigDict | None = None) -> Translator:
   """The run in `workdir`, ready to translate and score: its saved config (WORKDIR/config.json,
   or `config` when given, e.g. with other `decode` settings) and its best checkpoint (by
-  validation BLEU, or early stopping's metric), else its latest (`evaluation.restore_for_eval`)."""
+  validation BLEU, or early stopping's metric), else its latest (`restoring.restore_for_eval`)."""
   if config is None:
     config = checkpoints.load_config(workdir)
   return translate.Translator(config, workdir)

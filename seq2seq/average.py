@@ -29,12 +29,14 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from seq2seq import checkpoints, files, settings, steps
-from seq2seq import runtime as rt
-from seq2seq import tokenizer as tok
+from seq2seq import checkpoints, settings
+from seq2seq import sharding as rt
+from seq2seq.common import files
+from seq2seq.data import tokenizer as tok
+from seq2seq.training import train_state
 
 
-def mean_states(states: Sequence[steps.TrainState]) -> steps.TrainState:
+def mean_states(states: Sequence[train_state.TrainState]) -> train_state.TrainState:
   """The last state with `params` (and `ema`, if any) replaced by their mean over `states`."""
   mean = lambda *xs: (sum(x.astype(jnp.float32) for x in xs) / len(xs)).astype(xs[0].dtype)
   last = states[-1]

@@ -25,8 +25,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq import checkpoints, files, input_pipeline, metrics, settings
-from seq2seq import runtime as rt
+from seq2seq import checkpoints, settings
+from seq2seq import sharding as rt
+from seq2seq.common import files
+from seq2seq.data import input_pipeline, metrics
 
 Links = set[metrics.Link]
 SYMMETRIZE = ("grow-diag-final-and", "intersect", "union", "forward", "reverse")

@@ -1,4 +1,5 @@
-"""Learns a trained run's lexical table (IBM Model 1, `seq2seq.lexicon`) from its training split:
+"""Learns a trained run's lexical table (IBM Model 1, `seq2seq.data.lexicon`) from its training
+split:
 
     python -m seq2seq.build_lexicon --workdir=runs/a [--top=100] [--iterations=5] [--out=FILE]
 
@@ -12,8 +13,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq import checkpoints, lexicon, settings
-from seq2seq import runtime as rt
+from seq2seq import checkpoints, settings
+from seq2seq import sharding as rt
+from seq2seq.data import lexicon
 
 
 def main(argv: Sequence[str] | None = None) -> None:

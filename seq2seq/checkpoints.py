@@ -12,7 +12,7 @@ once the checkpoint is complete. Opening a checkpointer verifies every step that
 damaged step (a file changed, cut short or gone) is moved to WORKDIR/damaged/, with a warning
 naming it, so restoring takes the newest intact step; a step that cannot be read at all
 (`CheckpointError`, naming its folder) is left for the caller to fall back from
-(`evaluation.restore_run`). A step without checksums.json (a kill between the checkpoint and its
+(`restoring.restore_run`). A step without checksums.json (a kill between the checkpoint and its
 checksums, or a checkpoint written before they existed) is trusted as Orbax wrote it.
 """
 
@@ -31,7 +31,8 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from seq2seq import files, settings
+from seq2seq import settings
+from seq2seq.common import files
 
 CHECKSUMS = "checksums.json"
 DAMAGED = "damaged"  # WORKDIR/damaged/: checkpoint steps that failed their checksums.

@@ -22,7 +22,8 @@ from typing import Any
 import ml_collections
 from absl import logging
 
-from seq2seq import console, explorer
+from seq2seq import explorer
+from seq2seq.common import console
 
 MODES = ("train", "eval", "translate", "score", "report", "serve")
 PREEMPTED = 75  # Exit status of a training stopped by a signal after saving (see above).
@@ -124,7 +125,7 @@ def _usage_problem(mode, config, workdir: Path, reference_path, guided) -> str |
 
 
 def _use_compilation_cache(where: str | None, workdir: Path) -> None:
-  from seq2seq import runtime
+  from seq2seq import sharding as runtime
 
   if where == "workdir":
     runtime.enable_compilation_cache(workdir / "jax_cache", replace=False)
@@ -195,7 +196,11 @@ def _say_error(line: str, verbose: bool) -> None:
 
 
 def _train_or_eval(mode: str, run_settings, workdir: Path, as_json: bool) -> int:
-  from seq2seq import evaluation, train  # JAX and the data stack: not needed by report mode.
+  from seq2seq import (
+    evaluation,
+    restoring,
+    train,
+  )  # JAX and the data stack: not needed by report mode.
 
   if mode == "train":
     results = train.train_and_evaluate(run_settings, workdir)
@@ -204,7 +209,7 @@ def _train_or_eval(mode: str, run_settings, workdir: Path, as_json: bool) -> int
   if as_json:
     print(json.dumps({"workdir": str(workdir), "results": results}, indent=2, sort_keys=True))
   else:
-    print(closing_summary(results, workdir, prefix=evaluation.eval_prefix(run_settings.model)))
+    print(closing_summary(results, workdir, prefix=restoring.eval_prefix(run_settings.model)))
   return PREEMPTED if "preempted_at_step" in results else 0
 
 

@@ -1,6 +1,6 @@
 """Evaluating a run: its best (else latest) intact checkpoint restored, loss and perplexity,
-every split decoded (`seq2seq.inference`) and scored (`seq2seq.metrics`), results and the
-explorer's per-sentence records written under WORKDIR/eval (`evaluate_splits`, what
+every split decoded (`seq2seq.decoding.inference`) and scored (`seq2seq.data.metrics`), results and
+the explorer's per-sentence records written under WORKDIR/eval (`evaluate_splits`, what
 `main.py --mode=eval` does), and the greedy validation BLEU the training loop selects on."""
 
 from __future__ import annotations
@@ -16,31 +16,19 @@ import jax
 import numpy as np
 import sacrebleu
 from absl import logging
-from flax import nnx
 
-from seq2seq import (
-  checkpoints,
-  console,
-  decode,
-  early_stopping,
-  ensemble,
-  explorer,
-  files,
-  inference,
-  input_pipeline,
-  metric_writer,
-  metrics,
-  models,
-  plots,
-  settings,
-  steps,
-)
-from seq2seq import runtime as rt
-from seq2seq import tokenizer as tok
-from seq2seq.data import builders, synthetic
+from seq2seq import checkpoints, explorer, plots, restoring, settings
+from seq2seq import sharding as rt
+from seq2seq.common import files
+from seq2seq.data import builders, input_pipeline, metrics, synthetic
+from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import decode, ensemble, inference
+from seq2seq.training import train_state
 
 
-def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime) -> dict[str, Any]:
+def evaluate_loss(
+  eval_fn, state: train_state.TrainState, batches, runtime: rt.Runtime
+) -> dict[str, Any]:
   """Token-level loss and perplexity of `batches` (an iterable of host batches), summed in
   float64. For a stacked state (`eval_fn` vmapped over members) each value is an array [G]."""
   total, tokens = 0.0, 0.0
@@ -54,7 +42,7 @@ def evaluate_loss(eval_fn, state: steps.TrainState, batches, runtime: rt.Runtime
 
 
 def valid_scores(
-  state: steps.TrainState, data, run: settings.RunSettings, hypotheses_out=None, chrf=False
+  state: train_state.TrainState, data, run: settings.RunSettings, hypotheses_out=None, chrf=False
 ) -> dict[str, float]:
   """Validation BLEU with greedy decoding (cheap enough to run at every evaluation), and
   `unk_rate`: the share of the output's words that are <unk> (before any UNK replacement), what
@@ -85,112 +73,6 @@ def valid_scores(
 
 
 VALID_HYPOTHESES = "valid_hypotheses/{step}.txt.gz"  # Under the workdir: each evaluation's outputs.
-
-
-def restore_run(
-  run: settings.RunSettings,
-  workdir: Path,
-  src_vocab: int,
-  tgt_vocab: int,
-  runtime,
-  doing: str = "loading",
-) -> steps.TrainState:
-  """The run's best checkpoint if one was kept and is intact, else, of the intact regular
-  checkpoints, the one with the best validation row by the metric that chooses the best
-  (`early_stopping.checkpoint_metric`: early stopping's, else BLEU; the latest among equals, and
-  when none was validated or no metric chooses), with the parameters evaluation uses
-  (`TrainState.for_eval`: the moving average when there is one). A damaged checkpoint is
-  reported by its folder and skipped (`checkpoints.Checkpointer` sets aside those that fail
-  their checksums); never restored as garbage. The console names it after `doing` ("evaluating
-  the best checkpoint (step 2000)")."""
-  workdir = Path(workdir)
-  fresh = rt.abstract_state(run, src_vocab, tgt_vocab, runtime)
-  metric = early_stopping.checkpoint_metric(run.train)
-  sign = early_stopping.METRICS.get(metric, 0.0)
-  value = {
-    r["step"]: sign * r[metric]
-    for r in metric_writer.read_metrics(workdir)
-    if r["split"] == "valid" and metric in r
-  }
-  for subdir in ("best", "checkpoints"):
-    ckpt = checkpoints.Checkpointer(workdir, run.train.keep_checkpoints, subdir=subdir)
-    held = sorted(ckpt.manager.all_steps(), key=lambda s: (value.get(s, -np.inf), s), reverse=True)
-    try:
-      for step in held:
-        try:
-          state, _ = ckpt.restore(fresh, step, with_data=False)
-        except checkpoints.CheckpointError as e:
-          logging.warning("%s; trying the next one", e)
-          continue
-        console.say(f"{doing} the {subdir} checkpoint (step {int(state.step)})")
-        return state.for_eval()
-    finally:
-      ckpt.close()
-  raise FileNotFoundError(f"no intact checkpoint in {workdir / 'checkpoints'}; train first")
-
-
-def checkpoint_note(run: settings.RunSettings, step: int) -> dict:
-  """What results.json says of the checkpoint evaluated: its step and the validation metric that
-  chose it ("latest" where none did); nothing for an ensemble."""
-  if ensemble.workdirs(run.decode):
-    return {}
-  return {
-    "checkpoint": {
-      "step": step,
-      "chosen_by": early_stopping.checkpoint_metric(run.train) or "latest",
-    }
-  }
-
-
-def restore_member(workdir: Path, runtime) -> steps.TrainState:
-  """An ensemble member: its run restored with the config it was trained with, as the
-  direction that config names."""
-  run = settings.validate(checkpoints.load_config(workdir))
-  sizes = [tok.load(Path(workdir) / "vocab" / side).size for side in ("src", "tgt")]
-  state = restore_run(run, Path(workdir), *sizes, runtime)
-  return direction_state(state, run.model.direction)
-
-
-def restore_for_eval(
-  run: settings.RunSettings,
-  workdir: Path,
-  src_vocab: int,
-  tgt_vocab: int,
-  runtime,
-  doing: str = "loading",
-) -> steps.TrainState:
-  """What evaluation and translation decode: the ensemble `decode.ensemble` names (see
-  `seq2seq.ensemble`), else the run in `workdir` (`restore_run`)."""
-  if ensemble.workdirs(run.decode):
-    return ensemble.load(run.decode, lambda member: restore_member(member, runtime))
-  return restore_run(run, workdir, src_vocab, tgt_vocab, runtime, doing)
-
-
-DIRECTIONS = settings.DIRECTIONS
-
-
-def eval_prefix(model: models.ModelSettings) -> str:
-  """The folder of a run's evaluations: "eval", or "eval_reverse" for an agreement run's
-  reverse model."""
-  direction = model.direction
-  return "eval" if direction == "forward" else f"eval_{direction}"
-
-
-def direction_state(state: steps.TrainState, direction: str) -> steps.TrainState:
-  """One direction of an agreement run as the state of a plain RNNsearch, which decoding,
-  evaluation and translation take like any run's state (no optimiser state: it decodes only).
-
-  Any other run's state is returned as it is for "forward"; "reverse" needs an agreement run.
-  """
-  if direction not in DIRECTIONS:
-    raise ValueError(f"model.direction={direction!r} is not one of {DIRECTIONS}")
-  model = state.model()
-  if not isinstance(model, models.Agreement):
-    if direction == "reverse":
-      raise ValueError("model.direction=reverse needs an agreement run (model.name=agreement)")
-    return state
-  graphdef, params = nnx.split(getattr(model, direction), nnx.Param)
-  return steps.TrainState(state.step, params, None, graphdef, state.tx)
 
 
 def evaluate_splits(
@@ -233,10 +115,10 @@ def evaluate_run(
   if eval_fn is None:
     _, eval_fn = rt.compile_steps(run, runtime)
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
-  state = restore_for_eval(run, workdir, *sizes, runtime, doing="evaluating")
+  state = restoring.restore_for_eval(run, workdir, *sizes, runtime, doing="evaluating")
   direction = run.model.direction
-  state = direction_state(state, direction)
-  prefix = eval_prefix(run.model)
+  state = restoring.direction_state(state, direction)
+  prefix = restoring.eval_prefix(run.model)
   if direction == "reverse":
     data = input_pipeline.reversed_data(data)
   step = int(jax.device_get(state.step))
@@ -258,7 +140,7 @@ def evaluate_run(
         f"parameters are unusable, and {workdir / prefix} is left as it was"
       )
     result["step"] = step
-    result.update(checkpoint_note(run, step) | (notes or {}))
+    result.update(restoring.checkpoint_note(run, step) | (notes or {}))
     out = workdir / prefix / split
     result = evaluate_split(
       rt.host_local(state),

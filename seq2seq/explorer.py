@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq import files, metric_writer
+from seq2seq.common import files
+from seq2seq.training import metric_writer
 
 SENTENCES = "sentences.jsonl"
 REPORT = "report.html"

@@ -38,7 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq import api, files, metrics, translate
+from seq2seq import api, translate
+from seq2seq.common import files
+from seq2seq.data import metrics
 
 BUILT_IN = ("score", "norm_score", "words")
 GRID = (0.0, *(s * 2.0**k for k in range(-6, 4) for s in (1.0, -1.0)))

@@ -1,7 +1,7 @@
 """Several seeds of one configuration trained together: one compiled step, vmapped over seeds.
 
 `train_together(config, seeds, workdirs)` runs the training loop (`train.train_members`) with
-the G seeds' train states stacked along a leading axis and `jax.vmap(steps.train_step)` over
+the G seeds' train states stacked along a leading axis and `jax.vmap(train_state.train_step)` over
 it, so every update of all G models is one call of one compiled program: the small matmuls of
 the recurrences become G-times larger batched ones, which pays on a CPU (fewer, larger
 operations) and more on an accelerator.

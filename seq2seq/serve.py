@@ -54,8 +54,10 @@ import uvicorn
 from absl import logging
 from fastapi import responses
 
-from seq2seq import console, explorer, inference, translate
-from seq2seq import tokenizer as tok
+from seq2seq import explorer, translate
+from seq2seq.common import console
+from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import inference
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 BATCH_SIZES = (1, 4, 8, 16, 32, 64)  # The default `ServeSettings.batch_sizes`.

@@ -3,7 +3,7 @@
 `validate(config) -> RunSettings` is called once by every entry point (training, evaluation,
 translation, averaging, the experiment scripts) before anything is built or loaded: it types
 every section (`models.ModelSettings`, which parses the score, structure and feature specs and
-checks the rules across them; `input_pipeline.DataSettings`; `steps.TrainSettings`;
+checks the rules across them; `input_pipeline.DataSettings`; `optimisers.TrainSettings`;
 `decode.DecodeSettings`), builds the objective (`objective.Objective`, whose terms check what
 they need) and checks the remaining choices, so a mistake fails at once in one line. Below the
 entry points the code reads the `RunSettings` (or the one section it needs), never the config;
@@ -40,29 +40,20 @@ from typing import Any
 
 import ml_collections
 
-from seq2seq import (
+from seq2seq import saved_format
+from seq2seq.common import registry
+from seq2seq.data import input_pipeline, lexicon
+from seq2seq.decoding import decode, ensemble, inference, length_penalties, mbr, sampling
+from seq2seq.model import (
   alignment_features,
-  decode,
   decoders,
-  early_stopping,
   encoders,
-  ensemble,
-  inference,
-  input_pipeline,
-  length_penalties,
-  lexicon,
-  mbr,
   models,
   normalisers,
-  objective,
-  registry,
-  sampling,
-  saved_format,
   scores,
-  softmax,
-  steps,
   structures,
 )
+from seq2seq.training import early_stopping, objective, optimisers, softmax
 
 NONFINITE = ("stop", "skip")
 DIRECTIONS = ("forward", "reverse")
@@ -96,7 +87,7 @@ class RunSettings:
   seed: int
   model: models.ModelSettings
   data: input_pipeline.DataSettings
-  train: steps.TrainSettings
+  train: optimisers.TrainSettings
   decode: decode.DecodeSettings
   objective: objective.Objective
   config: ml_collections.ConfigDict = dataclasses.field(compare=False, repr=False)
@@ -121,16 +112,16 @@ def validate(config: Config) -> RunSettings:
   data = input_pipeline.DataSettings.from_config(config)
   model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(data))
   objective_ = objective.Objective.from_config(config)
-  train = steps.TrainSettings.from_config(config)
-  steps.make_optimizer(train)  # Optimiser, schedule and their settings.
-  steps.anneal_factor(train, 0.0)  # The annealing's name.
+  train = optimisers.TrainSettings.from_config(config)
+  optimisers.make_optimizer(train)  # Optimiser, schedule and their settings.
+  optimisers.anneal_factor(train, 0.0)  # The annealing's name.
   if not 0.0 <= config.train.anneal_to <= 1.0:
     raise ValueError(f"train.anneal_to must be in [0, 1], got {config.train.anneal_to}")
   if not 0.0 <= config.train.ema_decay < 1.0:
     raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
   if train.micro_batches > 1:
     _check_micro_batches(train, model, objective_)
-  stopping, plateau = early_stopping.parse(train.early_stopping), steps.plateau_of(train)
+  stopping, plateau = early_stopping.parse(train.early_stopping), optimisers.plateau_of(train)
   for field, rule in (("early_stopping", stopping), ("decay", plateau)):
     if rule is not None and rule.metric != "loss" and not train.valid_bleu:
       raise ValueError(

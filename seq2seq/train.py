@@ -11,8 +11,8 @@ lines every `train.log_every` steps, validation loss, perplexity and greedy BLEU
 `train.eval_every` (keeping each member's best checkpoint in WORKDIR/best), checkpoints every
 `train.checkpoint_every`, and the final evaluation of every member (`evaluation.evaluate_splits`).
 
-The step is passed in (`train_step`, default `steps.train_step` of the run's settings): tests hand
-the loop a step that misbehaves on purpose rather than the library carrying test hooks.
+The step is passed in (`train_step`, default `train_state.train_step` of the run's settings): tests
+hand the loop a step that misbehaves on purpose rather than the library carrying test hooks.
 """
 
 from __future__ import annotations
@@ -31,23 +31,20 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from seq2seq import (
-  addons,
-  checkpoints,
-  console,
-  copying,
+from seq2seq import checkpoints, evaluation, settings
+from seq2seq import sharding as rt
+from seq2seq.common import console, files
+from seq2seq.data import copying, input_pipeline
+from seq2seq.data import lexicon as lexicon_lib
+from seq2seq.model import addons
+from seq2seq.training import (
   early_stopping,
-  evaluation,
-  files,
-  input_pipeline,
   metric_writer,
   objective,
-  settings,
+  optimisers,
   softmax,
-  steps,
+  train_state,
 )
-from seq2seq import lexicon as lexicon_lib
-from seq2seq import runtime as rt
 
 
 class NonFiniteError(ValueError):
@@ -89,7 +86,7 @@ class PreemptionHandler:
     self._previous = {}
 
 
-def stack(states: Sequence[steps.TrainState]) -> steps.TrainState:
+def stack(states: Sequence[train_state.TrainState]) -> train_state.TrainState:
   """Train states of one config -> one state whose arrays have a new leading member axis.
 
   The static parts (model graph, optimiser) are the first state's: they are the same model.
@@ -99,7 +96,7 @@ def stack(states: Sequence[steps.TrainState]) -> steps.TrainState:
   return jax.tree.unflatten(jax.tree.structure(states[0]), stacked)
 
 
-def unstack(state: steps.TrainState, index: int) -> steps.TrainState:
+def unstack(state: train_state.TrainState, index: int) -> train_state.TrainState:
   """Member `index` of a stacked state."""
   return jax.tree.map(lambda x: x[index], state)
 
@@ -151,7 +148,7 @@ class Members:
   def __len__(self) -> int:
     return len(self.runs)
 
-  def state(self, state: steps.TrainState, k: int) -> steps.TrainState:
+  def state(self, state: train_state.TrainState, k: int) -> train_state.TrainState:
     """Member k's own train state."""
     return unstack(state, k) if self.together else state
 
@@ -159,19 +156,21 @@ class Members:
     """Member k's entry of a step metric or of a vmapped evaluation."""
     return np.asarray(x)[k] if self.together else x
 
-  def combine(self, states: Sequence[steps.TrainState], runtime: rt.Runtime) -> steps.TrainState:
+  def combine(
+    self, states: Sequence[train_state.TrainState], runtime: rt.Runtime
+  ) -> train_state.TrainState:
     """The loop's state from the members' own states."""
     return jax.device_put(stack(states), runtime.replicated) if self.together else states[0]
 
   def with_progress(
-    self, state: steps.TrainState, progress: float, runtime: rt.Runtime
-  ) -> steps.TrainState:
+    self, state: train_state.TrainState, progress: float, runtime: rt.Runtime
+  ) -> train_state.TrainState:
     """The state carrying `progress` (`TrainState.progress`), one per member."""
     return self.with_values(state, "progress", [progress] * len(self), runtime)
 
   def with_values(
-    self, state: steps.TrainState, field: str, values: Sequence[float], runtime: rt.Runtime
-  ) -> steps.TrainState:
+    self, state: train_state.TrainState, field: str, values: Sequence[float], runtime: rt.Runtime
+  ) -> train_state.TrainState:
     """The state carrying member k's `values[k]` in the host-set scalar `field` (progress,
     lr_scale)."""
     value = np.asarray(values if self.together else values[0], np.float32)
@@ -242,9 +241,9 @@ class Loop:
     ]
     # What validation decides, per member: the early-stopping count and the plateau schedule's
     # factor, both read again from the member's validation rows so far.
-    rule, plateau = early_stopping.parse(self.tcfg.early_stopping), steps.plateau_of(self.tcfg)
+    rule, plateau = early_stopping.parse(self.tcfg.early_stopping), optimisers.plateau_of(self.tcfg)
     self.patience = [early_stopping.Patience(rule) for _ in members.workdirs] if rule else []
-    self.plateaus = [steps.PlateauScale(plateau) for _ in members.workdirs] if plateau else []
+    self.plateaus = [optimisers.PlateauScale(plateau) for _ in members.workdirs] if plateau else []
     for k, wd in enumerate(members.workdirs):
       history = metric_writer.read_metrics(wd) if rule or plateau else []
       for counter in self.patience[k : k + 1] + self.plateaus[k : k + 1]:
@@ -319,7 +318,7 @@ class Loop:
     for step in range(self.start, self.start if stopped else tcfg.num_steps):
       host_batch = next(self.it)
       if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
-        progress = rt.from_process0(steps.budget_progress(tcfg, step, self.elapsed()))
+        progress = rt.from_process0(optimisers.budget_progress(tcfg, step, self.elapsed()))
         self.state = members.with_progress(self.state, progress, self.runtime)
       batch = self.runtime.put_batch(host_batch)
       self.state, metrics = self.train_fn(self.state, batch, step_keys(step))
@@ -563,7 +562,7 @@ def open_data(members: Members, runtime: rt.Runtime) -> input_pipeline.Data:
 
 def initial_states(
   members: Members, data: input_pipeline.Data, runtime: rt.Runtime, *, resumed: bool
-) -> list[steps.TrainState]:
+) -> list[train_state.TrainState]:
   """Each member's freshly initialised train state (what a resumed run restores into). The
   copying model's source -> target map and the learned lexicon (`model.lexicon_bias=train`,
   learned on a fresh start only: a resumed run restores it) are saved with the parameters; the

@@ -40,26 +40,15 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from seq2seq import (
-  checkpoints,
-  copying,
-  decode,
-  ensemble,
-  evaluation,
-  files,
-  inference,
-  input_pipeline,
-  models,
-  scores,
-  settings,
-)
-from seq2seq import (
-  constraints as constraints_,
-)
-from seq2seq import runtime as rt
-from seq2seq import tokenizer as tok
-from seq2seq.data import builders
-from seq2seq.inference import Hypothesis, Scored
+from seq2seq import checkpoints, restoring, settings
+from seq2seq import sharding as rt
+from seq2seq.common import files
+from seq2seq.data import builders, copying, input_pipeline
+from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import constraints as constraints_
+from seq2seq.decoding import decode, ensemble, inference
+from seq2seq.decoding.inference import Hypothesis, Scored
+from seq2seq.model import models, scores
 
 NBEST_FORMAT = "{index} ||| {text} ||| {score:.6f} ||| {norm_score:.6f}"
 NBEST_SEPARATOR = " ||| "
@@ -84,12 +73,12 @@ class Translator:
     workdir = Path(workdir)
     self.workdir = workdir
     vocab = {side: tok.load(workdir / "vocab" / side) for side in ("src", "tgt")}
-    state = evaluation.restore_for_eval(
+    state = restoring.restore_for_eval(
       self.run, workdir, vocab["src"].size, vocab["tgt"].size, rt.Runtime()
     )
     self.config = config  # What `decoding_with` changes and validates again.
     self._decodings: dict[tuple, decode.DecodeSettings] = {}  # `decoding_with`'s, by settings.
-    self.state = rt.host_local(evaluation.direction_state(state, self.run.model.direction))
+    self.state = rt.host_local(restoring.direction_state(state, self.run.model.direction))
     self.src_tok, self.tgt_tok = vocab["src"], vocab["tgt"]
     if self.run.model.direction == "reverse":  # Target-language text in, source language out.
       self.src_tok, self.tgt_tok = self.tgt_tok, self.src_tok
@@ -194,8 +183,8 @@ def translate_lines(
   `prefixes` (a text per line, "" for none): each translation of a line starts with its
   prefix's words, which count in its score (`decode.forced_words`) and which `replace_unk`
   leaves alone. `constraints` (a list of phrases per line, [] for none): each translation
-  contains every phrase of its line, as consecutive words (`seq2seq.constraints`); beam search
-  then runs even at beam size 1. The two are not combined, nor used with a shortlist, and
+  contains every phrase of its line, as consecutive words (`seq2seq.decoding.constraints`); beam
+  search then runs even at beam size 1. The two are not combined, nor used with a shortlist, and
   constraints not with sampling (ValueError, as for a prefix or phrases too long for the line's
   length limit, a prefix or phrase with a word outside the target vocabulary, or a list of
   another length than `lines`).

@@ -290,7 +290,7 @@ def decode_random_batch(
   import jax.numpy as jnp
   from flax import nnx
 
-  from seq2seq import decode
+  from seq2seq.decoding import decode
 
   b = random_batch(seed=seed, batch=4, src_len=src_len, vocab=vocab)
   graphdef, params = nnx.split(model, nnx.Param)
@@ -320,7 +320,7 @@ def build_model(model_config, src_vocab, tgt_vocab, *, sources=1, **tables):
   """`models.build_model` for a test's `config.model` section (tests configure as ConfigDicts;
   the library takes the section's typed `ModelSettings`); `tables` are its `rngs`, `copy_map`
   and `lexicon`."""
-  from seq2seq import models
+  from seq2seq.model import models
 
   typed = models.ModelSettings.from_config(model_config, sources)
   return models.build_model(typed, src_vocab, tgt_vocab, **tables)
@@ -334,7 +334,7 @@ def randomise(module, seed=1, scale=0.3):
   import jax
   from flax import nnx
 
-  from seq2seq.addons import FrozenTable as LexiconTable
+  from seq2seq.model.addons import FrozenTable as LexiconTable
 
   graphdef, tables, state = nnx.split(module, LexiconTable, ...)
   leaves, treedef = jax.tree.flatten(state)
@@ -346,9 +346,9 @@ def randomise(module, seed=1, scale=0.3):
 
 
 def random_lexicon(vocab, k=3, seed=0):
-  """A lexical table (`seq2seq.lexicon.Lexicon`) giving every source id `k` distinct target ids
+  """A lexical table (`seq2seq.data.lexicon.Lexicon`) giving every source id `k` distinct target ids
   from 4 up with Dirichlet-drawn probabilities; the frequency order is the ids'."""
-  from seq2seq import lexicon
+  from seq2seq.data import lexicon
 
   rng = np.random.default_rng(seed)
   ids = np.stack([rng.choice(np.arange(4, vocab), k, replace=False) for _ in range(vocab)])
@@ -372,7 +372,7 @@ class TableModel:
   def encode(self, src_BS, src_mask_BS, steps=None):  # `steps`: the decoder steps to follow.
     import jax.numpy as jnp
 
-    from seq2seq.models import Encoded
+    from seq2seq.model.models import Encoded
 
     batch, src_len = src_BS.shape
     annotations = jnp.zeros((batch, src_len, 2), jnp.float32)
@@ -430,7 +430,7 @@ def data_config(**data_overrides):
 def data_settings(config):
   """A run's config -> its typed data section (`input_pipeline.DataSettings`), what the data
   functions take."""
-  from seq2seq import input_pipeline
+  from seq2seq.data import input_pipeline
 
   return input_pipeline.DataSettings.from_config(config)
 
@@ -444,12 +444,12 @@ def check_trains(cfg, batch, vocab: int, steps: int = 8, **state_args) -> None:
   import jax.numpy as jnp
 
   from seq2seq import settings
-  from seq2seq import steps as steps_lib
+  from seq2seq.training import train_state
 
   run = settings.validate(cfg)
-  state = steps_lib.create_train_state(run, jax.random.key(0), vocab, vocab, **state_args)
+  state = train_state.create_train_state(run, jax.random.key(0), vocab, vocab, **state_args)
   b = {k: jnp.asarray(v) for k, v in batch.items()}
-  step = jax.jit(functools.partial(steps_lib.train_step, run=run))
+  step = jax.jit(functools.partial(train_state.train_step, run=run))
   losses = []
   for i in range(steps):
     state, metrics = step(state, b, jax.random.key(i))
@@ -499,7 +499,7 @@ def tiny_model(name="rnnsearch", eos_bias=1.0, attention="soft", sources=1, **mo
   from flax import nnx
 
   from configs import tiny
-  from seq2seq.tokenizer import EOS_ID
+  from seq2seq.data.tokenizer import EOS_ID
 
   cfg = tiny.get_config()
   cfg.model.name = name
@@ -532,7 +532,7 @@ def penalised(penalty):
 
 def score_of(table_VV, seq):
   """The summed log-probability of `seq` (EOS included) under a fixed table, in float64."""
-  from seq2seq.tokenizer import BOS_ID
+  from seq2seq.data.tokenizer import BOS_ID
 
   logp = np.asarray(table_VV, np.float64)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))

@@ -11,9 +11,10 @@ from flax import nnx
 from helpers import build_model, random_batch, randomise, run_main
 
 from configs import tiny
-from seq2seq import evaluation, objective, steps
-from seq2seq import tokenizer as tok
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq import evaluation, restoring
+from seq2seq.data import tokenizer as tok
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.training import objective, optimisers, train_state
 
 SRC_VOCAB, TGT_VOCAB = 40, 45
 
@@ -27,8 +28,8 @@ def agreement_config(weight=1.0):
 
 def state_of(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = steps.make_optimizer(steps.TrainSettings.from_config(cfg))
-  return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
+  tx = optimisers.make_optimizer(optimisers.TrainSettings.from_config(cfg))
+  return train_state.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 
 def jnp_batch(seed):
@@ -142,11 +143,11 @@ def test_agreement_gradients_are_finite_and_reach_both_models():
 def test_direction_state_needs_an_agreement_run():
   cfg = tiny.get_config()
   plain = state_of(build_model(cfg.model, 20, 20, rngs=nnx.Rngs(0)), cfg)
-  assert evaluation.direction_state(plain, "forward") is plain
+  assert restoring.direction_state(plain, "forward") is plain
   with pytest.raises(ValueError, match="model.name=agreement"):
-    evaluation.direction_state(plain, "reverse")
+    restoring.direction_state(plain, "reverse")
   with pytest.raises(ValueError, match="'sideways' is not one of"):
-    evaluation.direction_state(plain, "sideways")
+    restoring.direction_state(plain, "sideways")
 
 
 @pytest.mark.slow

@@ -11,9 +11,11 @@ from flax import nnx
 from helpers import TableModel, build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import decode, objective, settings, steps, train
-from seq2seq import runtime as rt
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq import settings, train
+from seq2seq import sharding as rt
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding import decode
+from seq2seq.training import objective, optimisers, train_state
 
 VOCAB = 40
 
@@ -55,8 +57,8 @@ def test_coverage_is_the_running_sum_of_the_attention():
 
 def _train_state(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = steps.make_optimizer(steps.TrainSettings.from_config(cfg))
-  return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
+  tx = optimisers.make_optimizer(optimisers.TrainSettings.from_config(cfg))
+  return train_state.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx)
 
 
 def _zeroed(model):
@@ -237,7 +239,7 @@ def _local_config(directory):
 
 
 def test_local_alignments_reach_the_batch_as_a_matrix(tmp_path):
-  from seq2seq import input_pipeline as ip
+  from seq2seq.data import input_pipeline as ip
 
   _local_corpus(tmp_path / "c", ["0-0 2-1", "1-0 0-2", ""])
   data = rt.load_data(settings.validate(_local_config(tmp_path / "c")), tmp_path / "w")

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq import attention
+from seq2seq.model import attention
 
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 9))
 dtypes = st.sampled_from([jnp.float32, jnp.bfloat16])

@@ -11,9 +11,11 @@ import pytest
 from helpers import data_settings, final_params
 
 from configs import tiny
-from seq2seq import average, checkpoints, evaluation, input_pipeline, settings, steps, train
-from seq2seq import runtime as rt
-from seq2seq import tokenizer as tok
+from seq2seq import average, checkpoints, evaluation, restoring, settings, train
+from seq2seq import sharding as rt
+from seq2seq.data import input_pipeline
+from seq2seq.data import tokenizer as tok
+from seq2seq.training import optimisers, train_state
 
 
 def checkpoint_params(workdir, step, subdir="checkpoints"):
@@ -100,8 +102,10 @@ def test_the_moving_average_follows_its_schedule():
   config = tiny.get_config()
   config.train.ema_decay = 0.9
   state = rt.initial_state(settings.validate(config), 30, 30, rt.Runtime())
-  decay = float(steps.ema_decay_at(0.9, 0))  # min(0.9, 1/10) at the first update.
-  assert decay == pytest.approx(0.1) and float(steps.ema_decay_at(0.9, 10**6)) == pytest.approx(0.9)
+  decay = float(optimisers.ema_decay_at(0.9, 0))  # min(0.9, 1/10) at the first update.
+  assert decay == pytest.approx(0.1) and float(
+    optimisers.ema_decay_at(0.9, 10**6)
+  ) == pytest.approx(0.9)
   plain = state.replace(ema=None)
   assert state.for_eval().params is state.ema and plain.for_eval() is plain
   batch = {
@@ -111,7 +115,7 @@ def test_the_moving_average_follows_its_schedule():
     "tgt_out": jnp.full((2, 4), 7, jnp.int32),
     "tgt_mask": jnp.ones((2, 4), jnp.int32),
   }
-  after, _ = steps.train_step(state, batch, jax.random.key(0), run=settings.validate(config))
+  after, _ = train_state.train_step(state, batch, jax.random.key(0), run=settings.validate(config))
   leaves = [jax.tree.leaves(t) for t in (after.ema, state.params, after.params)]
   for e, p0, p1 in zip(*leaves, strict=True):
     np.testing.assert_allclose(e, decay * p0 + (1 - decay) * p1, rtol=1e-6, atol=1e-7)
@@ -140,7 +144,7 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   ema_kernel = np.asarray(jax.tree.leaves(trees["full"]["ema"]["score"]["u_a"]["kernel"])[0])
   assert step == 20 and not np.allclose(ema_kernel, params["/score/u_a/kernel/value"])
   sizes = [tok.load(tmp_path / "full" / "vocab" / side).size for side in ("src", "tgt")]
-  state = evaluation.restore_for_eval(
+  state = restoring.restore_for_eval(
     settings.validate(config(20)), tmp_path / "full", *sizes, rt.Runtime()
   )
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
@@ -150,7 +154,7 @@ def test_a_run_with_a_moving_average_resumes_bit_identically_and_evaluates_with_
   record = average.average_checkpoints(tmp_path / "full", tmp_path / "raw", last=1, raw=True)
   raw_config = checkpoints.load_config(tmp_path / "raw")
   assert record["raw"] and record["steps"] == [20] and raw_config.train.ema_decay == 0
-  state = evaluation.restore_for_eval(
+  state = restoring.restore_for_eval(
     settings.validate(raw_config), tmp_path / "raw", *sizes, rt.Runtime()
   )
   got = jax.tree.leaves(state.params["score"]["u_a"]["kernel"])[0]
@@ -165,7 +169,7 @@ def test_a_fresh_state_s_moving_average_owns_its_buffers():
   one buffer twice ("Attempt to donate the same buffer twice", seen on multi30k_best)."""
   cfg = tiny.get_config()
   cfg.train.ema_decay = 0.9
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 40)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 40)
   params, ema = jax.tree.leaves(state.params), jax.tree.leaves(state.ema)
   assert all(np.array_equal(p, e) for p, e in zip(params, ema, strict=True))
   pointers = {x.unsafe_buffer_pointer() for x in params}

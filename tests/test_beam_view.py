@@ -11,8 +11,9 @@ from flax import nnx
 from helpers import TableModel, score_of
 
 import seq2seq
-from seq2seq import decode, inference, translate
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq import translate
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding import decode, inference
 
 
 def traced(table, beam_size=3, max_len=5, **settings):

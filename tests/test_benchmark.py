@@ -163,8 +163,8 @@ def test_the_profile_attributes_the_step_s_time_to_the_functions_that_made_it(tm
     parts = {p["part"]: p["ms"] for p in prof["parts"]}
     assert sum(parts.values()) == pytest.approx(prof["thunk_ms"])
     assert sum(p["share"] for p in prof["parts"]) == pytest.approx(1.0)
-    assert "seq2seq/scores.py:Additive.__call__" in parts
-    assert "seq2seq/layers.py:GRUCell.__call__" in parts
+    assert "seq2seq/model/scores.py:Additive.__call__" in parts
+    assert "seq2seq/model/layers.py:GRUCell.__call__" in parts
     assert "while" not in prof["kinds"] and prof["wall_ms"] > 0
   assert "## tiny float32: train step" in (tmp_path / "profile.md").read_text()
 
@@ -179,7 +179,7 @@ def test_the_profile_reads_xla_s_call_stacks():
       '  %dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="x" stack_frame_id=2}',
       "  %while.3 = (f32[2]) while(%t), condition=%c, body=%b",
       "FileNames",
-      f'1 "{profile_step.REPO_ROOT}/seq2seq/scores.py"',
+      f'1 "{profile_step.REPO_ROOT}/seq2seq/model/scores.py"',
       '2 "/x/site-packages/flax/nnx/nn/linear.py"',
       "FunctionNames",
       '1 "Additive.__call__"',
@@ -194,7 +194,7 @@ def test_the_profile_reads_xla_s_call_stacks():
   )
   ops = profile_step.instructions(text)
   assert ops["dot.1"] == {
-    "part": "seq2seq/scores.py:Additive.__call__",
+    "part": "seq2seq/model/scores.py:Additive.__call__",
     "kind": "dot",
     "control": False,
   }

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import run_main, run_module
 
-from seq2seq import build_alignments, checkpoints, metrics, settings
-from seq2seq import runtime as rt
-from seq2seq.data import synthetic
+from seq2seq import build_alignments, checkpoints, settings
+from seq2seq import sharding as rt
+from seq2seq.data import metrics, synthetic
 
 needs_eflomal = pytest.mark.skipif(
   importlib.util.find_spec("eflomal") is None,
@@ -72,6 +72,6 @@ def test_eflomal_aligns_the_embedded_corpus_and_a_local_run_trains_on_the_file(t
 
 
 def _rows(workdir: Path):
-  from seq2seq import metric_writer
+  from seq2seq.training import metric_writer
 
   return metric_writer.read_metrics(workdir)

@@ -20,7 +20,7 @@ from helpers import (
   tiny_sweep_args,
 )
 
-from seq2seq import metric_writer
+from seq2seq.training import metric_writer
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
-"""The console (seq2seq/console.py, seq2seq/cli.py): a progress line per log interval with a true
-ETA, decoding progress, library logs in WORKDIR/log.txt rather than on the terminal, the closing
-table instead of JSON (JSON on request), and no false sacrebleu warning on the embedded corpus.
-In-process, reading what was printed; exit codes through main.py."""
+"""The console (seq2seq/common/console.py, seq2seq/cli.py): a progress line per log interval with a
+true ETA, decoding progress, library logs in WORKDIR/log.txt rather than on the terminal, the
+closing table instead of JSON (JSON on request), and no false sacrebleu warning on the embedded
+corpus. In-process, reading what was printed; exit codes through main.py."""
 
 import contextlib
 import io
@@ -17,7 +17,9 @@ from absl import logging as absl_logging
 from helpers import metric_rows, run_main_py
 
 from configs import tiny
-from seq2seq import cli, console, evaluation, metrics, train
+from seq2seq import cli, evaluation, train
+from seq2seq.common import console
+from seq2seq.data import metrics
 
 
 def test_the_results_table_and_where_to_look(tmp_path):

@@ -26,9 +26,10 @@ from helpers import (
 
 import seq2seq
 from configs import tiny
-from seq2seq import constraints, decode, inference, translate
-from seq2seq import tokenizer as tk
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq import translate
+from seq2seq.data import tokenizer as tk
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decoding import constraints, decode, inference
 
 
 def packed(per_sentence):

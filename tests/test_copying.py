@@ -11,8 +11,11 @@ from flax import nnx
 from helpers import build_model, data_settings, random_batch, randomise
 
 from configs import tiny
-from seq2seq import addons, copying, decode, inference, input_pipeline, metrics, settings
-from seq2seq import tokenizer as tok
+from seq2seq import settings
+from seq2seq.data import copying, input_pipeline, metrics
+from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import decode, inference
+from seq2seq.model import addons
 
 SRC_VOCAB, VOCAB = 30, 40
 

@@ -24,8 +24,11 @@ from helpers import (
 )
 
 from configs import tiny
-from seq2seq import decode, lexicon, settings, steps
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq import settings
+from seq2seq.data import lexicon
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.decoding import decode
+from seq2seq.training import train_state
 
 
 def src_of(batch):
@@ -220,7 +223,7 @@ def test_rnnencdec_decodes_with_zero_attention(batch):
 
 def test_decode_batch_from_train_state(batch):
   config = tiny.get_config()
-  state = steps.create_train_state(settings.validate(config), jax.random.key(0), VOCAB, VOCAB)
+  state = train_state.create_train_state(settings.validate(config), jax.random.key(0), VOCAB, VOCAB)
   for beam_size in (1, 2):
     config.decode.beam_size = beam_size
     res = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))

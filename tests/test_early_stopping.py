@@ -9,7 +9,8 @@ import pytest
 from helpers import metric_rows, run_main
 
 from configs import tiny
-from seq2seq import early_stopping, settings
+from seq2seq import settings
+from seq2seq.training import early_stopping
 
 
 def count(spec, values, metric=None):

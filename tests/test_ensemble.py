@@ -1,4 +1,4 @@
-"""Ensembles (seq2seq/ensemble.py): decoded by the ordinary greedy and beam search, checked
+"""Ensembles (seq2seq/decoding/ensemble.py): decoded by the ordinary greedy and beam search, checked
 against single models and a hand computation."""
 
 import json
@@ -13,8 +13,10 @@ from flax import nnx
 from helpers import build_model, decode_random_batch, random_batch, randomise
 
 from configs import tiny
-from seq2seq import decode, ensemble, evaluation, settings, steps
-from seq2seq.tokenizer import EOS_ID
+from seq2seq import evaluation, settings
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decoding import decode, ensemble
+from seq2seq.training import train_state
 
 VOCAB = 30
 
@@ -149,9 +151,9 @@ def test_a_copying_member_and_a_plain_one_are_refused_in_one_line():
   """Their outputs span different vocabularies (V + S against V): no mean of the two means
   anything."""
   cfg = tiny.get_config()
-  plain = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  plain = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   cfg.model.copy = True
-  copying = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  copying = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   members = {"a": plain, "b": copying}
   with pytest.raises(ValueError, match="must all copy from the source"):
     ensemble.load(_decoding(["a", "b"]), lambda workdir: members[str(workdir)])

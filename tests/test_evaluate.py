@@ -10,22 +10,13 @@ from flax import nnx
 from helpers import data_settings
 
 from configs import tiny
-from seq2seq import (
-  checkpoints,
-  evaluation,
-  inference,
-  input_pipeline,
-  mbr,
-  metrics,
-  plots,
-  settings,
-  steps,
-  translate,
-)
-from seq2seq import runtime as rt
-from seq2seq import tokenizer as tk
-from seq2seq.data import synthetic
-from seq2seq.decode import DecodeSettings
+from seq2seq import checkpoints, evaluation, plots, settings, translate
+from seq2seq import sharding as rt
+from seq2seq.data import input_pipeline, metrics, synthetic
+from seq2seq.data import tokenizer as tk
+from seq2seq.decoding import inference, mbr
+from seq2seq.decoding.decode import DecodeSettings
+from seq2seq.training import train_state
 
 REFS = [
   "the cat sat on the mat .",
@@ -231,7 +222,7 @@ def sp_run(tmp_path_factory):
   config.decode.beam_size = 1
   data = input_pipeline.load_data(data_settings(config), tmp_path_factory.mktemp("sp"))
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = steps.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
+  state = train_state.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
   return config, data, state
 
 
@@ -483,7 +474,7 @@ def test_no_unk_column_decodes_its_sentences_with_unk_forbidden(tmp_path):
   config.decode.beam_size = 2
   data = input_pipeline.load_data(data_settings(config), tmp_path)
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = steps.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
+  state = train_state.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
   model = state.model()
   model.w_o.bias.value = model.w_o.bias.value.at[tk.UNK_ID].add(5.0)
   state = state.replace(params=nnx.state(model, nnx.Param))

@@ -12,7 +12,7 @@ import pytest
 
 from experiments import attention_offsets, attention_sharpness
 from seq2seq import explorer, settings
-from seq2seq import runtime as rt
+from seq2seq import sharding as rt
 
 
 def test_score_scalars_reads_cosines_learned_sharpness(tiny_config):

@@ -150,7 +150,7 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
   evaluation's, with a warm decoding speed; the rerank rows' are the chosen texts' against the
   references; every row but beam 5 carries a bootstrap against it; a rerun decodes nothing
   again and keeps the timings measured first."""
-  from seq2seq import metrics
+  from seq2seq.data import metrics
 
   out = tmp_path / "mbr"
   args = ["--run", str(trained), "--config", "configs/tiny.py", "--out", str(out)]

@@ -15,7 +15,7 @@ from helpers import ROOT, TEST_SENTENCES, is_score, run_module, subprocess_env, 
 from experiments import attention_sharpness, sweep_scores, tabulate
 from experiments import sweep as grid_sweep
 from experiments.lib import driver, records, sweeps
-from seq2seq import metric_writer
+from seq2seq.training import metric_writer
 
 TINY_SWEEP = ["--config=configs/tiny.py", "--grid", "model.score=additive,dot", "--seeds", "0,1"]
 

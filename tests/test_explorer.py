@@ -17,7 +17,9 @@ import sacrebleu
 from helpers import data_settings, explorer_records, explorer_run, run_main
 
 from configs import tiny
-from seq2seq import evaluation, explorer, input_pipeline, settings, steps
+from seq2seq import evaluation, explorer, settings
+from seq2seq.data import input_pipeline
+from seq2seq.training import train_state
 
 HOSTILE = [
   "<img src=x onerror=alert(1)>",
@@ -168,7 +170,7 @@ def test_multihead_records_hold_one_map_per_head_whose_mean_is_the_attention(tmp
   config.decode.beam_size = 1
   data = input_pipeline.load_data(data_settings(config), tmp_path / "run")
   sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
-  state = steps.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
+  state = train_state.create_train_state(settings.validate(config), jax.random.key(0), *sizes)
   evaluation.evaluate_split(state, data, "valid", settings.validate(config), tmp_path / "out")
   for r in explorer.read_sentences(tmp_path / "out"):
     maps = r["attention"]["maps"]

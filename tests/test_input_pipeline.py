@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from helpers import data_config, data_settings
 
-from seq2seq import input_pipeline as ip
-from seq2seq import tokenizer as tk
 from seq2seq.data import builders
+from seq2seq.data import input_pipeline as ip
+from seq2seq.data import tokenizer as tk
 
 SHARED_DATA = Path(__file__).parents[2] / "shared" / "data"
 

@@ -8,7 +8,9 @@ from flax import nnx
 from helpers import build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import attention, decode, settings
+from seq2seq import settings
+from seq2seq.decoding import decode
+from seq2seq.model import attention
 
 VOCAB = 30
 

@@ -1,5 +1,5 @@
-"""Length penalties (`seq2seq.length_penalties`): each ranks as its formula, written here by hand;
-each bound is the best rank any ending of a live hypothesis can reach (an upper bound, and
+"""Length penalties (`seq2seq.decoding.length_penalties`): each ranks as its formula, written here
+by hand; each bound is the best rank any ending of a live hypothesis can reach (an upper bound, and
 reached); specs parse, print canonically and refuse bad settings in one line. Beam search under
 every penalty is checked against exhaustive search in tests/test_decode.py."""
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seq2seq import length_penalties
+from seq2seq.decoding import length_penalties
 
 BY_HAND = {
   "none": lambda s, n: s,

@@ -12,7 +12,10 @@ from helpers import build_model, check_trains, random_batch, random_lexicon, ran
 
 from configs import tiny
 from experiments.lib import configs
-from seq2seq import layers, lexicon, settings, steps
+from seq2seq import settings
+from seq2seq.data import lexicon
+from seq2seq.model import layers
+from seq2seq.training import train_state
 
 VOCAB = 30
 
@@ -50,11 +53,11 @@ def test_a_layer_normalised_model_trains_and_starts_from_unit_gains():
   cfg = tiny.get_config()
   cfg.model.layer_norm = True
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   gains = [v for p, v in nnx.to_flat_state(state.params) if p[-1] == "gain"]
   assert len(gains) == 3 * 3 and all(np.all(np.asarray(g[...]) == 1.0) for g in gains)  # 3 GRUs.
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=2, vocab=VOCAB).items()}
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   first = None
   for i in range(40):
     state, metrics = step(state, b, jax.random.key(i))

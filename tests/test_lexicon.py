@@ -1,11 +1,12 @@
-"""The IBM Model 1 lexical table and the shortlists it gives (seq2seq/lexicon.py)."""
+"""The IBM Model 1 lexical table and the shortlists it gives (seq2seq/data/lexicon.py)."""
 
 import numpy as np
 import pytest
 from helpers import build_model
 
-from seq2seq import build_lexicon, lexicon, settings
-from seq2seq.input_pipeline import Ragged
+from seq2seq import build_lexicon, settings
+from seq2seq.data import lexicon
+from seq2seq.data.input_pipeline import Ragged
 
 # Source words 4 (a), 5 (b), 6 (c) translate as 7 (x), 8 (y), 9 (z); every pair mixes two.
 SRC = [[4, 5], [4, 6], [5, 6], [4, 5, 6], [6, 4]]
@@ -115,10 +116,10 @@ def shortlisted_run(tmp_path, scope, beam_size=3):
   from helpers import random_lexicon, randomise
 
   from configs import tiny
-  from seq2seq import steps
+  from seq2seq.training import train_state
 
   config = tiny.get_config()
-  state = steps.create_train_state(
+  state = train_state.create_train_state(
     settings.validate(config), jax.random.key(0), SHORT_VOCAB, SHORT_VOCAB
   )
   state = state.replace(params=nnx.state(randomise(state.model(), seed=3), nnx.Param))
@@ -143,7 +144,7 @@ def test_with_its_own_shortlist_a_sentence_translates_the_same_alone_and_in_any_
 ):
   """Under decode.shortlist_scope="sentence" each sentence of a batch gets the output and
   score it gets alone; under "batch" its batch-mates' words change some outputs."""
-  from seq2seq import decode
+  from seq2seq.decoding import decode
 
   def outputs(config, state, batch):
     result = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))
@@ -170,8 +171,8 @@ def test_with_its_own_shortlist_a_sentence_translates_the_same_alone_and_in_any_
 def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, scope, beam_size):
   """`decode.score_batch` (score mode) scores a batch's outputs over the same shortlist as
   `decode.decode_batch` searched: the same log-probabilities, normalised over the shortlist."""
-  from seq2seq import decode
-  from seq2seq.tokenizer import BOS_ID, PAD_ID
+  from seq2seq.data.tokenizer import BOS_ID, PAD_ID
+  from seq2seq.decoding import decode
 
   config, state = shortlisted_run(tmp_path, scope, beam_size)
   batch = shortlist_batch(seed=6)

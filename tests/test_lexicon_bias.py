@@ -10,7 +10,10 @@ from flax import nnx
 from helpers import build_model, data_settings, random_batch, random_lexicon
 
 from configs import tiny
-from seq2seq import addons, lexicon, models, settings, steps
+from seq2seq import settings
+from seq2seq.data import lexicon
+from seq2seq.model import addons, models
+from seq2seq.training import train_state
 
 VOCAB, K = 30, 3
 
@@ -69,9 +72,9 @@ def test_training_never_moves_the_table(table_path):
   cfg = tiny.get_config()
   cfg.model.lexicon_bias = str(table_path)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=2, vocab=VOCAB).items()}
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   table = lambda s: (
     np.asarray(s.params["lexicon_ids"][...]),
     np.asarray(s.params["lexicon_probs"][...]),
@@ -119,7 +122,7 @@ def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_p
 
 
 def test_train_pairs_keeps_the_first_pairs(tmp_path):
-  from seq2seq import input_pipeline
+  from seq2seq.data import input_pipeline
 
   cfg = tiny.get_config()
   cfg.data.train_pairs = 120

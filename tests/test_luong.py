@@ -27,14 +27,8 @@ from helpers import (
 
 import seq2seq
 from configs import tiny
-from seq2seq import (
-  average,
-  build_lexicon,
-  checkpoints,
-  evaluation,
-  lexicon,
-  settings,
-)
+from seq2seq import average, build_lexicon, checkpoints, evaluation, settings
+from seq2seq.data import lexicon
 
 VOCAB = 50
 WINDOW = 2  # D for the local structures: a window of 5 of the 7 source positions.

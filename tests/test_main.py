@@ -14,8 +14,9 @@ from helpers import (
   subprocess_env,
 )
 
-from seq2seq import checkpoints, metrics, settings
-from seq2seq import runtime as rt
+from seq2seq import checkpoints, settings
+from seq2seq import sharding as rt
+from seq2seq.data import metrics
 
 
 def test_run_writes_every_promised_file(trained):

@@ -1,11 +1,12 @@
-"""Minimum Bayes risk (`seq2seq.mbr`): expected utilities against values worked out by hand and
-a brute-force reference, the choice of a consensus, the settings' checks."""
+"""Minimum Bayes risk (`seq2seq.decoding.mbr`): expected utilities against values worked out by hand
+and a brute-force reference, the choice of a consensus, the settings' checks."""
 
 import numpy as np
 import pytest
 
 from configs import tiny
-from seq2seq import mbr, settings
+from seq2seq import settings
+from seq2seq.decoding import mbr
 
 SAME = lambda hyp, ref: float(hyp == ref)  # Exact match: MBR then picks the most drawn text.
 

@@ -9,7 +9,8 @@ import pytest
 from helpers import random_batch
 
 from configs import tiny
-from seq2seq import settings, steps
+from seq2seq import settings
+from seq2seq.training import train_state
 
 
 def two_steps(cfg, micro_batches, batch):
@@ -17,8 +18,8 @@ def two_steps(cfg, micro_batches, batch):
   cfg = cfg.copy_and_resolve_references()
   cfg.train.micro_batches = micro_batches
   run = settings.validate(cfg)
-  state = steps.create_train_state(run, jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(steps.train_step, run=run))
+  state = train_state.create_train_state(run, jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(train_state.train_step, run=run))
   for i in range(2):
     state, metrics = step(state, batch, jax.random.key(i))
   return float(metrics["loss"]), float(metrics["grad_norm"]), float(metrics["tokens"]), state
@@ -58,12 +59,12 @@ def test_every_logged_metric_is_the_whole_batchs(normalization):
   links = np.random.default_rng(6).integers(0, 2, (7, 5, 6)) * batch["tgt_mask"][:, :, None]
   batch["align"] = (links * batch["src_mask"][:, None, :]).astype(np.float32)
   run = settings.validate(cfg)
-  whole = jax.jit(functools.partial(steps.train_step, run=run))
-  state = steps.create_train_state(run, jax.random.key(0), 30, 30)
+  whole = jax.jit(functools.partial(train_state.train_step, run=run))
+  state = train_state.create_train_state(run, jax.random.key(0), 30, 30)
   for i in range(30):
     state, _ = whole(state, batch, jax.random.key(i))
   cfg.train.micro_batches = 3
-  sliced = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  sliced = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   _, expected = whole(state, batch, jax.random.key(30))
   _, got = sliced(state, batch, jax.random.key(30))
   assert {"ce_loss", "fertility_loss", "supervision_loss"} <= set(expected)

@@ -8,7 +8,8 @@ from flax import nnx
 from helpers import build_model, random_batch, randomise
 
 from configs import rnnencdec, rnnsearch
-from seq2seq import models, objective, scores
+from seq2seq.model import models, scores
+from seq2seq.training import objective
 
 VOCAB = 50
 
@@ -255,7 +256,7 @@ def test_unknown_model_name(tiny_config):
 
 
 def test_maxout_takes_the_max_of_adjacent_pairs():
-  from seq2seq import layers
+  from seq2seq.model import layers
 
   x = jnp.asarray([[1.0, 5.0, 3.0, 2.0, -1.0, -4.0]])
   np.testing.assert_array_equal(np.asarray(layers.maxout(x)), [[5.0, 3.0, -1.0]])
@@ -290,7 +291,7 @@ def test_bfloat16_matmul_is_the_float32_product_of_the_rounded_factors():
   """`layers.matmul` under bfloat16, forward and backward: each product is that of the factors
   rounded to bfloat16, accumulated in float32, and each gradient comes back in its factor's
   dtype without rounding."""
-  from seq2seq import layers
+  from seq2seq.model import layers
 
   rng = np.random.default_rng(0)
   x, w, c = (

@@ -12,17 +12,11 @@ from flax import nnx
 from helpers import build_model, data_settings, randomise
 
 from configs import tiny
-from seq2seq import (
-  decode,
-  evaluation,
-  inference,
-  input_pipeline,
-  settings,
-  steps,
-  translate,
-)
-from seq2seq import tokenizer as tok
-from seq2seq.data import builders
+from seq2seq import evaluation, settings, translate
+from seq2seq.data import builders, input_pipeline
+from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import decode, inference
+from seq2seq.training import train_state
 
 NOUNS = [("man", "Mann", "homme"), ("dog", "Hund", "chien"), ("cat", "Katze", "chat")]
 VERBS = [("sees", "sieht", "voit"), ("likes", "mag", "aime")]
@@ -211,7 +205,7 @@ def test_the_no_unk_subset_checks_and_decodes_both_sources(tmp_path, monkeypatch
   data = input_pipeline.load_data(data_settings(cfg), tmp_path / "work")
   split = data.splits["test"]
   assert tok.UNK_ID in split.src2.row(0) and tok.UNK_ID not in split.src.row(0)
-  state = steps.create_train_state(
+  state = train_state.create_train_state(
     settings.validate(cfg), jax.random.key(0), data.src_tokenizer.size, data.tgt_tokenizer.size
   )
   decoded = []

@@ -1,4 +1,4 @@
-"""Attention normalisers (seq2seq/normalisers.py): forward values against a NumPy bisection on
+"""Attention normalisers (seq2seq/model/normalisers.py): forward values against a NumPy bisection on
 the threshold (another algorithm than the package's sorting), gradients against finite
 differences, masks, and bfloat16 inputs."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import build_model
 
-from seq2seq import normalisers
+from seq2seq.model import normalisers
 
 SPARSE = {"sparsemax": 2.0, "entmax15": 1.5}  # alpha of the alpha-entmax each one is.
 

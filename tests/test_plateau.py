@@ -7,11 +7,12 @@ import pytest
 from helpers import final_params, metric_rows, run_main
 
 from configs import tiny
-from seq2seq import settings, steps
+from seq2seq import settings
+from seq2seq.training import optimisers
 
 
 def scales(spec, values, metric):
-  tracker = steps.PlateauScale(steps.decay_spec(spec).settings)
+  tracker = optimisers.PlateauScale(optimisers.decay_spec(spec).settings)
   return [tracker.update({metric: v}) for v in values]
 
 

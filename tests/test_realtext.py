@@ -10,7 +10,8 @@ import pytest
 from helpers import ROOT, run_module
 
 from configs import multi30k
-from seq2seq import metric_writer, train
+from seq2seq import train
+from seq2seq.training import metric_writer
 
 SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 

@@ -27,8 +27,10 @@ from helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq import cli, files, metric_writer, objective, steps, train
+from seq2seq import cli, train
 from seq2seq import settings as settings_lib
+from seq2seq.common import files
+from seq2seq.training import metric_writer, objective, train_state
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
 
@@ -140,7 +142,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
 
 
 def poisoned_step(config, bad_step):
-  """`steps.train_step` whose parameters are NaN during update `bad_step` (1-based), so that
+  """`train_state.train_step` whose parameters are NaN during update `bad_step` (1-based), so that
   step's loss and gradients are non-finite: the real step must then skip the update, which
   leaves the poisoned parameters in place; they are put back, as a skipped update keeps them."""
 
@@ -149,7 +151,7 @@ def poisoned_step(config, bad_step):
   def step(state, batch, rng):
     bad = state.step + 1 == bad_step
     poison = lambda p: jnp.where(bad, p * jnp.nan, p)
-    new, m = steps.train_step(
+    new, m = train_state.train_step(
       state.replace(params=jax.tree.map(poison, state.params)), batch, rng, run=run
     )
     keep = lambda n, p: jnp.where(bad, p, n)
@@ -257,9 +259,11 @@ def test_same_seed_same_result(tiny_config):
 
   batch = random_batch(seed=3, vocab=30)
   out = []
-  step = jax.jit(functools.partial(steps.train_step, run=settings_lib.validate(tiny_config)))
+  step = jax.jit(functools.partial(train_state.train_step, run=settings_lib.validate(tiny_config)))
   for _ in range(2):
-    state = steps.create_train_state(settings_lib.validate(tiny_config), jax.random.key(0), 30, 30)
+    state = train_state.create_train_state(
+      settings_lib.validate(tiny_config), jax.random.key(0), 30, 30
+    )
     state, m = step(state, batch, jax.random.key(1))
     out.append((float(m["loss"]), np.asarray(jax.tree.leaves(state.params)[0])))
   assert out[0][0] == out[1][0]
@@ -397,8 +401,8 @@ def test_evaluation_refuses_unusable_parameters_and_keeps_earlier_results(traine
   import shutil
 
   from seq2seq import checkpoints
-  from seq2seq import runtime as rt
-  from seq2seq import tokenizer as tok
+  from seq2seq import sharding as rt
+  from seq2seq.data import tokenizer as tok
 
   workdir = tmp_path / "nan"
   shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns(".lock"))

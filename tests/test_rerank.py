@@ -10,7 +10,7 @@ import pytest
 from helpers import run_main, run_module
 
 from seq2seq import rerank
-from seq2seq.inference import Hypothesis
+from seq2seq.decoding.inference import Hypothesis
 from seq2seq.translate import nbest_lines
 
 # Two input lines (and a blank one between them), candidates best first by the model's score.

@@ -1,5 +1,5 @@
-"""Sampling (`seq2seq.sampling`, `decode.sample`): each truncation against masks worked out by
-hand, draws against the distribution they leave, top_k=1 against greedy search, a sample's
+"""Sampling (`seq2seq.decoding.sampling`, `decode.sample`): each truncation against masks worked out
+by hand, draws against the distribution they leave, top_k=1 against greedy search, a sample's
 score against forced decoding, and the same samples for a sentence in any batch."""
 
 import jax
@@ -10,8 +10,9 @@ from flax import nnx
 from helpers import build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import decode, sampling, settings
-from seq2seq.tokenizer import EOS_ID, PAD_ID
+from seq2seq import settings
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+from seq2seq.decoding import decode, sampling
 
 VOCAB = 30
 # Four words of probability 0.5, 0.3, 0.15, 0.05 and a fifth that is banned.

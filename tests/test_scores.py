@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 from helpers import randomise
 
-from seq2seq import attention, scores
+from seq2seq.model import attention, scores
 
 D, H, S, B = 6, 6, 5, 3
 

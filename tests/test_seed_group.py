@@ -9,8 +9,8 @@ import pytest
 from helpers import final_params
 
 from configs import tiny
-from seq2seq import runtime as rt
 from seq2seq import seed_group, settings, train
+from seq2seq import sharding as rt
 
 
 def _config(tmp_path, steps=6):

@@ -6,15 +6,10 @@ import json
 import pytest
 
 from configs import tiny
-from seq2seq import (
-  alignment_features,
-  checkpoints,
-  objective,
-  registry,
-  scores,
-  settings,
-  structures,
-)
+from seq2seq import checkpoints, settings
+from seq2seq.common import registry
+from seq2seq.model import alignment_features, scores, structures
+from seq2seq.training import objective
 
 REGISTRIES = (scores.REGISTRY, structures.REGISTRY, alignment_features.REGISTRY, objective.REGISTRY)
 

@@ -1,4 +1,4 @@
-"""The sampled softmax of training (seq2seq/softmax.py, Jean et al. 2015)."""
+"""The sampled softmax of training (seq2seq/training/softmax.py, Jean et al. 2015)."""
 
 import functools
 import json
@@ -11,8 +11,9 @@ from flax import nnx
 from helpers import build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import objective, settings, softmax, steps
-from seq2seq.tokenizer import EOS_ID, UNK_ID
+from seq2seq import settings
+from seq2seq.data.tokenizer import EOS_ID, UNK_ID
+from seq2seq.training import objective, softmax, train_state
 
 VOCAB = 30
 
@@ -87,7 +88,7 @@ def _state_and_objective(spec, label_smoothing=0.0, **train):
   cfg = tiny.get_config()
   cfg.train.softmax, cfg.train.label_smoothing = spec, label_smoothing
   cfg.train.update(train)  # Before the state is built: its optimiser is made from them.
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))
   return cfg, state, objective.Objective.from_config(cfg)
 
@@ -111,8 +112,8 @@ def test_a_candidate_set_holding_every_word_gives_the_full_loss(label_smoothing)
 def test_training_with_a_sampled_softmax_lowers_the_full_loss():
   cfg, state, _ = _state_and_objective("sampled(size=12)", optimizer="adam", learning_rate=1e-2)
   b = batch_of(3)
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
-  evaluate = jax.jit(steps.eval_step)
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
+  evaluate = jax.jit(train_state.eval_step)
   before = evaluate(state, b)
   for i in range(60):
     state, metrics = step(state, b, jax.random.key(i))

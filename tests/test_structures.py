@@ -1,5 +1,5 @@
-"""Attention structures (seq2seq/structures.py): local, monotonic, convolutional, multi-head and
-hard attention against hand or float64 references, and every variant end to end.
+"""Attention structures (seq2seq/model/structures.py): local, monotonic, convolutional, multi-head
+and hard attention against hand or float64 references, and every variant end to end.
 
 Structure-level checks call one jitted step (`step`) of a structure with random parameters on
 random annotations; model-level checks use configs/tiny.py sizes.
@@ -15,18 +15,12 @@ from flax import nnx
 from helpers import build_model, random_batch, randomise
 
 from configs import tiny
-from seq2seq import (
-  checkpoints,
-  decode,
-  inference,
-  input_pipeline,
-  objective,
-  scores,
-  settings,
-  steps,
-  structures,
-)
-from seq2seq.tokenizer import EOS_ID
+from seq2seq import checkpoints, settings
+from seq2seq.data import input_pipeline
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decoding import decode, inference
+from seq2seq.model import scores, structures
+from seq2seq.training import objective, optimisers, train_state
 
 VOCAB = 30
 B, S = 3, 7  # Structure-level examples: batch and padded source length.
@@ -240,9 +234,11 @@ def b_args(b):
 
 def _train_state(model, cfg):
   graphdef, params = nnx.split(model, nnx.Param)
-  tx = steps.make_optimizer(steps.TrainSettings.from_config(cfg))
+  tx = optimisers.make_optimizer(optimisers.TrainSettings.from_config(cfg))
   baseline = jnp.zeros((), jnp.float32) if model.samples_attention else None
-  return steps.TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline)
+  return train_state.TrainState(
+    jnp.zeros((), jnp.int32), params, tx.init(params), graphdef, tx, baseline
+  )
 
 
 def test_monotonic_model_is_finite_on_80_word_sources_in_bfloat16():
@@ -386,7 +382,7 @@ def test_multihead_returns_every_head_and_their_mean():
 def test_multihead_heatmaps_reproduce_the_decoded_attention():
   cfg = tiny.get_config()
   cfg.model.attention, cfg.decode.beam_size = "multihead(heads=2)", 3
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
   state = state.replace(params=nnx.state(randomise(state.model()), nnx.Param))  # Heads differ.
   batch = random_batch(seed=3, batch=4, src_len=7, vocab=30)
   n_src = batch["src_mask"].sum(1)
@@ -413,7 +409,7 @@ def test_multihead_heatmaps_reproduce_the_decoded_attention():
     if n_src[b] > 2:  # Two different heads (over one word and EOS they might agree).
       assert not np.allclose(heads[0], heads[1], atol=1e-3)
   cfg.model.attention = "soft"  # One head: nothing extra to draw.
-  soft = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  soft = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
   assert (
     inference.decoded_heads(soft, split, translations, decode.DecodeSettings.from_config(cfg))
     is None
@@ -471,7 +467,7 @@ def test_reinforce_loss_gradient_is_the_score_function_estimator():
 
 def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   cfg = model_config("hard")
-  state = initial = steps.create_train_state(
+  state = initial = train_state.create_train_state(
     settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB
   )
   assert float(state.terms["reinforce"]) == 0.0  # The term keeps its baseline.
@@ -494,7 +490,7 @@ def test_hard_attention_gradient_is_finite_and_the_baseline_moves(tmp_path):
   assert float(jnp.abs(v_a(with_estimator)).sum()) > 0
   assert float(jnp.abs(v_a(without)).sum()) == 0  # Only the estimator trains the score.
 
-  update = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  update = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   state, first = update(state, b, jax.random.key(2))
   assert float(state.terms["reinforce"]) == float(first["reward"]) < 0  # Step 0: the mean reward.
   state, second = update(state, b, jax.random.key(3))
@@ -516,7 +512,7 @@ def test_a_checkpoint_saved_with_the_baseline_at_the_top_restores_into_the_term(
   import orbax.checkpoint as ocp
 
   cfg = model_config("hard")
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   old = {"step": jnp.asarray(7, jnp.int32), "params": state.params, "opt_state": state.opt_state}
   old["baseline"] = jnp.asarray(-3.25, jnp.float32)
   manager = ocp.CheckpointManager(tmp_path / "checkpoints")
@@ -545,8 +541,8 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   cfg = variant_config(name)
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=VOCAB, pad_rows=True)
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
-  update = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
+  update = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   first = None
   for i in range(150):
     state, metrics = update(state, batch, jax.random.key(i))
@@ -581,7 +577,7 @@ def test_every_variant_decodes_steps_like_training_and_ignores_padding(name):
     state, steps = enc.init_state, []
     for t in range(b["tgt_in"].shape[1]):
       state, step_logits, _ = one_step(params, enc, state, jnp.asarray(b["tgt_in"][:, t]))
-      steps.append(step_logits)
+      train_state.append(step_logits)
     np.testing.assert_allclose(np.stack(steps, 1), logits, rtol=2e-5, atol=2e-5)
 
   for beam in (1, 3):

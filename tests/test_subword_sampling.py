@@ -10,8 +10,8 @@ import pytest
 import sentencepiece as spm
 from helpers import data_config, data_settings, run_main
 
-from seq2seq import input_pipeline as ip
 from seq2seq import settings
+from seq2seq.data import input_pipeline as ip
 
 SAMPLING = "sample(alpha=0.5, nbest_size=16)"
 

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from seq2seq import tokenizer as tk
+from seq2seq.data import tokenizer as tk
 
 # Word counts: a 4, b 3, c 3, d 1, e 1, f 1 (13 tokens).
 SMALL_CORPUS = ["a a a b b c", "a b d e", "c c f"]

@@ -10,7 +10,9 @@ import pytest
 from helpers import random_batch
 
 from configs import tiny
-from seq2seq import objective, scores, settings, steps
+from seq2seq import settings
+from seq2seq.model import scores
+from seq2seq.training import objective, optimisers, train_state
 
 
 def test_cross_entropy_matches_numpy_and_ignores_padding():
@@ -56,13 +58,13 @@ def test_label_smoothing_is_zero_at_the_smoothed_target_of_a_copied_word():
 def test_unknown_optimizer_lists_valid(tiny_config):
   tiny_config.train.optimizer = "lion"
   with pytest.raises(ValueError, match="'lion' is not one of adadelta, adam, sgd"):
-    steps.make_optimizer(steps.TrainSettings.from_config(tiny_config))
+    optimisers.make_optimizer(optimisers.TrainSettings.from_config(tiny_config))
 
 
 def test_adadelta_uses_paper_constants(tiny_config):
   cfg = tiny_config.train
   cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "adadelta", 1.0, 0.0
-  tx = steps.make_optimizer(steps.TrainSettings.from_config(tiny_config))
+  tx = optimisers.make_optimizer(optimisers.TrainSettings.from_config(tiny_config))
   g = {"w": jnp.asarray([0.5])}
   updates, _ = tx.update(g, tx.init(g), g)
   # First Adadelta step: -sqrt(0 + eps) / sqrt((1 - rho) g^2 + eps) * g.
@@ -73,7 +75,7 @@ def test_adadelta_uses_paper_constants(tiny_config):
 def test_gradient_clipping(tiny_config):
   cfg = tiny_config.train
   cfg.optimizer, cfg.learning_rate, cfg.clip_norm = "sgd", 1.0, 1.0
-  tx = steps.make_optimizer(steps.TrainSettings.from_config(tiny_config))
+  tx = optimisers.make_optimizer(optimisers.TrainSettings.from_config(tiny_config))
   g = {"w": jnp.asarray([30.0, 40.0])}
   updates, _ = tx.update(g, tx.init(g))
   np.testing.assert_allclose(np.asarray(updates["w"]), [-0.6, -0.8], rtol=1e-6)
@@ -87,13 +89,15 @@ def test_tiny_model_overfits_fixed_pairs(tiny_config, name, score):
   cfg.model.name, cfg.model.score = name, score
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   batch = random_batch(seed=7, batch=8, src_len=6, tgt_len=5, vocab=30, pad_rows=True)
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   first = None
   for i in range(150):
     state, metrics = step(state, batch, jax.random.key(i))
     first = float(metrics["loss"]) if first is None else first
-  final = float(steps.eval_step(state, batch)["loss_sum"] / steps.eval_step(state, batch)["tokens"])
+  final = float(
+    train_state.eval_step(state, batch)["loss_sum"] / train_state.eval_step(state, batch)["tokens"]
+  )
   assert first > 3.0
   assert final < 0.3, f"{name}/{score}: loss {first:.2f} -> {final:.3f}"
 
@@ -102,8 +106,8 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
   cfg = tiny_config
   cfg.model.dropout = 0.3
   batch = random_batch(seed=8, vocab=30)
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   _, m1 = step(state, batch, jax.random.key(1))
   _, m2 = step(state, batch, jax.random.key(1))
   _, m3 = step(state, batch, jax.random.key(2))
@@ -114,7 +118,7 @@ def test_dropout_is_deterministic_given_the_key(tiny_config):
 def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences(tiny_config):
   """GroundHog's cost (summed over a sentence's words, mean over sentences) is the per-token mean
   times tokens / sentences: same direction of every gradient, a batch-dependent scale."""
-  state = steps.create_train_state(settings.validate(tiny_config), jax.random.key(0), 50, 50)
+  state = train_state.create_train_state(settings.validate(tiny_config), jax.random.key(0), 50, 50)
   b = random_batch(seed=2, vocab=50)
   b["tgt_mask"][3] = 0  # A padding row (no target word) is no sentence.
   tokens, sentences = float(b["tgt_mask"].sum()), 3.0
@@ -153,34 +157,34 @@ def test_paper_configs_use_groundhog_normalisation():
 def test_anneal_falls_from_one_to_anneal_to_over_the_budget(tiny_config, anneal, at_half):
   cfg = tiny_config.train
   cfg.anneal, cfg.anneal_to = anneal, 0.1
-  train = steps.TrainSettings.from_config(tiny_config)
-  factor = [float(steps.anneal_factor(train, p)) for p in (0.0, 0.25, 0.5, 1.0, 2.0)]
+  train = optimisers.TrainSettings.from_config(tiny_config)
+  factor = [float(optimisers.anneal_factor(train, p)) for p in (0.0, 0.25, 0.5, 1.0, 2.0)]
   assert factor[0] == 1.0 and factor[2] == pytest.approx(at_half)
   assert factor[3] == factor[4] == pytest.approx(0.1)  # Past the budget it stays at the floor.
   linear_quarter = 1.0 - 0.9 * 0.25
   cosine_quarter = 1.0 - 0.9 * 0.5 * (1.0 - np.cos(np.pi / 4))
   assert factor[1] == pytest.approx(linear_quarter if anneal == "linear" else cosine_quarter)
   with pytest.raises(ValueError, match="'step' is not one of"):
-    steps.anneal_factor(dataclasses.replace(train, anneal="step"), 0.5)
+    optimisers.anneal_factor(dataclasses.replace(train, anneal="step"), 0.5)
 
 
 def test_budget_progress_is_the_larger_share_of_steps_and_of_the_clock(tiny_config):
   tiny_config.train.num_steps, tiny_config.train.max_minutes = 1000, 0.0
-  cfg = steps.TrainSettings.from_config(tiny_config)
-  assert steps.budget_progress(cfg, 250, 1e6) == 0.25  # No wall-clock budget: steps alone.
+  cfg = optimisers.TrainSettings.from_config(tiny_config)
+  assert optimisers.budget_progress(cfg, 250, 1e6) == 0.25  # No wall-clock budget: steps alone.
   cfg = dataclasses.replace(cfg, max_minutes=10.0)
-  assert steps.budget_progress(cfg, 250, 300.0) == 0.5  # Half of the 600 s spent.
-  assert steps.budget_progress(cfg, 900, 300.0) == 0.9
-  assert steps.budget_progress(cfg, 900, 6000.0) == 1.0
+  assert optimisers.budget_progress(cfg, 250, 300.0) == 0.5  # Half of the 600 s spent.
+  assert optimisers.budget_progress(cfg, 900, 300.0) == 0.9
+  assert optimisers.budget_progress(cfg, 900, 6000.0) == 1.0
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adadelta", "sgd"])
 def test_a_step_with_progress_moves_the_parameters_by_the_annealed_share(tiny_config, optimizer):
   cfg = tiny_config
   cfg.train.optimizer, cfg.train.anneal, cfg.train.anneal_to = optimizer, "linear", 0.0
-  state = steps.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
+  state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), 30, 30)
   batch = random_batch(seed=5, vocab=30)
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(cfg)))
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   plain, m_plain = step(state, batch, jax.random.key(1))
   annealed, m = step(state.replace(progress=jnp.float32(0.25)), batch, jax.random.key(1))
   assert float(m["learning_rate"]) == pytest.approx(0.75 * float(m_plain["learning_rate"]))
@@ -199,9 +203,9 @@ def test_the_logged_learning_rate_is_the_one_applied_after_a_skipped_update(tiny
   c = tiny_config
   c.train.optimizer, c.train.learning_rate, c.train.warmup_steps = "sgd", 1.0, 10
   c.train.clip_norm = 0.0
-  state = steps.create_train_state(settings.validate(c), jax.random.key(0), 30, 30)
+  state = train_state.create_train_state(settings.validate(c), jax.random.key(0), 30, 30)
   batch = random_batch(seed=5, vocab=30)
-  step = jax.jit(functools.partial(steps.train_step, run=settings.validate(c)))
+  step = jax.jit(functools.partial(train_state.train_step, run=settings.validate(c)))
   state, _ = step(state, batch, jax.random.key(0))
   poisoned = state.replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params))
   skipped, m = step(poisoned, batch, jax.random.key(1))
@@ -225,8 +229,10 @@ def test_each_evaluation_keeps_its_greedy_outputs_to_score_again(trained):
   so a metric fixed later can redraw a learning curve without retraining."""
   import gzip
 
-  from seq2seq import checkpoints, evaluation, metric_writer, metrics
-  from seq2seq import runtime as rt
+  from seq2seq import checkpoints, evaluation
+  from seq2seq import sharding as rt
+  from seq2seq.data import metrics
+  from seq2seq.training import metric_writer
 
   config = checkpoints.load_config(trained)
   refs = [r[1] for r in rt.load_data(settings.validate(config), trained).raw("valid")]
@@ -244,7 +250,7 @@ def test_halving_keeps_the_rate_then_halves_it_every_e_updates():
   """Luong et al.'s schedule: learning rate 1 until update `after`, then halved every `every`."""
   cfg = tiny.get_config()
   cfg.train.learning_rate, cfg.train.decay = 1.0, "halving(after=4, every=2)"
-  schedule = steps.learning_rate_schedule(steps.TrainSettings.from_config(cfg))
+  schedule = optimisers.learning_rate_schedule(optimisers.TrainSettings.from_config(cfg))
   got = [float(schedule(step)) for step in range(9)]
   assert got == [1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.125]
   for bad, message in [("halving(every=0)", "every >= 1"), ("rsqrt(after=3)", "no setting")]:

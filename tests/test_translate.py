@@ -8,7 +8,8 @@ import pytest
 from helpers import check_scores_match_search, run_main
 
 import seq2seq
-from seq2seq import checkpoints, mbr, settings, translate
+from seq2seq import checkpoints, settings, translate
+from seq2seq.decoding import mbr
 
 SOURCES = ["the cat sleeps .", "", "the dog does not eat apples .", "   ", "a big house ."]
 REFERENCES = ["le chat dort .", "le chien", "", "", "une grande maison ."]
@@ -219,7 +220,8 @@ def test_under_a_sentence_shortlist_scores_agree_and_say_what_they_are(trained, 
   say "vocabulary"."""
   import shutil
 
-  from seq2seq import build_lexicon, lexicon
+  from seq2seq import build_lexicon
+  from seq2seq.data import lexicon
 
   run = tmp_path / "run"
   shutil.copytree(trained, run, ignore=shutil.ignore_patterns("eval"))
@@ -345,8 +347,9 @@ def test_word_alignments_give_the_evaluations_aer_and_follow_the_nbest_list(trai
   """Forced scoring's Pharaoh links of the test split are the links the evaluation's AER counted
   (argmax, and with a threshold: the same AER); translate writes one line per n-best line, each
   link inside its sentence pair's words."""
-  from seq2seq import evaluation, metrics
-  from seq2seq import runtime as rt
+  from seq2seq import evaluation
+  from seq2seq import sharding as rt
+  from seq2seq.data import metrics
 
   raw = rt.load_data(settings.validate(checkpoints.load_config(trained)), trained).raw("test")
   (tmp_path / "src.txt").write_text("".join(r[0] + "\n" for r in raw))

@@ -299,7 +299,8 @@ def registries() -> list[tuple[str, Any, str]]:
   """(config field, registry, module) of every registry in the package, in the order
   `python -m seq2seq.settings` lists them (any other registry after them)."""
   import seq2seq
-  from seq2seq import registry, settings
+  from seq2seq import settings
+  from seq2seq.common import registry
 
   found: dict[str, tuple[Any, str]] = {}
   for info in pkgutil.walk_packages(seq2seq.__path__, "seq2seq."):
@@ -333,7 +334,7 @@ def type_name(kind: Any) -> str:
 
 
 def components_page() -> str:
-  from seq2seq import registry
+  from seq2seq.common import registry
 
   out = []
   for field, reg, module in registries():

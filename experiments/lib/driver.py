@@ -40,7 +40,7 @@ from experiments.lib import configs, launch, plots, records, reports, stats, swe
 from experiments.lib.presets import STUDIES
 from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
-from seq2seq import runtime as rt
+from seq2seq import sharding as rt
 
 LAUNCHERS = ("local", "jobs", "cores")
 

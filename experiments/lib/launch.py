@@ -39,8 +39,7 @@ from experiments.lib import runs as runs_lib
 from experiments.lib.configs import REPO_ROOT
 from experiments.lib.sweeps import Sweep
 from seq2seq import cli as seq2seq_cli
-from seq2seq import input_pipeline
-from seq2seq.data import builders
+from seq2seq.data import builders, input_pipeline
 
 JOBS_FILE = "jobs.txt"
 SBATCH_FILE = "sbatch.sh"

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 
 from experiments.lib import records
-from seq2seq import files
+from seq2seq.common import files
 
 PACKAGES = (
   "jax",

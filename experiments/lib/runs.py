@@ -33,8 +33,10 @@ import ml_collections
 
 from experiments.lib import configs, records, reports
 from seq2seq import cli as seq2seq_cli
-from seq2seq import files, input_pipeline, metric_writer, seed_group, train
-from seq2seq.data import builders
+from seq2seq import seed_group, train
+from seq2seq.common import files
+from seq2seq.data import builders, input_pipeline
+from seq2seq.training import metric_writer
 
 WALL_TIME_FILE = "wall_time.json"
 

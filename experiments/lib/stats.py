@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import sacrebleu
 
-from seq2seq import metrics
+from seq2seq.data import metrics
 
 BOOTSTRAP_SEED = 12345
 

@@ -40,13 +40,15 @@ from experiments.lib import records as records_lib
 from experiments.lib import runs as runs_lib
 from experiments.lib import stats
 from experiments.lib.runs import Run
-from seq2seq import checkpoints, input_pipeline, metrics, registry
+from seq2seq import checkpoints
+from seq2seq.common import registry
+from seq2seq.data import input_pipeline, metrics
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
 # oov_recall: the share of reference words outside the target vocabulary that the output holds;
 # over_translation and under_translation: counts over the split; identical_word_peaks: the share
-# of output words spelled like a source word whose attention peaks on it (`seq2seq.metrics`).
+# of output words spelled like a source word whose attention peaks on it (`seq2seq.data.metrics`).
 TEST_METRICS = (
   "bleu",
   "chrf",

@@ -12,7 +12,9 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.experimental.compilation_cache import compilation_cache
 
-from seq2seq import input_pipeline, settings, steps
+from seq2seq import settings
+from seq2seq.data import input_pipeline
+from seq2seq.training import train_state
 
 MODEL_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "align")  # "align": optional.
 
@@ -51,13 +53,13 @@ def compile_steps(
 ):
   """The jitted train and eval steps with their shardings (state replicated, batch sharded).
 
-  `train_step(state, batch, rng) -> (state, metrics)` defaults to `steps.train_step` of the
+  `train_step(state, batch, rng) -> (state, metrics)` defaults to `train_state.train_step` of the
   run; `stacked`: vmap both steps over a leading member axis of the state (and of the rng),
   one batch shared by every member (seeds trained together).
   """
   rep, bat = runtime.replicated, runtime.batch
-  train_fn = train_step or functools.partial(steps.train_step, run=run)
-  eval_fn = steps.eval_step
+  train_fn = train_step or functools.partial(train_state.train_step, run=run)
+  eval_fn = train_state.eval_step
   if stacked:
     train_fn = jax.vmap(train_fn, in_axes=(0, None, 0))
     eval_fn = jax.vmap(eval_fn, in_axes=(0, None))
@@ -86,9 +88,9 @@ def load_data(run: settings.RunSettings, workdir: Path) -> input_pipeline.Data:
 
 
 def _init(run: settings.RunSettings, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):
-  """`steps.create_train_state` of the run with everything but the key bound."""
+  """`train_state.create_train_state` of the run with everything but the key bound."""
   return functools.partial(
-    steps.create_train_state,
+    train_state.create_train_state,
     run,
     src_vocab=src_vocab,
     tgt_vocab=tgt_vocab,
@@ -108,16 +110,16 @@ def initial_state(
   runtime: Runtime,
   copy_map: np.ndarray | None = None,
   lexicon=None,
-) -> steps.TrainState:
+) -> train_state.TrainState:
   """A fresh, replicated state from the run's seed (`copy_map`, `lexicon`: tables built from
-  the data, see `steps.create_train_state`)."""
+  the data, see `train_state.create_train_state`)."""
   init = _init(run, src_vocab, tgt_vocab, copy_map, lexicon)
   return jax.jit(init, out_shardings=runtime.replicated)(_init_key(run))
 
 
 def abstract_state(
   run: settings.RunSettings, src_vocab: int, tgt_vocab: int, runtime: Runtime
-) -> steps.TrainState:
+) -> train_state.TrainState:
   """The shapes, dtypes and (replicated) shardings of `initial_state`, computed without
   compiling or running the initialisers: the template a checkpoint is restored into."""
   shapes = jax.eval_shape(_init(run, src_vocab, tgt_vocab), _init_key(run))
@@ -138,7 +140,7 @@ def all_agree(flag: bool) -> bool:
   return bool(from_process0(flag))
 
 
-def host_local(state: steps.TrainState) -> steps.TrainState:
+def host_local(state: train_state.TrainState) -> train_state.TrainState:
   """The state with parameters as this process's local copies (decoding runs per process)."""
   if jax.process_count() == 1:
     return state

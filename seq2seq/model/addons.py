@@ -34,8 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from seq2seq import attention, copying, layers, scores
-from seq2seq.tokenizer import UNK_ID
+from seq2seq.data import copying
+from seq2seq.data.tokenizer import UNK_ID
+from seq2seq.model import attention, layers, scores
 
 CONTEXT, OUTPUT = "context", "output"  # The two kinds.
 # Lexicon bias: the translations kept per source word, and the epsilon of log(p_lex + eps)
@@ -279,7 +280,7 @@ class LexiconBias(OutputModifier):
 @register("copy", OUTPUT)
 @dataclasses.dataclass(frozen=True)
 class Copying(OutputModifier):
-  """Copying from the source (`seq2seq.copying`): the gate p_gen (`model.copy_gate`) and the
+  """Copying from the source (`seq2seq.data.copying`): the gate p_gen (`model.copy_gate`) and the
   source -> target vocabulary map (`model.copy_map`), kept with the parameters and never
   trained (-1 everywhere until training fills it: `tables["copy_map"]`). The scores become
   log-probabilities over the extended vocabulary [..., V + S]; never over a candidate list

@@ -33,8 +33,8 @@ Every structure is an NNX module with
 Structures with `uses_score = True` score through the model's registered score function (and
 its alignment features); `conv` and `multihead` bring their own. Register a new one with
 `@register("name")`; its own settings go in a nested frozen dataclass `Settings`, named in the
-spec (`model.attention="monotonic(noise=0.5)"`, `seq2seq.registry`). `make_structure` lists the
-valid names when the name is unknown.
+spec (`model.attention="monotonic(noise=0.5)"`, `seq2seq.common.registry`). `make_structure` lists
+the valid names when the name is unknown.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq import attention, layers, normalisers, registry
+from seq2seq.common import registry
+from seq2seq.model import attention, layers, normalisers
 
 REGISTRY: registry.Registry[Structure] = registry.Registry(
   "attention structure", field="model.attention"

@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq import layers, registry
+from seq2seq.common import registry
+from seq2seq.model import layers
 
 REGISTRY: registry.Registry[type] = registry.Registry("encoder", field="model.encoder")
 register = REGISTRY.register

@@ -38,7 +38,7 @@ def attend(score, query_BD, keys_BSK, annotations_BSH, mask_BS, normalise=masked
 
   `score(query_D, keys_SK, annotations_SH) -> e_S` is written for a single query and lifted
   over the batch with `jax.vmap`; `normalise(e, mask)` turns the scores into weights (a
-  `seq2seq.normalisers` normaliser; the softmax by default). Returns (context_BH float32,
+  `seq2seq.model.normalisers` normaliser; the softmax by default). Returns (context_BH float32,
   alpha_BS float32).
   """
   e_BS = jax.vmap(score)(query_BD, keys_BSK, annotations_BSH)

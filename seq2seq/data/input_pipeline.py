@@ -13,7 +13,7 @@ Every batch is a dict of numpy int32 arrays with a fixed number of rows B:
 A multi-source corpus (`data.local.src_lang="en+de"`) packs both sources in `src` and `src_mask`,
 [B, 2 S']: source 1 from column 0, source 2 from column S'. A copying model's `tgt_out` holds
 extended ids V + j for target words outside the vocabulary spelled like source word j
-(`seq2seq.copying`).
+(`seq2seq.data.copying`).
 
 PAD is 0. S and T are the longest row of the (global) batch rounded up to a multiple of
 `data.bucket_step`, so training (lengths at most `data.max_len` + 1) compiles at most
@@ -38,9 +38,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from seq2seq import copying, registry
-from seq2seq import tokenizer as tokenizer_lib
-from seq2seq.data import builders, synthetic
+from seq2seq.common import registry
+from seq2seq.data import builders, copying, synthetic
+from seq2seq.data import tokenizer as tokenizer_lib
 
 SPLIT_NAMES = tuple(builders.SPLITS)  # "train", "valid", "test"
 BATCH_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "index")

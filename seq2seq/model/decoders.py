@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq import layers, registry, structures
+from seq2seq.common import registry
+from seq2seq.model import layers, structures
 
 REGISTRY: registry.Registry[Decoder] = registry.Registry("decoder", field="model.decoder")
 register = REGISTRY.register

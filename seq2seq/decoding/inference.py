@@ -15,11 +15,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from seq2seq import console, copying, decode, input_pipeline, mbr, metrics, models
-from seq2seq import constraints as constraints_
-from seq2seq import tokenizer as tok
-from seq2seq.data import builders
-from seq2seq.decode import replace_unknowns
+from seq2seq.common import console
+from seq2seq.data import builders, copying, input_pipeline, metrics
+from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import constraints as constraints_
+from seq2seq.decoding import decode, mbr
+from seq2seq.decoding.decode import replace_unknowns
+from seq2seq.model import models
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -223,7 +225,7 @@ def nbest_split(
 
   With `prefixes`, each translation starts with its sentence's target side in `split` (a forced
   prefix, `decode.forced_words`); `constraints` gives each sentence's phrases (target ids), which
-  every translation then contains (`seq2seq.constraints`)."""
+  every translation then contains (`seq2seq.decoding.constraints`)."""
   dec.check_nbest(nbest)
   out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
   over = decode.normalised_over(dec)

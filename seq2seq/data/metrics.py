@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import sacrebleu
 
-from seq2seq import tokenizer as tok
+from seq2seq.data import tokenizer as tok
 
 Link = tuple[int, int]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import sacrebleu
 
-from seq2seq import registry
+from seq2seq.common import registry
 
 FIELD = "decode.mbr"
 

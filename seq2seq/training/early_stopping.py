@@ -24,7 +24,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from seq2seq import metric_writer, registry
+from seq2seq.common import registry
+from seq2seq.training import metric_writer
 
 FIELD = "train.early_stopping"
 METRICS = {"bleu": 1.0, "chrf": 1.0, "loss": -1.0}  # The sign that makes larger better.

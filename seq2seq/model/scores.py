@@ -5,13 +5,13 @@ Every score function is an NNX module with two methods:
 * `keys(annotations_BSH) -> keys_BSK`: whatever can be computed from the annotations alone,
   once per sentence (U_a h_j for `additive`, W h_j for `general`, h_j / |h_j| for `cosine`).
 * `__call__(query_D, keys_SK, annotations_SH) -> e_S`: the score of ONE query (the previous
-  decoder state s_{i-1}) against all S positions. `seq2seq.attention.attend` lifts it over the
+  decoder state s_{i-1}) against all S positions. `seq2seq.model.attention.attend` lifts it over the
   batch with `jax.vmap`.
 
 Register a new one with `@register("name")` on a `Score` subclass. Settings of its own go in a
 nested frozen dataclass `Settings` and are named in the spec, e.g.
-`model.score="cosine(sharpness=5)"` (`seq2seq.registry`); `make_score(spec, ...)` builds it and
-lists the valid names when the name is unknown.
+`model.score="cosine(sharpness=5)"` (`seq2seq.common.registry`); `make_score(spec, ...)` builds it
+and lists the valid names when the name is unknown.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq import layers, registry
+from seq2seq.common import registry
+from seq2seq.model import layers
 
 REGISTRY: registry.Registry[Score] = registry.Registry(
   "score function", field="model.score", sort=True

@@ -34,7 +34,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from seq2seq import registry
+from seq2seq.common import registry
 
 FIELD = "decode.sampling"
 

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seq2seq import tokenizer as tok
+from seq2seq.data import tokenizer as tok
 
 COPY_EPS = 1e-20  # Floor of the copy mass inside the log: exact 0 would give -inf on both sides.
 COPY_EOS = ("target", "null")  # `model.copy_eos`: see `mix`.

@@ -4,7 +4,7 @@ Machine Translation").
 
 Axes: B batch, T target positions, V target vocabulary, N candidates.
 
-`train.softmax` names it with its settings (a spec, `seq2seq.registry`):
+`train.softmax` names it with its settings (a spec, `seq2seq.common.registry`):
 
 * `full` (default): logits over all V words.
 * `sampled(size=4096)`: per batch, a candidate set V' of `size` words: every target word of the
@@ -25,7 +25,7 @@ The training loss this gives is over V', not over the vocabulary, and is lower t
 cross-entropy of the same parameters: training logs it as "sampled_loss" (metrics.jsonl, the
 console, TensorBoard), never as "loss", so no curve sets it beside the full-vocabulary
 validation loss as if alike. Validation loss, decoding and evaluation always use the full
-softmax (`steps.eval_step` and `seq2seq.decode` call the model without candidates).
+softmax (`train_state.eval_step` and `seq2seq.decoding.decode` call the model without candidates).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from seq2seq import registry, tokenizer
+from seq2seq.common import registry
+from seq2seq.data import tokenizer
 
 
 class Softmax:

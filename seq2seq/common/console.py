@@ -24,7 +24,7 @@ from typing import Any
 
 LOG_FILE = "log.txt"
 # The console's lines as log records: they reach the log file only (the terminal has them already).
-_LOGGER = logging.getLogger("seq2seq.console")
+_LOGGER = logging.getLogger("seq2seq.common.console")
 _LOGGER.propagate = False
 _LOGGER.setLevel(logging.INFO)
 

@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from seq2seq import files
+from seq2seq.common import files
 
 
 class MetricWriter:

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq import input_pipeline
-from seq2seq import tokenizer as tok
+from seq2seq.data import input_pipeline
+from seq2seq.data import tokenizer as tok
 
 FILE = "lexicon.npz"
 

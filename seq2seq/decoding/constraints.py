@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seq2seq.tokenizer import PAD_ID
+from seq2seq.data.tokenizer import PAD_ID
 
 # The constraint slots of a batch are a multiple of this, so few shapes compile.
 SLOT_STEP = 4

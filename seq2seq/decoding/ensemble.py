@@ -4,9 +4,9 @@ Axes: B batch, S source positions, T target positions, V target vocabulary, M me
 
 `Ensemble` holds the members' models (any mix of architectures, score functions and attention
 structures sharing the vocabularies) and has the decoding API of `models.Seq2Seq`, so the same
-jitted greedy and beam search (`seq2seq.decode`) run it unchanged: `encode` encodes the source
-once per member, `decoder_step` advances every member with its own decoder state and returns the
-members' combined log-probabilities in place of logits:
+jitted greedy and beam search (`seq2seq.decoding.decode`) run it unchanged: `encode` encodes the
+source once per member, `decoder_step` advances every member with its own decoder state and returns
+the members' combined log-probabilities in place of logits:
 
 * `mean_prob` (default): log( (1/M) sum_m p_m(w) ), the log of the mean probability;
 * `mean_logprob`: (1/M) sum_m log p_m(w), renormalised over the vocabulary by decoding's
@@ -16,7 +16,7 @@ Either is a normalised distribution, so log-softmax leaves `mean_prob` as it is.
 returned is one member's (`attention=i`) or the mean over the members that have attention.
 Teacher-forced passes (`__call__`: validation loss, AER) combine the same way.
 
-`decode.ensemble="runs/a,runs/b"` makes evaluation and translation (`evaluation.restore_for_eval`)
+`decode.ensemble="runs/a,runs/b"` makes evaluation and translation (`restoring.restore_for_eval`)
 decode the ensemble of those runs instead of the workdir's own checkpoint: `load` restores each
 run's best (else latest) checkpoint with the config it was trained with (its `config.json`);
 `prepare_workdir` refuses, in one line, runs whose vocabularies differ.
@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from seq2seq import decode, steps
+from seq2seq.decoding import decode
+from seq2seq.training import train_state
 
 COMBINATIONS = ("mean_prob", "mean_logprob")
 
@@ -188,8 +189,8 @@ def prepare_workdir(dec: decode.DecodeSettings, workdir: str | Path) -> None:
 
 
 def load(
-  dec: decode.DecodeSettings, restore_member: Callable[[Path], steps.TrainState]
-) -> steps.TrainState:
+  dec: decode.DecodeSettings, restore_member: Callable[[Path], train_state.TrainState]
+) -> train_state.TrainState:
   """The runs `decode.ensemble` names as one decoding state, each restored by
   `restore_member(workdir)` (`evaluation` restores its best, else latest, checkpoint with the
   config it was trained with), combined as `decode.ensemble_combination` with the attention of
@@ -202,4 +203,4 @@ def load(
     )
   ensemble = Ensemble(models, dec.ensemble_combination, attention_setting(dec))
   graphdef, params = nnx.split(ensemble, nnx.Param)
-  return steps.TrainState(jnp.zeros((), jnp.int32), params, None, graphdef, optax.identity())
+  return train_state.TrainState(jnp.zeros((), jnp.int32), params, None, graphdef, optax.identity())

@@ -23,7 +23,7 @@ hypothesis ends when it emits EOS; afterwards it only extends with PAD at zero c
 keeps K live hypotheses and, apart from them, a pool of the K best finished ones per sentence
 (`BeamState`): an extension by EOS moves to the pool, so live hypotheses that look better for the
 moment can never push a finished translation out. Finished hypotheses are ranked by a length
-penalty of their score and length (`decode.length_penalty`, `seq2seq.length_penalties`: by
+penalty of their score and length (`decode.length_penalty`, `seq2seq.decoding.length_penalties`: by
 default score / length, GroundHog's normalisation), where the length counts the tokens up to and
 including EOS, plus GNMT's coverage
 penalty beta * sum_j log(min(sum_i alpha_ij, 1)) over the real source positions (Wu et al. 2016;
@@ -51,11 +51,13 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import constraints as constraints_
-from seq2seq import input_pipeline, length_penalties, lexicon, registry
-from seq2seq import sampling as sampling_
-from seq2seq.models import Encoded
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.common import registry
+from seq2seq.data import input_pipeline, lexicon
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.decoding import constraints as constraints_
+from seq2seq.decoding import length_penalties
+from seq2seq.decoding import sampling as sampling_
+from seq2seq.model.models import Encoded
 
 # A `decode.length_penalty` spec ("gnmt(alpha=0.6)") or the penalty it names.
 LengthPenaltyLike = str | length_penalties.LengthPenalty
@@ -199,7 +201,7 @@ def sample(
   prefix_BP: jax.Array | None = None,
 ) -> DecodeResult:
   """`sampling.n` outputs per sentence, each word drawn from the model's truncated next-word
-  distribution (`seq2seq.sampling`), for at most `max_len` (static) steps, after the forced
+  distribution (`seq2seq.decoding.sampling`), for at most `max_len` (static) steps, after the forced
   `prefix_BP` [B, P] where one is given (as `greedy`'s).
 
   Returns a `DecodeResult` with fields [B, N, ...] (N = sampling.n), each sentence's samples
@@ -427,8 +429,8 @@ def beam_search_pool(
 
   `prefix_BP` [B, P] forces each output's first words (`forced_words`): until a sentence's
   prefix is spent its one live hypothesis extends by the next prefix word only. `constraints`
-  [B, C] (`seq2seq.constraints`) makes every output contain its sentence's phrases: the live
-  slots are allocated by how many constraint tokens a hypothesis has met, and an extension by
+  [B, C] (`seq2seq.decoding.constraints`) makes every output contain its sentence's phrases: the
+  live slots are allocated by how many constraint tokens a hypothesis has met, and an extension by
   EOS is allowed only once it has met them all.
   """
   check_nbest(nbest, beam_size)
@@ -797,10 +799,10 @@ def decode_batch(
   and containing its row's `constraints` where they are given; with `trace`, beam search's
   `BeamTrace` beside the result (`jit_decode`).
 
-  `state` is a `steps.TrainState` (its `graphdef` and `params` are used). Greedy when
+  `state` is a `train_state.TrainState` (its `graphdef` and `params` are used). Greedy when
   `dec.beam_size == 1`, beam search otherwise; max_len = int(max_len_ratio * S) + 10
   with S the padded source length (of one source, where a multi-source batch packs two). With
-  `decode.shortlist` (a lexical table, `seq2seq.lexicon`) the output layer runs over the
+  `decode.shortlist` (a lexical table, `seq2seq.data.lexicon`) the output layer runs over the
   batch's shortlist only, each sentence over its own with `decode.shortlist_scope="sentence"`
   (`shortlist_of`), and the scores are normalised over it (`normalised_over`). `jit_decode`
   keeps one compiled function per static setting, so bucketed source lengths reuse their
@@ -928,7 +930,7 @@ def score_batch(state: Any, batch: Mapping[str, Any], dec: DecodeSettings) -> Fo
   """Scores the batch's target side given its source (`force_decode`) with the run's ranking
   settings (`dec.length_penalty`, `coverage_penalty`) and over its shortlist where
   it decodes with one (`shortlist_of`), so the scores are what its search would report; `state`
-  is a `steps.TrainState`. One compiled function per padded shape, so bucketed batches reuse
+  is a `train_state.TrainState`. One compiled function per padded shape, so bucketed batches reuse
   them."""
   arrays = {k: jnp.asarray(batch[k], jnp.int32) for k in FORCED_KEYS}
   output_ids, output_mask = shortlist_of(batch, dec)

@@ -34,7 +34,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from seq2seq import registry
+from seq2seq.common import registry
 
 REGISTRY: registry.Registry[LengthPenalty] = registry.Registry(
   "length penalty", field="decode.length_penalty"

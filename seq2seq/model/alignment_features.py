@@ -7,7 +7,7 @@ Chorowski et al. 2015):
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + sum_f key_f(state_f)_j)
 
 `model.features` lists the features of a run as "+"-joined specs with their own settings
-(`seq2seq.registry`), e.g. "coverage(fertility=true)+prev_attention(filters=8)"; "" is none.
+(`seq2seq.common.registry`), e.g. "coverage(fertility=true)+prev_attention(filters=8)"; "" is none.
 A feature is an `nnx.Module` registered by name, its settings a nested frozen dataclass
 `Settings`, with four methods, which the decoder calls for every configured feature in
 registration order:
@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq import layers, registry
+from seq2seq.common import registry
+from seq2seq.model import layers
 
 
 class Feature(nnx.Module, abc.ABC):

@@ -28,7 +28,8 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from seq2seq import attention, registry
+from seq2seq.common import registry
+from seq2seq.model import attention
 
 REGISTRY: registry.Registry[Normaliser] = registry.Registry("normaliser", field="model.normaliser")
 register = REGISTRY.register

@@ -4,7 +4,7 @@ Axes: B batch, S source positions, T target positions, E embedding, He encoder u
 direction, H = 2 He annotation size, D decoder units, K key size of the score function, M maxout
 units, V target vocabulary.
 
-Encoder (`seq2seq.encoders`, `model.encoder`): by default the paper's bidirectional GRU;
+Encoder (`seq2seq.model.encoders`, `model.encoder`): by default the paper's bidirectional GRU;
 annotation h_j = [fwd h_j ; bwd h_j] [B, S, H]. Decoder state
 s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{i-1}:
 
@@ -15,11 +15,11 @@ s_0 = tanh(W_s bwd h_1). At step i, with the previous state s_{i-1} and word y_{
   t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i),  logits_i = W_o t_i    (deep output)
 
 That recurrence and readout are the `paper` decoder; `model.decoder` may choose another
-(`seq2seq.decoders`): Nematus' conditional GRU, or Luong et al.'s stacked decoder, which queries
-the attention with its new top-layer state h_t and reads out h~_t = tanh(W_c [c_t ; h_t]).
+(`seq2seq.model.decoders`): Nematus' conditional GRU, or Luong et al.'s stacked decoder, which
+queries the attention with its new top-layer state h_t and reads out h~_t = tanh(W_c [c_t ; h_t]).
 
-Alignment features (`seq2seq.alignment_features`: Tu et al. 2016; Mi et al. 2016; Cohn et al. 2016;
-Chorowski et al. 2015), all off by default, enter the additive score through its keys:
+Alignment features (`seq2seq.model.alignment_features`: Tu et al. 2016; Mi et al. 2016; Cohn et al.
+2016; Chorowski et al. 2015), all off by default, enter the additive score through its keys:
 
   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j + V_c cov_{i-1,j} / N_j + V_p conv(alpha_{i-1})_j)
 
@@ -34,7 +34,7 @@ Settings: the `config.model` section becomes a typed `ModelSettings` once, at `b
 there); modules below receive it (`cfg`) and their own component's settings.
 
 Where attention may look (`model.attention`: soft, local_m, local_p, monotonic, conv, multihead,
-hard) is a `seq2seq.structures` module between the score and the context: `_context` hands it
+hard) is a `seq2seq.model.structures` module between the score and the context: `_context` hands it
 the score function, the step's keys and its own state (`DecoderState.structure`, e.g. the
 previous monotonic alignment), and gets back an `Attended` (context, attention, next state and
 per-step extras such as hard attention's sampled log-probabilities). The default `soft` is
@@ -48,7 +48,7 @@ parameter tree becomes {"forward": ..., "reverse": ...}, saved whole in the ordi
 while every other name keeps its tree untouched. For everything downstream (validation, beam
 search, evaluation, translation) an `Agreement` is its forward model: `encode`, `decoder_step`
 and `__call__` delegate to `forward`, so a workdir evaluates exactly as a plain RNNsearch would;
-`evaluation.direction_state` extracts either direction as a plain RNNsearch state.
+`restoring.direction_state` extracts either direction as a plain RNNsearch state.
 
 Training (`__call__`) hoists everything that does not depend on the recurrence out of the
 `lax.scan`: the embeddings and their GRU input projection for all steps, and the whole deep
@@ -67,15 +67,15 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from seq2seq import (
+from seq2seq.common import registry
+from seq2seq.data import copying
+from seq2seq.model import (
   addons,
   alignment_features,
-  copying,
   decoders,
   encoders,
   layers,
   normalisers,
-  registry,
   scores,
   structures,
 )
@@ -128,9 +128,9 @@ class Encoded(NamedTuple):
 class Seq2Seq(nnx.Module):
   """The encoder-decoder shared by RNNsearch and both RNNencdec models: `uses_attention` and
   `bidirectional` (the encoder) tell them apart. The decoder's recurrence and output layer are
-  components (`seq2seq.decoders`), and so are its add-ons (`seq2seq.addons`): the model holds
-  them as static attributes, loops over the add-ons and names none of them. Each component adds
-  its parameters to the model under names of its own, so the parameter tree is one flat
+  components (`seq2seq.model.decoders`), and so are its add-ons (`seq2seq.model.addons`): the model
+  holds them as static attributes, loops over the add-ons and names none of them. Each component
+  adds its parameters to the model under names of its own, so the parameter tree is one flat
   namespace whichever components a config chooses.
 
   Build order (it fixes the random numbers each parameter draws, so a config builds the same
@@ -160,7 +160,7 @@ class Seq2Seq(nnx.Module):
     self.decoder.build(self, cfg, ctx, rngs=rngs)
     if self.uses_attention:
       self._build_attention(cfg, annot, rngs)
-    # Alignment features (seq2seq/alignment_features.py), built in registration order.
+    # Alignment features (seq2seq/model/alignment_features.py), built in registration order.
     self.feature_names = tuple(spec.name for spec in cfg.features)
     if self.feature_names:
       self.features = nnx.Dict(
@@ -295,8 +295,8 @@ class Seq2Seq(nnx.Module):
     """Logits [..., V] from the decoder's readout (`decoders.Decoder.readout`: the paper's deep
     output of s_{i-1}, E y_{i-1}, c_i and the context add-ons' contexts `reads`; Luong's h~_t),
     any leading axes, or [..., N] over the words `output_ids` [N] only (sampled softmax,
-    `seq2seq.softmax`). The logits are accumulated and returned in float32 whatever the compute
-    dtype."""
+    `seq2seq.training.softmax`). The logits are accumulated and returned in float32 whatever the
+    compute dtype."""
     t = self.decoder.readout(self, readout_s, emb_prev, ctx, reads or {}, dropout_rng)
     return self.output(self, t, output_ids)
 

@@ -1,7 +1,7 @@
 """The training objective: the cross-entropy and the terms added to it, and the loss of a batch.
 
 `loss_fn(params, state, batch, rng, objective) -> (loss, (summed cross-entropy, target tokens,
-extra metrics))` is what `steps.train_step` differentiates. Batches are dicts of int32 arrays:
+extra metrics))` is what `train_state.train_step` differentiates. Batches are dicts of int32 arrays:
 `src` [B, S], `src_mask` [B, S], `tgt_in` [B, T], `tgt_out` [B, T], `tgt_mask` [B, T], and
 `align` [B, T, S] (gold links) when attention is supervised.
 """
@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from seq2seq import input_pipeline, models, normalisers, registry, structures, tokenizer
-from seq2seq import softmax as softmax_lib
+from seq2seq.common import registry
+from seq2seq.data import input_pipeline, tokenizer
+from seq2seq.model import models, normalisers, structures
+from seq2seq.training import softmax as softmax_lib
 
 
 def cross_entropy(
@@ -200,8 +202,8 @@ class Term(abc.ABC):
   A term says which model outputs it reads beyond the logits (`needs`: keys of `DirectionPass.aux`),
   which batch keys it needs beyond the standard ones (`batch_keys`, built by the input pipeline),
   and which metrics it reports (`metrics`). Its own settings are a frozen dataclass `Settings`,
-  given in `train.loss_terms` as a spec (`"fertility(weight=0.1)"`, `seq2seq.registry`). A run
-  has the terms listed there and those its model implies (`implied`: the cross-entropy always,
+  given in `train.loss_terms` as a spec (`"fertility(weight=0.1)"`, `seq2seq.common.registry`). A
+  run has the terms listed there and those its model implies (`implied`: the cross-entropy always,
   REINFORCE for sampled attention, the agreement bonus for agreement runs; listing an implied
   term changes its settings). Called on one direction's pass it returns (value added to that
   direction's summed objective, its metrics); a `joint` term is called once with every
