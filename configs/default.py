@@ -219,6 +219,10 @@ def get_config() -> ml_collections.ConfigDict:
   # evidence=uniform|model)" picks, of the samples or the beam's n-best, the one of highest
   # expected utility over all the candidates, itself included (evidence=model: n-best only).
   dec.mbr = ""
+  # The search (seq2seq/decoding/): "" is the one the settings above imply (greedy at beam_size
+  # 1, beam search wider or with constraints, sampling with `sampling`); or a registered search
+  # by name, e.g. "diverse(groups=4, strength=0.5)" (`python -m seq2seq.settings` lists them).
+  dec.search = ""
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
   return c

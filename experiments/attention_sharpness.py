@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not finished.is_file() or not any((run / s).is_dir() for s in ("best", "checkpoints")):
       continue  # Still training, or its checkpoints are not in this working tree.
-    if input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config)) > 1:
+    if input_pipeline.DataSettings.from_config(config).sources > 1:
       print(f"{run}: skipped (two sources: a row holds two distributions, one per source)")
       continue
     print(f"{run}", flush=True)

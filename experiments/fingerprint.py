@@ -164,8 +164,8 @@ def model_fingerprint(name: str) -> dict:
 
   from configs import tiny
   from seq2seq import settings
-  from seq2seq.data import input_pipeline, lexicon
-  from seq2seq.decoding import decode
+  from seq2seq.data import lexicon
+  from seq2seq.decoding import decode, forcing
   from seq2seq.training import train_state
 
   cfg = tiny.get_config()
@@ -185,7 +185,7 @@ def model_fingerprint(name: str) -> dict:
   copy_map = np.where(np.arange(vocab) % 3 == 0, -1, np.arange(vocab)).astype(np.int32)
   run = settings.validate(cfg)
   state = train_state.create_train_state(run, jax.random.key(0), vocab, vocab, copy_map, table)
-  sources = input_pipeline.num_sources(run.data)
+  sources = run.data.sources
   batch, src_len, tgt_len = 4, 7, 6
   src_mask = np.tile((np.arange(src_len)[None] < rng.integers(2, src_len + 1, (batch, 1))), sources)
   tgt_mask = np.arange(tgt_len)[None] < rng.integers(2, tgt_len + 1, (batch, 1))
@@ -210,7 +210,7 @@ def model_fingerprint(name: str) -> dict:
     record[mode] = [_digest_array(x) for x in result]
   record["score"] = [
     _digest_array(x)
-    for x in decode.score_batch(state, arrays, decode.DecodeSettings.from_config(cfg))
+    for x in forcing.score_batch(state, arrays, decode.DecodeSettings.from_config(cfg))
   ]
   return record
 

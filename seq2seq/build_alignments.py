@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   args = parser.parse_args(argv)
   workdir = Path(args.workdir)
   run = settings.validate(checkpoints.load_config(workdir))
-  if input_pipeline.num_sources(run.data) > 1:
+  if run.data.sources > 1:
     parser.error("a two-source run: align each source with a single-source run of its own")
   lines = pharaoh_lines(rt.load_data(run, workdir), args.symmetrize)
   out = Path(args.out) if args.out else workdir / "train.align"

@@ -43,7 +43,7 @@ import ml_collections
 from seq2seq import saved_format
 from seq2seq.common import registry
 from seq2seq.data import input_pipeline, lexicon
-from seq2seq.decoding import decode, ensemble, inference, length_penalties, mbr, sampling
+from seq2seq.decoding import decode, ensemble, inference, length_penalties
 from seq2seq.model import (
   alignment_features,
   decoders,
@@ -110,7 +110,7 @@ def validate(config: Config) -> RunSettings:
   if not config.train.learning_rate > 0:
     raise ValueError(f"train.learning_rate must be positive, got {config.train.learning_rate}")
   data = input_pipeline.DataSettings.from_config(config)
-  model = models.ModelSettings.from_config(config.model, input_pipeline.num_sources(data))
+  model = models.ModelSettings.from_config(config.model, data.sources)
   objective_ = objective.Objective.from_config(config)
   train = optimisers.TrainSettings.from_config(config)
   optimisers.make_optimizer(train)  # Optimiser, schedule and their settings.
@@ -173,21 +173,20 @@ def validate(config: Config) -> RunSettings:
   # Beam search stops once no open beam can beat the best finished output; that bound assumes a
   # coverage penalty that never rises as an output grows, which a negative beta breaks. Each
   # length penalty checks its own settings (a negative alpha fails there).
-  length_penalties.make(dec.length_penalty)
   if dec.coverage_penalty < 0:
     raise ValueError(f"decode.coverage_penalty must be >= 0, got {dec.coverage_penalty}")
-  drawn = sampling.parse(dec.sampling)
-  chooser = mbr.parse(dec.mbr)
-  if chooser is not None and dec.candidates() < 2:
+  if dec.mbr is not None and dec.candidates() < 2:
     raise ValueError(
-      f"decode.mbr={dec.mbr!r} chooses among candidates: draw several "
+      f"decode.mbr={str(dec.mbr)!r} chooses among candidates: draw several "
       "(decode.sampling=sample(n=...)) or widen the beam (decode.beam_size > 1)"
     )
-  if chooser is not None and chooser.evidence == "model" and drawn is not None:
+  if dec.mbr is not None and dec.mbr.evidence == "model" and dec.sampling is not None:
     raise ValueError(
-      f"decode.mbr={dec.mbr!r}: evidence=model weighs an n-best list; samples are drawn in "
-      "proportion to the model already (weighing them again uses p squared): use evidence=uniform"
+      f"decode.mbr={str(dec.mbr)!r}: evidence=model weighs an n-best list; samples are drawn "
+      "in proportion to the model already (weighing them again uses p squared): use "
+      "evidence=uniform"
     )
+  decode.check_search(dec)
   inference.check_replace_unk(dec, model)
   return RunSettings(int(config.seed), model, data, train, dec, objective_, config)
 
@@ -275,6 +274,7 @@ ADDED_FIELDS = {
   "decode.max_input_tokens": 250,
   "decode.sampling": "",
   "decode.mbr": "",
+  "decode.search": "",
   "train.early_stopping": "",
   "data.subword_sampling": "",
   "train.micro_batches": 1,
@@ -441,6 +441,7 @@ def components_help() -> str:
     ("train.loss_terms", objective.REGISTRY),
     ("train.softmax", softmax.REGISTRY),
     ("decode.length_penalty", length_penalties.REGISTRY),
+    ("decode.search", decode.SEARCHES),
   )
   return "\n\n".join(f"{field}:\n{reg.settings_help()}" for field, reg in sections)
 

@@ -46,7 +46,7 @@ from seq2seq.common import files
 from seq2seq.data import builders, copying, input_pipeline
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import constraints as constraints_
-from seq2seq.decoding import decode, ensemble, inference
+from seq2seq.decoding import core, decode, ensemble, inference
 from seq2seq.decoding.inference import Hypothesis, Scored
 from seq2seq.model import models, scores
 
@@ -146,7 +146,7 @@ def _sources(t: Translator, line: str) -> list[str]:
   """The texts of `line`'s sources: the line itself, or for a multi-source run its sources
   joined by `builders.SOURCE_SEPARATOR` (`read_sources` joins one file per language); ValueError
   where a line holds another number of them."""
-  count = input_pipeline.num_sources(t.run.data)
+  count = t.run.data.sources
   texts = builders.split_sources(line, count)
   if len(texts) != count:
     raise ValueError(
@@ -449,7 +449,7 @@ def _prefix_ids(t: Translator, i: int, prefix: str) -> list[int]:
 def _check_fits(guides: _Guides, i: int, sources: list[list[int]], dec: decode.DecodeSettings):
   """ValueError unless line i's prefix or constraints (and EOS) fit the longest output its own
   source allows in any batch (`decode.max_output_len`)."""
-  limit = decode.max_output_len(max(len(ids) for ids in sources) + 1, dec.max_len_ratio)
+  limit = core.max_output_len(max(len(ids) for ids in sources) + 1, dec.max_len_ratio)
   if guides.prefixes is not None:
     what, needed = "prefix", len(guides.prefixes[i]) + 1
   elif guides.constraints is not None:
@@ -623,7 +623,7 @@ def translate_file(
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
-  lines, invalid = read_sources(input_path, input_pipeline.num_sources(run.data))
+  lines, invalid = read_sources(input_path, run.data.sources)
   if invalid:
     logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
   guide = {
@@ -675,7 +675,7 @@ def check_links(run: settings.RunSettings, path: str | None, threshold: float) -
     raise ValueError(f"--alignment_threshold must be in [0, 1] (0: argmax), got {threshold}")
   if run.model.name in models.ENCDEC_NAMES:
     raise ValueError(f"word alignments read the attention: model.name={run.model.name} has none")
-  if input_pipeline.num_sources(run.data) > 1:
+  if run.data.sources > 1:
     raise ValueError("word alignments name one source's words: this run reads two sources")
 
 
@@ -726,7 +726,7 @@ def score_file(
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
-  sources, invalid_src = read_sources(input_path, input_pipeline.num_sources(run.data))
+  sources, invalid_src = read_sources(input_path, run.data.sources)
   targets, invalid_tgt = _read_lines(reference_path)
   if len(sources) != len(targets):
     raise ValueError(

@@ -14,7 +14,7 @@ from configs import tiny
 from seq2seq import settings, train
 from seq2seq import sharding as rt
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.decoding import decode
+from seq2seq.decoding import beams, core
 from seq2seq.training import objective, optimisers, train_state
 
 VOCAB = 40
@@ -142,8 +142,8 @@ def test_features_need_the_additive_score():
 def test_coverage_penalty_values():
   cov = jnp.array([[1.5, 0.5, 0.0, 0.25]])
   mask = jnp.array([[1, 1, 1, 0]])
-  expected = 0.2 * (np.log(1.0) + np.log(0.5) + np.log(decode.COVERAGE_FLOOR))
-  assert float(decode.coverage_penalty(cov, mask, 0.2)[0]) == pytest.approx(expected, rel=1e-6)
+  expected = 0.2 * (np.log(1.0) + np.log(0.5) + np.log(core.COVERAGE_FLOOR))
+  assert float(core.coverage_penalty(cov, mask, 0.2)[0]) == pytest.approx(expected, rel=1e-6)
 
 
 def _best_with_coverage(table_VV, src_len, max_len, alpha, beta):
@@ -160,7 +160,7 @@ def _best_with_coverage(table_VV, src_len, max_len, alpha, beta):
       coverage = np.zeros(src_len)
       for p in prev:  # TableModel attends one-hot to y_prev % S.
         coverage[p % src_len] += 1.0
-      cp = beta * np.log(np.clip(coverage, decode.COVERAGE_FLOOR, 1.0)).sum()
+      cp = beta * np.log(np.clip(coverage, core.COVERAGE_FLOOR, 1.0)).sum()
       if score / length**alpha + cp > best[1]:
         best = (seq, score / length**alpha + cp)
   return best[0]
@@ -178,7 +178,7 @@ def test_beam_coverage_penalty_changes_the_ranking_as_computed():
   outputs = {}
   for beta in (0.0, 0.3):
     want = _best_with_coverage(table, src_len, 3, 1.0, beta)
-    res = decode.beam_search(
+    res = beams.beam_search(
       model, src, mask, beam_size=4, max_len=3, length_penalty="power", coverage_beta=beta
     )
     got = tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])])

@@ -13,13 +13,13 @@ from helpers import TableModel, score_of
 import seq2seq
 from seq2seq import translate
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.decoding import decode, inference
+from seq2seq.decoding import beams, decode, inference
 
 
 def traced(table, beam_size=3, max_len=5, **settings):
   src = jnp.full((table.shape[0], 3), 5, jnp.int32)
   run = lambda trace: jax.jit(
-    lambda s, m: decode.beam_search_pool(
+    lambda s, m: beams.beam_search_pool(
       TableModel(table), s, m, beam_size=beam_size, max_len=max_len, trace=trace, **settings
     )
   )(src, jnp.ones_like(src))

@@ -29,7 +29,7 @@ from configs import tiny
 from seq2seq import translate
 from seq2seq.data import tokenizer as tk
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.decoding import constraints, decode, inference
+from seq2seq.decoding import beams, constraints, forcing, inference, left_to_right
 
 
 def packed(per_sentence):
@@ -97,7 +97,7 @@ def test_constrained_beam_finds_the_best_output_that_holds_every_phrase(penalty)
   rows = len(CASES)
   table = 2.0 * np.random.default_rng(11).normal(size=(rows, vocab, vocab))
   src = jnp.full((rows, 3), 5, jnp.int32)
-  res = decode.beam_search(
+  res = beams.beam_search(
     TableModel(table),
     src,
     jnp.ones_like(src),
@@ -129,7 +129,7 @@ def test_a_wide_beam_finds_the_phrase_4_4_3_after_another_4():
   assert want == (4, 4, 4, 3, EOS_ID)
   src = jnp.full((1, 3), 5, jnp.int32)
   cons = packed([[[4, 4, 3]]])
-  res = decode.beam_search(
+  res = beams.beam_search(
     TableModel(table[None]), src, jnp.ones_like(src), beam_size=256, max_len=5, constraints=cons
   )
   assert tuple(int(t) for t in res.tokens[0, : int(res.lengths[0])]) == want
@@ -150,9 +150,9 @@ def test_a_forced_prefix_starts_the_best_output_that_begins_with_it(beam_size):
   src = jnp.full((len(prefixes), 3), 5, jnp.int32)
   model, mask = TableModel(table), jnp.ones_like(src)
   if beam_size == 1:
-    res = decode.greedy(model, src, mask, max_len=max_len, prefix_BP=jnp.asarray(prefix_BP))
+    res = left_to_right.greedy(model, src, mask, max_len=max_len, prefix_BP=jnp.asarray(prefix_BP))
   else:
-    res = decode.beam_search(
+    res = beams.beam_search(
       model, src, mask, beam_size=beam_size, max_len=max_len, prefix_BP=jnp.asarray(prefix_BP)
     )
   for b, p in enumerate(prefixes):
@@ -180,9 +180,9 @@ def test_sentences_without_constraints_are_searched_as_plain_beam_search(nbest):
   src, mask = jnp.asarray(b["src"]), jnp.asarray(b["src_mask"])
   settings = {"beam_size": 4, "max_len": 12}
   search = lambda **kw: (
-    decode.beam_search(model, src, mask, **settings, **kw)
+    beams.beam_search(model, src, mask, **settings, **kw)
     if nbest is None
-    else decode.beam_search_nbest(model, src, mask, nbest=nbest, **settings, **kw)
+    else beams.beam_search_nbest(model, src, mask, nbest=nbest, **settings, **kw)
   )
   plain = search()
   for per_sentence, free in [([[], [], [], []], [0, 1, 2, 3]), ([[[7, 8]], [], [[9]], []], [1, 3])]:
@@ -198,7 +198,7 @@ def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
   contains every phrase of its sentence, ends with EOS, and scores under forced decoding what
   the search reported."""
   nbest = min(beam_size, 2)
-  res = decode.beam_search_nbest(
+  res = beams.beam_search_nbest(
     model,
     src,
     mask,
@@ -219,7 +219,7 @@ def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
         assert any(out[i : i + len(phrase)] == list(phrase) for i in range(n)), (phrase, out)
       tgt_out = jnp.asarray([out], jnp.int32)
       tgt_in = jnp.asarray([[BOS_ID, *out[:-1]]], jnp.int32)
-      forced = decode.force_decode(
+      forced = forcing.force_decode(
         model, src[row : row + 1], mask[row : row + 1], tgt_in, tgt_out, jnp.ones_like(tgt_out)
       )
       np.testing.assert_allclose(forced.scores[0], res.scores[row, rank], rtol=1e-4, atol=1e-4)
@@ -266,7 +266,7 @@ def test_constraints_hold_for_every_kind_of_model():
   for model, src, mask in cases:
     src, mask = jnp.asarray(src), jnp.asarray(mask)
     check_constrained(model, src, mask, per_sentence, beam_size=3)
-    out = decode.greedy(model, src, mask, max_len=10, prefix_BP=prefix).tokens
+    out = left_to_right.greedy(model, src, mask, max_len=10, prefix_BP=prefix).tokens
     assert np.asarray(out[0, :2]).tolist() == [9, 9] and int(out[1, 0]) == 5
 
 

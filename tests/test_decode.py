@@ -27,7 +27,7 @@ from configs import tiny
 from seq2seq import settings
 from seq2seq.data import lexicon
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.decoding import decode
+from seq2seq.decoding import beams, core, decode, forcing, left_to_right, unknowns
 from seq2seq.training import train_state
 
 
@@ -79,7 +79,7 @@ def test_beam_matches_exhaustive_search(penalty):
   src = jnp.full((rows, 3), 5, jnp.int32)
   stand_in = TableModel(table)
   res = jax.jit(
-    lambda s, m: decode.beam_search(
+    lambda s, m: beams.beam_search(
       stand_in, s, m, beam_size=128, max_len=max_len, length_penalty=penalty
     )
   )(src, jnp.ones_like(src))
@@ -96,9 +96,9 @@ def test_beam_matches_exhaustive_search(penalty):
     np.testing.assert_array_equal(res.alpha[b, :length], np.eye(3)[prev % 3])
     np.testing.assert_array_equal(res.alpha[b, length:], 0.0)
     found_greedy_miss |= seq != tuple(
-      np.asarray(decode.greedy(stand_in, src, jnp.ones_like(src), max_len=max_len).tokens[b])[
-        :length
-      ]
+      np.asarray(
+        left_to_right.greedy(stand_in, src, jnp.ones_like(src), max_len=max_len).tokens[b]
+      )[:length]
     )
   assert found_greedy_miss, "the tables should include a case greedy gets wrong"
 
@@ -112,7 +112,7 @@ def test_a_word_penalty_stops_only_when_no_shorter_ending_can_win():
   table[0, BOS_ID, EOS_ID], table[0, BOS_ID, w] = 0.0, 5.0
   table[0, w, EOS_ID] = 5.0
   src = jnp.full((1, 3), 5, jnp.int32)
-  res = decode.beam_search(
+  res = beams.beam_search(
     TableModel(table),
     src,
     jnp.ones_like(src),
@@ -134,16 +134,16 @@ def test_beam_size_one_follows_the_greedy_path(model, batch):
   src, mask = src_of(batch)
   never_ends = tiny_model(eos_bias=-np.inf)
   beam1 = lambda m, alpha: jax.jit(
-    lambda s, k: decode.beam_search(m, s, k, beam_size=1, max_len=14, length_penalty=as_spec(alpha))
+    lambda s, k: beams.beam_search(m, s, k, beam_size=1, max_len=14, length_penalty=as_spec(alpha))
   )(src, mask)
-  g = decode.greedy(never_ends, src, mask, max_len=14)
+  g = left_to_right.greedy(never_ends, src, mask, max_len=14)
   b = beam1(never_ends, 1.0)
   np.testing.assert_array_equal(g.lengths, 14)
   np.testing.assert_array_equal(g.tokens, b.tokens)
   np.testing.assert_allclose(g.scores, b.scores, rtol=1e-6)
   np.testing.assert_allclose(g.alpha, b.alpha, atol=1e-6)
 
-  g = jax.jit(lambda s, m: decode.greedy(model, s, m, max_len=14))(src, mask)
+  g = jax.jit(lambda s, m: left_to_right.greedy(model, s, m, max_len=14))(src, mask)
   b = beam1(model, 0.0)
   ended = np.asarray(g.lengths) < 14
   assert 0 < ended.sum() < len(ended), "want a mix of ended and unended"
@@ -155,7 +155,7 @@ def test_beam_size_one_follows_the_greedy_path(model, batch):
 def test_greedy_matches_python_loop(model, batch):
   src, mask = src_of(batch)
   max_len = 10
-  res = decode.greedy(model, src, mask, max_len=max_len)
+  res = left_to_right.greedy(model, src, mask, max_len=max_len)
   enc = model.encode(src, mask)
   state, y = enc.init_state, jnp.full((src.shape[0],), BOS_ID, jnp.int32)
   ended = np.zeros(src.shape[0], bool)
@@ -200,9 +200,9 @@ def test_early_exit_when_everything_ends(beam_size):
   stand_in = TableModel(table, on_step=lambda: calls.append(1))
   src = jnp.ones((2, 3), jnp.int32)
   if beam_size == 1:
-    res = decode.greedy(stand_in, src, src, max_len=8)
+    res = left_to_right.greedy(stand_in, src, src, max_len=8)
   else:
-    res = decode.beam_search(stand_in, src, src, beam_size=beam_size, max_len=8)
+    res = beams.beam_search(stand_in, src, src, beam_size=beam_size, max_len=8)
   jax.effects_barrier()
   np.testing.assert_array_equal(res.lengths, [1, 1])
   np.testing.assert_array_equal(res.tokens[:, 0], [EOS_ID, EOS_ID])
@@ -227,7 +227,7 @@ def test_decode_batch_from_train_state(batch):
   for beam_size in (1, 2):
     config.decode.beam_size = beam_size
     res = decode.decode_batch(state, batch, decode.DecodeSettings.from_config(config))
-    max_len = decode.max_output_len(7, config.decode.max_len_ratio)
+    max_len = core.max_output_len(7, config.decode.max_len_ratio)
     assert res.tokens.shape == (batch["src"].shape[0], max_len)
     assert res.tokens.dtype == jnp.int32
     assert np.all((np.asarray(res.lengths) >= 1) & (np.asarray(res.lengths) <= max_len))
@@ -237,12 +237,12 @@ def test_replace_unknowns():
   alpha = np.array([[0.7, 0.2, 0.1, 0.0], [0.1, 0.1, 0.8, 0.0], [0.0, 0.1, 0.3, 0.6]])
   tokens = np.array([UNK_ID, 9, UNK_ID])
   # The fourth source position is padding: argmax is taken over the three real words.
-  assert decode.replace_unknowns(tokens, alpha, ["le", "chat", "noir"]) == ["le", 9, "noir"]
+  assert unknowns.replace_unknowns(tokens, alpha, ["le", "chat", "noir"]) == ["le", 9, "noir"]
   lexicon = {"le": "the", "noir": "black"}
   words = ["<unk>", "cat", "<unk>"]
-  got = decode.replace_unknowns(words, alpha, ["le", "chat", "noir"], "<unk>", lexicon)
+  got = unknowns.replace_unknowns(words, alpha, ["le", "chat", "noir"], "<unk>", lexicon)
   assert got == ["the", "cat", "black"]
-  batched = decode.replace_unknowns(
+  batched = unknowns.replace_unknowns(
     [tokens, tokens], np.stack([alpha, alpha[::-1]]), [["a", "b", "c"], ["x", "y", "z"]]
   )
   assert batched == [["a", 9, "c"], ["z", 9, "x"]]
@@ -262,7 +262,7 @@ def test_beam_keeps_a_finished_translation_that_live_extensions_outrank():
   logp = np.log(probs / probs.sum(-1, keepdims=True))
   stand_in = TableModel(np.stack([logp]))
   src = jnp.full((1, 3), 5, jnp.int32)
-  res = decode.beam_search(
+  res = beams.beam_search(
     stand_in, src, jnp.ones_like(src), beam_size=2, max_len=8, length_penalty="power"
   )
   assert int(res.lengths[0]) == 2
@@ -323,7 +323,7 @@ def _beam_all_prefixes(model, src, mask, penalty):
   key = (graphdef, penalty)
   if key not in _BEAM_FNS:
     _BEAM_FNS[key] = jax.jit(
-      lambda p, s, m: decode.beam_search(
+      lambda p, s, m: beams.beam_search(
         nnx.merge(graphdef, p), s, m, beam_size=16, max_len=5, length_penalty=penalty
       )
     )
@@ -341,9 +341,9 @@ def test_nbest_equals_the_exhaustive_top_n(alpha):
   src = jnp.full((rows, 3), 5, jnp.int32)
   stand_in = TableModel(table)
   settings = {"beam_size": 32, "max_len": max_len, "length_penalty": as_spec(alpha)}
-  search = jax.jit(lambda s, m: decode.beam_search_nbest(stand_in, s, m, nbest=nbest, **settings))
+  search = jax.jit(lambda s, m: beams.beam_search_nbest(stand_in, s, m, nbest=nbest, **settings))
   res = jax.device_get(search(src, jnp.ones_like(src)))
-  best = decode.beam_search(stand_in, src, jnp.ones_like(src), **settings)
+  best = beams.beam_search(stand_in, src, jnp.ones_like(src), **settings)
   assert res.tokens.shape == (rows, nbest, max_len) and res.alpha.shape == (rows, nbest, max_len, 3)
   np.testing.assert_array_equal(res.tokens[:, 0], best.tokens)
   np.testing.assert_array_equal(res.scores[:, 0], best.scores)
@@ -367,8 +367,8 @@ def test_nbest_where_nothing_finishes_is_the_best_live_output_alone():
   src = jnp.full((2, 3), 5, jnp.int32)
   stand_in = TableModel(table)
   settings = {"beam_size": 3, "max_len": 5}
-  res = decode.beam_search_nbest(stand_in, src, jnp.ones_like(src), nbest=3, **settings)
-  best = decode.beam_search(stand_in, src, jnp.ones_like(src), **settings)
+  res = beams.beam_search_nbest(stand_in, src, jnp.ones_like(src), nbest=3, **settings)
+  best = beams.beam_search(stand_in, src, jnp.ones_like(src), **settings)
   np.testing.assert_array_equal(res.lengths[:, 0], 5)
   np.testing.assert_array_equal(res.tokens[:, 0], best.tokens)
   assert np.all(np.isfinite(res.scores[:, 0])) and np.all(res.scores[:, 1:] == -np.inf)
@@ -383,7 +383,7 @@ def test_nbest_larger_than_the_beam_is_refused(model, batch):
     with pytest.raises(ValueError, match=f"nbest={nbest} exceeds the beam size {beam_size}"):
       decode.jit_decode(graphdef, params, src, mask, beam_size=beam_size, max_len=5, nbest=nbest)
   with pytest.raises(ValueError, match="nbest must be at least 1"):
-    decode.check_nbest(0, 4)
+    core.check_nbest(0, 4)
 
 
 def forced_inputs(tokens_NL, lengths_N):
@@ -444,7 +444,7 @@ def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
     rows, ranks = np.nonzero(np.isfinite(res.scores))  # Empty slots of the list score -inf.
     assert len(rows) >= nbest * src.shape[0] - 2, "want (almost) full lists"
     targets = forced_inputs(res.tokens[rows, ranks], res.lengths[rows, ranks])
-    forced = decode.force_decode(model, src[rows], mask[rows], *targets, **ranking)
+    forced = forcing.force_decode(model, src[rows], mask[rows], *targets, **ranking)
     np.testing.assert_allclose(forced.scores, res.scores[rows, ranks], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(
       forced.norm_scores, res.norm_scores[rows, ranks], rtol=1e-4, atol=1e-4
@@ -459,10 +459,10 @@ def test_forced_decoding_of_a_batch_equals_one_pair_at_a_time(model, batch):
   what it scores in the padded batch."""
   src, mask = src_of(batch)
   tgt_in, tgt_out, tgt_mask = (jnp.asarray(batch[k]) for k in ("tgt_in", "tgt_out", "tgt_mask"))
-  whole = decode.force_decode(model, src, mask, tgt_in, tgt_out, tgt_mask, coverage_beta=0.3)
+  whole = forcing.force_decode(model, src, mask, tgt_in, tgt_out, tgt_mask, coverage_beta=0.3)
   for b in range(src.shape[0]):
     s, t = int(mask[b].sum()), int(tgt_mask[b].sum())
-    one = decode.force_decode(
+    one = forcing.force_decode(
       model,
       src[b : b + 1, :s],
       mask[b : b + 1, :s],

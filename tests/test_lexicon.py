@@ -172,7 +172,7 @@ def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, 
   """`decode.score_batch` (score mode) scores a batch's outputs over the same shortlist as
   `decode.decode_batch` searched: the same log-probabilities, normalised over the shortlist."""
   from seq2seq.data.tokenizer import BOS_ID, PAD_ID
-  from seq2seq.decoding import decode
+  from seq2seq.decoding import decode, forcing
 
   config, state = shortlisted_run(tmp_path, scope, beam_size)
   batch = shortlist_batch(seed=6)
@@ -182,7 +182,7 @@ def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, 
   tgt_out = np.where(mask, tokens, PAD_ID).astype(np.int32)
   tgt_in = np.concatenate([np.full((len(tgt_out), 1), BOS_ID), tgt_out[:, :-1]], axis=1)
   forced = {**batch, "tgt_in": tgt_in, "tgt_out": tgt_out, "tgt_mask": mask.astype(np.int32)}
-  scored = decode.score_batch(state, forced, decode.DecodeSettings.from_config(config))
+  scored = forcing.score_batch(state, forced, decode.DecodeSettings.from_config(config))
   np.testing.assert_allclose(
     np.asarray(scored.scores), np.asarray(result.scores), rtol=1e-4, atol=1e-4
   )
@@ -195,6 +195,6 @@ def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, 
   forced["tgt_out"] = np.where(mask, forced["tgt_out"], PAD_ID)
   forced["tgt_out"][0, 0] = outside
   assert np.isneginf(
-    float(decode.score_batch(state, forced, decode.DecodeSettings.from_config(config)).scores[0])
+    float(forcing.score_batch(state, forced, decode.DecodeSettings.from_config(config)).scores[0])
   )
   assert decode.normalised_over(decode.DecodeSettings.from_config(config)) == f"shortlist ({scope})"

@@ -15,7 +15,7 @@ from configs import tiny
 from seq2seq import evaluation, settings, translate
 from seq2seq.data import builders, input_pipeline
 from seq2seq.data import tokenizer as tok
-from seq2seq.decoding import decode, inference
+from seq2seq.decoding import core, decode, inference
 from seq2seq.training import train_state
 
 NOUNS = [("man", "Mann", "homme"), ("dog", "Hund", "chien"), ("cat", "Katze", "chat")]
@@ -241,4 +241,4 @@ def test_decoding_limits_the_output_by_one_source_s_length(monkeypatch):
   batch = {"src": np.ones((2, 2 * 12), np.int32), "src_mask": np.ones((2, 2 * 12), np.int32)}
   state = type("State", (), {"graphdef": None, "params": None})()
   decode.decode_batch(state, batch, decode.DecodeSettings.from_config(cfg))
-  assert seen["max_len"] == decode.max_output_len(12, cfg.decode.max_len_ratio)
+  assert seen["max_len"] == core.max_output_len(12, cfg.decode.max_len_ratio)

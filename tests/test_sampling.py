@@ -12,7 +12,7 @@ from helpers import build_model, random_batch, randomise
 from configs import tiny
 from seq2seq import settings
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
-from seq2seq.decoding import decode, sampling
+from seq2seq.decoding import decode, forcing, sampling
 
 VOCAB = 30
 # Four words of probability 0.5, 0.3, 0.15, 0.05 and a fifth that is banned.
@@ -140,7 +140,7 @@ def test_sample_scores_are_what_forced_decoding_gives(model, batch):
   lengths = drawn.lengths.reshape(-1)
   tgt_mask = (np.arange(tokens.shape[1])[None] < lengths[:, None]).astype(np.int32)
   tgt_in = np.concatenate([np.full((len(tokens), 1), 1), tokens[:, :-1]], 1) * tgt_mask
-  forced = decode.force_decode(
+  forced = forcing.force_decode(
     model,
     jnp.repeat(src, n, 0),
     jnp.repeat(mask, n, 0),

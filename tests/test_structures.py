@@ -18,7 +18,7 @@ from configs import tiny
 from seq2seq import checkpoints, settings
 from seq2seq.data import input_pipeline
 from seq2seq.data.tokenizer import EOS_ID
-from seq2seq.decoding import decode, inference
+from seq2seq.decoding import beams, decode, inference, left_to_right
 from seq2seq.model import scores, structures
 from seq2seq.training import objective, optimisers, train_state
 
@@ -268,8 +268,8 @@ def decoded(model, b, beam, max_len):
   def run(params, src, mask):
     merged = nnx.merge(graphdef, params)
     if beam == 1:
-      return decode.greedy(merged, src, mask, max_len=max_len)
-    return decode.beam_search(merged, src, mask, beam_size=beam, max_len=max_len)
+      return left_to_right.greedy(merged, src, mask, max_len=max_len)
+    return beams.beam_search(merged, src, mask, beam_size=beam, max_len=max_len)
 
   return jax.jit(run)(params, b["src"], b["src_mask"])
 

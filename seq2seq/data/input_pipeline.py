@@ -248,6 +248,11 @@ class DataSettings:
       copy=bool(config.model.copy),
     )
 
+  @property
+  def sources(self) -> int:
+    """How many source languages the corpus has (`num_sources`)."""
+    return num_sources(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class SubwordSampling:

@@ -18,9 +18,9 @@ import numpy as np
 from seq2seq.common import console
 from seq2seq.data import builders, copying, input_pipeline, metrics
 from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import beams, core, decode, forcing, mbr
 from seq2seq.decoding import constraints as constraints_
-from seq2seq.decoding import decode, mbr
-from seq2seq.decoding.decode import replace_unknowns
+from seq2seq.decoding.unknowns import replace_unknowns
 from seq2seq.model import models
 
 
@@ -195,11 +195,11 @@ def translate_split(
 
 
 def _hypothesis(
-  result: decode.DecodeResult, at: tuple[int, ...], src_mask_S: np.ndarray, over: str
+  result: core.DecodeResult, at: tuple[int, ...], src_mask_S: np.ndarray, over: str
 ) -> Hypothesis:
   """The hypothesis at index `at` ((row,) or (row, rank)) of a host-side `DecodeResult`, whose
   source row has mask src_mask_S [S], its scores normalised over `over`."""
-  hyp = decode.DecodeResult(*(x[at] for x in result))
+  hyp = core.DecodeResult(*(x[at] for x in result))
   n_out = int(hyp.lengths)
   ids = [int(t) for t in hyp.tokens[:n_out] if t not in (tok.EOS_ID, tok.PAD_ID)]
   alpha = np.asarray(hyp.alpha[:n_out][:, np.flatnonzero(src_mask_S)])  # Real columns only.
@@ -259,7 +259,7 @@ def _guides(batch, prefixes: bool, constraints) -> dict[str, Any]:
 
 def traced_split(
   state, split: input_pipeline.Split, dec: decode.DecodeSettings, *, prefixes: bool = False
-) -> list[tuple[Hypothesis, decode.BeamTrace]]:
+) -> list[tuple[Hypothesis, beams.BeamTrace]]:
   """Each sentence of `split`'s best translation by beam search (of width `decode.beam_size`,
   even 1) with what each step of the search did (its `decode.BeamTrace`, host arrays [L, K]);
   with `prefixes`, starting with its target side (as `nbest_split`)."""
@@ -271,17 +271,16 @@ def traced_split(
     for row, index in enumerate(batch["index"]):
       if index >= 0:
         best = _hypothesis(result, (row,), batch["src_mask"][row], over)
-        out[index] = (best, decode.BeamTrace(*(x[row] for x in steps)))
+        out[index] = (best, beams.BeamTrace(*(x[row] for x in steps)))
   return out
 
 
 def mbr_reordered(hyps: list[Hypothesis], texts: list[str], dec: decode.DecodeSettings):
   """A sentence's candidates `hyps` (their texts `texts`) in `decode.mbr`'s order; as they are
   without MBR."""
-  settings = mbr.parse(dec.mbr)
-  if settings is None or len(hyps) < 2:
+  if dec.mbr is None or len(hyps) < 2:
     return hyps
-  return [hyps[i] for i in mbr.order(texts, [h.score for h in hyps], settings)]
+  return [hyps[i] for i in mbr.order(texts, [h.score for h in hyps], dec.mbr)]
 
 
 def best_split(
@@ -311,7 +310,7 @@ def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) 
   out: list[Scored | None] = [None] * len(split)
   over = decode.normalised_over(dec)
   for batch in _batches(split, dec):
-    result = jax.device_get(decode.score_batch(state, batch, dec))
+    result = jax.device_get(forcing.score_batch(state, batch, dec))
     for row, index in enumerate(batch["index"]):
       if index < 0:
         continue

@@ -279,7 +279,7 @@ class ObjectiveSettings:
   def from_config(cls, config: ml_collections.ConfigDict) -> ObjectiveSettings:
     """The objective's settings of a run's config (`settings.validate` checks the values)."""
     t = config.train
-    sources = input_pipeline.num_sources(input_pipeline.DataSettings.from_config(config))
+    sources = input_pipeline.DataSettings.from_config(config).sources
     return cls(
       models.ModelSettings.from_config(config.model, sources),
       float(t.label_smoothing),
