@@ -210,7 +210,8 @@ class Search:
     raise NotImplementedError
 
 
-SEARCHES: registry.Registry[Search] = registry.Registry("search", field="decode.search")
+REGISTRY: registry.Registry[Search] = registry.Registry("search", field="decode.search")
+SEARCHES = REGISTRY
 
 
 def search_of(
