@@ -181,7 +181,7 @@ def translate_lines(
   and left "too_long").
 
   `prefixes` (a text per line, "" for none): each translation of a line starts with its
-  prefix's words, which count in its score (`decode.forced_words`) and which `replace_unk`
+  prefix's words, which count in its score (`core.forced_words`) and which `replace_unk`
   leaves alone. `constraints` (a list of phrases per line, [] for none): each translation
   contains every phrase of its line, as consecutive words (`seq2seq.decoding.constraints`); beam
   search then runs even at beam size 1. The two are not combined, nor used with a shortlist, and
@@ -193,7 +193,7 @@ def translate_lines(
   call; 1 <= nbest <= decode.beam_size (ValueError otherwise). Progress shows on the console
   under the label `progress` (None: not shown). A blank line gets no hypothesis ([]); a list is
   shorter than `nbest` only where fewer hypotheses finished within the length limit
-  (`decode.nbest_of_pool`). Lines longer than the model can address are truncated, with a
+  (`beams.nbest_of_pool`). Lines longer than the model can address are truncated, with a
   warning. A line of more than `decode.max_input_tokens` tokens (in any source) is not decoded:
   it gets no hypothesis, and a warning names it (search memory grows with the square of a
   sentence's length, and its batch's padding with it, so one such line would sink the file).
@@ -448,7 +448,7 @@ def _prefix_ids(t: Translator, i: int, prefix: str) -> list[int]:
 
 def _check_fits(guides: _Guides, i: int, sources: list[list[int]], dec: decode.DecodeSettings):
   """ValueError unless line i's prefix or constraints (and EOS) fit the longest output its own
-  source allows in any batch (`decode.max_output_len`)."""
+  source allows in any batch (`core.max_output_len`)."""
   limit = core.max_output_len(max(len(ids) for ids in sources) + 1, dec.max_len_ratio)
   if guides.prefixes is not None:
     what, needed = "prefix", len(guides.prefixes[i]) + 1

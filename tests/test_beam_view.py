@@ -1,4 +1,4 @@
-"""Beam search's trace (decode.BeamTrace) and the beam view built from it
+"""Beam search's trace (beams.BeamTrace) and the beam view built from it
 (translate.beam_view): what each step kept and finished, checked against the search's own final
 state and against enumeration on table models, and the view of a trained run against its
 translations."""

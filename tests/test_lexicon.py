@@ -169,7 +169,7 @@ def test_with_its_own_shortlist_a_sentence_translates_the_same_alone_and_in_any_
 @pytest.mark.parametrize("scope", ["batch", "sentence"])
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_forced_scores_under_a_shortlist_are_what_its_search_reported(tmp_path, scope, beam_size):
-  """`decode.score_batch` (score mode) scores a batch's outputs over the same shortlist as
+  """`forcing.score_batch` (score mode) scores a batch's outputs over the same shortlist as
   `decode.decode_batch` searched: the same log-probabilities, normalised over the shortlist."""
   from seq2seq.data.tokenizer import BOS_ID, PAD_ID
   from seq2seq.decoding import decode, forcing

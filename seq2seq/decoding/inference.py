@@ -32,7 +32,7 @@ class Hypothesis:
   attention: np.ndarray  # [len(ids) + 1, source tokens + 1]: each output token and EOS over the
   # source tokens and EOS (zeros for models without attention; one row fewer when unfinished).
   score: float = float("nan")  # log p(ids, EOS | source): the sum over the tokens and EOS.
-  norm_score: float = float("nan")  # What beam search ranks by (`decode.ranking_score`).
+  norm_score: float = float("nan")  # What beam search ranks by (`core.ranking_score`).
   finished: bool = True  # False: cut at the length limit without EOS (then `score` and
   # `attention` cover the tokens only, and `norm_score` counts len(ids) as the length).
   # What p is normalised over: "vocabulary", or "shortlist (batch)" / "shortlist (sentence)"
@@ -48,7 +48,7 @@ class Scored:
 
   token_scores: list[float]  # log p of each token given the source and the tokens before it.
   score: float | None  # Their sum, as search scores an output; None when not scored.
-  norm_score: float | None  # What beam search would rank it by (`decode.ranking_score`).
+  norm_score: float | None  # What beam search would rank it by (`core.ranking_score`).
   attention: np.ndarray  # [len(tokens), source tokens + 1], teacher-forced; [0, 0] unscored.
   normalised_over: str = "vocabulary"  # As `Hypothesis.normalised_over`: the two agree.
   tokens: list[str] = dataclasses.field(default_factory=list)  # The target as the model reads
@@ -219,12 +219,12 @@ def nbest_split(
   constraints: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
   """The `nbest` best translations of every sentence of `split` in order, best first, with the
-  decoding settings `dec` (`decode.beam_search_nbest`; greedy's one for beam_size 1). A list
+  decoding settings `dec` (`beams.beam_search_nbest`; greedy's one for beam_size 1). A list
   is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
   first is what `translate_split` returns. Progress shows under the label `progress`.
 
   With `prefixes`, each translation starts with its sentence's target side in `split` (a forced
-  prefix, `decode.forced_words`); `constraints` gives each sentence's phrases (target ids), which
+  prefix, `core.forced_words`); `constraints` gives each sentence's phrases (target ids), which
   every translation then contains (`seq2seq.decoding.constraints`)."""
   dec.check_nbest(nbest)
   out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
@@ -261,7 +261,7 @@ def traced_split(
   state, split: input_pipeline.Split, dec: decode.DecodeSettings, *, prefixes: bool = False
 ) -> list[tuple[Hypothesis, beams.BeamTrace]]:
   """Each sentence of `split`'s best translation by beam search (of width `decode.beam_size`,
-  even 1) with what each step of the search did (its `decode.BeamTrace`, host arrays [L, K]);
+  even 1) with what each step of the search did (its `beams.BeamTrace`, host arrays [L, K]);
   with `prefixes`, starting with its target side (as `nbest_split`)."""
   out: list[Any] = [None] * len(split)
   over = decode.normalised_over(dec)
@@ -304,7 +304,7 @@ def best_split(
 
 
 def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) -> list[Scored]:
-  """Scores the target of every pair of `split` given its source, in order (`decode.score_batch`
+  """Scores the target of every pair of `split` given its source, in order (`forcing.score_batch`
   with the ranking settings of `dec`), in batches of `decode.batch_size` padded to
   multiples of `data.bucket_step`, so few shapes compile."""
   out: list[Scored | None] = [None] * len(split)
