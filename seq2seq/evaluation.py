@@ -283,17 +283,7 @@ def evaluate_split(
   src_lengths = [len(builders.split_sources(r[0])[0].split()) for r in raw]  # First source's.
   score, signature = metrics.bleu(hyps, refs, pretokenized=plain)
   recall, oov_refs = metrics.oov_recall(hyps, refs, tgt_tok)
-  keep = metrics.no_unk_subset(  # Every source of a multi-source split counts.
-    [any(metrics.count_unk(src.row(i)) for src in split.sources) for i in range(len(split))],
-    [bool(metrics.count_unk(split.tgt.row(i))) for i in range(len(split))],
-  )
-  no_unk_hyps = []
-  if keep:  # The paper's protocol: the subset decoded again with UNK forbidden (--ignore-unk).
-    sub = input_pipeline.subset(split, keep)
-    label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
-    sub_text = lambda tr, i: inference.output_text(tr, raw[keep[i]][0], data.src_tokenizer, tgt_tok)
-    again = inference.best_split(state, sub, dec, sub_text, ban_unk=True, progress=label)
-    no_unk_hyps = [sub_text(tr, i) for i, tr in enumerate(again)]
+  keep, no_unk_hyps = no_unk_hypotheses(state, data, split_name, raw, dec)
   kept_bleu = lambda texts: metrics.bleu(texts, [refs[i] for i in keep], pretokenized=plain)[0]
   results = dict(extra or {})
   results.update(
@@ -333,11 +323,45 @@ def evaluate_split(
   )
   explorer.write_sentences(out_dir, records)
   plots.bleu_vs_length({run.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png")
-  step = int(jax.device_get(state.step))
-  for i in range(min(dec.num_heatmaps, len(hyps)) if attends else 0):
+  if attends:
+    step = int(jax.device_get(state.step))
+    shown = range(min(dec.num_heatmaps, len(hyps)))
+    write_heatmaps(data, split_name, raw, translations, heads, shown, out_dir, writer, step)
+  return results
+
+
+def no_unk_hypotheses(
+  state, data, split_name: str, raw, dec: decode.DecodeSettings
+) -> tuple[list[int], list[str]]:
+  """The paper's No-UNK subset of a split (`raw`: its rows): the indices of the sentences
+  with no <unk> in any source nor in the reference, and their outputs decoded again with <unk>
+  forbidden (the paper's --ignore-unk; none for an empty subset)."""
+  split = data.splits[split_name]
+  keep = metrics.no_unk_subset(  # Every source of a multi-source split counts.
+    [any(metrics.count_unk(src.row(i)) for src in split.sources) for i in range(len(split))],
+    [bool(metrics.count_unk(split.tgt.row(i))) for i in range(len(split))],
+  )
+  if not keep:
+    return keep, []
+  sub = input_pipeline.subset(split, keep)
+  label = f"decoding {split_name}'s No-UNK subset with <unk> forbidden"
+  src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+  sub_text = lambda tr, i: inference.output_text(tr, raw[keep[i]][0], src_tok, tgt_tok)
+  again = inference.best_split(state, sub, dec, sub_text, ban_unk=True, progress=label)
+  return keep, [sub_text(tr, i) for i, tr in enumerate(again)]
+
+
+def write_heatmaps(
+  data, split_name: str, raw, translations, heads, shown, out_dir: Path, writer, step: int
+) -> None:
+  """OUT_DIR/alignments/NNN.png, the attention heatmap of sentence NNN of a split for each
+  index in `shown`, and with several heads NNN_HEAD.png, each head's (`heads`:
+  `inference.decoded_heads`); each image also goes to `writer` at `step`, when there is one."""
+  src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+  for i in shown:
     tr = translations[i]
-    src_words = inference.source_tokens(raw[i][0], data.src_tokenizer)
-    out_words = inference.output_tokens(tr.ids, raw[i][0], data.src_tokenizer, tgt_tok) + [tok.EOS]
+    src_words = inference.source_tokens(raw[i][0], src_tok)
+    out_words = inference.output_tokens(tr.ids, raw[i][0], src_tok, tgt_tok) + [tok.EOS]
     if not tr.attention.size:
       continue
     # The attention used (multi-head: the mean of the heads), then each head's.
@@ -352,7 +376,6 @@ def evaluate_split(
       )
       if writer is not None:
         writer.write_image(step, f"{split_name}/alignment_{i}{suffix}", image)
-  return results
 
 
 # ---------------------------------------------------------------------- sentence by sentence

@@ -216,10 +216,9 @@ def train_members(
 
 class Loop:
   """One training loop's state besides the train state's arrays: the data and its iterator,
-  each member's writer, checkpointers and best validation BLEU so far, the clock (the wall time
-  a resumed run had already spent, carried in its checkpoints), the tokens of the current
-  logging window, the count of skipped (non-finite) updates and the steps whose finiteness
-  flags the host has not read yet."""
+  each member's writer and checkpointers, what its validations decided so far (`Verdicts`), the
+  clock (`Clock`), the tokens of the current logging window, and the finiteness flags of the
+  steps run (`FiniteFlags`)."""
 
   def __init__(self, members: Members, train_step: Callable | None):
     self.members, self.runtime = members, rt.Runtime()
@@ -236,21 +235,7 @@ class Loop:
       w.truncate_after(self.start)  # A killed run's future goes: its metrics lines, a group
       ckpt.discard_after(self.start)  # member's checkpoints past the step all members hold,
       best.discard_after(self.start)  # and best checkpoints past it.
-    self.best_bleu = [
-      held_bleu(w, b.latest_step()) for w, b in zip(members.workdirs, self.bests, strict=True)
-    ]
-    # What validation decides, per member: the early-stopping count and the plateau schedule's
-    # factor, both read again from the member's validation rows so far.
-    rule, plateau = early_stopping.parse(self.tcfg.early_stopping), optimisers.plateau_of(self.tcfg)
-    self.patience = [early_stopping.Patience(rule) for _ in members.workdirs] if rule else []
-    self.plateaus = [optimisers.PlateauScale(plateau) for _ in members.workdirs] if plateau else []
-    for k, wd in enumerate(members.workdirs):
-      history = metric_writer.read_metrics(wd) if rule or plateau else []
-      for counter in self.patience[k : k + 1] + self.plateaus[k : k + 1]:
-        counter.replay(history, self.start)
-    # The step at which early stopping ended training (a resumed run's, where it had), or None.
-    stopped = self.out_of_patience() and self.start < self.tcfg.num_steps
-    self.stopped_at = self.start if stopped else None
+    self.verdicts = Verdicts(self.tcfg, members.workdirs, self.bests, self.start)
     self.train_fn, self.eval_fn = rt.compile_steps(
       run, self.runtime, stacked=members.together, train_step=train_step
     )
@@ -262,86 +247,67 @@ class Loop:
       process_index=jax.process_index(),
       process_count=jax.process_count(),
     )
-    self.elapsed_before, skipped_before = 0.0, [0] * len(members)
+    elapsed_before, skipped_before = 0.0, [0] * len(members)
     if resume is not None:
       restored = [c.restore(s, resume) for c, s in zip(self.ckpts, fresh, strict=True)]
       fresh = [s for s, _ in restored]
       self.it.set_state(restored[0][1]["iterator"])
-      self.elapsed_before = restored[0][1]["elapsed_s"]
+      elapsed_before = restored[0][1]["elapsed_s"]
       skipped_before = restored[0][1].get("skipped_updates", skipped_before)  # Older: none.
       console.say(f"resumed from step {resume} ({len(members)} member{'s' * (len(members) > 1)})")
     self.state = members.combine(fresh, self.runtime)
     self.set_lr_scale()
-    self.skipped = np.asarray(skipped_before, np.int64)
-    self.unread: list[tuple[int, dict[str, np.ndarray], jax.Array]] = []
-    self.budget_s, self.t_begin = 60.0 * self.tcfg.max_minutes, time.perf_counter()
-    self.window_tokens, self.tick = 0.0, self.t_begin
+    self.flags = FiniteFlags(members, self.ckpts, skipped_before)
+    self.clock = Clock(self.tcfg.max_minutes, elapsed_before)
+    self.window_tokens, self.tick = 0.0, self.clock.began
     self.eta = Eta(
       self.tcfg.num_steps,
-      self.budget_s,
+      self.clock.budget_s,
       eval_every=self.tcfg.eval_every,
       checkpoint_every=self.tcfg.checkpoint_every,
     )
-
-  def elapsed(self) -> float:
-    """Seconds of training so far, over every invocation."""
-    return self.elapsed_before + time.perf_counter() - self.t_begin
-
-  def over_budget(self) -> bool:
-    """Whether `train.max_minutes` is spent (every process agrees)."""
-    return self.budget_s > 0 and rt.all_agree(self.elapsed() >= self.budget_s)
-
-  def unfinished_validation(self) -> bool:
-    """Whether the step the run resumes at was due a validation that left no row: a kill after
-    that step's checkpoint and before its validation was written (during the best checkpoint's
-    save, say). The run redoes it before training on, so the rerun is the uninterrupted run."""
-    due = self.start % self.tcfg.eval_every == 0 or self.start == self.tcfg.num_steps
-    if not self.start or not due:
-      return False
-    rows = [metric_writer.read_metrics(wd) for wd in self.members.workdirs]
-    return not all(any(r["step"] == self.start and r["split"] == "valid" for r in m) for m in rows)
 
   def train(self) -> int | None:
     """Steps until `train.num_steps` or the wall-clock budget; the step at which SIGTERM or
     SIGINT stopped training (after its checkpoint), else None."""
     tcfg, members, preemption = self.tcfg, self.members, PreemptionHandler()
-    if self.unfinished_validation():
+    if unfinished_validation(self.start, tcfg, members.workdirs):
       console.say(f"step {self.start}: redoing the validation a stopped run did not finish")
       self.validate(self.start)
     step_keys = members.step_keys()
     # A rerun of a run stopped by its wall-clock budget, or early, trains no further (else one
     # step a rerun).
-    out_of_time = self.budget_s > 0 and rt.all_agree(self.elapsed_before >= self.budget_s)
-    if self.stopped_at is not None:
-      console.say(self.patience[0].reason(self.start))
-    stopped = out_of_time or self.stopped_at is not None
+    out_of_time = self.clock.spent_before()
+    if self.verdicts.stopped_at is not None:
+      console.say(self.verdicts.reason(self.start))
+    stopped = out_of_time or self.verdicts.stopped_at is not None
     for step in range(self.start, self.start if stopped else tcfg.num_steps):
       host_batch = next(self.it)
       if tcfg.anneal != "none":  # The clock is process 0's: every process anneals alike.
-        progress = rt.from_process0(optimisers.budget_progress(tcfg, step, self.elapsed()))
+        progress = rt.from_process0(optimisers.budget_progress(tcfg, step, self.clock.elapsed()))
         self.state = members.with_progress(self.state, progress, self.runtime)
       batch = self.runtime.put_batch(host_batch)
       self.state, metrics = self.train_fn(self.state, batch, step_keys(step))
       tokens = members.value(metrics["tokens"], 0)
       self.window_tokens = self.window_tokens + tokens  # Stays on device.
       done = step + 1
-      self.unread.append((done, host_batch, metrics["finite"]))
+      self.flags.add(done, host_batch, metrics["finite"])
       # Reading a step's flags waits for the step. Read one step late, they let the host fetch
       # and send the next batch while the device computes this one (no wait a step).
-      self.read_flags(keep=1)
+      self.flags.read(keep=1)
       if done == self.start + 1:
-        self.read_flags()  # Waits for the first step, so the window starts after compiling.
+        self.flags.read()  # Waits for the first step, so the window starts after compiling.
         self.eta.start_window(done, time.perf_counter())
       # The last step: num_steps, or the wall-clock budget (logged, evaluated, checkpointed
       # alike).
-      last = done == tcfg.num_steps or self.over_budget()
+      last = done == tcfg.num_steps or self.clock.over_budget()
       if done % tcfg.log_every == 0 or last:
         self.log(done, metrics)
       if done % tcfg.eval_every == 0 or last:
         self.validate(done)
-      if self.out_of_patience() and not last:
+      if self.verdicts.out_of_patience() and not last:
         last = True
-        self.stop_early(done)
+        self.verdicts.stop(done, self.writers)
       if done % tcfg.checkpoint_every == 0 or last or preemption.requested:
         paused = time.perf_counter()
         self.save_all()
@@ -359,7 +325,7 @@ class Loop:
       if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
         self.window_tokens, self.tick = 0.0, time.perf_counter()  # Windows time steps alone.
         self.eta.start_window(done, self.tick)
-      if last and done < tcfg.num_steps and self.stopped_at is None:
+      if last and done < tcfg.num_steps and self.verdicts.stopped_at is None:
         console.say(f"train.max_minutes={tcfg.max_minutes:g} reached at step {done}")
       if last:
         break
@@ -369,49 +335,13 @@ class Loop:
 
   def set_lr_scale(self) -> None:
     """Hands the plateau schedule's factors to the state (`TrainState.lr_scale`)."""
-    if self.plateaus:
-      scales = [p.scale for p in self.plateaus]
+    if self.verdicts.plateaus:
+      scales = [p.scale for p in self.verdicts.plateaus]
       self.state = self.members.with_values(self.state, "lr_scale", scales, self.runtime)
-
-  def out_of_patience(self) -> bool:
-    """Whether early stopping ends training: every member has run out of patience."""
-    return bool(self.patience) and all(p.exhausted for p in self.patience)
-
-  def stop_early(self, done: int) -> None:
-    """Says why training stops at `done`, on the console and in each member's metrics."""
-    self.stopped_at = done
-    for w, p in zip(self.writers, self.patience, strict=True):
-      stop = {"best_step": p.best_step, "best": p.best, "metric": p.rule.metric}
-      w.write(done, "early_stopping", stop | {"reason": p.reason(done)})
-    console.say(self.patience[0].reason(done))
-
-  def stopped_notes(self, k: int) -> dict[str, Any]:
-    """What the results of member k say of how training ended: the early stop, if it was one
-    (not a budget that ran out at the evaluation that would have stopped it)."""
-    if self.stopped_at is None:
-      return {}
-    p, step = self.patience[k], self.stopped_at
-    return {"stopped_early": {"step": step, "best_step": p.best_step, "reason": p.reason(step)}}
-
-  def read_flags(self, keep: int = 0) -> None:
-    """Counts the skipped updates of the steps run but not yet read, all but the last `keep`,
-    and handles each non-finite one (`handle_nonfinite`: record, then stop or carry on)."""
-    while len(self.unread) > keep:
-      done, host_batch, flags = self.unread.pop(0)
-      finite = np.atleast_1d(np.asarray(flags))  # [G] flags; waits for that step.
-      self.skipped += ~finite
-      for k in np.flatnonzero(~finite):
-        handle_nonfinite(
-          self.members.workdirs[k],
-          done,
-          host_batch,
-          self.members.runs[k].train.nonfinite,
-          self.ckpts[k].latest_step(),
-        )
 
   def log(self, done: int, metrics: dict[str, jax.Array]) -> None:
     """A train line per member (metrics.jsonl, TensorBoard) and one console line."""
-    self.read_flags()  # The skipped count is logged.
+    self.flags.read()  # The skipped count is logged.
     m = jax.device_get(metrics)  # Synchronises once per logging window.
     now = time.perf_counter()
     rate = float(self.window_tokens) / max(now - self.tick, 1e-9)
@@ -420,8 +350,8 @@ class Loop:
     for k, w in enumerate(self.writers):
       scalars = {key: float(self.members.value(m[key], k)) for key in LOGGED}
       scalars[loss_key] = scalars.pop("loss")
-      scalars |= {"tokens_per_s": rate, "skipped_updates": int(self.skipped[k])}
-      scalars["elapsed_s"] = self.elapsed()
+      scalars |= {"tokens_per_s": rate, "skipped_updates": int(self.flags.skipped[k])}
+      scalars["elapsed_s"] = self.clock.elapsed()
       scalars |= {
         key: float(self.members.value(m[key], k)) for key in objective.EXTRA_METRICS if key in m
       }
@@ -433,12 +363,14 @@ class Loop:
     console.say(
       f"step {done}/{self.tcfg.num_steps}  {loss_key.replace('_', ' ')} {losses}  "
       f"{rate:,.0f} tokens/s  "
-      f"elapsed {console.duration(self.elapsed())}  {self.eta.text(done, self.elapsed())}"
+      f"elapsed {console.duration(self.clock.elapsed())}  "
+      f"{self.eta.text(done, self.clock.elapsed())}"
     )
 
   def validate(self, done: int) -> None:
     """Validation loss and perplexity of every member, with `train.valid_bleu` its greedy BLEU
-    too, saving the member's best checkpoint when this validation is its best (`is_best`)."""
+    too, saving the member's best checkpoint when this validation is its best
+    (`Verdicts.judge`)."""
     paused, members = time.perf_counter(), self.members
     batches = input_pipeline.eval_batches(
       self.data,
@@ -450,40 +382,22 @@ class Loop:
     result = evaluation.evaluate_loss(self.eval_fn, self.state.for_eval(), batches, self.runtime)
     for k, (w, run) in enumerate(zip(self.writers, members.runs, strict=True)):
       scalars = {key: float(members.value(result[key], k)) for key in ("loss", "perplexity")}
-      scalars["elapsed_s"] = self.elapsed()
+      scalars["elapsed_s"] = self.clock.elapsed()
       if self.tcfg.valid_bleu:
         member_state = members.state(self.state, k)
         out = members.workdirs[k] / evaluation.VALID_HYPOTHESES.format(step=done)
         out = out if self.primary else None
-        read = [p.rule.metric for p in self.patience[k : k + 1]]
-        read += [p.plateau.metric for p in self.plateaus[k : k + 1]]
-        chrf = "chrf" in read
+        chrf = self.verdicts.reads_chrf(k)
         scores = evaluation.valid_scores(member_state.for_eval(), self.data, run, out, chrf=chrf)
         scalars.update(scores)
-      if self.patience:
-        self.patience[k].update(done, scalars)
-      if self.is_best(k, done, scalars):
+      if self.verdicts.judge(k, done, scalars):
         self.save_best(k, done, scalars)
       w.write(done, "valid", scalars)
-      if self.plateaus:
-        self.plateaus[k].update(scalars)
       logging.info("step %d  valid %s", done, json.dumps(scalars))
       who = f"seed {run.seed}: " * members.together
-      console.say(valid_line(done, scalars, self.best_bleu[k], who))
+      console.say(valid_line(done, scalars, self.verdicts.best_bleu[k], who))
     self.set_lr_scale()
     self.eta.paused("eval", time.perf_counter() - paused)
-
-  def is_best(self, k: int, done: int, scalars: dict[str, float]) -> bool:
-    """Whether member k's validation at `done` is its best so far: by early stopping's own count
-    when it is on (the step it names as best), else by validation BLEU (ties go to the later
-    checkpoint); never without either (`early_stopping.checkpoint_metric`)."""
-    bleu = scalars.get("bleu")
-    better_bleu = bleu is not None and bleu >= self.best_bleu[k]
-    if better_bleu:
-      self.best_bleu[k] = bleu
-    if self.patience:
-      return self.patience[k].best_step == done
-    return better_bleu
 
   def save_best(self, k: int, done: int, scalars: dict[str, float]) -> None:
     """Member k's checkpoint of `done` as its best, with the validation that chose it beside."""
@@ -505,11 +419,11 @@ class Loop:
     iterator, the clock and the skipped updates), unless the member already holds that step."""
     # Every skipped update is counted, and `train.nonfinite="stop"` stops before a checkpoint
     # that would follow its bad step.
-    self.read_flags()
+    self.flags.read()
     loop = {
       "iterator": self.it.get_state(),
-      "elapsed_s": self.elapsed(),
-      "skipped_updates": self.skipped.tolist(),
+      "elapsed_s": self.clock.elapsed(),
+      "skipped_updates": self.flags.skipped.tolist(),
     }
     step_now = int(np.atleast_1d(jax.device_get(self.state.step))[0])
     for k, c in enumerate(self.ckpts):
@@ -532,7 +446,7 @@ class Loop:
           runtime=self.runtime,
           eval_fn=None if self.members.together else self.eval_fn,
           writer=self.writers[k],
-          notes=self.stopped_notes(k),
+          notes=self.verdicts.stopped_notes(k),
         )
       results.append(final)
       self.writers[k].close()
@@ -540,6 +454,145 @@ class Loop:
 
 
 LOGGED = ("loss", "learning_rate", "grad_norm")  # Step metrics every train line carries.
+
+
+def unfinished_validation(
+  start: int, tcfg: optimisers.TrainSettings, workdirs: Sequence[Path]
+) -> bool:
+  """Whether the step a run resumes at (`start`) was due a validation that left no row: a kill
+  after that step's checkpoint and before its validation was written (during the best
+  checkpoint's save, say). The loop redoes it before training on, so the rerun is the
+  uninterrupted run."""
+  due = start % tcfg.eval_every == 0 or start == tcfg.num_steps
+  if not start or not due:
+    return False
+  rows = [metric_writer.read_metrics(wd) for wd in workdirs]
+  return not all(any(r["step"] == start and r["split"] == "valid" for r in m) for m in rows)
+
+
+class Verdicts:
+  """What each member's validations decided so far: its early-stopping count
+  (`train.early_stopping`) and its plateau schedule's factor (`train.decay`), both read again
+  from its validation rows on resume, its best validation BLEU, and the step at which early
+  stopping ended training (a resumed run's, where it had), or None."""
+
+  def __init__(
+    self,
+    tcfg: optimisers.TrainSettings,
+    workdirs: Sequence[Path],
+    bests: Sequence[checkpoints.Checkpointer],
+    start: int,
+  ):
+    self.best_bleu = [held_bleu(w, b.latest_step()) for w, b in zip(workdirs, bests, strict=True)]
+    rule, plateau = early_stopping.parse(tcfg.early_stopping), optimisers.plateau_of(tcfg)
+    self.patience = [early_stopping.Patience(rule) for _ in workdirs] if rule else []
+    self.plateaus = [optimisers.PlateauScale(plateau) for _ in workdirs] if plateau else []
+    for k, wd in enumerate(workdirs):
+      history = metric_writer.read_metrics(wd) if rule or plateau else []
+      for counter in self.patience[k : k + 1] + self.plateaus[k : k + 1]:
+        counter.replay(history, start)
+    stopped = self.out_of_patience() and start < tcfg.num_steps
+    self.stopped_at = start if stopped else None
+
+  def reads_chrf(self, k: int) -> bool:
+    """Whether member k's early stopping or plateau schedule reads the validation chrF."""
+    read = [p.rule.metric for p in self.patience[k : k + 1]]
+    read += [p.plateau.metric for p in self.plateaus[k : k + 1]]
+    return "chrf" in read
+
+  def judge(self, k: int, done: int, scalars: dict[str, float]) -> bool:
+    """Counts member k's validation at `done` and says whether it is its best so far: by early
+    stopping's own count when it is on (the step it names as best), else by validation BLEU
+    (ties go to the later checkpoint); never without either
+    (`early_stopping.checkpoint_metric`)."""
+    if self.patience:
+      self.patience[k].update(done, scalars)
+    if self.plateaus:
+      self.plateaus[k].update(scalars)
+    bleu = scalars.get("bleu")
+    better_bleu = bleu is not None and bleu >= self.best_bleu[k]
+    if better_bleu:
+      self.best_bleu[k] = bleu
+    if self.patience:
+      return self.patience[k].best_step == done
+    return better_bleu
+
+  def out_of_patience(self) -> bool:
+    """Whether early stopping ends training: every member has run out of patience."""
+    return bool(self.patience) and all(p.exhausted for p in self.patience)
+
+  def reason(self, step: int) -> str:
+    """Why early stopping ended training at `step`, in one line."""
+    return self.patience[0].reason(step)
+
+  def stop(self, done: int, writers: Sequence[metric_writer.MetricWriter]) -> None:
+    """Says why training stops at `done`, on the console and in each member's metrics."""
+    self.stopped_at = done
+    for w, p in zip(writers, self.patience, strict=True):
+      stop = {"best_step": p.best_step, "best": p.best, "metric": p.rule.metric}
+      w.write(done, "early_stopping", stop | {"reason": p.reason(done)})
+    console.say(self.reason(done))
+
+  def stopped_notes(self, k: int) -> dict[str, Any]:
+    """What the results of member k say of how training ended: the early stop, if it was one
+    (not a budget that ran out at the evaluation that would have stopped it)."""
+    if self.stopped_at is None:
+      return {}
+    p, step = self.patience[k], self.stopped_at
+    return {"stopped_early": {"step": step, "best_step": p.best_step, "reason": p.reason(step)}}
+
+
+class FiniteFlags:
+  """The finiteness flags of the steps run: each member's count of skipped (non-finite)
+  updates, and the steps whose flags the host has not read yet (reading one waits for its
+  step)."""
+
+  def __init__(self, members: Members, ckpts: Sequence[checkpoints.Checkpointer], skipped):
+    self.members, self.ckpts = members, ckpts
+    self.skipped = np.asarray(skipped, np.int64)
+    self.unread: list[tuple[int, dict[str, np.ndarray], jax.Array]] = []
+
+  def add(self, done: int, host_batch: dict[str, np.ndarray], flags: jax.Array) -> None:
+    """The flags of step `done` (one per member), trained on `host_batch`, to read later."""
+    self.unread.append((done, host_batch, flags))
+
+  def read(self, keep: int = 0) -> None:
+    """Counts the skipped updates of the steps run but not yet read, all but the last `keep`,
+    and handles each non-finite one (`handle_nonfinite`: record, then stop or carry on)."""
+    while len(self.unread) > keep:
+      done, host_batch, flags = self.unread.pop(0)
+      finite = np.atleast_1d(np.asarray(flags))  # [G] flags; waits for that step.
+      self.skipped += ~finite
+      for k in np.flatnonzero(~finite):
+        handle_nonfinite(
+          self.members.workdirs[k],
+          done,
+          host_batch,
+          self.members.runs[k].train.nonfinite,
+          self.ckpts[k].latest_step(),
+        )
+
+
+class Clock:
+  """The wall time of a run over every invocation, against its budget (`train.max_minutes`):
+  the seconds a resumed run had spent already (carried in its checkpoints) plus this
+  invocation's since the clock began."""
+
+  def __init__(self, max_minutes: float, elapsed_before: float):
+    self.budget_s, self.elapsed_before = 60.0 * max_minutes, elapsed_before
+    self.began = time.perf_counter()
+
+  def elapsed(self) -> float:
+    """Seconds of training so far, over every invocation."""
+    return self.elapsed_before + time.perf_counter() - self.began
+
+  def spent_before(self) -> bool:
+    """Whether earlier invocations spent the budget (every process agrees)."""
+    return self.budget_s > 0 and rt.all_agree(self.elapsed_before >= self.budget_s)
+
+  def over_budget(self) -> bool:
+    """Whether `train.max_minutes` is spent (every process agrees)."""
+    return self.budget_s > 0 and rt.all_agree(self.elapsed() >= self.budget_s)
 
 
 def open_data(members: Members, runtime: rt.Runtime) -> input_pipeline.Data:

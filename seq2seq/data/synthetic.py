@@ -922,8 +922,9 @@ _bisect = bisect.bisect_right
 _Item = tuple[str, tuple[int, ...]]
 
 
-class _Generator:
-  """Generates one sentence pair at a time; see the module docstring for the grammar.
+class _Rules:
+  """What the grammar rules share: the lexicon, the random stream, the English sentence so far
+  and its target length, and the draws of a word by its Zipfian rank.
 
   English tokens are appended to `self.src` in order, so a source position is known as soon as a
   word is emitted; French comes back from every rule as a list of (token, source links) items,
@@ -947,33 +948,16 @@ class _Generator:
   def _pick(self, rows: list, cum: list[float]) -> tuple:
     return rows[_bisect(cum, self.rnd() * cum[-1])]
 
-  def sentence(self, target: int) -> tuple[list[str], list[_Item]]:
-    """English tokens and French items of one sentence of about `target` tokens."""
-    self.src = src = []
-    self.target = target
-    lex = self.lex
-    fr = self._clause(0)
-    while target - len(src) >= 4:
-      en_c, fr_c = self._pick(lex.conjs, lex.conj_cum)
-      links = tuple(range(len(src), len(src) + len(en_c)))
-      src.extend(en_c)
-      fr.extend([(w, links) for w in fr_c])
-      fr.extend(self._clause(0))
-    src.append(".")
-    fr.append((".", (len(src) - 1,)))
-    return src, fr
 
-  def _clause(self, depth: int) -> list[_Item]:
-    r = self.rnd()
-    room = self.target - len(self.src)
-    if r < 0.05 and room >= 5:
-      return self._there_clause(depth)
-    if r < 0.12 and room >= 7 and depth < 2:
-      return self._complement_clause(depth)
-    subj, fem, plural = self._subject(depth)
-    if r < 0.27:
-      return subj + self._copula(depth, fem, plural)
-    return subj + self._vp(depth, plural, None)
+class _NounPhrases(_Rules):
+  """The noun-phrase rules: subjects, noun phrases with their modifiers, prepositional phrases.
+
+  A noun phrase may carry a relative clause, which is a clause rule (`_Generator._relative`).
+  """
+
+  def _relative(self, depth: int, animate: bool, fem: int, plural: int) -> list[_Item]:
+    """A relative clause on a noun of the given animacy, gender and number (a clause rule)."""
+    raise NotImplementedError
 
   def _subject(self, depth: int) -> tuple[list[_Item], int, int]:
     """A subject: pronoun, noun phrase or two coordinated noun phrases (plural)."""
@@ -992,39 +976,6 @@ class _Generator:
       # French plural agreement is masculine unless every conjunct is feminine.
       return items + items2, fem1 & fem2, 1
     return self._np(depth, generic="les")
-
-  def _there_clause(self, depth: int) -> list[_Item]:
-    """ "there is/are/was/were/will be NP" -> "il y a/avait/aura NP" (no number agreement)."""
-    rnd, src = self.rnd, self.src
-    i = len(src)
-    r = rnd()
-    src.append("there")
-    if r < 0.85:
-      src.append("")  # "is"/"are" or "was"/"were", once the noun phrase's number is known.
-      verb = ("a" if r < 0.6 else "avait", (i + 1,))
-    else:
-      src.extend(("will", "be"))
-      verb = ("aura", (i + 1, i + 2))
-    np_items, _, plural = self._np(depth, indefinite=True)
-    if r < 0.85:
-      src[i + 1] = ("are" if plural else "is") if r < 0.6 else ("were" if plural else "was")
-    items = [("il", (i,)), ("y", (i,)), verb, *np_items]
-    if (self.target - len(self.src)) >= 3 and rnd() < 0.5:
-      items.extend(self._pp(depth + 1))
-    return items
-
-  def _complement_clause(self, depth: int) -> list[_Item]:
-    """ "SUBJ says (that) CLAUSE" -> "SUBJ dit que CLAUSE"."""
-    lex, rnd, src = self.lex, self.rnd, self.src
-    subj, _, plural = self._subject(depth + 1)
-    verb = self._pick(lex.vc, lex.vc_cum)
-    items = subj + self._verb_group(verb, plural, None, None)
-    if rnd() < 0.7:
-      src.append("that")
-      items.append(("que", (len(src) - 1,)))
-    else:
-      items.append(("que", _EMPTY))
-    return items + self._clause(depth + 1)
 
   def _np(
     self,
@@ -1171,31 +1122,10 @@ class _Generator:
       del np_items[0]
     return [(w, links) for w in fr_p] + np_items
 
-  def _relative(self, depth: int, animate: bool, fem: int, plural: int) -> list[_Item]:
-    """A relative clause on an antecedent with the given animacy, gender and number."""
-    rnd, src = self.rnd, self.src
-    if rnd() < 0.6 or (self.target - len(self.src)) < 6:
-      # Subject relative: "(the cat) that sleeps" -> "qui dort".
-      if animate:
-        src.append("who" if rnd() < 0.6 else "that")
-      else:
-        src.append("which" if rnd() < 0.4 else "that")
-      items = [("qui", (len(src) - 1,))]
-      if rnd() < 0.2:
-        return items + self._copula(depth, fem, plural)
-      return items + self._vp(depth, plural, None)
-    # Object relative: "(the apple) (that) the cat ate" -> "que le chat a mangée".
-    r = rnd()
-    if r < 0.3:
-      items = [("que", _EMPTY)]
-    else:
-      if animate:
-        src.append("who" if r < 0.6 else "that")
-      else:
-        src.append("which" if r < 0.6 else "that")
-      items = [("que", (len(src) - 1,))]
-    subj, _, s_plural = self._subject(depth + 1)
-    return items + subj + self._vp(depth, s_plural, (fem, plural))
+
+class _Predicates(_NounPhrases):
+  """The predicate rules: the verb group (tense, negation, adverbs, clitics), the verb phrase
+  with its object and modifiers, and the copula with a predicate adjective."""
 
   def _verb_group(
     self,
@@ -1343,6 +1273,101 @@ class _Generator:
     if (self.target - len(self.src)) >= 3 and rnd() < 0.3:
       items.extend(self._pp(depth + 1))
     return items
+
+
+class _Generator(_Predicates):
+  """Generates one sentence pair at a time; see the module docstring for the grammar.
+
+  The rules come in layers: the shared state (`_Rules`), noun phrases (`_NounPhrases`),
+  predicates (`_Predicates`), and here sentences and clauses, relative clauses included.
+  """
+
+  def sentence(self, target: int) -> tuple[list[str], list[_Item]]:
+    """English tokens and French items of one sentence of about `target` tokens."""
+    self.src = src = []
+    self.target = target
+    lex = self.lex
+    fr = self._clause(0)
+    while target - len(src) >= 4:
+      en_c, fr_c = self._pick(lex.conjs, lex.conj_cum)
+      links = tuple(range(len(src), len(src) + len(en_c)))
+      src.extend(en_c)
+      fr.extend([(w, links) for w in fr_c])
+      fr.extend(self._clause(0))
+    src.append(".")
+    fr.append((".", (len(src) - 1,)))
+    return src, fr
+
+  def _clause(self, depth: int) -> list[_Item]:
+    r = self.rnd()
+    room = self.target - len(self.src)
+    if r < 0.05 and room >= 5:
+      return self._there_clause(depth)
+    if r < 0.12 and room >= 7 and depth < 2:
+      return self._complement_clause(depth)
+    subj, fem, plural = self._subject(depth)
+    if r < 0.27:
+      return subj + self._copula(depth, fem, plural)
+    return subj + self._vp(depth, plural, None)
+
+  def _there_clause(self, depth: int) -> list[_Item]:
+    """ "there is/are/was/were/will be NP" -> "il y a/avait/aura NP" (no number agreement)."""
+    rnd, src = self.rnd, self.src
+    i = len(src)
+    r = rnd()
+    src.append("there")
+    if r < 0.85:
+      src.append("")  # "is"/"are" or "was"/"were", once the noun phrase's number is known.
+      verb = ("a" if r < 0.6 else "avait", (i + 1,))
+    else:
+      src.extend(("will", "be"))
+      verb = ("aura", (i + 1, i + 2))
+    np_items, _, plural = self._np(depth, indefinite=True)
+    if r < 0.85:
+      src[i + 1] = ("are" if plural else "is") if r < 0.6 else ("were" if plural else "was")
+    items = [("il", (i,)), ("y", (i,)), verb, *np_items]
+    if (self.target - len(self.src)) >= 3 and rnd() < 0.5:
+      items.extend(self._pp(depth + 1))
+    return items
+
+  def _complement_clause(self, depth: int) -> list[_Item]:
+    """ "SUBJ says (that) CLAUSE" -> "SUBJ dit que CLAUSE"."""
+    lex, rnd, src = self.lex, self.rnd, self.src
+    subj, _, plural = self._subject(depth + 1)
+    verb = self._pick(lex.vc, lex.vc_cum)
+    items = subj + self._verb_group(verb, plural, None, None)
+    if rnd() < 0.7:
+      src.append("that")
+      items.append(("que", (len(src) - 1,)))
+    else:
+      items.append(("que", _EMPTY))
+    return items + self._clause(depth + 1)
+
+  def _relative(self, depth: int, animate: bool, fem: int, plural: int) -> list[_Item]:
+    """A relative clause on an antecedent with the given animacy, gender and number."""
+    rnd, src = self.rnd, self.src
+    if rnd() < 0.6 or (self.target - len(self.src)) < 6:
+      # Subject relative: "(the cat) that sleeps" -> "qui dort".
+      if animate:
+        src.append("who" if rnd() < 0.6 else "that")
+      else:
+        src.append("which" if rnd() < 0.4 else "that")
+      items = [("qui", (len(src) - 1,))]
+      if rnd() < 0.2:
+        return items + self._copula(depth, fem, plural)
+      return items + self._vp(depth, plural, None)
+    # Object relative: "(the apple) (that) the cat ate" -> "que le chat a mangée".
+    r = rnd()
+    if r < 0.3:
+      items = [("que", _EMPTY)]
+    else:
+      if animate:
+        src.append("who" if r < 0.6 else "that")
+      else:
+        src.append("which" if r < 0.6 else "that")
+      items = [("que", (len(src) - 1,))]
+    subj, _, s_plural = self._subject(depth + 1)
+    return items + subj + self._vp(depth, s_plural, (fem, plural))
 
 
 # French words the final pass may change, and their elided forms before a vowel.
