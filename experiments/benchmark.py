@@ -178,17 +178,11 @@ def _score_flops(
   score: Any, query: int, key: int, attn: int, slots: float, keys_per_token: float
 ) -> tuple[float, float]:
   """(keys, attention): forward matmul FLOPs per target token of one attention, a `query`-wide
-  state over `slots` values `key` wide whose keys are computed `keys_per_token` times a token."""
+  state over `slots` values `key` wide whose keys are computed `keys_per_token` times a token.
+  The score's own share comes from its registered class (`Score.matmul_flops`)."""
+  per_key, per_query = scores.get(score.name).matmul_flops(score.settings, query, key, attn, slots)
   context = slots * 2 * key  # sum_j alpha_ij v_j.
-  if score.name == "additive":  # U_a k_j once; W_a q, then v_a at every slot.
-    return keys_per_token * 2 * key * attn, 2 * query * attn + slots * 2 * attn + context
-  if score.name == "general":  # W k_j once; q^T (W k_j) at every slot.
-    return keys_per_token * 2 * key * query, slots * 2 * query + context
-  if score.name in ("dot", "scaled", "cosine"):
-    return 0.0, slots * 2 * key + context
-  if score.name == "location":
-    return 0.0, 2 * query * score.settings.max_len + context
-  raise ValueError(f"no FLOP count for score {str(score)!r}")
+  return keys_per_token * per_key, per_query + context
 
 
 def count_matmul_flops(jaxpr: Any) -> float:
