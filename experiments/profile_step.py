@@ -51,6 +51,7 @@ import ml_collections
 from experiments import benchmark
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT, load_config
+from experiments.lib.pages.profile_step import page
 
 CONTROL = re.compile(r"(?<![\w-])(while|conditional|call)\(")
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ")
@@ -237,41 +238,6 @@ def profile_config(name: str, dtype: str, steps: int) -> dict[str, Any]:
   out["greedy_decode"] = profile(call, text, steps)
   out["batch"] = {"sentences": int(src.shape[0]), "words": int(src.shape[1])}
   return out
-
-
-def page(result: dict[str, Any], top_parts: int = 10) -> str:
-  fmt = reports.fmt
-  lines = [
-    "# Where a step's time goes",
-    "",
-    f"{reports.made_by('profile_step', result)} and {result['load_average']['end']} at the end "
-    f"({', '.join(result['cpu'].get('vector_isa', []))}). Per config, dtype and program: the "
-    "wall time of one call under the profiler, the summed time of XLA's thunks (two threads may "
-    "run at once) and the parts that took most of it, each the function whose source line made "
-    "the operation (the share is of the summed thunk time). A plain `dot` (an Eigen matmul) can "
-    "be timed short of its work, the rest charged to the thunks that wait for it.",
-  ]
-  for key, programs in result["runs"].items():
-    for program, prof in programs.items():
-      if program == "batch":
-        continue
-      lines += [
-        "",
-        f"## {key}: {program.replace('_', ' ')}",
-        "",
-        f"Wall {fmt(prof['wall_ms'], 1)} ms per call, thunks {fmt(prof['thunk_ms'], 1)} ms; by "
-        "kind: "
-        + ", ".join(f"{k} {fmt(ms, 1)}" for k, ms in list(prof["kinds"].items())[:6])
-        + ".",
-        "",
-      ]
-      cells = [
-        [f"`{p['part']}`", fmt(p["ms"], 2), fmt(100 * p["share"], 1)]
-        for p in prof["parts"][:top_parts]
-      ]
-      lines += reports.table(["part", "ms", "%"], cells)
-  lines += ["", "```bash", result["command"], "```"]
-  return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -43,6 +43,7 @@ import ml_collections
 
 from experiments import benchmark
 from experiments.lib import reports
+from experiments.lib.pages.scaling_bench import LABELS, page
 
 SAMPLED = "sampled(size=4096)"
 AXES: dict[str, tuple[int, ...]] = {
@@ -50,12 +51,6 @@ AXES: dict[str, tuple[int, ...]] = {
   "vocab": (8_000, 16_000, 32_000, 64_000, 100_000),
   "batch": (16, 32, 64, 128),
   "hidden": (128, 256, 512, 1024),
-}
-LABELS = {
-  "length": "sentence length (source = target words)",
-  "vocab": "target vocabulary (words)",
-  "batch": "batch size (sentences)",
-  "hidden": "hidden width (embedding, GRU, attention)",
 }
 
 
@@ -156,40 +151,6 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     "versions": reports.versions(),
     **reports.provenance("scaling_bench", argv, load_start),
   }
-
-
-def page(result: dict[str, Any]) -> str:
-  """The Markdown of a result: per curve, every point's measured and predicted tokens/s, their
-  ratio, and the planned memory."""
-  fmt = reports.fmt
-  lines = [
-    "# How the train step's cost grows with the work",
-    "",
-    f"{reports.made_by('scaling_bench', result)} and {result['load_average']['end']} at the end; "
-    f"the `{result['preset']}` preset in {result['dtype']}, one axis changed at a time "
-    f"({', '.join(result['cpu'].get('vector_isa', []))}). Tokens/s: target tokens per second of "
-    "the train step (median of "
-    f"{result['timing']['repeats']} runs of {result['timing']['steps_per_repeat']} steps); "
-    "predicted: what the step's matmul FLOPs give, scaled to the first point; planned: the memory "
-    "XLA plans for the step (arguments, outputs and temporaries, less what the donated state "
-    "reuses).",
-  ]
-  for name, curve in result["curves"].items():
-    header = ["value", "tokens/s", "predicted", "measured / predicted", "planned MiB", "step s"]
-    cells = [
-      [
-        f"{p['value']:,}",
-        fmt(p["tokens_per_s"], 0),
-        fmt(p["expected_tokens_per_s"], 0),
-        fmt(p["tokens_per_s"] / p["expected_tokens_per_s"], 2),
-        fmt(p["planned_mb"], 1),
-        fmt(p["step_s"], 3),
-      ]
-      for p in curve["points"]
-    ]
-    lines += ["", f"## {name}: {LABELS[curve['axis']]}", "", *reports.table(header, cells)]
-  lines += ["", "![Scaling](scaling.png)", "", "```bash", result["command"], "```"]
-  return "\n".join(lines) + "\n"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT
+from experiments.lib.pages.translate_timing import page
 
 
 def translate(config: str, run: Path, source: Path, output: Path, cache: Path) -> float:
@@ -95,33 +96,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   record |= reports.provenance("translate_timing", argv, load_start)
   reports.publish(Path(args.out) / "translate_timing.json", record, page(record))
   return record
-
-
-def page(record: dict[str, Any]) -> str:
-  fmt = reports.fmt
-  cells = [
-    [r["name"], str(r["sentences"]), fmt(r["wall_s"], 1), str(r["programs_added"])]
-    for r in record["rows"]
-  ]
-  lines = [
-    "# How fast translation starts",
-    "",
-    f"{reports.made_by('translate_timing', record)} and {record['load_average']['end']} at the "
-    f"end; run `{record['run']}` with its own decoding settings, input `{record['input']}`, "
-    f"other input `{record['other']}`. Each row is a fresh `main.py --mode=translate` process "
-    "sharing one compilation cache folder, empty before the first.",
-    "",
-    *reports.table(["process", "sentences", "wall s", "programs compiled"], cells),
-    "",
-    f"Decoding alone, warm in one process: "
-    f"**{fmt(record['decoding_only_sentences_per_s'], 1)} sentences/s** over the input. "
-    f"Cold and warm outputs {'identical' if record['same_output_cold_and_warm'] else 'DIFFER'}.",
-    "",
-    "```bash",
-    record["command"],
-    "```",
-  ]
-  return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -12,5 +12,8 @@
 * `sweeps`: points of a sweep crossed with seeds, trained (seeds together) and collected;
 * `launch`: a sweep handed to a scheduler as a jobs file and an sbatch script;
 * `cli`: the command line every sweep script shares;
-* `browser`: a headless Chromium that opens explorer reports (the browser test, the timing).
+* `browser`: a headless Chromium that opens explorer reports (the browser test, the timing);
+* `pages/`: the results pages' sections and conclusions, and beside them a module per study
+  script with its studies' titles, prose, measurement tables and the Markdown the script writes
+  (`python -m experiments.pages` writes them all).
 """
