@@ -13,8 +13,8 @@ resumes. Each row gives BLEU and chrF of both splits, the paired bootstrap of it
 against beam 5 (`experiments.lib.stats.paired_bootstrap`, 1000 resamples), its wall minutes
 (both splits and the No-UNK pass decoded, start-up and compilation included, one row after
 another on one machine) and its decoding speed: the test split's sentences per second decoded
-warm in this process (`decoding_study.decoding_speed`), greedy's beside them. Samples are
-unbiased (temperature 1, nothing truncated) with seed 0.
+warm in this process (`experiments.lib.decoding.decoding_speed`), greedy's beside them. Samples
+are unbiased (temperature 1, nothing truncated) with seed 0.
 Selection is on `valid`; nothing is tuned on `test`.
 
 Reranking (`--reverse`, a run trained from the target language into the source language): the
@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.decoding_study import SPLITS, decoding_speed, evaluate, pairs, references
 from experiments.lib import configs, reports, stats
 from experiments.lib.configs import run_command
+from experiments.lib.decoding import SPLITS, decoding_speed, evaluate, pairs, references
 from experiments.lib.pages.mbr_study import markdown
 from seq2seq.common import files
 

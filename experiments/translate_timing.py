@@ -10,8 +10,9 @@ folder) and `warm, other input` (`--other`: other sentences, other lengths; what
 folder is what the shape buckets did not cover). Each row gives the process's wall seconds
 (start-up, loading the run, compiling or loading programs, decoding, writing) and the
 compiled programs it added to the cache. Beside them, the decoding alone: the input's
-sentences per second decoded warm in one process (`decoding_study.decoding_speed`, the median
-of three passes). The outputs of the two passes over `--input` are compared byte for byte.
+sentences per second decoded warm in one process (`experiments.lib.decoding.decoding_speed`,
+the median of three passes). The outputs of the two passes over `--input` are compared byte for
+byte.
 
 Writes OUT/translate_timing.json (with the CPU, its instruction sets and the load) and
 OUT/translate_timing.md.
@@ -50,7 +51,7 @@ def _cache_dir(run: Path) -> str:
 
 def decoding_only(run: Path, source: Path) -> float:
   """Sentences per second of the run's own decoding of `source`, warm, in this process."""
-  from experiments.decoding_study import decoding_speed
+  from experiments.lib.decoding import decoding_speed
 
   lines = source.read_text(encoding="utf-8").splitlines()
   return decoding_speed(run, {"own": {}}, lines=lines)["own"]
