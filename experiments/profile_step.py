@@ -3,7 +3,7 @@
     python -m experiments.profile_step --out experiments/results/profile \
         [--configs bench,paper,configs/multi30k_best.py] [--dtypes float32,bfloat16] [--steps 3]
 
-For each config and dtype: the library's train step (`benchmark.TrainBench`, its random batch
+For each config and dtype: the library's train step (`train_bench.TrainBench`, its random batch
 of full-length sentences: 64 x 30 words on `bench`, 80 x 30 on `paper`, and 64 x 30 on a config
 file) and greedy decoding of that batch (`decode.jit_decode`, 30 steps), each run under
 `jax.profiler.trace` after a warm-up. XLA:CPU runs every HLO instruction (a fusion, a matmul, a
@@ -48,8 +48,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from experiments import benchmark
-from experiments.lib import reports
+from experiments.lib import reports, train_bench
 from experiments.lib.configs import REPO_ROOT, load_config
 from experiments.lib.pages.profile_step import page
 
@@ -75,8 +74,8 @@ PASS_THROUGH = tuple(
 
 def config_for(name: str, dtype: str) -> ml_collections.ConfigDict:
   """A preset of the benchmark (`bench`, `paper`) or a config file with the benchmark's batch."""
-  if name in benchmark.PRESETS:
-    return benchmark.make_config(name, dtype)
+  if name in train_bench.PRESETS:
+    return train_bench.make_config(name, dtype)
   cfg = load_config(name)
   cfg.model.dtype = dtype
   cfg.data.batch_size, cfg.data.max_len = 64, 30
@@ -222,7 +221,7 @@ def profile_config(name: str, dtype: str, steps: int) -> dict[str, Any]:
   from seq2seq.decoding import decode
 
   cfg = config_for(name, dtype)
-  bench = benchmark.TrainBench(cfg)
+  bench = train_bench.TrainBench(cfg)
   bench.run(2)  # Warm.
 
   def train():
