@@ -481,3 +481,12 @@ def test_a_path_beside_the_checkout_is_recorded_relative_to_it(tmp_path, monkeyp
     "run": "../keep/run",
     "elsewhere": [f"{tmp_path}/scratch/z", "/usr/bin/python3", f"/data{work}/keep"],
   }
+
+
+def test_every_study_folder_has_its_page_entry_in_a_study_module():
+  """A committed study is titled and described by the module of its script
+  (`experiments/lib/pages/catalogue.py` gathers them), not by its folder's name."""
+  from experiments.lib.pages import catalogue
+
+  missing = [s.name for s in records.studies(RESULTS) if s.name not in catalogue.STUDIES]
+  assert not missing, missing

@@ -194,8 +194,9 @@ def long_conclusion(report: Mapping[str, Any]) -> list[str]:
   return out
 
 
-def early_conclusion(study: Path, report: Mapping[str, Any], early_name: str) -> list[str]:
-  """The early study's difference against the baseline beside this study's, point by point."""
+def early_conclusion(report: Mapping[str, Any], early_name: str) -> list[str]:
+  """The early study's (`early_name`, run early in training) difference against the baseline
+  beside this study's, point by point."""
   early_dir = RESULTS / (early_name or "-")
   early = records.load_report(early_dir) if early_dir.is_dir() else None
   if not early or early.get("baseline") != report.get("baseline"):
@@ -320,7 +321,7 @@ def conclusion(
     sentences += sweep_conclusion(report, recs)
     sentences += chrf_conclusion(report, recs)
     sentences += long_conclusion(report)
-    sentences += early_conclusion(study, report, about.early)
+    sentences += early_conclusion(report, about.early)
     sentences += curve_conclusion(report)
     sentences += attention_conclusion(report, recs)
     sentences += transfer_conclusion(report, about.counterpart)
