@@ -81,17 +81,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   return result
 
 
-def table(result: dict[str, Any]) -> list[str]:
-  """The demo's scores, both splits, as a Markdown table."""
-  header = ["split", "checkpoint", "sentences", "BLEU", "chrF", "No-UNK BLEU", "AER", "beam"]
-  cells = [
-    [split, f"{r['step']:,}", f"{r['num_sentences']:,}", reports.fmt(r["bleu"])]
-    + [reports.fmt(r["chrf"]), reports.fmt(r["bleu_no_unk"]), reports.fmt(r["aer"], 3)]
-    + [str(r["beam_size"])]
-    for split, r in result["results"].items()
-  ]
-  return reports.table(header, cells)
-
-
 if __name__ == "__main__":
   main()

@@ -30,23 +30,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# No project import at the top: the PyTorch child runs this module in the peer's environment.
+# No project import at the top but the study's page module, which imports only the standard library:
+# the PyTorch child runs this module in the peer's environment.
+from experiments.lib.pages.matmul_options import DTYPES, SHAPES, page
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# (M, K, N, form): form NN is [M, K] x [K, N]; NT multiplies by a stored [N, K] transposed (the
-# output layer's input gradient g W^T); TN a stored [K, M] transposed (its weight gradient h^T g).
-SHAPES = {
-  "square 2048": (2048, 2048, 2048, "NN"),
-  "output layer forward": (1920, 1024, 8000, "NN"),
-  "output layer input gradient": (1920, 8000, 1024, "NT"),
-  "output layer weight gradient": (1024, 1920, 8000, "TN"),
-}
 VARIANTS = {
   "default": "",
   "oneDNN matmuls": "--xla_cpu_use_onednn=true",
   "XNNPACK off": "--xla_cpu_use_xnnpack=false",
   "YNNPACK fusions off": "--xla_cpu_experimental_ynn_fusion_type=",
 }
-DTYPES = ("float32", "bfloat16")
 
 
 def xla_rates(repeats: int) -> dict[str, dict[str, float]]:
@@ -119,36 +113,6 @@ def _child(python: str, what: str, repeats: int, flags: str = "") -> dict[str, A
   if done.returncode:
     return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
   return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def page(record: dict[str, Any]) -> str:
-  from experiments.lib import reports
-
-  fmt = reports.fmt
-  header = ["variant", "XLA_FLAGS"] + [f"{s}, {d}" for s in SHAPES for d in DTYPES]
-  cells = []
-  for name, row in record["rows"].items():
-    rates = row.get("rates")
-    values = [fmt(rates[s][d], 0) for s in SHAPES for d in DTYPES] if rates else ["-"] * 8
-    note = f"`{row['flags']}`" if row.get("flags") else "-"
-    cells.append([name, note if "error" not in row else f"failed: {row['error']}"] + values)
-  lines = [
-    "# Matmul rate under XLA's options, and PyTorch's",
-    "",
-    f"{reports.made_by('matmul_options', record)} and {record['load_average']['end']} at the end "
-    f"({', '.join(record['cpu'].get('vector_isa', []))}). GFLOP/s, median of "
-    f"{record['repeats']} calls; bfloat16: bfloat16 factors, float32 accumulation and output "
-    "(PyTorch: `torch.autocast`). Shapes (M x K x N): "
-    + ", ".join(f"{s} {m:,} x {k:,} x {n:,} ({f})" for s, (m, k, n, f) in SHAPES.items())
-    + ".",
-    "",
-    *reports.table(header, cells),
-    "",
-    "```bash",
-    record["command"],
-    "```",
-  ]
-  return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -13,8 +13,8 @@ resumes. Each row gives BLEU and chrF of both splits, the paired bootstrap of it
 against beam 5 (`experiments.lib.stats.paired_bootstrap`, 1000 resamples), its wall minutes
 (both splits and the No-UNK pass decoded, start-up and compilation included, one row after
 another on one machine) and its decoding speed: the test split's sentences per second decoded
-warm in this process (`decoding_study.decoding_speed`), greedy's beside them. Samples are
-unbiased (temperature 1, nothing truncated) with seed 0.
+warm in this process (`experiments.lib.decoding.decoding_speed`), greedy's beside them. Samples
+are unbiased (temperature 1, nothing truncated) with seed 0.
 Selection is on `valid`; nothing is tuned on `test`.
 
 Reranking (`--reverse`, a run trained from the target language into the source language): the
@@ -37,9 +37,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.decoding_study import SPLITS, decoding_speed, evaluate, pairs, references
 from experiments.lib import configs, reports, stats
 from experiments.lib.configs import run_command
+from experiments.lib.decoding import SPLITS, decoding_speed, evaluate, pairs, references
+from experiments.lib.pages.mbr_study import markdown
 from seq2seq.common import files
 
 RESAMPLES = 1000
@@ -194,56 +195,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   }
   reports.publish(kept, record, markdown(record))
   return record
-
-
-def markdown(record: dict[str, Any]) -> str:
-  fmt = reports.fmt
-  rows = record["rows"]
-  # A timing column only where some row was timed (a resumed study keeps results, not the
-  # eval minutes of rows evaluated before).
-  timings = {
-    "eval_minutes": (
-      "eval minutes",
-      "Eval minutes: the wall time of the row's commands (valid and test, start-up and "
-      "compilation included). ",
-    ),
-    "test_sentences_per_s": (
-      "decoding sentences/s",
-      "Decoding sentences/s: the test split decoded warm in one process, compilation left out "
-      "(the median of three passes taken in turn across the rows). ",
-    ),
-  }
-  timings = {k: t for k, t in timings.items() if any(k in row for row in rows.values())}
-  lines = [
-    "# Minimum Bayes risk against beam search",
-    "",
-    f"{reports.made_by('mbr_study', record)} and {record['load_average']['end']} at the end. "
-    "BLEU and chrF: sacrebleu on detokenised output; p: paired bootstrap of test BLEU against "
-    "beam 5. "
-    + "".join(explained for _, explained in timings.values())
-    + "A rerank row's valid figures are those its weights were tuned on.",
-    "",
-  ]
-  header = ["system", "valid BLEU", "valid chrF", "test BLEU", "test chrF", "p vs beam 5"]
-  cells = []
-  for name, row in rows.items():
-    v, t = row["valid"], row["test"]
-    p = row.get("test_vs_beam5", {}).get("p_value")
-    cells.append(
-      [name, fmt(v["bleu"]), fmt(v["chrf"]), fmt(t["bleu"]), fmt(t["chrf"])]
-      + ["-" if p is None else fmt(p, 3)]
-      + ["-" if row.get(k) is None else fmt(row[k]) for k in timings]
-    )
-  lines += reports.table(header + [heading for heading, _ in timings.values()], cells)
-  weights = {n: r["weights"] for n, r in rows.items() if "weights" in r}
-  if weights:
-    lines += ["", "Weights tuned on valid (`seq2seq.rerank`; score's fixed at 1):", ""]
-    lines += [
-      f"- {n}: " + ", ".join(f"{k} {fmt(w, 3)}" for k, w in ws.items()) for n, ws in weights.items()
-    ]
-  lines += ["", "Commands:", ""]
-  lines += [f"    {row['command']}" for row in rows.values()]
-  return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python -m experiments.profile_step --out experiments/results/profile \
         [--configs bench,paper,configs/multi30k_best.py] [--dtypes float32,bfloat16] [--steps 3]
 
-For each config and dtype: the library's train step (`benchmark.TrainBench`, its random batch
+For each config and dtype: the library's train step (`train_bench.TrainBench`, its random batch
 of full-length sentences: 64 x 30 words on `bench`, 80 x 30 on `paper`, and 64 x 30 on a config
 file) and greedy decoding of that batch (`decode.jit_decode`, 30 steps), each run under
 `jax.profiler.trace` after a warm-up. XLA:CPU runs every HLO instruction (a fusion, a matmul, a
@@ -48,9 +48,9 @@ from typing import Any
 import jax
 import ml_collections
 
-from experiments import benchmark
-from experiments.lib import reports
+from experiments.lib import reports, train_bench
 from experiments.lib.configs import REPO_ROOT, load_config
+from experiments.lib.pages.profile_step import page
 
 CONTROL = re.compile(r"(?<![\w-])(while|conditional|call)\(")
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ")
@@ -74,8 +74,8 @@ PASS_THROUGH = tuple(
 
 def config_for(name: str, dtype: str) -> ml_collections.ConfigDict:
   """A preset of the benchmark (`bench`, `paper`) or a config file with the benchmark's batch."""
-  if name in benchmark.PRESETS:
-    return benchmark.make_config(name, dtype)
+  if name in train_bench.PRESETS:
+    return train_bench.make_config(name, dtype)
   cfg = load_config(name)
   cfg.model.dtype = dtype
   cfg.data.batch_size, cfg.data.max_len = 64, 30
@@ -221,7 +221,7 @@ def profile_config(name: str, dtype: str, steps: int) -> dict[str, Any]:
   from seq2seq.decoding import decode
 
   cfg = config_for(name, dtype)
-  bench = benchmark.TrainBench(cfg)
+  bench = train_bench.TrainBench(cfg)
   bench.run(2)  # Warm.
 
   def train():
@@ -237,41 +237,6 @@ def profile_config(name: str, dtype: str, steps: int) -> dict[str, Any]:
   out["greedy_decode"] = profile(call, text, steps)
   out["batch"] = {"sentences": int(src.shape[0]), "words": int(src.shape[1])}
   return out
-
-
-def page(result: dict[str, Any], top_parts: int = 10) -> str:
-  fmt = reports.fmt
-  lines = [
-    "# Where a step's time goes",
-    "",
-    f"{reports.made_by('profile_step', result)} and {result['load_average']['end']} at the end "
-    f"({', '.join(result['cpu'].get('vector_isa', []))}). Per config, dtype and program: the "
-    "wall time of one call under the profiler, the summed time of XLA's thunks (two threads may "
-    "run at once) and the parts that took most of it, each the function whose source line made "
-    "the operation (the share is of the summed thunk time). A plain `dot` (an Eigen matmul) can "
-    "be timed short of its work, the rest charged to the thunks that wait for it.",
-  ]
-  for key, programs in result["runs"].items():
-    for program, prof in programs.items():
-      if program == "batch":
-        continue
-      lines += [
-        "",
-        f"## {key}: {program.replace('_', ' ')}",
-        "",
-        f"Wall {fmt(prof['wall_ms'], 1)} ms per call, thunks {fmt(prof['thunk_ms'], 1)} ms; by "
-        "kind: "
-        + ", ".join(f"{k} {fmt(ms, 1)}" for k, ms in list(prof["kinds"].items())[:6])
-        + ".",
-        "",
-      ]
-      cells = [
-        [f"`{p['part']}`", fmt(p["ms"], 2), fmt(100 * p["share"], 1)]
-        for p in prof["parts"][:top_parts]
-      ]
-      lines += reports.table(["part", "ms", "%"], cells)
-  lines += ["", "```bash", result["command"], "```"]
-  return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

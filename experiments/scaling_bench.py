@@ -13,13 +13,13 @@ The axes and their values (`AXES`; `--values AXIS=V1,V2,...` replaces one):
 * `hidden`: the width of embeddings, both recurrences and the attention (maxout 4x as wide, as
   in the preset).
 
-At every point: target tokens per second of the jitted, donated train step (`benchmark.
+At every point: target tokens per second of the jitted, donated train step (`train_bench.
 TrainBench`: the median of `--repeats` runs of `--steps` steps after a warm-up) and the memory
 XLA plans for the step (`Compiled.memory_analysis`: arguments, outputs and temporaries; the
 step's peak, free of the process's history that the resident-set peak carries).
 
 The expected curve beside each measured one is the time the step's matmul FLOPs predict
-(`benchmark.forward_flops_per_token` times the tokens of a step: linear in length for the
+(`train_bench.forward_flops_per_token` times the tokens of a step: linear in length for the
 recurrences, length x length for the attention, linear in the vocabulary for the output layer
 and flat with the sampled softmax), scaled to equal the measurement at the axis's first value:
 where the measured curve falls below it, something other than the counted matmuls (the
@@ -41,8 +41,8 @@ from typing import Any
 
 import ml_collections
 
-from experiments import benchmark
-from experiments.lib import reports
+from experiments.lib import reports, train_bench
+from experiments.lib.pages.scaling_bench import LABELS, page
 
 SAMPLED = "sampled(size=4096)"
 AXES: dict[str, tuple[int, ...]] = {
@@ -51,19 +51,13 @@ AXES: dict[str, tuple[int, ...]] = {
   "batch": (16, 32, 64, 128),
   "hidden": (128, 256, 512, 1024),
 }
-LABELS = {
-  "length": "sentence length (source = target words)",
-  "vocab": "target vocabulary (words)",
-  "batch": "batch size (sentences)",
-  "hidden": "hidden width (embedding, GRU, attention)",
-}
 
 
 def point_config(
   preset: str, dtype: str, axis: str, value: int, softmax: str = "full"
 ) -> ml_collections.ConfigDict:
   """The preset's config with `axis` set to `value` (and the training softmax)."""
-  cfg = benchmark.make_config(preset, dtype)
+  cfg = train_bench.make_config(preset, dtype)
   m, d = cfg.model, cfg.data
   if axis == "length":
     d.max_len = value
@@ -85,7 +79,7 @@ def step_flops(cfg: ml_collections.ConfigDict) -> float:
   """Forward matmul FLOPs of one step (per target token times the step's target tokens), the
   output layer over the sampled candidates under a sampled softmax."""
   n = cfg.data.max_len
-  parts = benchmark.forward_flops_per_token(cfg, n, n)
+  parts = train_bench.forward_flops_per_token(cfg, n, n)
   total = parts["total"]
   if cfg.train.softmax != "full":
     size = int(cfg.train.softmax.split("size=")[1].rstrip(")"))
@@ -94,8 +88,8 @@ def step_flops(cfg: ml_collections.ConfigDict) -> float:
 
 
 def measure_point(cfg: ml_collections.ConfigDict, *, steps: int, repeats: int) -> dict[str, Any]:
-  bench = benchmark.TrainBench(cfg)
-  timing = benchmark.measure_training(bench, steps=steps, repeats=repeats, warmup=2)
+  bench = train_bench.TrainBench(cfg)
+  timing = train_bench.measure_training(bench, steps=steps, repeats=repeats, warmup=2)
   memory = timing["xla_memory"] or {}
   planned = sum(memory.get(f"{k}_mb", 0.0) for k in ("argument", "output", "temp"))
   planned -= memory.get("alias_mb", 0.0)  # Donated state: outputs reuse the arguments' buffers.
@@ -156,40 +150,6 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     "versions": reports.versions(),
     **reports.provenance("scaling_bench", argv, load_start),
   }
-
-
-def page(result: dict[str, Any]) -> str:
-  """The Markdown of a result: per curve, every point's measured and predicted tokens/s, their
-  ratio, and the planned memory."""
-  fmt = reports.fmt
-  lines = [
-    "# How the train step's cost grows with the work",
-    "",
-    f"{reports.made_by('scaling_bench', result)} and {result['load_average']['end']} at the end; "
-    f"the `{result['preset']}` preset in {result['dtype']}, one axis changed at a time "
-    f"({', '.join(result['cpu'].get('vector_isa', []))}). Tokens/s: target tokens per second of "
-    "the train step (median of "
-    f"{result['timing']['repeats']} runs of {result['timing']['steps_per_repeat']} steps); "
-    "predicted: what the step's matmul FLOPs give, scaled to the first point; planned: the memory "
-    "XLA plans for the step (arguments, outputs and temporaries, less what the donated state "
-    "reuses).",
-  ]
-  for name, curve in result["curves"].items():
-    header = ["value", "tokens/s", "predicted", "measured / predicted", "planned MiB", "step s"]
-    cells = [
-      [
-        f"{p['value']:,}",
-        fmt(p["tokens_per_s"], 0),
-        fmt(p["expected_tokens_per_s"], 0),
-        fmt(p["tokens_per_s"] / p["expected_tokens_per_s"], 2),
-        fmt(p["planned_mb"], 1),
-        fmt(p["step_s"], 3),
-      ]
-      for p in curve["points"]
-    ]
-    lines += ["", f"## {name}: {LABELS[curve['axis']]}", "", *reports.table(header, cells)]
-  lines += ["", "![Scaling](scaling.png)", "", "```bash", result["command"], "```"]
-  return "\n".join(lines) + "\n"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

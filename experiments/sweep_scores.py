@@ -1,13 +1,14 @@
 """Sweeps the alignment (score) functions over seeds and compares them with the additive one.
 
     python -m experiments.sweep_scores --out runs/sweep [--preset smoke|cpu | --config FILE[:ARG]]
-        [--seeds 0,1,2] [--scores additive,dot,general,scaled,cosine,location]
+        [--seeds 0,1,2] [--scores NAME,...]
         [--baseline additive] [--set key=value ...] [--training together|sequential]
         [--launcher local|jobs] [--only SCORE,...] [--collect] [--bootstrap-samples 1000]
         [--compilation-cache DIR]
 
 A named grid on the generic sweep (`python -m experiments.sweep`, whose flags it shares: jobs
-file, collecting, resuming): one point per score function, `{"model.score": NAME}`, named by the
+file, collecting, resuming): one point per score function (by default every one registered in
+`seq2seq.model.scores`), `{"model.score": NAME}`, named by the
 score, crossed with the seeds (`seed` sets initialisation, dropout and the data order); each run
 an ordinary workdir OUT/runs/SCORE/seed_N (record `SCORE-seedN` in sweep.json, with its exact
 main.py command). `dot`, `scaled` and `cosine` need `model.dec_hidden == 2 * model.enc_hidden`,
@@ -42,8 +43,6 @@ from experiments.lib.reports import fmt
 from experiments.lib.sweeps import Point, Sweep
 from seq2seq.model import scores
 
-DEFAULT_SCORES = ("additive", "dot", "general", "scaled", "cosine", "location")
-
 
 class ScoreSweep(driver.PresetStudy):
   """One point per score function."""
@@ -51,11 +50,11 @@ class ScoreSweep(driver.PresetStudy):
   module = "experiments.sweep_scores"
 
   def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scores", default=",".join(DEFAULT_SCORES), help="comma-separated")
+    parser.add_argument("--scores", default="", help="comma-separated; default: all registered")
     parser.add_argument("--baseline", default="additive", help="the score tested against")
 
   def points(self, args: argparse.Namespace) -> list[Point]:
-    names = driver.names_flag(args.scores, scores.names(), "score")
+    names = driver.names_flag(args.scores or ",".join(scores.names()), scores.names(), "score")
     return [Point(name, {"model.score": name}) for name in names]
 
   def report(

@@ -10,8 +10,9 @@ folder) and `warm, other input` (`--other`: other sentences, other lengths; what
 folder is what the shape buckets did not cover). Each row gives the process's wall seconds
 (start-up, loading the run, compiling or loading programs, decoding, writing) and the
 compiled programs it added to the cache. Beside them, the decoding alone: the input's
-sentences per second decoded warm in one process (`decoding_study.decoding_speed`, the median
-of three passes). The outputs of the two passes over `--input` are compared byte for byte.
+sentences per second decoded warm in one process (`experiments.lib.decoding.decoding_speed`,
+the median of three passes). The outputs of the two passes over `--input` are compared byte for
+byte.
 
 Writes OUT/translate_timing.json (with the CPU, its instruction sets and the load) and
 OUT/translate_timing.md.
@@ -31,6 +32,7 @@ from typing import Any
 
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT
+from experiments.lib.pages.translate_timing import page
 
 
 def translate(config: str, run: Path, source: Path, output: Path, cache: Path) -> float:
@@ -49,7 +51,7 @@ def _cache_dir(run: Path) -> str:
 
 def decoding_only(run: Path, source: Path) -> float:
   """Sentences per second of the run's own decoding of `source`, warm, in this process."""
-  from experiments.decoding_study import decoding_speed
+  from experiments.lib.decoding import decoding_speed
 
   lines = source.read_text(encoding="utf-8").splitlines()
   return decoding_speed(run, {"own": {}}, lines=lines)["own"]
@@ -95,33 +97,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   record |= reports.provenance("translate_timing", argv, load_start)
   reports.publish(Path(args.out) / "translate_timing.json", record, page(record))
   return record
-
-
-def page(record: dict[str, Any]) -> str:
-  fmt = reports.fmt
-  cells = [
-    [r["name"], str(r["sentences"]), fmt(r["wall_s"], 1), str(r["programs_added"])]
-    for r in record["rows"]
-  ]
-  lines = [
-    "# How fast translation starts",
-    "",
-    f"{reports.made_by('translate_timing', record)} and {record['load_average']['end']} at the "
-    f"end; run `{record['run']}` with its own decoding settings, input `{record['input']}`, "
-    f"other input `{record['other']}`. Each row is a fresh `main.py --mode=translate` process "
-    "sharing one compilation cache folder, empty before the first.",
-    "",
-    *reports.table(["process", "sentences", "wall s", "programs compiled"], cells),
-    "",
-    f"Decoding alone, warm in one process: "
-    f"**{fmt(record['decoding_only_sentences_per_s'], 1)} sentences/s** over the input. "
-    f"Cold and warm outputs {'identical' if record['same_output_cold_and_warm'] else 'DIFFER'}.",
-    "",
-    "```bash",
-    record["command"],
-    "```",
-  ]
-  return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

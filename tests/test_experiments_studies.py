@@ -186,7 +186,7 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
 def test_translate_timing_compiles_once_and_then_loads_every_program(trained, tmp_path):
   """Cold, warm and warm on other sentences, each a fresh main.py process on one cache folder:
   the first compiles, the second compiles nothing and writes the same translations."""
-  from experiments.decoding_study import pairs
+  from experiments.lib.decoding import pairs
 
   sources = [ex.src for ex in pairs(trained, "test")]
   (tmp_path / "a.txt").write_text("".join(s + "\n" for s in sources[:16]))

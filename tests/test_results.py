@@ -17,6 +17,7 @@ from helpers import ROOT
 from experiments import convert_results, pages
 from experiments.lib import records, sweeps
 from experiments.lib import runs as runs_lib
+from experiments.lib.pages import conclusions, sections
 from experiments.lib.sweeps import Point, Sweep
 
 RESULTS = ROOT / "experiments" / "results"
@@ -183,12 +184,12 @@ def test_attentions_zero_share_is_a_column_where_a_point_has_one():
     }
 
   report = {"baseline": "softmax", "configurations": [row("softmax", None), row("sparse", 0.95)]}
-  lines = pages.results_table(report)
+  lines = sections.results_table(report)
   assert lines[2].startswith("| point | seeds | test BLEU | zero weights |")
   assert "| softmax | 1 | 50.00 ± 0.00 | - | - |" in lines
   assert "| sparse | 1 | 50.00 ± 0.00 | 0.950 ± 0.000 | - |" in lines
   report["configurations"] = [row("softmax", 0.0), row("dot", 0.0)]
-  assert "zero weights" not in pages.results_table(report)[2]
+  assert "zero weights" not in sections.results_table(report)[2]
 
 
 def _tested(difference, p):
@@ -215,7 +216,7 @@ def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tes
     name: [{"seed": 0, "results": {"test": {"bleu": bleu}}}]
     for name, bleu in (("plain", 50.0), ("guided", 50.5))
   }
-  lines = pages.significance(report, recs)
+  lines = sections.significance(report, recs)
   assert (
     "| point | difference vs plain | 95% interval | p | by seed | chrF difference (p) | "
     "twin peaks difference (p) |" in lines
@@ -226,7 +227,7 @@ def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tes
   del report["significance"]["per_configuration_twin_peaks"]  # An older report: BLEU, chrF.
   assert (
     "| guided | +0.50 | -0.50 to +1.50 | 0.200 | +0.50 | +0.25 (0.300) |"
-    in pages.significance(report, recs)
+    in sections.significance(report, recs)
   )
 
 
@@ -256,7 +257,7 @@ def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseli
   }
   bleu = {"paper+softmax": 50.0, "paper+sparse": 51.0, "luong+softmax": 46.0, "luong+sparse": 48.0}
   recs = {n: [{"seed": 0, "results": {"test": {"bleu": b}}}] for n, b in bleu.items()}
-  lines = pages.significance(report, recs)
+  lines = sections.significance(report, recs)
   assert "| luong+sparse | -2.00 | -3.00 to -1.00 | 0.001 | -2.00 |" in lines
   assert (
     "| point | against | difference | 95% interval | p | by seed | chrF difference (p) |" in lines
@@ -265,7 +266,7 @@ def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseli
     "| luong+sparse | luong+softmax | +2.00 | +1.00 to +3.00 | 0.002 | +2.00 | +1.50 (0.004) |"
     in lines
   )
-  said = pages.sweep_conclusion(report, recs)
+  said = conclusions.sweep_conclusion(report, recs)
   assert (
     "Within its `model.decoder`: `luong+sparse` against `luong+softmax`: +2.00 test BLEU (95% "
     "interval +1.00 to +3.00), p 0.002: ahead." in said
@@ -480,3 +481,12 @@ def test_a_path_beside_the_checkout_is_recorded_relative_to_it(tmp_path, monkeyp
     "run": "../keep/run",
     "elsewhere": [f"{tmp_path}/scratch/z", "/usr/bin/python3", f"/data{work}/keep"],
   }
+
+
+def test_every_study_folder_has_its_page_entry_in_a_study_module():
+  """A committed study is titled and described by the module of its script
+  (`experiments/lib/pages/catalogue.py` gathers them), not by its folder's name."""
+  from experiments.lib.pages import catalogue
+
+  missing = [s.name for s in records.studies(RESULTS) if s.name not in catalogue.STUDIES]
+  assert not missing, missing

@@ -214,3 +214,31 @@ def test_additive_training_keeps_no_tanh_per_step(tiny_config):
   text = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
   assert f"f32[{B},{S},4]" in text  # One step's tanh is there: the check below is not vacuous.
   assert f"f32[{T},{B},{S},4]" not in text
+
+
+def _matmul_flops(jaxpr) -> float:
+  """FLOPs (2 per multiply-add) of every dot_general in a jaxpr and the jaxprs inside it."""
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      (contract, _), _ = eqn.params["dimension_numbers"]
+      depth = np.prod([eqn.invars[0].aval.shape[d] for d in contract])
+      total += 2.0 * np.prod(eqn.outvars[0].aval.shape) * depth
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      total += _matmul_flops(sub)
+  return total
+
+
+@pytest.mark.parametrize("name", scores.names())
+def test_matmul_flops_count_what_the_score_computes(tiny_config, name):
+  """Each registered score's `matmul_flops` against the matmuls traced in its `keys` (for S
+  annotations) and in one query's scores, so the benchmark's FLOP count holds for every score."""
+  cfg = _cfg(tiny_config)
+  spec = scores.spec(_spec(name))
+  score = scores.make_score(spec, D, H, cfg, rngs=nnx.Rngs(0))
+  h, q = jnp.ones((S, H)), jnp.ones((D,))
+  per_key, per_query = type(score).matmul_flops(spec.settings, D, H, cfg.attn_dim, S)
+  keys = jax.make_jaxpr(score.keys)(h)
+  query = jax.make_jaxpr(score)(q, score.keys(h), h)
+  assert _matmul_flops(keys.jaxpr) == S * per_key
+  assert _matmul_flops(query.jaxpr) == per_query

@@ -59,6 +59,15 @@ class Score(nnx.Module):
     """The most source positions (EOS included) it can score; None: no limit."""
     return None
 
+  @classmethod
+  def matmul_flops(
+    cls, settings: Any, query_dim: int, key_dim: int, attn_dim: int, slots: float
+  ) -> tuple[float, float]:
+    """(one key, one query): matmul FLOPs (2 per multiply-add) of `keys` for one annotation
+    `key_dim` wide, and of scoring one query against `slots` keys. The default suits keys that
+    are the annotations and one product with each; a score doing other matmuls overrides it."""
+    return 0.0, slots * 2 * key_dim
+
   def keys(self, annotations_BSH: jax.Array) -> jax.Array:
     return annotations_BSH
 
@@ -88,6 +97,10 @@ class Additive(Score):
     self.w_a = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
     self.u_a = layers.dense(annot_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")
     self.v_a = layers.dense(cfg.attn_dim, 1, cfg, rngs=rngs, role="zeros")
+
+  @classmethod
+  def matmul_flops(cls, settings, query_dim, key_dim, attn_dim, slots):
+    return 2 * key_dim * attn_dim, 2 * query_dim * attn_dim + slots * 2 * attn_dim
 
   def keys(self, annotations_BSH):
     return self.u_a(annotations_BSH)
@@ -131,6 +144,10 @@ class General(Score):
   def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     self.w = layers.dense(annot_dim, query_dim, cfg, rngs=rngs, role="attention")
     self.dtype = layers.compute_dtype(cfg)
+
+  @classmethod
+  def matmul_flops(cls, settings, query_dim, key_dim, attn_dim, slots):
+    return 2 * key_dim * query_dim, slots * 2 * query_dim
 
   def keys(self, annotations_BSH):
     return self.w(annotations_BSH)
@@ -193,6 +210,10 @@ class Location(Score):
   @classmethod
   def source_limit(cls, settings):
     return settings.max_len
+
+  @classmethod
+  def matmul_flops(cls, settings, query_dim, key_dim, attn_dim, slots):
+    return 0.0, 2 * query_dim * settings.max_len
 
   def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     self.max_len = settings.max_len
