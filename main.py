@@ -1,5 +1,5 @@
-"""Entry point: train, evaluate or translate with a config from `configs/`, serve a trained run
-over HTTP (`seq2seq.serve`), or write a run's explorer again.
+"""Entry point: train, evaluate, translate or score with a config from `configs/`, or write a
+run's explorer again. The HTTP service has a command of its own: python -m seq2seq.serve.
 
   python main.py --config=configs/demo.py --workdir=runs/demo
   python main.py --config=configs/rnnsearch.py:maxlen=30 --workdir=runs/rs30 \
@@ -10,13 +10,11 @@ over HTTP (`seq2seq.serve`), or write a run's explorer again.
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=score --input=src.txt \
       --reference=tgt.txt --output=scores.jsonl
   python main.py --mode=report --workdir=runs/demo [--compare=runs/other]
-  python main.py --mode=serve --workdir=runs/demo [--port=8000]
 
 Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
 the same workdir resumes the run. Library logs go to WORKDIR/log.txt (--verbosity=0 shows them).
 """
 
-import os
 import sys
 
 import jax
@@ -81,32 +79,6 @@ flags.DEFINE_enum(
   "(SLURM, Open MPI, Cloud TPU, Kubernetes JobSet): run one process per host or task, no ranks "
   "to set; or set the three flags below by hand.",
 )
-flags.DEFINE_string("host", "127.0.0.1", "serve: the address to bind (beyond loopback: a token).")
-flags.DEFINE_integer("port", 8000, "serve: the port.")
-flags.DEFINE_string(
-  "serve_token",
-  os.environ.get("SEQ2SEQ_SERVE_TOKEN", ""),
-  "serve: the token every request must carry (Authorization: Bearer TOKEN); default: the "
-  "SEQ2SEQ_SERVE_TOKEN environment variable.",
-)
-flags.DEFINE_integer("serve_max_batch", 64, "serve: the most sentences decoded together.")
-flags.DEFINE_list(
-  "serve_batch_sizes",
-  ["1", "4", "8", "16", "32", "64"],
-  "serve: the batch shapes compiled; a gathered batch is padded to the first that holds it, so "
-  "the largest must hold --serve_max_batch.",
-)
-flags.register_validator(
-  "serve_batch_sizes",
-  lambda sizes: all(b.isdigit() and int(b) > 0 for b in sizes),
-  message="--serve_batch_sizes: positive whole numbers, comma-separated (e.g. 1,4,16,64)",
-)
-flags.DEFINE_float("serve_wait_ms", 5.0, "serve: how long a request waits for batch-mates.")
-flags.DEFINE_integer("serve_max_sentences", 64, "serve: sentences per request, at most.")
-flags.DEFINE_integer("serve_max_words", 100, "serve: words per sentence, at most.")
-flags.DEFINE_integer("serve_max_request_bytes", 1_000_000, "serve: request body bytes, at most.")
-flags.DEFINE_float("serve_timeout_s", 60.0, "serve: seconds to answer a request, else 504.")
-flags.DEFINE_bool("serve_warm_up", True, "serve: compile the batch shapes before serving.")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: address:port of process 0.")
 flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host: index of this process.")
@@ -140,24 +112,8 @@ def main(argv):
       as_json=FLAGS.json,
       verbose=FLAGS["verbosity"].present and FLAGS.verbosity >= 0,
       compilation_cache=FLAGS.compilation_cache,
-      serve_options=_serve_options(),
     )
   )
-
-
-def _serve_options() -> dict:
-  """The serve flags as `seq2seq.serve.ServeSettings` fields."""
-  limits = ("max_sentences", "max_words", "max_request_bytes", "timeout_s")
-  return {
-    "host": FLAGS.host,
-    "port": FLAGS.port,
-    "token": FLAGS.serve_token,
-    "max_batch": FLAGS.serve_max_batch,
-    "batch_sizes": tuple(int(b) for b in FLAGS.serve_batch_sizes),
-    "wait_ms": FLAGS.serve_wait_ms,
-    "warm_up": FLAGS.serve_warm_up,
-    "limits": {name: FLAGS[f"serve_{name}"].value for name in limits},
-  }
 
 
 if __name__ == "__main__":

@@ -241,8 +241,8 @@ ABOUT: dict[str, tuple[str, str]] = {
   ),
   "serve_bench": (
     "The translation service under load",
-    "`main.py --mode=serve` answering 1, 8 and 64 concurrent clients against offline batch "
-    "decoding of the same sentences, and under faults.",
+    "The service (`seq2seq.serve`) answering 1, 8 and 64 concurrent clients against offline "
+    "batch decoding of the same sentences, and under faults.",
   ),
   "explorer_timing": (
     "Explorer load time",

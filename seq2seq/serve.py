@@ -1,7 +1,7 @@
 """A trained run as a local HTTP service: translate and score over JSON, with concurrent requests
 gathered into batches.
 
-    python main.py --mode=serve --workdir=runs/demo [--port=8000]
+    python -m seq2seq.serve --workdir=runs/demo [--port=8000]    # or: seq2seq-serve ...
     curl -s localhost:8000/translate -d '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
 
 or from Python, `seq2seq.serve.serve(seq2seq.load("runs/demo"), ServeSettings(port=8000))`.
@@ -34,6 +34,7 @@ flight are answered, then the process exits (uvicorn's graceful shutdown).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import concurrent.futures
@@ -41,10 +42,13 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 import fastapi
@@ -54,7 +58,7 @@ import uvicorn
 from absl import logging
 from fastapi import responses
 
-from seq2seq import explorer, translate
+from seq2seq import checkpoints, cli, explorer, translate
 from seq2seq.common import console
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import inference
@@ -105,14 +109,14 @@ class ServeSettings:
       raise ValueError(
         f"serve max_batch ({self.max_batch}) is past the largest of batch_sizes "
         f"({max(self.batch_sizes)}): add a size of at least {self.max_batch} to "
-        "--serve_batch_sizes, or lower --serve_max_batch"
+        "--batch_sizes, or lower --max_batch"
       )
     if self.wait_ms < 0:
       raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
     if not is_loopback(self.host) and not self.token:
       raise ValueError(
         f"--host={self.host} is reachable from other machines: give a token as well "
-        "(--serve_token, or the SEQ2SEQ_SERVE_TOKEN environment variable)"
+        "(--token, or the SEQ2SEQ_SERVE_TOKEN environment variable)"
       )
 
 
@@ -650,3 +654,137 @@ def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()
     logging.info("served batches of sizes: %s", collections.Counter(service.batcher.batches))
   if stopped_by:
     console.say(f"stopped by {signal.Signals(stopped_by[0]).name}: every request answered")
+
+
+# The command line: python -m seq2seq.serve (the console script seq2seq-serve).
+def serve_workdir(
+  workdir: str | Path,
+  cfg: ServeSettings = ServeSettings(),
+  verbose: bool = False,
+  compilation_cache: str | None = "workdir",
+) -> int:
+  """Serves the run in `workdir` with its saved config, logging to WORKDIR/log.txt as main.py's
+  modes do (`cli.logged`); returns the exit status, 1 after a one-line error."""
+  workdir = Path(workdir)
+  try:
+    config = checkpoints.load_config(workdir)
+  except (ValueError, OSError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  run_settings = cli.validated(config)
+  if run_settings is None:
+    return 1
+  job = lambda: serve(translate.Translator(run_settings, workdir), cfg)
+  return cli.logged("serve", config, workdir, job, verbose, compilation_cache)
+
+
+def _parser() -> argparse.ArgumentParser:
+  d, limits = ServeSettings(), Limits()
+  parser = argparse.ArgumentParser(
+    prog="python -m seq2seq.serve",
+    description="Serves a trained run over HTTP until SIGTERM or Ctrl-C: translate, score and the "
+    "beam view as JSON, the live explorer at /explorer (docs/howto/serve.md).",
+  )
+  add = parser.add_argument
+  add("--workdir", required=True, help="the trained run to serve (its saved config)")
+  add(
+    "--host",
+    default=d.host,
+    help="the address to bind (%(default)s; beyond loopback, only with a token)",
+  )
+  add("--port", type=int, default=d.port, help="the port (%(default)s)")
+  add(
+    "--token",
+    default=os.environ.get("SEQ2SEQ_SERVE_TOKEN", ""),
+    help="the token every request but /health must carry (Authorization: Bearer TOKEN); "
+    "default: the SEQ2SEQ_SERVE_TOKEN environment variable",
+  )
+  add(
+    "--max_batch",
+    type=int,
+    default=d.max_batch,
+    help="the most sentences decoded together (%(default)s)",
+  )
+  add(
+    "--batch_sizes",
+    type=_sizes,
+    default=d.batch_sizes,
+    help="the batch shapes compiled, comma-separated; a gathered batch is padded to the first "
+    "that holds it, so the largest must hold --max_batch (default: 1,4,8,16,32,64)",
+  )
+  add(
+    "--wait_ms",
+    type=float,
+    default=d.wait_ms,
+    help="how long a request waits for batch-mates (%(default)s)",
+  )
+  add(
+    "--max_sentences",
+    type=int,
+    default=limits.max_sentences,
+    help="sentences per request, at most (%(default)s)",
+  )
+  add(
+    "--max_words",
+    type=int,
+    default=limits.max_words,
+    help="words per sentence, at most (%(default)s)",
+  )
+  add(
+    "--max_request_bytes",
+    type=int,
+    default=limits.max_request_bytes,
+    help="request body bytes, at most (%(default)s)",
+  )
+  add(
+    "--timeout_s",
+    type=float,
+    default=limits.timeout_s,
+    help="seconds to answer a request, else 504 (%(default)s)",
+  )
+  add(
+    "--no_warm_up",
+    dest="warm_up",
+    action="store_false",
+    help="answer at once; each batch shape compiles on its first request",
+  )
+  add(
+    "--compilation_cache",
+    default="workdir",
+    help="where compiled programs are kept for the next start: 'workdir' (WORKDIR/jax_cache), a "
+    "folder, or 'none'",
+  )
+  add(
+    "--verbose",
+    action="store_true",
+    help="library logs on the terminal as well as in WORKDIR/log.txt",
+  )
+  return parser
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+  sizes = text.split(",")
+  if not all(b.strip().isdigit() and int(b) > 0 for b in sizes):
+    raise argparse.ArgumentTypeError("positive whole numbers, comma-separated (e.g. 1,4,16,64)")
+  return tuple(int(b) for b in sizes)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """`python -m seq2seq.serve --workdir=RUN [...]`: serves until SIGTERM or Ctrl-C."""
+  args = _parser().parse_args(argv)
+  limits = ("max_sentences", "max_words", "max_request_bytes", "timeout_s")
+  fields = ("host", "port", "token", "max_batch", "batch_sizes", "wait_ms", "warm_up")
+  try:
+    cfg = ServeSettings(
+      **{f: getattr(args, f) for f in fields},
+      limits=Limits(**{f: getattr(args, f) for f in limits}),
+    )
+  except ValueError as e:  # Before the run is read.
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  logging.use_absl_handler()  # As absl's app.run: log records reach the terminal through it.
+  sys.exit(serve_workdir(args.workdir, cfg, args.verbose, args.compilation_cache))
+
+
+if __name__ == "__main__":
+  main()

@@ -64,6 +64,7 @@ CLI_MODULES = (
   (
     "Library tools",
     [
+      "seq2seq.serve",
       "seq2seq.average",
       "seq2seq.build_lexicon",
       "seq2seq.build_alignments",
