@@ -2,7 +2,8 @@
 
 `run` routes the logs to WORKDIR/log.txt (`console.logged_to`), runs the mode, turns a user's
 mistake into one `error: ...` line and exit status 1, and ends train and eval with the results
-table and where to look (or, with `as_json`, the results as JSON on standard output).
+table and where to look (or, with `as_json`, the results as JSON on standard output). `logged` is
+that console around any job: the service's command (`seq2seq.serve`) runs through it too.
 
 Exit statuses: 0 done; 1 a mistake or a failure, reported in one `error:` line (its traceback in
 WORKDIR/log.txt, and on the terminal with --verbosity); `PREEMPTED` (75,
