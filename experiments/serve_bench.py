@@ -9,7 +9,7 @@ Greedy decoding throughout (`beam_size: 1` in every request). In order:
 
 1. offline: `translate_lines` over the first `--requests` sentences in batches of 64, in this
    process, once to compile and once timed (sentences per second);
-2. the server, started as a user starts it (`main.py --mode=serve`, warm-up on) on a free
+2. the server, started as a user starts it (`python -m seq2seq.serve`, warm-up on) on a free
    loopback port; for each client count C, C concurrent clients send one sentence per request
    until `--requests` are answered: sentences per second, p50/p99 latency, the ratio to offline,
    and whether every answer equals its offline translation;
@@ -97,12 +97,12 @@ def rss_mib(pid: int) -> float:
 
 
 class Server:
-  """`main.py --mode=serve` on `run` as a child process on a free loopback port."""
+  """`python -m seq2seq.serve` on `run` as a child process on a free loopback port."""
 
   def __init__(self, run: Path, extra: Sequence[str] = ()):
     self.port = free_port()
     self.url = f"http://127.0.0.1:{self.port}"
-    cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={run}", f"--port={self.port}"]
+    cmd = [sys.executable, "-m", "seq2seq.serve", f"--workdir={run}", f"--port={self.port}"]
     self.proc = subprocess.Popen([*cmd, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     self.started_s = self._wait_healthy(timeout_s=900)
 
@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "command": shlex.join(["python", "-m", "experiments.serve_bench", *(argv or sys.argv[1:])]),
   }
   record["offline"], expected = offline(args.run, sentences)
-  server = Server(args.run, [f"--serve_max_words={args.max_words}"])
+  server = Server(args.run, [f"--max_words={args.max_words}"])
   record["server_start_s"] = server.started_s
   try:
     record["step"] = httpx.get(f"{server.url}/info", timeout=10).json()["step"]

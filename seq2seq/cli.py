@@ -2,7 +2,8 @@
 
 `run` routes the logs to WORKDIR/log.txt (`console.logged_to`), runs the mode, turns a user's
 mistake into one `error: ...` line and exit status 1, and ends train and eval with the results
-table and where to look (or, with `as_json`, the results as JSON on standard output).
+table and where to look (or, with `as_json`, the results as JSON on standard output). `logged` is
+that console around any job: the service's command (`seq2seq.serve`) runs through it too.
 
 Exit statuses: 0 done; 1 a mistake or a failure, reported in one `error:` line (its traceback in
 WORKDIR/log.txt, and on the terminal with --verbosity); `PREEMPTED` (75,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -25,7 +27,7 @@ from absl import logging
 from seq2seq import explorer
 from seq2seq.common import console
 
-MODES = ("train", "eval", "translate", "score", "report", "serve")
+MODES = ("train", "eval", "translate", "score", "report")
 PREEMPTED = 75  # Exit status of a training stopped by a signal after saving (see above).
 
 # Errors that describe a user's mistake: reported as one line, exit status 1.
@@ -52,12 +54,9 @@ def run(
   as_json: bool = False,
   verbose: bool = False,
   compilation_cache: str | None = None,
-  serve_options: dict[str, Any] | None = None,
 ) -> int:
-  """Runs `mode` ("train", "eval", "translate", "score", "report" or "serve") on `workdir`;
-  returns the exit status (0, or 1 after a one-line error). `config` may be None for "report",
-  and for "serve", which then reads the run's saved config. `serve_options`: the fields of
-  `seq2seq.serve.ServeSettings` ("limits" a dict of `Limits` fields).
+  """Runs `mode` ("train", "eval", "translate", "score" or "report") on `workdir`; returns the
+  exit status (0, or 1 after a one-line error). `config` may be None for "report".
 
   `compilation_cache`: where JAX keeps the compiled programs for the next process
   (`runtime.enable_compilation_cache`): "workdir" for WORKDIR/jax_cache, unless this process
@@ -65,12 +64,7 @@ def run(
   if mode not in MODES:
     raise ValueError(f"mode {mode!r} is not one of {MODES}")
   workdir = Path(workdir)
-  problem = serving = None
-  if mode == "serve":  # Without --config, the run's own config: before the checks below.
-    config, serving, problem = _serve_setup(config, workdir, serve_options or {})
-  problem = problem or _usage_problem(
-    mode, config, workdir, reference_path, prefixes_path or constraints_path
-  )
+  problem = _usage_problem(mode, config, workdir, reference_path, prefixes_path or constraints_path)
   if problem:
     print(f"error: {problem}", file=sys.stderr)
     return 1
@@ -78,7 +72,7 @@ def run(
     return _guarded(lambda: _report(workdir, compare))
   links = {"links_path": links_path, "links_threshold": links_threshold}
   # Validated once, before the workdir (or its log) is touched; every mode reads the result.
-  run_settings = _validated(config)
+  run_settings = validated(config)
   if run_settings is None:
     return 1
   if mode == "translate":
@@ -86,14 +80,26 @@ def run(
     job = lambda: _translate(
       run_settings, workdir, input_path, output_path, alignments_path, nbest, links | guides
     )
-  elif mode == "serve":
-    job = lambda: _serve(run_settings, workdir, serving)
   elif mode == "score":
     job = lambda: _score(
       run_settings, workdir, input_path, reference_path, output_path, alignments_path, links
     )
   else:
     job = lambda: _train_or_eval(mode, run_settings, workdir, as_json)
+  return logged(mode, config, workdir, job, verbose, compilation_cache)
+
+
+def logged(
+  name: str,
+  config: ml_collections.ConfigDict,
+  workdir: Path,
+  job,
+  verbose: bool = False,
+  compilation_cache: str | None = "workdir",
+) -> int:
+  """Runs `job` (named `name`) with its logs in WORKDIR/log.txt and the compilation cache on;
+  returns its exit status, 1 after a one-line error (`seq2seq.serve`'s command runs through it
+  too)."""
 
   def logged_job():  # An unusable workdir (a file, no permission) fails here: one error line.
     with console.logged_to(workdir, verbose) as log_path:
@@ -101,11 +107,11 @@ def run(
       logging.info("config:\n%s", config)
       if not verbose:
         console.hide_library_progress()
-      console.say(f"{mode}: {workdir}  (log: {log_path})")
+      console.say(f"{name}: {workdir}  (log: {log_path})")
       try:
         return job()
       except Exception:
-        console.log_only(f"{mode} failed", exc_info=True)  # The traceback, in the log file.
+        console.log_only(f"{name} failed", exc_info=True)  # The traceback, in the log file.
         raise
 
   return _guarded(logged_job, verbose)
@@ -139,6 +145,9 @@ def parse_flags(argv: list[str]) -> list[str]:
   config library's chained traceback."""
   from absl import flags
 
+  if moved := serve_command(argv):
+    print(f"error: the service has a command of its own: {moved}", file=sys.stderr)
+    sys.exit(1)
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
@@ -158,6 +167,20 @@ def parse_flags(argv: list[str]) -> list[str]:
   sys.exit(1)
 
 
+def serve_command(argv: list[str]) -> str | None:
+  """For `main.py --mode=serve ...` (how the service was started before it had its own command),
+  the command that does the same now: its flags lost the `serve_` prefix; else None."""
+  args = list(argv[1:])
+  if "--mode=serve" in args:
+    args.remove("--mode=serve")
+  elif any(a == "--mode" and b == "serve" for a, b in zip(args, args[1:], strict=False)):
+    del args[args.index("--mode") : args.index("--mode") + 2]
+  else:
+    return None
+  args = [re.sub(r"^--(no)?serve_", lambda m: "--no_" if m[1] else "--", a) for a in args]
+  return shlex.join(["python", "-m", "seq2seq.serve", *args])
+
+
 def _guarded(job, verbose: bool = False) -> int:
   """Runs `job`; any exception ends in one `error:` line (a user's mistake as its message,
   anything else with its type too) and exit status 1, its traceback on the terminal only with
@@ -170,7 +193,7 @@ def _guarded(job, verbose: bool = False) -> int:
   return status or 0
 
 
-def _validated(config):
+def validated(config):
   """`settings.validate(config)`, or None once its error line is printed."""
   from seq2seq import settings
 
@@ -253,27 +276,6 @@ def _score(
   )
   logging.info("scored: %s", counts)
   console.say(f"scored: {counts}")
-
-
-def _serve_setup(config, workdir: Path, options: dict[str, Any]):
-  """(the config to serve with: `config`, else the run's saved one; the `ServeSettings`; the
-  problem that stops serving, or None)."""
-  from seq2seq import checkpoints, serve
-
-  try:
-    limits = serve.Limits(**options.get("limits", {}))
-    serving = serve.ServeSettings(**{**options, "limits": limits})
-    if config is None:
-      config = checkpoints.load_config(workdir)
-  except (ValueError, TypeError, OSError) as e:
-    return config, None, str(e)
-  return config, serving, None
-
-
-def _serve(run_settings, workdir: Path, serving) -> None:
-  from seq2seq import serve, translate
-
-  serve.serve(translate.Translator(run_settings, workdir), serving)
 
 
 def _report(workdir: Path, compare: str | None) -> None:

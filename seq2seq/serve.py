@@ -1,7 +1,7 @@
 """A trained run as a local HTTP service: translate and score over JSON, with concurrent requests
 gathered into batches.
 
-    python main.py --mode=serve --workdir=runs/demo [--port=8000]
+    python -m seq2seq.serve --workdir=runs/demo [--port=8000]    # or: seq2seq-serve ...
     curl -s localhost:8000/translate -d '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
 
 or from Python, `seq2seq.serve.serve(seq2seq.load("runs/demo"), ServeSettings(port=8000))`.
@@ -34,6 +34,7 @@ flight are answered, then the process exits (uvicorn's graceful shutdown).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import concurrent.futures
@@ -41,10 +42,13 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 import fastapi
@@ -54,7 +58,7 @@ import uvicorn
 from absl import logging
 from fastapi import responses
 
-from seq2seq import explorer, translate
+from seq2seq import checkpoints, cli, explorer, translate
 from seq2seq.common import console
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import inference
@@ -105,14 +109,14 @@ class ServeSettings:
       raise ValueError(
         f"serve max_batch ({self.max_batch}) is past the largest of batch_sizes "
         f"({max(self.batch_sizes)}): add a size of at least {self.max_batch} to "
-        "--serve_batch_sizes, or lower --serve_max_batch"
+        "--batch_sizes, or lower --max_batch"
       )
     if self.wait_ms < 0:
       raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
     if not is_loopback(self.host) and not self.token:
       raise ValueError(
         f"--host={self.host} is reachable from other machines: give a token as well "
-        "(--serve_token, or the SEQ2SEQ_SERVE_TOKEN environment variable)"
+        "(--token, or the SEQ2SEQ_SERVE_TOKEN environment variable)"
       )
 
 
@@ -475,112 +479,130 @@ def _field_of(message: str, options: dict[str, Any], default: str) -> str:
   return default
 
 
-# The HTTP application.
+# The HTTP application: the routes' parts, then `create_app`, which wires them.
+UNAUTHORISED = "missing or wrong token (Authorization: Bearer TOKEN)"
+SHUTTING_DOWN = "the server is shutting down"
+
+
+def error_response(e: RequestError) -> responses.JSONResponse:
+  return responses.JSONResponse(e.body(), status_code=e.status)
+
+
+def authorised(request: fastapi.Request, token: str) -> bool:
+  """Whether `request` carries `token` (`Authorization: Bearer TOKEN`); any does without one."""
+  if not token:
+    return True
+  given = request.headers.get("authorization", "")
+  return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+async def read_body(request: fastapi.Request, model: type[RequestModel], max_bytes: int):
+  """The request body as `model`, read up to `max_bytes`; else a `RequestError` (413 past the
+  size, 400 for what is not a JSON object, 422 naming the field `model` refuses)."""
+  declared = request.headers.get("content-length")
+  if declared and declared.isdigit() and int(declared) > max_bytes:
+    raise RequestError(413, f"the body is over {max_bytes} bytes")
+  raw = bytearray()
+  async for chunk in request.stream():
+    raw += chunk
+    if len(raw) > max_bytes:
+      raise RequestError(413, f"the body is over {max_bytes} bytes")
+  try:
+    data = json.loads(bytes(raw))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise RequestError(400, f"the body is not JSON: {e}") from None
+  if not isinstance(data, dict):
+    raise RequestError(400, "the body must be a JSON object")
+  try:
+    return model.model_validate(data)
+  except pydantic.ValidationError as e:
+    first = e.errors()[0]
+    raise RequestError(422, first["msg"], field_name(first["loc"])) from None
+
+
+async def answered(service: Service, key: Hashable, items: list[Any]) -> list[Any]:
+  """The batcher's results for `items`, awaited at most `Limits.timeout_s` (504 past it); 503
+  once the service is closing, 422 for what the run cannot decode (a prefix too long, ...)."""
+  if service.closing:
+    raise RequestError(503, SHUTTING_DOWN)
+  try:
+    future = service.batcher.submit(key, items)
+  except RuntimeError:
+    raise RequestError(503, SHUTTING_DOWN) from None
+  timeout_s = service.cfg.limits.timeout_s
+  try:
+    return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+  except TimeoutError:
+    future.cancel()
+    raise RequestError(504, f"not answered within {timeout_s} s") from None
+  except ValueError as e:
+    raise RequestError(422, str(e)) from None
+
+
+async def handled(service: Service, request: fastapi.Request, model, check, answer):
+  """A POST's path: the token, the body, `check(req) -> (key, items)`, the batcher, then
+  `answer(req, found)`; a refusal on the way as its JSON error."""
+  if not authorised(request, service.cfg.token):
+    return error_response(RequestError(401, UNAUTHORISED))
+  try:
+    req = await read_body(request, model, service.cfg.limits.max_request_bytes)
+    found = await answered(service, *check(req))
+  except RequestError as e:
+    return error_response(e)
+  return answer(req, found)
+
+
+def openapi_body(model: type[RequestModel]) -> dict[str, Any]:
+  """The OpenAPI `requestBody` of a route that reads its body itself (`read_body`)."""
+  content = {"application/json": {"schema": model.model_json_schema()}}
+  return {"requestBody": {"required": True, "content": content}}
+
+
+def explorer_response(service: Service, request: fastapi.Request, split: str | None):
+  """The live explorer page; with a token, only for `?token=TOKEN` (the page sends it on)."""
+  token = service.cfg.token
+  given = request.query_params.get("token", "")
+  if token and not hmac.compare_digest(given.encode(), token.encode()):
+    return error_response(
+      RequestError(401, "missing or wrong token (/explorer?token=TOKEN)", "token")
+    )
+  try:
+    return responses.HTMLResponse(service.explorer_page(split))
+  except FileNotFoundError as e:
+    return error_response(RequestError(404, str(e), "split"))
+
+
 def create_app(service: Service):
   """The FastAPI application of `service`."""
-  unauthorised = RequestError(401, "missing or wrong token (Authorization: Bearer TOKEN)")
   app = fastapi.FastAPI(
     title="seq2seq-attention",
     description="Translate and score with a trained run (seq2seq.serve).",
     docs_url="/docs",
   )
-  cfg = service.cfg
 
-  def error(e: RequestError) -> responses.JSONResponse:
-    return responses.JSONResponse(e.body(), status_code=e.status)
-
-  def authorised(request: fastapi.Request) -> bool:
-    if not cfg.token:
-      return True
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {cfg.token}".encode())
-
-  async def body_of(request: fastapi.Request, model: type[RequestModel]):
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > cfg.limits.max_request_bytes:
-      raise RequestError(413, f"the body is over {cfg.limits.max_request_bytes} bytes")
-    raw = bytearray()
-    async for chunk in request.stream():
-      raw += chunk
-      if len(raw) > cfg.limits.max_request_bytes:
-        raise RequestError(413, f"the body is over {cfg.limits.max_request_bytes} bytes")
-    try:
-      data = json.loads(bytes(raw))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-      raise RequestError(400, f"the body is not JSON: {e}") from None
-    if not isinstance(data, dict):
-      raise RequestError(400, "the body must be a JSON object")
-    try:
-      return model.model_validate(data)
-    except pydantic.ValidationError as e:
-      first = e.errors()[0]
-      raise RequestError(422, first["msg"], field_name(first["loc"])) from None
-
-  async def answered(key, items):
-    if service.closing:
-      raise RequestError(503, "the server is shutting down")
-    try:
-      future = service.batcher.submit(key, items)
-    except RuntimeError:
-      raise RequestError(503, "the server is shutting down") from None
-    try:
-      return await asyncio.wait_for(asyncio.wrap_future(future), cfg.limits.timeout_s)
-    except TimeoutError:
-      future.cancel()
-      raise RequestError(504, f"not answered within {cfg.limits.timeout_s} s") from None
-    except ValueError as e:  # A request the run cannot decode (a prefix too long, ...).
-      raise RequestError(422, str(e)) from None
-
-  def schema(model: type[RequestModel]) -> dict[str, Any]:
-    return {
-      "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": model.model_json_schema()}},
-      }
-    }
-
-  async def handled(request: fastapi.Request, model, check, answer):
-    """A POST's path: the token, the body, the checks, the batcher, then `answer(req, found)`."""
-    if not authorised(request):
-      return error(unauthorised)
-    try:
-      req = await body_of(request, model)
-      found = await answered(*check(req))
-    except RequestError as e:
-      return error(e)
-    return answer(req, found)
-
-  @app.post("/translate", openapi_extra=schema(TranslateRequest))
+  @app.post("/translate", openapi_extra=openapi_body(TranslateRequest))
   async def translate_endpoint(request: fastapi.Request):
     def answer(req, found):
       pairs = zip(req.sentences, found, strict=True)
       return {"translations": [[service.hypothesis(h, s, req) for h in hyps] for s, hyps in pairs]}
 
-    return await handled(request, TranslateRequest, service.check_translate, answer)
+    return await handled(service, request, TranslateRequest, service.check_translate, answer)
 
-  @app.post("/score", openapi_extra=schema(ScoreRequest))
+  @app.post("/score", openapi_extra=openapi_body(ScoreRequest))
   async def score_endpoint(request: fastapi.Request):
     def answer(req, found):
       return {"scores": [translate.score_record(i, s) for i, s in enumerate(found)]}
 
-    return await handled(request, ScoreRequest, service.check_score, answer)
+    return await handled(service, request, ScoreRequest, service.check_score, answer)
 
-  @app.post("/beam", openapi_extra=schema(BeamRequest))
+  @app.post("/beam", openapi_extra=openapi_body(BeamRequest))
   async def beam_endpoint(request: fastapi.Request):
-    return await handled(
-      request, BeamRequest, service.check_beam, lambda req, found: {"beam": found[0]}
-    )
+    answer = lambda req, found: {"beam": found[0]}
+    return await handled(service, request, BeamRequest, service.check_beam, answer)
 
   @app.get("/explorer", response_class=responses.HTMLResponse)
   async def explorer_page(request: fastapi.Request, split: str | None = None):
-    if not cfg.token or hmac.compare_digest(
-      request.query_params.get("token", "").encode(), cfg.token.encode()
-    ):
-      try:
-        return responses.HTMLResponse(service.explorer_page(split))
-      except FileNotFoundError as e:
-        return error(RequestError(404, str(e), "split"))
-    return error(RequestError(401, "missing or wrong token (/explorer?token=TOKEN)", "token"))
+    return explorer_response(service, request, split)
 
   @app.get("/", include_in_schema=False)
   async def home(request: fastapi.Request):
@@ -589,19 +611,19 @@ def create_app(service: Service):
   @app.get("/health")
   async def health():
     if service.closing:
-      return error(RequestError(503, "the server is shutting down"))
+      return error_response(RequestError(503, SHUTTING_DOWN))
     return {"status": "ok"}
 
   @app.get("/info")
   async def info(request: fastapi.Request):
-    if not authorised(request):
-      return error(unauthorised)
+    if not authorised(request, service.cfg.token):
+      return error_response(RequestError(401, UNAUTHORISED))
     return service.info()
 
   @app.exception_handler(fastapi.exceptions.RequestValidationError)
   async def invalid(request, exc):  # Query or path errors FastAPI finds itself.
     first = exc.errors()[0]
-    return error(RequestError(422, first["msg"], field_name(first["loc"])))
+    return error_response(RequestError(422, first["msg"], field_name(first["loc"])))
 
   return app
 
@@ -650,3 +672,110 @@ def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()
     logging.info("served batches of sizes: %s", collections.Counter(service.batcher.batches))
   if stopped_by:
     console.say(f"stopped by {signal.Signals(stopped_by[0]).name}: every request answered")
+
+
+# The command line: python -m seq2seq.serve (the console script seq2seq-serve).
+def serve_workdir(
+  workdir: str | Path,
+  cfg: ServeSettings = ServeSettings(),
+  verbose: bool = False,
+  compilation_cache: str | None = "workdir",
+) -> int:
+  """Serves the run in `workdir` with its saved config, logging to WORKDIR/log.txt as main.py's
+  modes do (`cli.logged`); returns the exit status, 1 after a one-line error."""
+  workdir = Path(workdir)
+  try:
+    config = checkpoints.load_config(workdir)
+  except (ValueError, OSError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  run_settings = cli.validated(config)
+  if run_settings is None:
+    return 1
+  job = lambda: serve(translate.Translator(run_settings, workdir), cfg)
+  return cli.logged("serve", config, workdir, job, verbose, compilation_cache)
+
+
+# The command's numeric flags, each a field of `ServeSettings` or `Limits` (its type and default).
+NUMBER_FLAGS = {
+  "port": "the port",
+  "max_batch": "the most sentences decoded together",
+  "wait_ms": "how long a request waits for batch-mates",
+  "max_sentences": "sentences per request, at most",
+  "max_words": "words per sentence, at most",
+  "max_request_bytes": "request body bytes, at most",
+  "timeout_s": "seconds to answer a request, else 504",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+    prog="python -m seq2seq.serve",
+    description="Serves a trained run over HTTP until SIGTERM or Ctrl-C: translate, score and the "
+    "beam view as JSON, the live explorer at /explorer (docs/howto/serve.md).",
+  )
+  add = parser.add_argument
+  add("--workdir", required=True, help="the trained run to serve (its saved config)")
+  add("--host", default="127.0.0.1", help="the address to bind (%(default)s; beyond it: a token)")
+  add(
+    "--token",
+    default=os.environ.get("SEQ2SEQ_SERVE_TOKEN", ""),
+    help="the token every request but /health must carry (Authorization: Bearer TOKEN); "
+    "default: the SEQ2SEQ_SERVE_TOKEN environment variable",
+  )
+  for name, what in NUMBER_FLAGS.items():
+    default = getattr(Limits() if hasattr(Limits, name) else ServeSettings(), name)
+    add(f"--{name}", type=type(default), default=default, help=f"{what} (%(default)s)")
+  add(
+    "--batch_sizes",
+    type=_sizes,
+    default=BATCH_SIZES,
+    help="the batch shapes compiled, comma-separated; a gathered batch is padded to the first "
+    "that holds it, so the largest must hold --max_batch (default: 1,4,8,16,32,64)",
+  )
+  add(
+    "--no_warm_up",
+    dest="warm_up",
+    action="store_false",
+    help="answer at once; each batch shape compiles on its first request",
+  )
+  add(
+    "--compilation_cache",
+    default="workdir",
+    help="where compiled programs are kept for the next start: 'workdir' (WORKDIR/jax_cache), a "
+    "folder, or 'none'",
+  )
+  add(
+    "--verbose",
+    action="store_true",
+    help="library logs on the terminal too, not only in WORKDIR/log.txt",
+  )
+  return parser
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+  sizes = text.split(",")
+  if not all(b.strip().isdigit() and int(b) > 0 for b in sizes):
+    raise argparse.ArgumentTypeError("positive whole numbers, comma-separated (e.g. 1,4,16,64)")
+  return tuple(int(b) for b in sizes)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """`python -m seq2seq.serve --workdir=RUN [...]`: serves until SIGTERM or Ctrl-C."""
+  args = _parser().parse_args(argv)
+  fields = {f.name for f in dataclasses.fields(ServeSettings)} - {"limits"}
+  limits = {f.name for f in dataclasses.fields(Limits)}
+  try:
+    cfg = ServeSettings(
+      **{f: getattr(args, f) for f in fields},
+      limits=Limits(**{f: getattr(args, f) for f in limits}),
+    )
+  except ValueError as e:  # Before the run is read.
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  logging.use_absl_handler()  # As absl's app.run: log records reach the terminal through it.
+  sys.exit(serve_workdir(args.workdir, cfg, args.verbose, args.compilation_cache))
+
+
+if __name__ == "__main__":
+  main()

@@ -426,10 +426,10 @@ def request(url, body=None, timeout=30):
 
 
 @pytest.mark.slow
-def test_main_serves_answers_and_stops_on_sigterm(trained):
+def test_the_command_serves_answers_and_stops_on_sigterm(trained):
   port = free_port()
-  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={trained}", f"--port={port}"]
-  cmd += ["--serve_max_words=12"]  # Warm-up compiles lengths up to 12 words.
+  cmd = [sys.executable, "-m", "seq2seq.serve", f"--workdir={trained}", f"--port={port}"]
+  cmd += ["--max_words=12"]  # Warm-up compiles lengths up to 12 words.
   proc = subprocess.Popen(
     cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
   )
@@ -457,8 +457,8 @@ def test_main_serves_answers_and_stops_on_sigterm(trained):
   assert "loading the best checkpoint" in out and "evaluating" not in out
 
 
-def test_main_refuses_an_open_address_without_a_token(trained):
-  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={trained}", "--host=0.0.0.0"]
+def test_the_command_refuses_an_open_address_without_a_token(trained):
+  cmd = [sys.executable, "-m", "seq2seq.serve", f"--workdir={trained}", "--host=0.0.0.0"]
   proc = subprocess.run(
     cmd,
     env={**subprocess_env(), "SEQ2SEQ_SERVE_TOKEN": ""},
@@ -470,21 +470,49 @@ def test_main_refuses_an_open_address_without_a_token(trained):
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --host=0.0.0.0 is reachable")
 
 
-def test_main_refuses_batch_sizes_that_do_not_cover_max_batch(tmp_path):
+def test_the_command_refuses_batch_sizes_that_do_not_cover_max_batch(tmp_path):
   """One error line at start-up, before any run is read (the workdir holds none)."""
-  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={tmp_path}"]
-  cmd += ["--serve_max_batch=100"]  # Past the default sizes' largest, 64.
+  cmd = [sys.executable, "-m", "seq2seq.serve", f"--workdir={tmp_path}"]
+  cmd += ["--max_batch=100"]  # Past the default sizes' largest, 64.
   proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=120)
   assert proc.returncode == 1, proc.stderr
   assert proc.stderr.strip().splitlines() == [
     "error: serve max_batch (100) is past the largest of batch_sizes (64): add a size of at least "
-    "100 to --serve_batch_sizes, or lower --serve_max_batch"
+    "100 to --batch_sizes, or lower --max_batch"
   ]
 
 
+def test_the_command_refuses_a_folder_without_a_run(tmp_path):
+  cmd = [sys.executable, "-m", "seq2seq.serve", f"--workdir={tmp_path}"]
+  proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1, proc.stderr
+  assert proc.stderr.strip().splitlines() == [
+    f"error: {tmp_path}/config.json does not exist: {tmp_path} holds no run (train first)"
+  ]
+
+
+def test_main_py_names_the_service_command_for_its_old_serve_mode(tmp_path):
+  """`main.py --mode=serve` (the service's command before it had its own) is refused in one
+  line that gives the command doing the same now, its flags without the serve_ prefix."""
+  cmd = [sys.executable, "main.py", "--mode=serve", f"--workdir={tmp_path}", "--port=9000"]
+  cmd += ["--serve_max_words=12", "--noserve_warm_up"]
+  proc = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1, proc.stderr
+  assert proc.stderr.strip().splitlines() == [
+    "error: the service has a command of its own: python -m seq2seq.serve "
+    f"--workdir={tmp_path} --port=9000 --max_words=12 --no_warm_up"
+  ]
+
+
+def test_the_batch_sizes_flag_takes_positive_whole_numbers(capsys):
+  with pytest.raises(SystemExit):
+    serve.main(["--workdir=x", "--batch_sizes=1,0"])
+  assert "positive whole numbers, comma-separated" in capsys.readouterr().err
+
+
 def test_loading_a_run_to_serve_says_it_loads(trained, capsys):
-  """What serving prints while it reads the run's checkpoint (`seq2seq.load`, as main.py's serve
-  mode does): that it loads it, not that it evaluates it."""
+  """What serving prints while it reads the run's checkpoint (`seq2seq.load`, as the service
+  does): that it loads it, not that it evaluates it."""
   seq2seq.load(trained)
   err = capsys.readouterr().err
   assert re.search(r"^loading the \w+ checkpoint \(step \d+\)$", err, re.M), err

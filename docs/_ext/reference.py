@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import tokenize
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ CLI_MODULES = (
   (
     "Library tools",
     [
+      "seq2seq.serve",
       "seq2seq.average",
       "seq2seq.build_lexicon",
       "seq2seq.build_alignments",
@@ -408,7 +410,8 @@ def cli_page(process: subprocess.Popen | None = None) -> str:
   out = [
     "## `main.py`",
     "",
-    "Its flags besides the config's fields (every field of {doc}`config` is a flag too, "
+    "The `seq2seq` command (`seq2seq/__main__.py`; `python -m seq2seq` is the same). Its flags "
+    "besides the config's fields (every field of {doc}`config` is a flag too, "
     "`--config.SECTION.FIELD=VALUE`), as `python main.py --helpshort` prints them:",
     "",
     "```text",
@@ -416,11 +419,25 @@ def cli_page(process: subprocess.Popen | None = None) -> str:
     "```",
     "",
   ]
+  scripts = console_scripts()
   for title, names in CLI_MODULES:
     out += [f"## {title}", "", "Run from the repository root as `python -m MODULE`.", ""]
+    if any(name in scripts for name in names):
+      out += [
+        "Those with a console script (beside the title) run as that too, anywhere, once the "
+        "package is installed (`pip install -e .`, which `make` runs).",
+        "",
+      ]
     for name in names:
-      out += [f"### `python -m {name}`", "", "```text", helps[name].rstrip(), "```", ""]
+      script = f" (`{scripts[name]}`)" if name in scripts else ""
+      out += [f"### `python -m {name}`{script}", "", "```text", helps[name].rstrip(), "```", ""]
   return "\n".join(out)
+
+
+def console_scripts() -> dict[str, str]:
+  """pyproject.toml's console scripts by the module whose `main` each runs."""
+  scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+  return {target.split(":")[0]: name for name, target in scripts.items()}
 
 
 # ----------------------------------------------------------------------------------- the hook

@@ -18,7 +18,7 @@ def page(record: dict[str, Any]) -> str:
     "",
     reports.made_by("serve_bench", record)
     + f", run `{record['run']}` (step {record['step']}), greedy decoding. The server: "
-    "`main.py --mode=serve` on 127.0.0.1, one sentence per request; offline: `translate_lines` "
+    "`seq2seq.serve` on 127.0.0.1, one sentence per request; offline: `translate_lines` "
     "in batches of 64 in the benchmark's process, before the server started.",
     "",
     f"Offline: {off['sentences']} sentences in {off['seconds']:.2f} s, "
@@ -81,8 +81,8 @@ def serve_table(study: Path) -> list[str]:
 STUDIES = {
   "serve_bench": StudyPage(
     "The translation service under load",
-    "`main.py --mode=serve` answering 1, 8 and 64 concurrent clients against offline batch "
-    "decoding of the same sentences, and under faults.",
+    "The service (`seq2seq.serve`) answering 1, 8 and 64 concurrent clients against offline "
+    "batch decoding of the same sentences, and under faults.",
     measurements=serve_table,
   ),
 }
