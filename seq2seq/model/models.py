@@ -749,8 +749,8 @@ def build_model(
       f"build_model takes ModelSettings (settings.validate(config).model, or "
       f"ModelSettings.from_config(config.model)), not {type(settings).__name__}"
     )
-  if settings.name == "agreement":
-    return Agreement(settings, src_vocab, tgt_vocab, rngs=rngs)
   model_class = MultiSource if settings.sources == 2 else MODELS[settings.name]
+  if not model_class.takes_tables:
+    return model_class(settings, src_vocab, tgt_vocab, rngs=rngs)
   tables = {"copy_map": copy_map, "lexicon": lexicon}
   return model_class(settings, src_vocab, tgt_vocab, rngs=rngs, tables=tables)
