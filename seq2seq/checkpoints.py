@@ -4,7 +4,7 @@ A workdir belongs to one run: `config.json` holds its resolved config. Resuming 
 that differs only in fields that do not change the model, the data or the optimisation (see
 `RESUMABLE_FIELDS`) is allowed; anything else is refused, naming the fields. The file carries
 its format version (`saved_format.FIELD`, not a setting, never compared); a config saved at an
-older version is migrated first (`settings.upgrade`), one saved by a newer seq2seq refused in
+older version is migrated first (`saved_format.upgrade`), one saved by a newer seq2seq refused in
 one line naming the file, and specs are compared canonically.
 
 Every checkpoint step folder gets `checksums.json`, the SHA-256 of each of its files, written
@@ -31,8 +31,9 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from seq2seq import settings
+from seq2seq import saved_format
 from seq2seq.common import files
+from seq2seq.saved_format import flatten
 
 CHECKSUMS = "checksums.json"
 DAMAGED = "damaged"  # WORKDIR/damaged/: checkpoint steps that failed their checksums.
@@ -56,11 +57,6 @@ RESUMABLE_FIELDS = (
   "data.cache_dir",  # Where the built corpus lives, not what it holds: a moved repository resumes.
 )
 
-# Settings of a mechanism that change nothing while the switch named beside them is off in both
-# configs: a run saved with another value is the same run (the plain runs saved before
-# copy_eos's default changed are read as "target").
-INERT_UNLESS = {"model.copy_eos": "model.copy"}
-
 # What a run's parameters and vocabularies are made of: evaluating or translating it with a
 # config that differs here would build another model (or read the text with other ids). The
 # model's decoding-time switches may differ.
@@ -81,7 +77,7 @@ def check_model_config(workdir: Path, config: ml_collections.ConfigDict) -> None
   if not path.exists():
     return
   a = flatten(read_saved_config(path))
-  b = flatten(settings.canonical(json.loads(config.to_json_best_effort())))
+  b = flatten(saved_format.canonical(json.loads(config.to_json_best_effort())))
   differing = [
     n
     for n in sorted(set(a) | set(b))
@@ -100,24 +96,13 @@ def check_model_config(workdir: Path, config: ml_collections.ConfigDict) -> None
     )
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-  """A nested config dict as {"section.field": value}."""
-  out = {}
-  for key, value in d.items():
-    if isinstance(value, dict):
-      out.update(flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
-
-
 def read_saved_config(path: Path) -> dict[str, Any]:
-  """A saved config file as a dict in the current form (`settings.upgrade`, without the format
+  """A saved config file as a dict in the current form (`saved_format.upgrade`, without the format
   version); a file this code cannot read (saved by a newer seq2seq, say) raises ValueError in
   one line naming it."""
   saved = json.loads(Path(path).read_text())
   try:
-    return settings.upgrade(saved)
+    return saved_format.upgrade(saved)
   except ValueError as e:
     raise ValueError(f"{path}: {e}") from e
 
@@ -126,19 +111,19 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """Dotted names of fields that differ between two config dicts and may not change on resume:
   `old` as saved (migrated from its format version), `new` at the current version (the format
   version of either is not compared)."""
-  return _differences(settings.upgrade(old), new)
+  return _differences(saved_format.upgrade(old), new)
 
 
 def _inert(name: str, a: dict[str, Any], b: dict[str, Any]) -> bool:
-  """Whether `name` sets a mechanism that both flat configs turn off (`INERT_UNLESS`)."""
-  switch = INERT_UNLESS.get(name)
+  """Whether `name` sets a mechanism both flat configs turn off (`saved_format.INERT_UNLESS`)."""
+  switch = saved_format.INERT_UNLESS.get(name)
   return switch is not None and not a.get(switch) and not b.get(switch)
 
 
 def _differences(current: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """`config_differences` of a config already upgraded (`current`) and `new`."""
   a = flatten(current)
-  b = flatten(settings.canonical(new))
+  b = flatten(saved_format.canonical(new))
   names = sorted(set(a) | set(b))
   changed = [
     n for n in names if a.get(n, "<missing>") != b.get(n, "<missing>") and not _inert(n, a, b)
@@ -156,7 +141,7 @@ def saved_config_differences(workdir: Path, config: ml_collections.ConfigDict) -
 
 def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
   """Checks an existing WORKDIR/config.json allows resuming with `config`, then writes `config`
-  there at the current format version (`settings.HISTORY.stamped`)."""
+  there at the current format version (`saved_format.HISTORY.stamped`)."""
   differing = saved_config_differences(workdir, config)
   if differing:
     raise IncompatibleRunError(
@@ -164,16 +149,13 @@ def check_and_save_config(workdir: Path, config: ml_collections.ConfigDict) -> N
       "use a new --workdir or the same settings"
     )
   if jax.process_index() == 0:
-    new = settings.HISTORY.stamped(json.loads(config.to_json_best_effort()))
+    new = saved_format.HISTORY.stamped(json.loads(config.to_json_best_effort()))
     files.write_atomic(workdir / "config.json", json.dumps(new, indent=2, sort_keys=True) + "\n")
 
 
 # Train-state fields a checkpoint holds only when the state has them (the loss terms' states,
 # the parameters' moving average), so every other run's checkpoints keep their layout.
 OPTIONAL_FIELDS = ("terms", "ema")
-# Loss-term states that checkpoints saved before terms kept their own states held at the top of
-# the tree: saved key -> the term whose state it is (REINFORCE's reward baseline).
-SAVED_TERM_STATES = {"baseline": "reinforce"}
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
@@ -328,7 +310,7 @@ class Checkpointer:
       moved = {}
       if "terms" in tree:  # Read the saved layout only where a term's state may sit elsewhere.
         saved_keys = set(ocp.StandardCheckpointHandler().metadata(folder / "state").keys())
-        moved = {k: t for k, t in SAVED_TERM_STATES.items() if k in saved_keys}
+        moved = {k: t for k, t in saved_format.SAVED_TERM_STATES.items() if k in saved_keys}
       if moved:  # The layout before terms kept their own states.
         terms = dict(tree.pop("terms"))
         tree.update({key: terms.pop(term) for key, term in moved.items()})

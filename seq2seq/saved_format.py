@@ -1,25 +1,38 @@
-"""The versions of a saved config, and the migration of one saved at any version to the current
-form.
+"""Everything about configs saved by older code: the format's versions, the step that migrates
+a config to each, and the tables of fields added, removed and replaced since.
 
 A saved config (a workdir's `config.json`, a committed study's run) carries its version in the
-top-level integer field `format_version` (`FIELD`). The field is not a setting: it is dropped
-before the dict becomes a ConfigDict and is never compared. A `History` is the ordered list of
-version steps: `Step(version=N, ...)` takes a config saved at version N - 1 to version N with a
-small named function whose docstring says what changed at that version and, where the same
-change renamed the model's parameters, a `params` function that renames a checkpoint's
-parameter tree to match. Configs written before the field existed get their version from the
-history's `unversioned` rule.
+top-level integer field `format_version` (`FIELD`; not a setting, never compared). `HISTORY`
+lists the versions, each with the step that migrates to it:
 
-This module holds the rules and imports nothing of the package (and no JAX); the history itself
-lives with the settings it converts (`settings.HISTORY`).
+0. the flat layout: 14 model fields that belong to one component (`model.local_window`,
+   `model.coverage`, ...) and one train field per loss term (`train.fertility_weight`, ...);
+1. components own their settings (`model.score`, `model.attention`, `model.features` and
+   `train.loss_terms` are specs), no version field;
+2. the file carries `format_version`;
+3. `decode.length_norm_alpha` became the spec `decode.length_penalty`.
+
+`upgrade(saved)` applies the steps from the saved version on (a version newer than this code's
+is refused), drops `REMOVED_FIELDS` and fills every field missing with `ADDED_FIELDS`: the
+defaults of configs/default.py, but for the few settings whose old runs behaved otherwise
+(`OLD_BEHAVIOUR`). A new setting therefore needs no entry here. Checkpoints read two more tables:
+`INERT_UNLESS` (settings that matter only under a switch) and `SAVED_TERM_STATES` (loss-term
+states saved at an older place in the tree).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from configs import default
+from seq2seq.common import registry
+from seq2seq.decoding import length_penalties
+from seq2seq.model import alignment_features, models, scores, structures
+from seq2seq.training import objective, softmax
 
 FIELD = "format_version"
 
@@ -110,3 +123,235 @@ class History:
         "one reads; update seq2seq to load it"
       )
     return version
+
+
+# --------------------------------------------------------------------------- this code's history
+# Old flat field -> (which spec it moved into, the setting's name there). "score:cosine" moves
+# only when the score is cosine, and so on.
+_MOVED = {
+  "cosine_sharpness": ("score", "cosine", "sharpness"),
+  "max_src_len": ("score", "location", "max_len"),
+  "local_window": ("attention", ("local_m", "local_p"), "window"),
+  "monotonic_bias_init": ("attention", "monotonic", "bias_init"),
+  "monotonic_noise": ("attention", "monotonic", "noise"),
+  "monotonic_lookahead": ("attention", "monotonic", "lookahead"),
+  "conv_filters": ("attention", "conv", "filters"),
+  "conv_width": ("attention", "conv", "width"),
+  "num_heads": ("attention", "multihead", "heads"),
+}
+_FEATURE_FIELDS = (
+  "coverage",
+  "fertility",
+  "fertility_max",
+  "prev_attention_filters",
+  "prev_attention_width",
+)
+_TERM_FIELDS = (
+  "fertility_weight",
+  "attention_supervision",
+  "attention_supervision_loss",
+  "reinforce_weight",
+  "entropy_weight",
+  "baseline_decay",
+  "agreement_weight",
+)
+
+
+def _spec(reg: registry.Registry, name: str, values: dict[str, Any]) -> str:
+  """The canonical spec of `name` with `values` (settings not given keep their defaults)."""
+  return str(reg.spec(f"{name}({', '.join(f'{k}={v}' for k, v in values.items())})"))
+
+
+def is_legacy(saved: dict[str, Any]) -> bool:
+  """Whether a saved config dict predates component-owned settings (format version 0)."""
+  return "features" not in saved.get("model", {}) or "loss_terms" not in saved.get("train", {})
+
+
+def components_own_their_settings(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 1: components own their settings; the flat fields become specs.
+
+  The model fields that belonged to one score or structure (`_MOVED`) become settings of the
+  `model.score` and `model.attention` specs (only where that component is the one chosen),
+  `_FEATURE_FIELDS` the `model.features` spec, and the train fields of the loss terms
+  (`_TERM_FIELDS`) the `train.loss_terms` spec (REINFORCE at its defaults and agreement at
+  weight 1 are implied by the model, so left out)."""
+  model, train = saved.setdefault("model", {}), saved.setdefault("train", {})
+  for kind, reg in (("score", scores), ("attention", structures)):
+    name = model.get(kind, "additive" if kind == "score" else "soft")
+    values = {}
+    for old, (where, owners, setting) in _MOVED.items():
+      if where != kind:
+        continue
+      value = model.pop(old, None)
+      owners = (owners,) if isinstance(owners, str) else owners
+      if name in owners and value is not None:
+        values[setting] = value
+    model[kind] = _spec(reg.REGISTRY, name, values)
+  old = {k: model.pop(k, None) for k in _FEATURE_FIELDS}
+  parts = []
+  if old["coverage"]:
+    values = {"fertility": bool(old["fertility"])}
+    if old["fertility_max"] is not None:
+      values["fertility_max"] = old["fertility_max"]
+    parts.append(_spec(alignment_features.REGISTRY, "coverage", values))
+  if (old["prev_attention_filters"] or 0) > 0:
+    values = {"filters": old["prev_attention_filters"]}
+    if old["prev_attention_width"] is not None:
+      values["width"] = old["prev_attention_width"]
+    parts.append(_spec(alignment_features.REGISTRY, "prev_attention", values))
+  model["features"] = "+".join(parts)
+  old = {k: train.pop(k, None) for k in _TERM_FIELDS}
+  terms = []
+  if (old["fertility_weight"] or 0) > 0:
+    terms.append(_spec(objective.REGISTRY, "fertility", {"weight": old["fertility_weight"]}))
+  if (old["attention_supervision"] or 0) > 0:
+    values = {"weight": old["attention_supervision"]}
+    values["loss"] = old["attention_supervision_loss"] or "ce"
+    terms.append(_spec(objective.REGISTRY, "supervision", values))
+  if structures.spec(model["attention"]).name == "hard" and model.get("name") != "agreement":
+    values = {
+      "weight": old["reinforce_weight"],
+      "entropy_weight": old["entropy_weight"],
+      "baseline_decay": old["baseline_decay"],
+    }
+    spec = _spec(
+      objective.REGISTRY, "reinforce", {k: v for k, v in values.items() if v is not None}
+    )
+    if spec != "reinforce":
+      terms.append(spec)
+  if model.get("name") == "agreement" and old["agreement_weight"] not in (None, 1.0):
+    terms.append(_spec(objective.REGISTRY, "agreement", {"weight": old["agreement_weight"]}))
+  train["loss_terms"] = "+".join(terms)
+  return saved
+
+
+def the_file_carries_its_version(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 2: the saved file carries `format_version`; no setting changed."""
+  return saved
+
+
+# Fields that a version step after the first reads from an old config and replaces.
+REPLACED_FIELDS = ("decode.length_norm_alpha",)
+
+
+def length_penalties_by_name(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 3: `decode.length_norm_alpha` (score / length**alpha) became the spec
+  `decode.length_penalty`: alpha a reads as "power(alpha=a)", 0 as "none"."""
+  decode = saved.get("decode")
+  if decode is not None and "length_norm_alpha" in decode:
+    alpha = float(decode.pop("length_norm_alpha"))
+    decode["length_penalty"] = "none" if alpha == 0 else f"power(alpha={alpha})"
+  return saved
+
+
+# The saved format's versions: step N takes a config saved at version N - 1 to version N. A
+# change that renames or moves fields, changes what a value means, or renames the model's
+# parameters (`Step.params`) is a new step at the end; a field only added or removed needs none.
+HISTORY = History(
+  [
+    Step(1, components_own_their_settings),
+    Step(2, the_file_carries_its_version),
+    Step(3, length_penalties_by_name),
+  ],
+  unversioned=lambda saved: 0 if is_legacy(saved) else 1,
+)
+FORMAT_VERSION = HISTORY.current
+
+
+# Fields added or removed without a version bump: a field that changes the meaning of no other
+# field needs no version step. They apply to a config of any version, after the version steps.
+# Removed: intra-attention's memory size (128 slots; the memory now has one slot per decoder
+# step, which changes nothing for outputs up to 128 words).
+REMOVED_FIELDS = ("model.intra_attention_len",)
+
+# Added settings whose value for a run saved without them differs from today's default.
+# model.copy_eos: copying sent the source EOS's attention to the target EOS ("target") until
+# the switch existed; the default became "null" when it was added.
+OLD_BEHAVIOUR = {"model.copy_eos": "target"}
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  """A nested config dict as {"section.field": value}."""
+  out = {}
+  for key, value in d.items():
+    if isinstance(value, dict):
+      out.update(flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def added_fields() -> dict[str, Any]:
+  """What a saved config without a field reads it as: its default in configs/default.py, or its
+  `OLD_BEHAVIOUR` value where the runs saved without it behaved otherwise."""
+  defaults = flatten(json.loads(default.get_config().to_json_best_effort()))
+  unknown = sorted(set(OLD_BEHAVIOUR) - set(defaults))
+  if unknown:
+    raise ValueError(f"OLD_BEHAVIOUR names fields configs/default.py lacks: {unknown}")
+  return {**defaults, **OLD_BEHAVIOUR}
+
+
+# Every field of configs/default.py (dotted) -> the value a saved config without it reads as.
+ADDED_FIELDS = added_fields()
+
+
+def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
+  """A saved config dict in the current form (a new dict, without the format version): the
+  version steps from the one it was saved at (`HISTORY`), the fields removed since
+  (`REMOVED_FIELDS`) dropped, those missing filled with `ADDED_FIELDS`, the specs canonical. A
+  config saved by a newer seq2seq raises ValueError in one line."""
+  out = HISTORY.upgrade(saved)
+  for dotted in REMOVED_FIELDS:
+    *sections, key = dotted.split(".")
+    node = out
+    for section in sections:
+      node = node.get(section, {})
+    node.pop(key, None)
+  for dotted, value in ADDED_FIELDS.items():
+    *sections, key = dotted.split(".")
+    node = out
+    for section in sections:
+      node = node.setdefault(section, {})
+    node.setdefault(key, value)
+  return canonical(out)
+
+
+def params_migration(version: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+  """What renames the parameter tree (a nested dict) of a checkpoint saved at format `version`
+  to the current model's paths: the `params` functions of the later version steps, composed
+  (`History.params`)."""
+  return HISTORY.params(version)
+
+
+def canonical(saved: dict[str, Any]) -> dict[str, Any]:
+  """A config dict at the current version with its specs written canonically (defaults left
+  out) and without the format version (not a setting), so that equal settings compare equal as
+  text."""
+  out = {k: v for k, v in copy.deepcopy(saved).items() if k != FIELD}
+  model, train = out.get("model", {}), out.get("train", {})
+  if "score" in model:
+    model["score"] = str(scores.spec(model["score"]))
+  if "attention" in model:
+    model["attention"] = str(structures.spec(model["attention"]))
+  models.none_as_off(model)
+  if "features" in model:
+    model["features"] = "+".join(str(s) for s in alignment_features.specs(model["features"]))
+  if "softmax" in train:
+    train["softmax"] = str(softmax.REGISTRY.spec(train["softmax"]))
+  decode = out.get("decode", {})
+  if "length_penalty" in decode:
+    decode["length_penalty"] = str(length_penalties.spec(decode["length_penalty"]))
+  if "loss_terms" in train:
+    terms = objective.REGISTRY.specs(train["loss_terms"])
+    train["loss_terms"] = "+".join(str(s) for s in terms)
+  return out
+
+
+# Settings of a mechanism that change nothing while the switch named beside them is off in both
+# configs: a run saved with another value is the same run (the plain runs saved before
+# copy_eos's default changed are read as "target"). Read by `checkpoints` on resuming.
+INERT_UNLESS = {"model.copy_eos": "model.copy"}
+
+# Loss-term states that checkpoints saved before terms kept their own states held at the top of
+# the tree: saved key -> the term whose state it is (REINFORCE's reward baseline).
+SAVED_TERM_STATES = {"baseline": "reinforce"}

@@ -1,4 +1,4 @@
-"""A run's typed settings, checked once, and the migration of saved configs to the current form.
+"""A run's typed settings, checked once, and the command that rewrites a saved config.
 
 `validate(config) -> RunSettings` is called once by every entry point (training, evaluation,
 translation, averaging, the experiment scripts) before anything is built or loaded: it types
@@ -9,18 +9,8 @@ they need) and checks the remaining choices, so a mistake fails at once in one l
 entry points the code reads the `RunSettings` (or the one section it needs), never the config;
 the config itself is only written (a workdir's `config.json`) and compared with a saved one.
 
-A saved config (a workdir's `config.json`, a committed study's run) carries its format version
-(`saved_format.FIELD`); `HISTORY` lists the versions, each with the step that migrates to it:
-
-0. the flat layout: 14 model fields that belong to one component (`model.local_window`,
-   `model.coverage`, ...) and one train field per loss term (`train.fertility_weight`, ...);
-1. components own their settings (`model.score`, `model.attention`, `model.features` and
-   `train.loss_terms` are specs), no version field;
-2. the file carries `format_version`.
-
-`upgrade(saved)` applies the steps from the saved version on (a version newer than this code's
-is refused), then the fields added and removed without a version bump (`ADDED_FIELDS`,
-`REMOVED_FIELDS`). A workdir resumes through it (`checkpoints.config_differences`), and
+Saved configs of older code are migrated by `saved_format.upgrade`, which holds the format's
+versions and every compatibility table;
 
     python -m seq2seq.settings --upgrade WORKDIR/config.json
 
@@ -31,17 +21,13 @@ with its settings.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import ml_collections
 
 from seq2seq import saved_format
-from seq2seq.common import registry
 from seq2seq.data import input_pipeline, lexicon
 from seq2seq.decoding import decode, ensemble, inference, length_penalties
 from seq2seq.model import (
@@ -206,229 +192,6 @@ def _check_micro_batches(train, model, objective_) -> None:
     raise ValueError(f"train.micro_batches={train.micro_batches} would change the update: {why}")
 
 
-# --------------------------------------------------------------------------- saved configs
-# Old flat field -> (which spec it moved into, the setting's name there). "score:cosine" moves
-# only when the score is cosine, and so on.
-_MOVED = {
-  "cosine_sharpness": ("score", "cosine", "sharpness"),
-  "max_src_len": ("score", "location", "max_len"),
-  "local_window": ("attention", ("local_m", "local_p"), "window"),
-  "monotonic_bias_init": ("attention", "monotonic", "bias_init"),
-  "monotonic_noise": ("attention", "monotonic", "noise"),
-  "monotonic_lookahead": ("attention", "monotonic", "lookahead"),
-  "conv_filters": ("attention", "conv", "filters"),
-  "conv_width": ("attention", "conv", "width"),
-  "num_heads": ("attention", "multihead", "heads"),
-}
-_FEATURE_FIELDS = (
-  "coverage",
-  "fertility",
-  "fertility_max",
-  "prev_attention_filters",
-  "prev_attention_width",
-)
-_TERM_FIELDS = (
-  "fertility_weight",
-  "attention_supervision",
-  "attention_supervision_loss",
-  "reinforce_weight",
-  "entropy_weight",
-  "baseline_decay",
-  "agreement_weight",
-)
-
-
-# Fields added or removed without a version bump: a field that changes the meaning of no other
-# field needs no version step. They apply to a config of any version, after the version steps.
-# Removed: intra-attention's memory size (128 slots; the memory now has one slot per decoder
-# step, which changes nothing for outputs up to 128 words).
-REMOVED_FIELDS = ("model.intra_attention_len",)
-
-# Added, with the value that reproduces how the runs saved without the field behaved: a saved
-# config without the field reads as if it held this value.
-ADDED_FIELDS = {
-  "model.decoder": "paper",
-  "decode.length_penalty": "power",
-  "model.normaliser": "softmax",
-  "model.encoder": "rnn",
-  "model.tie_embeddings": False,
-  "model.layer_norm": False,
-  "model.intra_attention": "",
-  "model.lexicon_bias": "",
-  "model.copy": False,
-  "model.copy_eos": "target",  # What runs saved before the switch did (the default is "null").
-  "data.train_pairs": 0,
-  "model.multi_source": "concat",
-  "train.loss_normalization": "tokens",
-  "train.ema_decay": 0.0,
-  "train.anneal": "none",
-  "train.anneal_to": 0.0,
-  "train.softmax": "full",
-  "decode.ensemble": "",
-  "decode.ensemble_combination": "mean_prob",
-  "decode.ensemble_attention": "mean",
-  "decode.shortlist": "",
-  "decode.shortlist_frequent": 1000,
-  "decode.shortlist_per_word": 10,
-  "decode.shortlist_scope": "batch",
-  "decode.max_input_tokens": 250,
-  "decode.sampling": "",
-  "decode.mbr": "",
-  "decode.search": "",
-  "train.early_stopping": "",
-  "data.subword_sampling": "",
-  "train.micro_batches": 1,
-}
-
-
-def _spec(reg: registry.Registry, name: str, values: dict[str, Any]) -> str:
-  """The canonical spec of `name` with `values` (settings not given keep their defaults)."""
-  return str(reg.spec(f"{name}({', '.join(f'{k}={v}' for k, v in values.items())})"))
-
-
-def is_legacy(saved: dict[str, Any]) -> bool:
-  """Whether a saved config dict predates component-owned settings (format version 0)."""
-  return "features" not in saved.get("model", {}) or "loss_terms" not in saved.get("train", {})
-
-
-def components_own_their_settings(saved: dict[str, Any]) -> dict[str, Any]:
-  """Version 1: components own their settings; the flat fields become specs.
-
-  The model fields that belonged to one score or structure (`_MOVED`) become settings of the
-  `model.score` and `model.attention` specs (only where that component is the one chosen),
-  `_FEATURE_FIELDS` the `model.features` spec, and the train fields of the loss terms
-  (`_TERM_FIELDS`) the `train.loss_terms` spec (REINFORCE at its defaults and agreement at
-  weight 1 are implied by the model, so left out)."""
-  model, train = saved.setdefault("model", {}), saved.setdefault("train", {})
-  for kind, reg in (("score", scores), ("attention", structures)):
-    name = model.get(kind, "additive" if kind == "score" else "soft")
-    values = {}
-    for old, (where, owners, setting) in _MOVED.items():
-      if where != kind:
-        continue
-      value = model.pop(old, None)
-      owners = (owners,) if isinstance(owners, str) else owners
-      if name in owners and value is not None:
-        values[setting] = value
-    model[kind] = _spec(reg.REGISTRY, name, values)
-  old = {k: model.pop(k, None) for k in _FEATURE_FIELDS}
-  parts = []
-  if old["coverage"]:
-    values = {"fertility": bool(old["fertility"])}
-    if old["fertility_max"] is not None:
-      values["fertility_max"] = old["fertility_max"]
-    parts.append(_spec(alignment_features.REGISTRY, "coverage", values))
-  if (old["prev_attention_filters"] or 0) > 0:
-    values = {"filters": old["prev_attention_filters"]}
-    if old["prev_attention_width"] is not None:
-      values["width"] = old["prev_attention_width"]
-    parts.append(_spec(alignment_features.REGISTRY, "prev_attention", values))
-  model["features"] = "+".join(parts)
-  old = {k: train.pop(k, None) for k in _TERM_FIELDS}
-  terms = []
-  if (old["fertility_weight"] or 0) > 0:
-    terms.append(_spec(objective.REGISTRY, "fertility", {"weight": old["fertility_weight"]}))
-  if (old["attention_supervision"] or 0) > 0:
-    values = {"weight": old["attention_supervision"]}
-    values["loss"] = old["attention_supervision_loss"] or "ce"
-    terms.append(_spec(objective.REGISTRY, "supervision", values))
-  if structures.spec(model["attention"]).name == "hard" and model.get("name") != "agreement":
-    values = {
-      "weight": old["reinforce_weight"],
-      "entropy_weight": old["entropy_weight"],
-      "baseline_decay": old["baseline_decay"],
-    }
-    spec = _spec(
-      objective.REGISTRY, "reinforce", {k: v for k, v in values.items() if v is not None}
-    )
-    if spec != "reinforce":
-      terms.append(spec)
-  if model.get("name") == "agreement" and old["agreement_weight"] not in (None, 1.0):
-    terms.append(_spec(objective.REGISTRY, "agreement", {"weight": old["agreement_weight"]}))
-  train["loss_terms"] = "+".join(terms)
-  return saved
-
-
-def the_file_carries_its_version(saved: dict[str, Any]) -> dict[str, Any]:
-  """Version 2: the saved file carries `format_version`; no setting changed."""
-  return saved
-
-
-# Fields that a version step after the first reads from an old config and replaces.
-REPLACED_FIELDS = ("decode.length_norm_alpha",)
-
-
-def length_penalties_by_name(saved: dict[str, Any]) -> dict[str, Any]:
-  """Version 3: `decode.length_norm_alpha` (score / length**alpha) became the spec
-  `decode.length_penalty`: alpha a reads as "power(alpha=a)", 0 as "none"."""
-  decode = saved.get("decode")
-  if decode is not None and "length_norm_alpha" in decode:
-    alpha = float(decode.pop("length_norm_alpha"))
-    decode["length_penalty"] = "none" if alpha == 0 else f"power(alpha={alpha})"
-  return saved
-
-
-# The saved format's versions: step N takes a config saved at version N - 1 to version N. A
-# change that renames or moves fields, changes what a value means, or renames the model's
-# parameters (`Step.params`) is a new step at the end; a field only added or removed goes in
-# ADDED_FIELDS / REMOVED_FIELDS instead.
-HISTORY = saved_format.History(
-  [
-    saved_format.Step(1, components_own_their_settings),
-    saved_format.Step(2, the_file_carries_its_version),
-    saved_format.Step(3, length_penalties_by_name),
-  ],
-  unversioned=lambda saved: 0 if is_legacy(saved) else 1,
-)
-FORMAT_VERSION = HISTORY.current
-
-
-def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
-  """A saved config dict in the current form (a new dict, without the format version): the
-  version steps from the one it was saved at (`HISTORY`), the fields added since filled with
-  `ADDED_FIELDS`, those removed since (`REMOVED_FIELDS`) dropped, the specs canonical. A
-  config saved by a newer seq2seq raises ValueError in one line."""
-  out = HISTORY.upgrade(saved)
-  for dotted in REMOVED_FIELDS:
-    section, key = dotted.split(".")
-    out.get(section, {}).pop(key, None)
-  for dotted, value in ADDED_FIELDS.items():
-    section, key = dotted.split(".")
-    out.setdefault(section, {}).setdefault(key, value)
-  return canonical(out)
-
-
-def params_migration(version: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
-  """What renames the parameter tree (a nested dict) of a checkpoint saved at format `version`
-  to the current model's paths: the `params` functions of the later version steps, composed
-  (`saved_format.History.params`)."""
-  return HISTORY.params(version)
-
-
-def canonical(saved: dict[str, Any]) -> dict[str, Any]:
-  """A config dict at the current version with its specs written canonically (defaults left
-  out) and without the format version (not a setting), so that equal settings compare equal as
-  text."""
-  out = {k: v for k, v in copy.deepcopy(saved).items() if k != saved_format.FIELD}
-  model, train = out.get("model", {}), out.get("train", {})
-  if "score" in model:
-    model["score"] = str(scores.spec(model["score"]))
-  if "attention" in model:
-    model["attention"] = str(structures.spec(model["attention"]))
-  models.none_as_off(model)
-  if "features" in model:
-    model["features"] = "+".join(str(s) for s in alignment_features.specs(model["features"]))
-  if "softmax" in train:
-    train["softmax"] = str(softmax.REGISTRY.spec(train["softmax"]))
-  decode = out.get("decode", {})
-  if "length_penalty" in decode:
-    decode["length_penalty"] = str(length_penalties.spec(decode["length_penalty"]))
-  if "loss_terms" in train:
-    terms = objective.REGISTRY.specs(train["loss_terms"])
-    train["loss_terms"] = "+".join(str(s) for s in terms)
-  return out
-
-
 def components_help() -> str:
   """Every registered component and its settings with their defaults."""
   sections = (
@@ -456,11 +219,13 @@ def main(argv: list[str] | None = None) -> None:
   path = Path(args.upgrade)
   saved = json.loads(path.read_text())
   try:
-    version, current = HISTORY.version(saved), upgrade(saved)
+    version, current = saved_format.HISTORY.version(saved), saved_format.upgrade(saved)
   except ValueError as e:
     raise SystemExit(f"error: {path}: {e}") from e
-  path.write_text(json.dumps(HISTORY.stamped(current), indent=2, sort_keys=True) + "\n")
-  print(f"{path}: saved at format version {version}, written at {FORMAT_VERSION}")
+  path.write_text(
+    json.dumps(saved_format.HISTORY.stamped(current), indent=2, sort_keys=True) + "\n"
+  )
+  print(f"{path}: saved at format version {version}, written at {saved_format.FORMAT_VERSION}")
 
 
 if __name__ == "__main__":

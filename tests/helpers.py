@@ -482,7 +482,8 @@ def check_steps_match_forced(model, batch, rtol: float = 2e-5, atol: float = 2e-
   """Search's step-by-step decoder (`decoder_step` from `encode`'s initial state) gives the
   teacher-forced logits of `batch` (jnp arrays from `random_batch`) at every position."""
   forced = model(batch["src"], batch["src_mask"], batch["tgt_in"])
-  enc = model.encode(batch["src"], batch["src_mask"])
+  # `steps`: an intra-attention model's memory has one slot per decoder step.
+  enc = model.encode(batch["src"], batch["src_mask"], steps=batch["tgt_in"].shape[1])
   state = enc.init_state
   for i in range(batch["tgt_in"].shape[1]):
     state, logits, _ = model.decoder_step(enc, state, batch["tgt_in"][:, i])

@@ -11,7 +11,7 @@ from flax import nnx
 from helpers import build_model, data_settings, random_batch, randomise
 
 from configs import tiny
-from seq2seq import settings
+from seq2seq import saved_format, settings
 from seq2seq.data import copying, input_pipeline, metrics
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import decode, inference
@@ -266,4 +266,4 @@ def test_the_source_eos_is_copied_as_nothing_by_default_and_as_eos_in_older_runs
   assert (as_eos > 1e-3).all() and (null < 0.1 * as_eos).all()
   old = json.loads(cfg.to_json_best_effort())
   del old["model"]["copy_eos"]
-  assert settings.upgrade(old)["model"]["copy_eos"] == "target"
+  assert saved_format.upgrade(old)["model"]["copy_eos"] == "target"

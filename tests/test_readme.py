@@ -17,7 +17,7 @@ import pytest
 from helpers import ROOT
 
 from configs import default
-from seq2seq import settings
+from seq2seq import saved_format
 
 README = ROOT / "README.md"
 # "57.55 ± 0.38", "323 ± 19", "57 ± 16%": the mean, its decimals, the sd and a percent sign.
@@ -70,14 +70,14 @@ def test_every_path_and_relative_link_exists(page):
 @pytest.mark.parametrize("page", FRONT, ids=_ids(FRONT))
 def test_every_config_field_named_exists_or_is_upgraded_from(page):
   """`model.score`, `--config.train.num_steps=...`: a field of configs/default.py, or an old one
-  that `settings.upgrade` still reads from saved configs."""
+  that `saved_format.upgrade` still reads from saved configs."""
   config = default.get_config()
   section = "|".join(config.keys())
   pattern = rf"(?<![\w./-])((?:{section})\.[a-z_][\w.]*[a-z_0-9])"
   named = set(re.findall(pattern, page.read_text()))
-  old = {f"model.{f}" for f in (*settings._MOVED, *settings._FEATURE_FIELDS)}
-  old |= {f"train.{f}" for f in settings._TERM_FIELDS} | set(settings.REMOVED_FIELDS)
-  old |= set(settings.REPLACED_FIELDS)
+  old = {f"model.{f}" for f in (*saved_format._MOVED, *saved_format._FEATURE_FIELDS)}
+  old |= {f"train.{f}" for f in saved_format._TERM_FIELDS} | set(saved_format.REMOVED_FIELDS)
+  old |= set(saved_format.REPLACED_FIELDS)
 
   def exists(field: str) -> bool:
     node = config

@@ -1,4 +1,4 @@
-"""Saved configs by format version (`seq2seq.saved_format`, `settings.HISTORY`): one saved at
+"""Saved configs by format version (`seq2seq.saved_format`, `saved_format.HISTORY`): one saved at
 every version reads back in the current form, field by field; one saved by a newer seq2seq is
 refused in one line; a config saved and loaded comes back the same and carries the current
 version; the parameter migrations of later steps compose in order."""
@@ -9,7 +9,7 @@ import re
 import pytest
 from helpers import ROOT
 
-from configs import tiny
+from configs import default, tiny
 from seq2seq import checkpoints, saved_format, settings
 
 RESULTS = ROOT / "experiments" / "results"
@@ -25,6 +25,14 @@ def current_form(config) -> dict:
   return json.loads(config.to_json_best_effort())
 
 
+def fill(config: dict, dotted: str, value) -> None:
+  """Sets the field `dotted` ("data.local.align") of a nested config dict where it is missing."""
+  *sections, name = dotted.split(".")
+  for section in sections:
+    config = config.setdefault(section, {})
+  config.setdefault(name, value)
+
+
 def with_length_alpha(expected: dict) -> dict:
   """A saved config's expected current form before version 3: its length_norm_alpha (1, the
   default, in the committed ones) read as the length penalty "power"."""
@@ -34,13 +42,13 @@ def with_length_alpha(expected: dict) -> dict:
 
 
 def test_the_history_numbers_its_steps_and_each_says_what_changed():
-  assert settings.FORMAT_VERSION == settings.HISTORY.current == 3
-  assert [(s.version, s.name) for s in settings.HISTORY.steps] == [
+  assert saved_format.FORMAT_VERSION == saved_format.HISTORY.current == 3
+  assert [(s.version, s.name) for s in saved_format.HISTORY.steps] == [
     (1, "components_own_their_settings"),
     (2, "the_file_carries_its_version"),
     (3, "length_penalties_by_name"),
   ]
-  assert all(s.change.startswith(f"Version {s.version}: ") for s in settings.HISTORY.steps)
+  assert all(s.change.startswith(f"Version {s.version}: ") for s in saved_format.HISTORY.steps)
 
   def documented(saved):
     """Version: documented."""
@@ -56,20 +64,21 @@ def test_the_history_numbers_its_steps_and_each_says_what_changed():
 
 def test_version_0_the_flat_layout_reads_as_specs_field_by_field():
   saved = json.loads(VERSION_0.read_text())
-  assert FIELD not in saved and settings.HISTORY.version(saved) == 0
+  assert FIELD not in saved and saved_format.HISTORY.version(saved) == 0
   expected = json.loads(VERSION_0.read_text())
-  for name in (*settings._MOVED, *settings._FEATURE_FIELDS):
+  for name in (*saved_format._MOVED, *saved_format._FEATURE_FIELDS):
     del expected["model"][name]
-  for name in settings._TERM_FIELDS:
+  for name in saved_format._TERM_FIELDS:
     del expected["train"][name]
   expected["model"].update(score="additive", attention="soft", features="")
   expected["train"]["loss_terms"] = ""
-  # It predates every field added since but train.loss_normalization (saved at its default).
-  for dotted, value in settings.ADDED_FIELDS.items():
-    section, name = dotted.split(".")
-    assert (name in expected[section]) == (dotted == "train.loss_normalization")
-    expected[section].setdefault(name, value)
-  assert settings.upgrade(saved) == with_length_alpha(expected)
+  # It predates the fields added since (train.loss_normalization it saved at its default).
+  assert "decode" in expected and expected["train"]["loss_normalization"] == "tokens"
+  missing = set(saved_format.ADDED_FIELDS) - set(checkpoints.flatten(expected))
+  assert {"model.decoder", "model.copy_eos", "decode.search"} <= missing
+  for dotted in missing:
+    fill(expected, dotted, saved_format.ADDED_FIELDS[dotted])
+  assert saved_format.upgrade(saved) == with_length_alpha(expected)
   assert sorted(checkpoints.flatten(expected)) == sorted(
     checkpoints.flatten(current_form(tiny.get_config()))
   )
@@ -82,28 +91,52 @@ def test_version_0_settings_move_into_the_specs_of_the_components_chosen():
     attention="local_p", local_window=5, coverage=True, fertility=True, prev_attention_filters=3
   )
   saved["train"].update(fertility_weight=0.5, attention_supervision=0.2)
-  new = settings.upgrade(saved)
+  new = saved_format.upgrade(saved)
   assert new["model"]["attention"] == "local_p(window=5)"
   assert new["model"]["score"] == "additive"  # max_src_len (100) belonged to `location` only.
   assert new["model"]["features"] == "coverage(fertility=true)+prev_attention(filters=3)"
   assert new["train"]["loss_terms"] == "fertility(weight=0.5)+supervision(weight=0.2)"
-  assert settings.upgrade({**saved, FIELD: 0}) == new  # Version 0 named is version 0.
+  assert saved_format.upgrade({**saved, FIELD: 0}) == new  # Version 0 named is version 0.
 
 
 def test_version_1_a_committed_config_reads_with_the_fields_added_since():
   saved = json.loads(VERSION_1.read_text())
-  assert FIELD not in saved and settings.HISTORY.version(saved) == 1
+  assert FIELD not in saved and saved_format.HISTORY.version(saved) == 1
   expected = json.loads(VERSION_1.read_text())
   expected["model"]["copy_eos"] = "target"
   expected["decode"]["max_input_tokens"] = 250
   expected["decode"]["shortlist_scope"] = "batch"
   expected["model"]["normaliser"], expected["model"]["encoder"] = "softmax", "rnn"
-  for dotted, value in settings.ADDED_FIELDS.items():  # decode.sampling and decode.mbr too.
-    section, name = dotted.split(".")
-    expected[section].setdefault(name, value)
+  for dotted, value in saved_format.ADDED_FIELDS.items():  # decode.sampling and decode.mbr too.
+    fill(expected, dotted, value)
   expected = with_length_alpha(expected)
-  assert settings.upgrade(saved) == expected
-  assert settings.upgrade({**saved, FIELD: 1}) == expected
+  assert saved_format.upgrade(saved) == expected
+  assert saved_format.upgrade({**saved, FIELD: 1}) == expected
+
+
+@pytest.mark.parametrize("saved", ["version_0", "version_1", "empty"])
+def test_every_field_of_the_default_config_is_filled_in_an_old_config(saved):
+  """The fields added since a config was saved come from configs/default.py: every one of its
+  fields is in an old config's upgrade, at its default but for `OLD_BEHAVIOUR`."""
+  saved = {
+    "version_0": lambda: json.loads(VERSION_0.read_text()),
+    "version_1": lambda: json.loads(VERSION_1.read_text()),
+    "empty": lambda: {},
+  }[saved]()
+  upgraded = checkpoints.flatten(saved_format.upgrade(saved))
+  defaults = checkpoints.flatten(current_form(default.get_config()))
+  assert sorted(set(defaults) - set(upgraded)) == []
+  assert set(saved_format.ADDED_FIELDS) == set(defaults)
+  for dotted, value in saved_format.OLD_BEHAVIOUR.items():
+    assert saved_format.ADDED_FIELDS[dotted] == value != defaults[dotted]
+
+
+def test_a_config_saved_empty_reads_as_the_defaults_but_for_old_behaviour():
+  expected = current_form(default.get_config())
+  for dotted, value in saved_format.OLD_BEHAVIOUR.items():
+    section, name = dotted.split(".")
+    expected[section][name] = value
+  assert saved_format.upgrade({}) == saved_format.canonical(expected)
 
 
 @pytest.mark.parametrize(
@@ -118,27 +151,27 @@ def test_version_2_length_norm_alpha_reads_as_the_length_penalty_it_was(alpha, p
   saved["decode"]["length_norm_alpha"] = alpha
   saved[FIELD] = 2
   config.decode.length_penalty = penalty
-  assert settings.upgrade(saved) == current_form(config)
+  assert saved_format.upgrade(saved) == current_form(config)
 
 
 def test_version_3_reads_as_it_was_saved_without_its_version():
   config = tiny.get_config()
   config.model.attention, config.train.loss_terms = "local_p(window=4)", "fertility(weight=0.3)"
   config.decode.length_penalty = "gnmt(alpha=0.7)"
-  saved = settings.HISTORY.stamped(current_form(config))
-  assert saved[FIELD] == 3 and settings.HISTORY.version(saved) == 3
-  assert settings.upgrade(saved) == current_form(config)
+  saved = saved_format.HISTORY.stamped(current_form(config))
+  assert saved[FIELD] == 3 and saved_format.HISTORY.version(saved) == 3
+  assert saved_format.upgrade(saved) == current_form(config)
   # A field added without a version bump is filled in at any version, this one too.
   del saved["decode"]["max_input_tokens"]
-  assert settings.upgrade(saved)["decode"]["max_input_tokens"] == 250
+  assert saved_format.upgrade(saved)["decode"]["max_input_tokens"] == 250
 
 
 @pytest.mark.parametrize("version", [4, 10])
 def test_a_config_saved_by_a_newer_seq2seq_is_refused_in_one_line(tmp_path, version):
-  saved = settings.HISTORY.stamped(current_form(tiny.get_config())) | {FIELD: version}
+  saved = saved_format.HISTORY.stamped(current_form(tiny.get_config())) | {FIELD: version}
   message = f"saved by a newer seq2seq: format version {version} > 3"
   with pytest.raises(ValueError, match=message):
-    settings.upgrade(saved)
+    saved_format.upgrade(saved)
   path = tmp_path / "config.json"
   path.write_text(json.dumps(saved))
   for read in (
@@ -153,7 +186,7 @@ def test_a_config_saved_by_a_newer_seq2seq_is_refused_in_one_line(tmp_path, vers
   with pytest.raises(SystemExit, match=f"error: {re.escape(str(path))}: {message}"):
     settings.main(["--upgrade", str(path)])
   with pytest.raises(ValueError, match="format_version='2' is not a format version"):
-    settings.upgrade(saved | {FIELD: "2"})
+    saved_format.upgrade(saved | {FIELD: "2"})
 
 
 def test_a_saved_config_loads_back_the_same_at_the_current_version(tmp_path):
@@ -161,7 +194,7 @@ def test_a_saved_config_loads_back_the_same_at_the_current_version(tmp_path):
   config.model.features = "coverage"
   checkpoints.check_and_save_config(tmp_path, config)
   saved = json.loads((tmp_path / "config.json").read_text())
-  assert saved[FIELD] == settings.FORMAT_VERSION
+  assert saved[FIELD] == saved_format.FORMAT_VERSION
   loaded = checkpoints.load_config(tmp_path)
   assert FIELD not in loaded and current_form(loaded) == current_form(config)
   assert checkpoints.saved_config_differences(tmp_path, loaded) == []
@@ -176,7 +209,7 @@ def test_a_workdir_saved_at_version_1_resumes_and_is_then_at_the_current_version
   assert checkpoints.config_differences(current_form(config), current_form(config)) == []
   assert checkpoints.saved_config_differences(tmp_path, config) == []
   checkpoints.check_and_save_config(tmp_path, config)
-  assert json.loads((tmp_path / "config.json").read_text())[FIELD] == settings.FORMAT_VERSION
+  assert json.loads((tmp_path / "config.json").read_text())[FIELD] == saved_format.FORMAT_VERSION
   config.model.attn_dim += 1
   with pytest.raises(checkpoints.IncompatibleRunError, match="model.attn_dim"):
     checkpoints.check_and_save_config(tmp_path, config)
@@ -250,5 +283,5 @@ def test_parameter_migrations_of_later_steps_compose_in_order():
   calls.clear()
   assert history.upgrade({"b": 1, FIELD: 2}) == {"b": 1} and calls == [3]
   # The real history renames no parameters yet: every version's checkpoints load as they are.
-  for version in range(settings.FORMAT_VERSION + 1):
-    assert settings.params_migration(version)(tree) == tree
+  for version in range(saved_format.FORMAT_VERSION + 1):
+    assert saved_format.params_migration(version)(tree) == tree

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from configs import tiny
-from seq2seq import checkpoints, settings
+from seq2seq import checkpoints, saved_format, settings
 from seq2seq.common import registry
 from seq2seq.model import alignment_features, scores, structures
 from seq2seq.training import objective
@@ -175,14 +175,14 @@ def legacy_config(**model_fields):
 def test_old_saved_configs_upgrade_to_specs():
   old = legacy_config(attention="local_p", local_window=5, coverage=True, fertility=True)
   old["train"]["fertility_weight"] = 0.5
-  new = settings.upgrade(old)
+  new = saved_format.upgrade(old)
   assert new["model"]["attention"] == "local_p(window=5)"
   assert new["model"]["features"] == "coverage(fertility=true)"
   assert new["model"]["score"] == "additive"  # max_src_len belonged to `location` only.
   assert new["train"]["loss_terms"] == "fertility(weight=0.5)"
   assert not set(new["model"]) - set(tiny.get_config().model)
-  assert settings.upgrade(new) == new  # Current configs pass through.
-  hard = settings.upgrade(legacy_config(attention="hard", score="location"))
+  assert saved_format.upgrade(new) == new  # Current configs pass through.
+  hard = saved_format.upgrade(legacy_config(attention="hard", score="location"))
   assert hard["model"]["score"] == "location(max_len=40)"
   assert hard["train"]["loss_terms"] == ""  # REINFORCE at its defaults is implied.
 

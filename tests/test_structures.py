@@ -577,7 +577,7 @@ def test_every_variant_decodes_steps_like_training_and_ignores_padding(name):
     state, steps = enc.init_state, []
     for t in range(b["tgt_in"].shape[1]):
       state, step_logits, _ = one_step(params, enc, state, jnp.asarray(b["tgt_in"][:, t]))
-      train_state.append(step_logits)
+      steps.append(step_logits)
     np.testing.assert_allclose(np.stack(steps, 1), logits, rtol=2e-5, atol=2e-5)
 
   for beam in (1, 3):

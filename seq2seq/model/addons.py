@@ -88,6 +88,9 @@ class AddOn(abc.ABC):
   PARAMS: ClassVar[tuple[str, ...]] = ()
   # Whether the scores span an extended vocabulary [..., V + S] (copying) rather than V.
   extends_vocabulary: ClassVar[bool] = False
+  # Model settings that turn it on (what `make` reads), for the contract tests every add-on
+  # passes (tests/test_contracts.py).
+  enabling: ClassVar[dict[str, Any]] = {}
 
   @classmethod
   @abc.abstractmethod
@@ -164,6 +167,8 @@ class IntraAttention(ContextProvider):
 
   PARAMS: ClassVar[tuple[str, ...]] = ("intra_score", "intra_proj", "d_o")
 
+  enabling: ClassVar[dict[str, Any]] = {"intra_attention": "dot"}
+
   @classmethod
   def make(cls, cfg):
     return cls() if cfg.intra_attention else None
@@ -230,6 +235,7 @@ class LexiconBias(OutputModifier):
   (`model.lexicon_bias=train`) or a checkpoint fills."""
 
   PARAMS: ClassVar[tuple[str, ...]] = ("lexicon_ids", "lexicon_probs")
+  enabling: ClassVar[dict[str, Any]] = {"lexicon_bias": LEXICON_FROM_TRAINING}
 
   @classmethod
   def make(cls, cfg):
@@ -288,6 +294,7 @@ class Copying(OutputModifier):
 
   PARAMS: ClassVar[tuple[str, ...]] = ("copy_gate", "copy_map")
   extends_vocabulary: ClassVar[bool] = True
+  enabling: ClassVar[dict[str, Any]] = {"copy": True}
   null_eos: bool = False
 
   @classmethod

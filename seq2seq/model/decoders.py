@@ -55,6 +55,8 @@ class Decoder(abc.ABC):
   PARAMS: ClassVar[tuple[str, ...]] = ()
   Settings: ClassVar[type] = registry.NoSettings
   settings: Any = registry.NoSettings()
+  # Its state is one [B, D] array that context add-ons (intra-attention) read and remember.
+  feeds_context_addons: ClassVar[bool] = True
 
   def build(self, model: nnx.Module, cfg: Any, ctx_dim: int, *, rngs: nnx.Rngs) -> None:
     """Adds the recurrence's parameters to `model`, for a context c_i of width `ctx_dim`: the
@@ -161,6 +163,8 @@ class LuongDecoder(Decoder):
   outputs pass through dropout (`model.dropout`, training only); with `residual`, a layer above
   the first adds its input to its output. h~_t is dropped out where the output layer reads it;
   the next step is fed it whole."""
+
+  feeds_context_addons: ClassVar[bool] = False  # Its state is every layer's, and h~_t.
 
   @dataclasses.dataclass(frozen=True)
   class Settings:

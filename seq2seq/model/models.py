@@ -125,7 +125,48 @@ class Encoded(NamedTuple):
   addons: dict[str, Any] = {}
 
 
-class Seq2Seq(nnx.Module):
+def summarise(model: Seq2Seq, fwd_last, bwd_first) -> tuple[jax.Array, jax.Array]:
+  """The fixed context c [B, H'] and s_0 [B, D] (float32) from the encoder's last outputs (either
+  direction's may be None), with `model`'s projections `summary_proj` and `init_proj`."""
+  # One direction: the output after reading the whole sentence, whichever way it read.
+  last = fwd_last if bwd_first is None else bwd_first
+  if not model.bidirectional:  # Cho et al.: c = tanh(V h_Tx), s_0 = tanh(V' c).
+    fixed = jnp.tanh(model.summary_proj(last).astype(jnp.float32))
+    return fixed, jnp.tanh(model.init_proj(fixed).astype(jnp.float32))
+  if fwd_last is not None and bwd_first is not None:
+    # s_0 = tanh(W_s bwd h_1); RNNencdec-bi's c = [fwd h_Tx ; bwd h_1].
+    fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
+    return fixed, jnp.tanh(model.init_proj(bwd_first).astype(jnp.float32))
+  # A one-direction encoder: s_0 = tanh(W_s h_last), and c = h_last.
+  return last, jnp.tanh(model.init_proj(last).astype(jnp.float32))
+
+
+class AddOnHooks:
+  """The model's calls into its add-ons (`self.addons`, (name, add-on) pairs in hook order) that
+  sit outside the recurrence: the output modifiers' scores and fed-back ids."""
+
+  addons: tuple[tuple[str, addons.AddOn], ...]
+
+  def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx, output_ids=None):
+    """The step's scores from the output layer's logits (over `output_ids` when given), as the
+    output add-ons rewrite them."""
+    for name, addon in self.addons:
+      logits = addon.logits(self, logits, enc.addons[name], alpha, readout_s, emb, ctx, output_ids)
+    return logits
+
+  def _feed_back(self, y: jax.Array) -> jax.Array:
+    """The ids the decoder reads for outputs `y` (a copied word: <unk>)."""
+    for _, addon in self.addons:
+      y = addon.feed_back(self, y)
+    return y
+
+  @property
+  def extends_vocabulary(self) -> bool:
+    """Whether the scores span the extended vocabulary V + S of a copying model."""
+    return any(addon.extends_vocabulary for _, addon in self.addons)
+
+
+class Seq2Seq(AddOnHooks, nnx.Module):
   """The encoder-decoder shared by RNNsearch and both RNNencdec models: `uses_attention` and
   `bidirectional` (the encoder) tell them apart. The decoder's recurrence and output layer are
   components (`seq2seq.model.decoders`), and so are its add-ons (`seq2seq.model.addons`): the model
@@ -141,6 +182,10 @@ class Seq2Seq(nnx.Module):
 
   uses_attention = True
   bidirectional = True
+  # What the model can do, read by `ModelSettings.check` (a new model class declares its own).
+  takes_tables = True  # `build_model` hands its add-ons their tables (copying, lexicon bias).
+  trains_sampled_attention = True  # Its loss adds REINFORCE for a structure that samples.
+  reads_two_sources = False  # `MultiSource` extends it to a corpus of two source languages.
 
   def __init__(self, cfg: ModelSettings, src_vocab: int, tgt_vocab: int, *, rngs, tables=None):
     tables = tables or {}
@@ -211,18 +256,7 @@ class Seq2Seq(nnx.Module):
     if self.uses_attention:
       keys = self.structure.keys(self.score, annotations, src_mask_BS)
       attention_state = self.structure.init_state(src_mask_BS)
-    # One direction: the output after reading the whole sentence, whichever way it read.
-    last = fwd_last if bwd_first is None else bwd_first
-    if not self.bidirectional:  # Cho et al.: c = tanh(V h_Tx), s_0 = tanh(V' c).
-      fixed = jnp.tanh(self.summary_proj(last).astype(jnp.float32))
-      s0 = jnp.tanh(self.init_proj(fixed).astype(jnp.float32))
-    elif fwd_last is not None and bwd_first is not None:
-      # s_0 = tanh(W_s bwd h_1); RNNencdec-bi's c = [fwd h_Tx ; bwd h_1].
-      fixed = jnp.concatenate([fwd_last, bwd_first], axis=-1)
-      s0 = jnp.tanh(self.init_proj(bwd_first).astype(jnp.float32))
-    else:  # A one-direction encoder: s_0 = tanh(W_s h_last), and c = h_last.
-      fixed = last
-      s0 = jnp.tanh(self.init_proj(last).astype(jnp.float32))
+    fixed, s0 = summarise(self, fwd_last, bwd_first)
     prepared = {n: self.features[n].prepare(annotations) for n in self.feature_names}
     # The fertility N_j that the coverage divides by and the fertility penalty reads (else 1).
     fertility = prepared.get("coverage", jnp.ones(src_mask_BS.shape, jnp.float32))
@@ -233,19 +267,6 @@ class Seq2Seq(nnx.Module):
     )
     addon_data = {n: a.prepare(self, src_BS, src_mask_BS) for n, a in self.addons}
     return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared, addon_data)
-
-  def _output(self, enc: Encoded, logits, alpha, readout_s, emb, ctx, output_ids=None):
-    """The step's scores from the output layer's logits (over `output_ids` when given), as the
-    output add-ons rewrite them."""
-    for name, addon in self.addons:
-      logits = addon.logits(self, logits, enc.addons[name], alpha, readout_s, emb, ctx, output_ids)
-    return logits
-
-  def _feed_back(self, y: jax.Array) -> jax.Array:
-    """The ids the decoder reads for outputs `y` (a copied word: <unk>)."""
-    for _, addon in self.addons:
-      y = addon.feed_back(self, y)
-    return y
 
   def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
     """The keys of this step: U_a h_j plus every alignment feature's contribution."""
@@ -383,11 +404,6 @@ class Seq2Seq(nnx.Module):
     """Whether the attention samples where to look (trained with `objective.reinforce_loss`)."""
     return self.uses_attention and self.structure.sampled
 
-  @property
-  def extends_vocabulary(self) -> bool:
-    """Whether the scores span the extended vocabulary V + S of a copying model."""
-    return any(addon.extends_vocabulary for _, addon in self.addons)
-
 
 class MultiSource(Seq2Seq):
   """RNNsearch over two source languages (Zoph and Knight 2016), the model of a corpus with two
@@ -477,6 +493,7 @@ class RNNsearch(Seq2Seq):
   """The paper's model: attention over the annotations at every decoder step."""
 
   uses_attention = True
+  reads_two_sources = True
 
 
 class RNNencdec(Seq2Seq):
@@ -502,6 +519,10 @@ class Agreement(nnx.Module):
   """
 
   uses_attention = True
+  bidirectional = True
+  takes_tables = False  # The reverse model would need tables of its own.
+  trains_sampled_attention = False  # The joint loss has no REINFORCE term.
+  reads_two_sources = False
 
   samples_attention = False  # Hard attention's REINFORCE is not wired into the joint loss.
   extends_vocabulary = False  # Copying is refused for agreement runs.
@@ -530,6 +551,16 @@ MODELS: dict[str, type[nnx.Module]] = {
   "agreement": Agreement,
 }
 ENCDEC_NAMES = tuple(name for name, cls in MODELS.items() if not cls.uses_attention)
+
+
+def models_that(can: Any) -> str:
+  """The model names whose class `can(cls)` allows, "|"-joined (for messages)."""
+  return "|".join(name for name, cls in MODELS.items() if can(cls))
+
+
+def plain(reg: registry.Registry) -> str:
+  """The name of the registry's plain component (the paper's choice)."""
+  return next(name for name in reg.names() if reg.get(name).plain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -602,29 +633,34 @@ class ModelSettings:
     return typed
 
   def check(self) -> None:
-    """The rules across components (each component checks its own settings when parsed)."""
+    """The rules across components (each component checks its own settings when parsed); they
+    read what each component declares it can do (`uses_attention`, `plain`, ...), never its
+    name."""
     if self.name not in MODELS:
       raise ValueError(f"unknown model {self.name!r}; valid: {', '.join(sorted(MODELS))}")
+    model = MODELS[self.name]
     structure = structures.get(self.attention.name)
-    attention = str(self.attention)
-    if not MODELS[self.name].uses_attention and self.attention.name != "soft":
-      raise ValueError(f"model.attention={attention!r} needs model.name=rnnsearch")
-    if self.normaliser.name != "softmax":
-      if not MODELS[self.name].uses_attention or not structure.normalised:
+    score, attention = scores.get(self.score.name), str(self.attention)
+    attending = models_that(lambda cls: cls.uses_attention)
+    if not model.uses_attention and not structure.plain:
+      raise ValueError(f"model.attention={attention!r} needs model.name={attending}")
+    if not normalisers.REGISTRY.get(self.normaliser.name).plain:
+      if not model.uses_attention or not structure.normalised:
         raise ValueError(
           f"model.normaliser={str(self.normaliser)!r} normalises attention scores: it needs "
-          f"model.name=rnnsearch|agreement and a structure that normalises scores (got "
+          f"model.name={attending} and a structure that normalises scores (got "
           f"{self.name!r}, {attention!r})"
         )
-    if not structure.uses_score and self.score.name != "additive":
+    if not structure.uses_score and not score.plain:
       raise ValueError(
         f"model.attention={attention!r} scores with its own parameters; leave model.score "
-        f"at 'additive' (got {str(self.score)!r})"
+        f"at {plain(scores.REGISTRY)!r} (got {str(self.score)!r})"
       )
-    if self.features and not (MODELS[self.name].uses_attention and self.score.name == "additive"):
+    if self.features and not (model.uses_attention and score.takes_features):
+      featured = "|".join(n for n in scores.names() if scores.get(n).takes_features)
       raise ValueError(
         f"model.features={self.feature_spec!r} extend the additive score: set "
-        f"model.score=additive and model.name=rnnsearch|agreement (got {str(self.score)!r}, "
+        f"model.score={featured} and model.name={attending} (got {str(self.score)!r}, "
         f"{self.name!r})"
       )
     if self.features and not structure.uses_score:
@@ -646,24 +682,26 @@ class ModelSettings:
         f"{decoder.READOUT_FIELD} ({decoder.readout_width(self)}) must equal model.emb_dim "
         f"({self.emb_dim})"
       )
-    if self.intra_attention and self.decoder.name == "luong":
+    if self.intra_attention and not decoder.feeds_context_addons:
+      feeding = [n for n in decoders.names() if decoders.REGISTRY.get(n).feeds_context_addons]
       raise ValueError(
         "model.intra_attention attends over the paper decoder's past states: use "
-        "model.decoder=paper or cgru with it"
+        f"model.decoder={' or '.join(feeding)} with it"
       )
-    if self.lexicon_bias and not MODELS[self.name].uses_attention:
+    if self.lexicon_bias and not model.uses_attention:
       raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
     if self.multi_source not in MULTI_SOURCE:
       raise ValueError(f"model.multi_source={self.multi_source!r} is not one of {MULTI_SOURCE}")
     if self.sources not in (1, 2):
       raise ValueError(f"{self.sources} source languages: at most two (data.local.src_lang=en+de)")
     if self.sources == 2:
-      if self.name != "rnnsearch" or self.attention.name != "soft" or self.features:
+      if not model.reads_two_sources or not structure.plain or self.features:
         raise ValueError(
           "two source languages are attended with soft attention each: model.name="
-          "rnnsearch, model.attention=soft and no model.features"
+          f"{models_that(lambda cls: cls.reads_two_sources)}, model.attention="
+          f"{plain(structures.REGISTRY)} and no model.features"
         )
-      if scores.get(self.score.name).positional:
+      if score.positional:
         raise ValueError(f"model.multi_source needs a content score, not {str(self.score)!r}")
       if self.copy or self.lexicon_bias or self.intra_attention:
         raise ValueError("model.multi_source does not combine with copy, lexicon_bias or intra")
@@ -674,15 +712,16 @@ class ModelSettings:
         )
     if self.copy_eos not in copying.COPY_EOS:
       raise ValueError(f"model.copy_eos={self.copy_eos!r} is not one of {copying.COPY_EOS}")
-    if self.copy and self.name != "rnnsearch":
+    if self.copy and not (model.uses_attention and model.takes_tables):
+      copying_models = models_that(lambda cls: cls.uses_attention and cls.takes_tables)
       raise ValueError(
-        f"model.copy copies through attention: model.name=rnnsearch, not {self.name}"
+        f"model.copy copies through attention: model.name={copying_models}, not {self.name}"
       )
-    if self.lexicon_bias and self.name == "agreement":
-      raise ValueError("model.lexicon_bias: agreement runs have no table for the reverse model")
-    if self.name == "agreement" and structure.sampled:
+    if self.lexicon_bias and not model.takes_tables:
+      raise ValueError(f"model.lexicon_bias: {self.name} runs have no table for the reverse model")
+    if structure.sampled and not model.trains_sampled_attention:
       raise ValueError(
-        f"model.name=agreement trains with a differentiable attention; model.attention="
+        f"model.name={self.name} trains with a differentiable attention; model.attention="
         f"{attention!r} samples its positions (REINFORCE), which the joint loss lacks"
       )
 
@@ -710,8 +749,8 @@ def build_model(
       f"build_model takes ModelSettings (settings.validate(config).model, or "
       f"ModelSettings.from_config(config.model)), not {type(settings).__name__}"
     )
-  if settings.name == "agreement":
-    return Agreement(settings, src_vocab, tgt_vocab, rngs=rngs)
   model_class = MultiSource if settings.sources == 2 else MODELS[settings.name]
+  if not model_class.takes_tables:
+    return model_class(settings, src_vocab, tgt_vocab, rngs=rngs)
   tables = {"copy_map": copy_map, "lexicon": lexicon}
   return model_class(settings, src_vocab, tgt_vocab, rngs=rngs, tables=tables)

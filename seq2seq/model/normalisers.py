@@ -44,10 +44,12 @@ def make_normaliser(normaliser: str | registry.Spec) -> Normaliser:
 
 @dataclasses.dataclass(frozen=True)
 class Normaliser:
-  """Base class; `sparse`: whether it can give exact zeros inside the mask."""
+  """Base class; `sparse`: whether it can give exact zeros inside the mask; `plain`: the
+  paper's normaliser, what `model.normaliser` stays at where no scores are normalised."""
 
   name: ClassVar[str] = "base"
   sparse: ClassVar[bool] = False
+  plain: ClassVar[bool] = False
   Settings: ClassVar[type] = registry.NoSettings
 
   def __call__(self, e: jax.Array, mask: jax.Array, axis: int = -1) -> jax.Array:
@@ -58,6 +60,8 @@ class Normaliser:
 @dataclasses.dataclass(frozen=True)
 class Softmax(Normaliser):
   """exp(e_j) / sum_k exp(e_k) over the allowed positions (`attention.masked_softmax`)."""
+
+  plain: ClassVar[bool] = True
 
   def __call__(self, e, mask, axis=-1):
     return attention.masked_softmax(e, mask, axis=axis)

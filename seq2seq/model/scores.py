@@ -49,6 +49,8 @@ class Score(nnx.Module):
 
   name = "base"
   positional = False  # Scores depend on absolute positions, not only on the keys given.
+  takes_features = False  # Alignment features add to its keys (`model.features`).
+  plain = False  # The paper's score: what `model.score` stays at when a structure scores alone.
   Settings = registry.NoSettings  # The score's own settings (a frozen dataclass).
 
   def __init__(self, query_dim: int, annot_dim: int, cfg: Any, settings: Any, *, rngs: nnx.Rngs):
@@ -92,6 +94,9 @@ def _require_same_size(name: str, query_dim: int, annot_dim: int) -> None:
 @register("additive")
 class Additive(Score):
   """Bahdanau et al.: e_j = v_a^T tanh(W_a s + U_a h_j); U_a h_j is the precomputed key."""
+
+  takes_features = True
+  plain = True
 
   def __init__(self, query_dim, annot_dim, cfg, settings, *, rngs):
     self.w_a = layers.dense(query_dim, cfg.attn_dim, cfg, rngs=rngs, role="attention")

@@ -92,6 +92,9 @@ class Structure(nnx.Module):
   uses_score = True  # Scores through the model's score function (and its alignment features).
   sampled = False  # Samples where to look: training adds `objective.reinforce_loss`.
   windowed = False  # Gives exactly zero weight outside a window of positions.
+  # The paper's attention (no state, window or parameters of its own): what a model without
+  # attention leaves `model.attention` at, and what each of two sources is attended with.
+  plain = False
   # Whether its weights come from a normaliser (`model.normaliser`), which `make_structure` sets.
   normalised = True
   normalise: normalisers.Normaliser = normalisers.Softmax()
@@ -125,6 +128,8 @@ def _scores(score, query_BD, keys_BSK, annotations_BSH) -> jax.Array:
 @register("soft")
 class Soft(Structure):
   """Global soft attention over every source position (Bahdanau et al.)."""
+
+  plain = True
 
   def __call__(
     self, score, query_BD, keys, annotations_BSH, mask_BS, state, *, rng=None, decoding=False
