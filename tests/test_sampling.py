@@ -1,6 +1,6 @@
-"""Sampling (`seq2seq.decoding.sampling`, `left_to_right.sample`): each truncation against masks worked out
-by hand, draws against the distribution they leave, top_k=1 against greedy search, a sample's
-score against forced decoding, and the same samples for a sentence in any batch."""
+"""Sampling (`seq2seq.decoding.sampling`, `left_to_right.sample`): each truncation against masks
+worked out by hand, draws against the distribution they leave, top_k=1 against greedy search, a
+sample's score against forced decoding, and the same samples for a sentence in any batch."""
 
 import jax
 import jax.numpy as jnp
