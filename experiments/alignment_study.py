@@ -54,7 +54,7 @@ Presets:
 
 * `smoke`: configs/tiny.py for `presets.SMOKE_STEPS` steps, long split 12-18 words
   (tiny sentences stop at 18): checks the files and keys written
-  (tests/test_experiments_studies.py).
+  (tests/experiments/test_experiments_studies.py).
 * `cpu`: the cpu preset shared by the study scripts (`experiments/lib/presets.py`: half the
   demo's width, Glorot initialisation, Adam 3e-3, 400 updates of 64 pairs, the last checkpoint
   evaluated with beam 5 on 1,000 test pairs, about 100 of them of 40-80 words). The paper's

@@ -15,10 +15,10 @@ length normalisation, UNK replacement), on `valid` and `test`:
 * the first run decoded over lexical shortlists (`decode.shortlist`: the table learned by
   `python -m seq2seq.build_lexicon` from its training split, with the default 1,000 frequent
   words and 10 translations per source word), as an ensemble of that one run (equal to the run
-  itself, `tests/test_ensemble.py`): one shortlist per batch in OUT/shortlist, each sentence's own
-  (`decode.shortlist_scope=sentence`) in OUT/shortlist_sentence, and, to time them against, the
-  full vocabulary in OUT/full. The three evaluations run one after another and each row gives
-  its command's wall minutes (both splits, No-UNK pass included);
+  itself, `tests/decoding/test_ensemble.py`): one shortlist per batch in OUT/shortlist, each
+  sentence's own (`decode.shortlist_scope=sentence`) in OUT/shortlist_sentence, and, to time them
+  against, the full vocabulary in OUT/full. The three evaluations run one after another and each row
+  gives its command's wall minutes (both splits, No-UNK pass included);
 * with `--average K`, each run's last checkpoint alone (`python -m seq2seq.average --last 1`, the
   identity) and the mean of its last K checkpoints (`--last K`), in OUT/average/last1_seed_I and
   OUT/average/lastK_seed_I. A run's own row is its best checkpoint by validation BLEU, often an

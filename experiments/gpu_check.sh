@@ -95,12 +95,12 @@ if m in sys.modules])" > "$OUT/imports.txt" 2>&1
   cat "$OUT/imports.txt"
   step "one test that aborted on the H200, alone" 45 "${GPU_TEST_ENV[@]}" "$PY" -m pytest -x -q \
     -p no:cacheprovider \
-    tests/test_decode.py::test_forced_decoding_scores_what_greedy_and_beam_search_reported \
+    tests/decoding/test_decode.py::test_forced_decoding_scores_what_greedy_and_beam_search_reported \
     > "$OUT/pytest_alone.txt" 2>&1
   tail -5 "$OUT/pytest_alone.txt"
   step "tests on the GPU" 150 "${GPU_TEST_ENV[@]}" "$PY" -m pytest -p xdist -v -n 4 \
-    -p no:cacheprovider tests/test_scores.py tests/test_attention.py tests/test_structures.py \
-    tests/test_models.py tests/test_decode.py > "$OUT/pytest.txt" 2>&1
+    -p no:cacheprovider tests/model/test_scores.py tests/model/test_attention.py tests/model/test_structures.py \
+    tests/model/test_models.py tests/decoding/test_decode.py > "$OUT/pytest.txt" 2>&1
   grep -E "(FAILED|ERROR|crashed)|passed|failed" "$OUT/pytest.txt" | tail -40
 }
 bench() {

@@ -14,7 +14,7 @@
 # each study's report from its finished points (`--collect --partial`) and converts the study
 # into records (`experiments.convert_results --prune`); then `python -m experiments.pages` and
 # commit the finished points. Until then the study folders that `prepare` made (jobs files,
-# logs, unfinished runs) fail tests/test_results.py's check that every folder is a study: move
+# logs, unfinished runs) fail tests/experiments/test_results.py's check that every folder is a study: move
 # aside what did not finish. The runs are the studies' own (same configs and budgets); only the
 # device differs, which their records name. STEP defaults to subword guided plateau.
 set -euo pipefail

@@ -55,7 +55,8 @@ def _release_compiled_programs():
   mappings of its own, and a pytest worker that compiled a few hundred files' programs reached
   Linux's limit of 65,530 mappings a process (vm.max_map_count): the next mmap failed inside XLA
   and the worker died of a segmentation fault (2026-12-03, measured from /proc/PID/maps: 65,341
-  mappings in the worker that crashed, in tests/test_decode.py near the end of the suite)."""
+  mappings in the worker that crashed, in tests/decoding/test_decode.py near the end of the
+  suite)."""
   yield
   jax.clear_caches()
   gc.collect()

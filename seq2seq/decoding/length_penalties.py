@@ -19,7 +19,7 @@ gives `bound(s, t, max_len)`: an upper bound on what any output extending a live
 score s and t tokens can be ranked at. Its length ends in t + 1 .. max_len and its score s' <= s
 (every word adds log p <= 0); every penalty here is nondecreasing in s, so the bound is the best
 of `rank(s, n)` over those lengths, which for each penalty is one end of the range.
-`tests/test_decode.py` checks the search against exhaustive search under every penalty.
+`tests/decoding/test_decode.py` checks the search against exhaustive search under every penalty.
 
 A penalty is a frozen dataclass (hashable: it is a static argument of the jitted searches);
 `make(spec)` builds the one a spec names.

@@ -89,7 +89,7 @@ class AddOn(abc.ABC):
   # Whether the scores span an extended vocabulary [..., V + S] (copying) rather than V.
   extends_vocabulary: ClassVar[bool] = False
   # Model settings that turn it on (what `make` reads), for the contract tests every add-on
-  # passes (tests/test_contracts.py).
+  # passes (tests/model/test_contracts.py).
   enabling: ClassVar[dict[str, Any]] = {}
 
   @classmethod

@@ -12,7 +12,7 @@ Both sparse maps are computed exactly by sorting: with z sorted in decreasing or
 is the longest prefix of k positions whose threshold tau_k (a function of the first k sorted
 scores) stays below the k-th score, and tau is that prefix's tau_k. Their gradients are JAX's
 derivatives of these closed forms (tau is a smooth function of the support's scores, the
-support piecewise constant), which `tests/test_normalisers.py` checks against finite
+support piecewise constant), which `tests/model/test_normalisers.py` checks against finite
 differences.
 
 Every normaliser takes scores [..., S] and a mask (broadcast to them) and returns float32

@@ -1,8 +1,8 @@
 """Bad input and misuse on the command line, probed as a careful new user and a hostile tester
 would: every probe ends in one `error:` line with exit status 1 (no traceback), or in a correct
-result. The kills, damaged checkpoints and races have their own tests (tests/test_reliability.py);
-these are the quick cases, each a main.py command on the tiny trained run (the averaging tool's
-are in tests/test_average.py)."""
+result. The kills, damaged checkpoints and races have their own tests
+(tests/system/test_reliability.py); these are the quick cases, each a main.py command on the tiny
+trained run (the averaging tool's are in tests/run/test_average.py)."""
 
 from __future__ import annotations
 

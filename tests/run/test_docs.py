@@ -4,7 +4,7 @@ comment, every registered component with its settings (`docs/_ext/reference.py`)
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 import reference  # noqa: E402

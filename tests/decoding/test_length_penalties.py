@@ -1,7 +1,7 @@
 """Length penalties (`seq2seq.decoding.length_penalties`): each ranks as its formula, written here
 by hand; each bound is the best rank any ending of a live hypothesis can reach (an upper bound, and
 reached); specs parse, print canonically and refuse bad settings in one line. Beam search under
-every penalty is checked against exhaustive search in tests/test_decode.py."""
+every penalty is checked against exhaustive search in tests/decoding/test_decode.py."""
 
 import itertools
 

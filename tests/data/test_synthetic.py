@@ -9,7 +9,7 @@ import pytest
 
 from seq2seq.data import synthetic
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 # French words that may legitimately be unaligned (see the module docstring).
 UNALIGNED_OK = {"de", "d'", "des", "les", "que", "qu'"}
 

@@ -1,8 +1,8 @@
 """The front door against the repository: the README and the documentation's hand-written pages
 (docs/**/*.md, but the generated results pages) against the code. Their paths, links, config
 fields and command-line flags must exist; the README stays under 200 lines and holds no measured
-figure but its generated headline block (tests/test_results.py checks that block against the
-data), and no hand-written docs page types a "mean ± sd" figure: those come from the results
+figure but its generated headline block (tests/experiments/test_results.py checks that block against
+the data), and no hand-written docs page types a "mean ± sd" figure: those come from the results
 pages, generated from the data.
 """
 
@@ -23,8 +23,8 @@ README = ROOT / "README.md"
 # "57.55 ± 0.38", "323 ± 19", "57 ± 16%": the mean, its decimals, the sd and a percent sign.
 MEAN_SD = re.compile(r"(?<![\w.])(-?\d+(?:\.(\d+))?) ± (\d+(?:\.\d+)?)(%?)")
 RESULTS_PATH = re.compile(r"experiments/results/[\w./=+-]*[\w/]")
-# configs/demo.py, tests/test_decode.py, ...: a file of this repository (another's is written
-# with its name in front, GroundHog/experiments/nmt/encdec.py).
+# configs/demo.py, tests/decoding/test_decode.py, ...: a file of this repository (another's is
+# written with its name in front, GroundHog/experiments/nmt/encdec.py).
 FILE_PATH = re.compile(
   r"(?<![\w./-])((?:configs|experiments|seq2seq|tests|docs)/[\w/.=+-]*\.(?:py|sh|md|json|png))"
 )

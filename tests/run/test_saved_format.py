@@ -144,7 +144,7 @@ def test_a_config_saved_empty_reads_as_the_defaults_but_for_old_behaviour():
 )
 def test_version_2_length_norm_alpha_reads_as_the_length_penalty_it_was(alpha, penalty):
   """Version 3 named the length penalty: score / length**alpha is power(alpha), and alpha 0,
-  the raw score, is none. Both rank every output alike (tests/test_length_penalties.py)."""
+  the raw score, is none. Both rank every output alike (tests/decoding/test_length_penalties.py)."""
   config = tiny.get_config()
   saved = current_form(config)
   del saved["decode"]["length_penalty"]

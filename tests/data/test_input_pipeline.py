@@ -15,7 +15,7 @@ from seq2seq.data import builders
 from seq2seq.data import input_pipeline as ip
 from seq2seq.data import tokenizer as tk
 
-SHARED_DATA = Path(__file__).parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).parents[3] / "shared" / "data"
 
 
 @pytest.fixture(scope="module")

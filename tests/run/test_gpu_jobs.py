@@ -11,7 +11,7 @@ import tarfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A fake run: notes when it started, trains (prints a step line) after DELAY seconds, then
 # finishes after WORK more with what a real run leaves: its results, a checkpoint, an explorer.
