@@ -383,11 +383,7 @@ class Beam(core.Search):
       nbest=job.nbest,
       trace=job.trace,
       beam_size=job.beam_size,
-      max_len=job.max_len,
-      length_penalty=job.length_penalty,
-      coverage_beta=job.coverage_beta,
-      ban_unk=job.ban_unk,
-      prefix_BP=job.prefix_BP,
       constraints=job.constraints,
+      **job.steering(),
     )
     return result if job.trace else (result, None)

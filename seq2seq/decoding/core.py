@@ -180,6 +180,18 @@ class SearchJob(NamedTuple):
   constraints: constraints_.Constraints | None = None  # [B, C] phrases each output contains.
   trace: bool = False  # Record what each step did (`BeamTrace`; beam searches only).
 
+  def ranking(self) -> dict[str, Any]:
+    """The keyword arguments that rank outputs (`ranking_score`'s, with the length limit)."""
+    return {
+      "max_len": self.max_len,
+      "length_penalty": self.length_penalty,
+      "coverage_beta": self.coverage_beta,
+    }
+
+  def steering(self) -> dict[str, Any]:
+    """`ranking()` and what every search steers by: the banned UNK and the forced prefixes."""
+    return self.ranking() | {"ban_unk": self.ban_unk, "prefix_BP": self.prefix_BP}
+
 
 class Search:
   """A decoding strategy (`decode.search`). Subclasses register with `@SEARCHES.register(name)`,

@@ -103,25 +103,13 @@ class Diverse(core.Search):
       src_BS,
       src_mask_BS,
       beam_size=job.beam_size,
-      max_len=job.max_len,
-      length_penalty=job.length_penalty,
-      coverage_beta=job.coverage_beta,
-      ban_unk=job.ban_unk,
-      prefix_BP=job.prefix_BP,
       run_type=DiverseRun,
       groups=groups,
       strength=strength,
+      **job.steering(),
     )
     # The groups' pools side by side, sorted into one n-best list (empty slots last).
     order_BK = jnp.argsort(-bs.fin_norm, axis=1, stable=True)
     fin = ("fin_tokens", "fin_alpha", "fin_scores", "fin_norm", "fin_lengths")
     bs = bs._replace(**{f: core.gather_beams(getattr(bs, f), order_BK) for f in fin})
-    best = beams.nbest_of_pool(
-      bs,
-      src_mask_BS,
-      nbest=job.nbest,
-      max_len=job.max_len,
-      length_penalty=job.length_penalty,
-      coverage_beta=job.coverage_beta,
-    )
-    return best, None
+    return beams.nbest_of_pool(bs, src_mask_BS, nbest=job.nbest, **job.ranking()), None

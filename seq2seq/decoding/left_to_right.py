@@ -159,7 +159,7 @@ class Greedy(core.Search):
     return 1
 
   def __call__(self, model, src_BS, src_mask_BS, job):
-    result = greedy(model, src_BS, src_mask_BS, **_left_to_right_settings(job))
+    result = greedy(model, src_BS, src_mask_BS, **job.steering())
     return jax.tree.map(lambda x: x[:, None], result), None
 
 
@@ -177,16 +177,5 @@ class Sample(core.Search):
   def __call__(self, model, src_BS, src_mask_BS, job):
     if job.sampling is None:
       raise ValueError("decode.search=sample draws by decode.sampling: set it")
-    settings = _left_to_right_settings(job)
-    result = sample(model, src_BS, src_mask_BS, sampling=job.sampling, **settings)
+    result = sample(model, src_BS, src_mask_BS, sampling=job.sampling, **job.steering())
     return jax.tree.map(lambda x: x[:, : job.nbest], result), None
-
-
-def _left_to_right_settings(job: core.SearchJob) -> dict[str, Any]:
-  return {
-    "max_len": job.max_len,
-    "length_penalty": job.length_penalty,
-    "coverage_beta": job.coverage_beta,
-    "ban_unk": job.ban_unk,
-    "prefix_BP": job.prefix_BP,
-  }
