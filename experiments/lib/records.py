@@ -250,14 +250,21 @@ def _roots() -> re.Pattern[str]:
   return re.compile("(" + "|".join(map(re.escape, names)) + r")(/|(?![\w.-]))")
 
 
+# The folders beside a checkout that records may name: the shared corpora (../shared/data) and
+# runs kept outside the repository (../keep/RUN). Any other path is left as it is: a checkout in
+# /tmp must not turn every /tmp/... path into ../... .
+BESIDE = ("shared", "keep")
+
+
 @functools.cache
 def _beside() -> re.Pattern[str] | None:
-  """The start of a path in a folder beside the checkout (/work/keep/ for /work/main); None
-  where the checkout's parent is the filesystem's root."""
+  """The start of a path in a folder of `BESIDE` next to the checkout (/work/keep/ for
+  /work/main); None where the checkout's parent is the filesystem's root."""
   parent = REPO_ROOT.parent
   if parent == parent.parent:
     return None
-  return re.compile(r"(?<![\w.~/-])" + re.escape(str(parent)) + r"/(?=[\w.-])")
+  folders = "|".join(map(re.escape, BESIDE))
+  return re.compile(r"(?<![\w.~/-])" + re.escape(str(parent)) + rf"/(?=(?:{folders})/)")
 
 
 def relative(value: Any) -> Any:

@@ -431,8 +431,8 @@ def test_an_unfinished_run_is_left_as_it_is(tmp_path):
 def test_a_run_trained_in_another_worktree_is_recorded_with_relative_paths(tmp_path, monkeypatch):
   """A study run from a git worktree (so that edits to the main tree cannot change it halfway)
   writes that tree's paths into its runs' configs; converted in the main tree, they are written
-  relative as this tree's are, and a sibling folder whose name starts with the root's is written
-  as a folder beside the checkout, not as one inside it."""
+  relative as this tree's are, and a sibling folder whose name starts with the root's is not
+  taken for one inside it."""
   repo, tree = tmp_path / "repo", tmp_path / "repo_wt"
   git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
   repo.mkdir()
@@ -454,13 +454,14 @@ def test_a_run_trained_in_another_worktree_is_recorded_with_relative_paths(tmp_p
     records._roots.cache_clear()
     records._beside.cache_clear()
   assert record["config"]["data"]["cache_dir"] == "experiments/results/study/data"
-  assert record["config"]["workdir_note"] == "../repo2/elsewhere"
+  assert record["config"]["workdir_note"] == f"{repo}2/elsewhere"
 
 
 def test_a_path_beside_the_checkout_is_recorded_relative_to_it(tmp_path, monkeypatch):
-  """A run or data kept in a folder beside the checkout (../keep/RUN, ../shared/data) is written
-  as the path from the checkout's root, as a reader types it there; a path elsewhere on the
-  machine is kept as it is."""
+  """A run or data kept in the folders beside the checkout that records name (../keep/RUN,
+  ../shared/data) is written as the path from the checkout's root, as a reader types it there;
+  any other path is kept as it is, a scratch folder beside the checkout too (a clone in /tmp
+  wrote pytest's /tmp/pytest-of-root/... folders as ../pytest-of-root/...)."""
   work = tmp_path / "work"
   monkeypatch.setattr(records, "REPO_ROOT", work / "main")
   records._roots.cache_clear()
@@ -470,6 +471,8 @@ def test_a_path_beside_the_checkout_is_recorded_relative_to_it(tmp_path, monkeyp
       {
         "command": f"x --run {work}/keep/run --input={work}/main/in.txt --other {work}/main2/y",
         "run": work / "keep" / "run",
+        "data": f"{work}/shared/data/multi30k",
+        "scratch": f"{work}/pytest-of-root/pytest-35/run0",
         "elsewhere": [f"{tmp_path}/scratch/z", "/usr/bin/python3", f"/data{work}/keep"],
       }
     )
@@ -477,8 +480,10 @@ def test_a_path_beside_the_checkout_is_recorded_relative_to_it(tmp_path, monkeyp
     records._roots.cache_clear()
     records._beside.cache_clear()
   assert got == {
-    "command": "x --run ../keep/run --input=in.txt --other ../main2/y",
+    "command": f"x --run ../keep/run --input=in.txt --other {work}/main2/y",
     "run": "../keep/run",
+    "data": "../shared/data/multi30k",
+    "scratch": f"{work}/pytest-of-root/pytest-35/run0",
     "elsewhere": [f"{tmp_path}/scratch/z", "/usr/bin/python3", f"/data{work}/keep"],
   }
 
