@@ -1,6 +1,7 @@
 """The `seq2seq` command (also `python -m seq2seq`, and `python main.py` from a checkout): train,
-evaluate, translate or score with a config from `configs/`, or write a run's explorer again. The
-HTTP service has a command of its own: python -m seq2seq.serve (seq2seq-serve).
+evaluate, translate, score or prepare the data with a config from `configs/`, or write a run's
+explorer again. The HTTP service has a command of its own: python -m seq2seq.serve
+(seq2seq-serve).
 
   python main.py --config=configs/demo.py --workdir=runs/demo
   python main.py --config=configs/rnnsearch.py:maxlen=30 --workdir=runs/rs30 \
@@ -11,6 +12,11 @@ HTTP service has a command of its own: python -m seq2seq.serve (seq2seq-serve).
   python main.py --config=configs/demo.py --workdir=runs/demo --mode=score --input=src.txt \
       --reference=tgt.txt --output=scores.jsonl
   python main.py --mode=report --workdir=runs/demo [--compare=runs/other]
+  python main.py --config=configs/wmt14.py --workdir=runs/wmt --mode=prepare
+
+--mode=prepare builds the corpus, the vocabularies and the corpus store of ids once (in parallel
+over the machine's cores), which training, evaluation and every process of a job then only open;
+the first run of any mode prepares them as well.
 
 Every config field can be overridden as --config.SECTION.FIELD=VALUE. Running the same command on
 the same workdir resumes the run. Library logs go to WORKDIR/log.txt (--verbosity=0 shows them).

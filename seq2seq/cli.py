@@ -27,7 +27,7 @@ from absl import logging
 from seq2seq import explorer
 from seq2seq.common import console
 
-MODES = ("train", "eval", "translate", "score", "report")
+MODES = ("train", "eval", "translate", "score", "report", "prepare")
 PREEMPTED = 75  # Exit status of a training stopped by a signal after saving (see above).
 
 # Errors that describe a user's mistake: reported as one line, exit status 1.
@@ -55,7 +55,8 @@ def run(
   verbose: bool = False,
   compilation_cache: str | None = None,
 ) -> int:
-  """Runs `mode` ("train", "eval", "translate", "score" or "report") on `workdir`; returns the
+  """Runs `mode` ("train", "eval", "translate", "score", "report" or "prepare") on `workdir`;
+  returns the
   exit status (0, or 1 after a one-line error). `config` may be None for "report".
 
   `compilation_cache`: where JAX keeps the compiled programs for the next process
@@ -84,6 +85,8 @@ def run(
     job = lambda: _score(
       run_settings, workdir, input_path, reference_path, output_path, alignments_path, links
     )
+  elif mode == "prepare":
+    job = lambda: _prepare(run_settings, workdir, as_json)
   else:
     job = lambda: _train_or_eval(mode, run_settings, workdir, as_json)
   return logged(mode, config, workdir, job, verbose, compilation_cache)
@@ -121,7 +124,11 @@ def _usage_problem(mode, config, workdir: Path, reference_path, guided) -> str |
   """What in the command line stops `mode` before anything runs, or None."""
   if config is None and mode != "report":
     return f"--mode={mode} needs --config"
-  if mode != "train" and not workdir.is_dir() and not (config and config.decode.ensemble):
+  if (
+    mode not in ("train", "prepare")
+    and not workdir.is_dir()
+    and not (config and config.decode.ensemble)
+  ):
     return f"no run in {workdir} (no such directory)"  # An ensemble's workdir is made.
   if mode == "score" and not reference_path:
     return "--mode=score needs --reference=FILE, the translations to score"
@@ -248,6 +255,21 @@ def closing_summary(results: dict[str, Any], workdir: Path, prefix: str = "eval"
     return "no final evaluation (train.final_eval=false)\n" + console.where_to_look(workdir, [])
   table = console.results_table(results)
   return f"{table}\n\n{console.where_to_look(workdir, list(results), prefix)}"
+
+
+def _prepare(run_settings, workdir: Path, as_json: bool) -> int:
+  """Builds the corpus, the vocabularies (WORKDIR/vocab) and the corpus store once, so that
+  training, evaluation and every process of a job only open them (`seq2seq.data.store`)."""
+  from seq2seq import sharding
+
+  stats = sharding.load_data(run_settings, workdir).stats
+  if as_json:
+    print(json.dumps({"workdir": str(workdir), "data": stats}, indent=2, sort_keys=True))
+    return 0
+  examples = ", ".join(f"{n:,} {name}" for name, n in stats["examples"].items())
+  seconds = ", ".join(f"{name} {t:.1f}s" for name, t in stats["seconds"].items())
+  print(f"prepared {stats['corpus']}: {examples} pairs\nstore: {stats['store']['path']}\n{seconds}")
+  return 0
 
 
 def _translate(

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ import numpy as np
 from absl import logging
 
 from seq2seq.common import registry
-from seq2seq.data import builders, copying, synthetic
+from seq2seq.data import builders, store, synthetic
 from seq2seq.data import tokenizer as tokenizer_lib
 
 SPLIT_NAMES = tuple(builders.SPLITS)  # "train", "valid", "test"
@@ -47,37 +48,10 @@ BATCH_KEYS = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask", "index")
 BATCHINGS = ("paper", "tokens")
 
 Batch = dict[str, np.ndarray]
+Ragged = store.Ragged  # Where the rows of every split are kept (in memory or mapped).
 
 
 # ------------------------------------------------------------------------------ in-memory corpus
-
-
-@dataclasses.dataclass(frozen=True)
-class Ragged:
-  """Variable-length int sequences stored flat: row i is `values[offsets[i]:offsets[i + 1]]`."""
-
-  values: np.ndarray  # [total tokens] int32
-  offsets: np.ndarray  # [N + 1] int64, offsets[0] == 0
-
-  @classmethod
-  def from_lists(cls, rows: Sequence[Sequence[int]]) -> Ragged:
-    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = (t for r in rows for t in r)
-    values = np.fromiter(flat, dtype=np.int32, count=int(offsets[-1]))
-    return cls(values, offsets)
-
-  def __len__(self) -> int:
-    return len(self.offsets) - 1
-
-  @functools.cached_property
-  def lengths(self) -> np.ndarray:
-    """[N] int64 row lengths."""
-    return np.diff(self.offsets)
-
-  def row(self, i: int) -> np.ndarray:
-    return self.values[self.offsets[i] : self.offsets[i + 1]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,13 +331,14 @@ def parse_links(text: str, src_len: int, tgt_len: int, where: str) -> list[int]:
   return out
 
 
-def load_alignments(d: DataSettings, examples: Sequence[builders.Example], split: Split) -> Ragged:
+def load_alignments(d: DataSettings, examples: Iterable[builders.Example], split: Split) -> Ragged:
   """The gold links of the training split: the corpus's own (embedded corpus) or, for local
   text, the file DIR/PREFIX.`data.local.align`, or the file `data.local.align` names where it is
   a path (one Pharaoh line per line of the text files).
 
   Positions index the tokens of the configured word tokenizer.
   """
+  examples = list(examples)
   if d.corpus == "local":
     if not d.local.align:
       raise ValueError(
@@ -394,42 +369,6 @@ def data_dir(d: DataSettings, workdir: str | os.PathLike[str]) -> Path:
   return Path(d.cache_dir or Path(workdir) / "data")
 
 
-def _tokenize(
-  examples: Sequence[builders.Example],
-  name: str,
-  src_tok: tokenizer_lib.Tokenizer,
-  tgt_tok: tokenizer_lib.Tokenizer,
-  sources: int = 1,
-) -> Split:
-  texts = [builders.split_sources(ex.src, sources) for ex in examples]
-  src = Ragged.from_lists(src_tok.encode_batch([t[0] for t in texts]))
-  src2 = None
-  if sources > 1:
-    src2 = Ragged.from_lists(src_tok.encode_batch([t[1] for t in texts]))
-  tgt = Ragged.from_lists(tgt_tok.encode_batch([ex.tgt for ex in examples]))
-  line = np.fromiter((ex.line for ex in examples), dtype=np.int64, count=len(examples))
-  return Split(name, src, tgt, line, src2=src2)
-
-
-def with_copy_targets(
-  split: Split,
-  examples: Sequence[builders.Example],
-  src_tok: tokenizer_lib.Tokenizer,
-  tgt_tok: tokenizer_lib.Tokenizer,
-) -> Split:
-  """`split` with a copying model's targets: only pairs whose target has an <unk> are
-  re-tokenised to find the source words it may copy."""
-  rows = []
-  for i, ex in enumerate(examples):
-    ids = split.tgt.row(i)
-    if np.any(ids == tokenizer_lib.UNK_ID):
-      src_tokens, tgt_tokens = src_tok.tokenize(ex.src), tgt_tok.tokenize(ex.tgt)
-      rows.append(copying.copy_targets(ids.tolist(), tgt_tokens, src_tokens, tgt_tok.size))
-    else:
-      rows.append(ids)
-  return dataclasses.replace(split, copy_tgt=Ragged.from_lists(rows))
-
-
 _SIDES = ("src", "tgt", "src2")  # A split's id fields, the second source last (multi-source).
 
 
@@ -448,35 +387,43 @@ def load_data(
   workdir: str | os.PathLike[str],
   *,
   batch_keys: Sequence[str] = (),
+  verify: bool = True,
 ) -> Data:
-  """Builds (or reuses) the tfds corpus and the vocabularies, and tokenises every split;
-  `batch_keys` are the extra batch keys the objective reads (`objective.Objective.batch_keys`:
-  "align" loads the training split's gold alignments).
+  """Builds (or reuses) the tfds corpus, the vocabularies and the corpus store, and opens every
+  split from the store; `batch_keys` are the extra batch keys the objective reads
+  (`objective.Objective.batch_keys`: "align" loads the training split's gold alignments).
 
   Datasets go to `data_dir(d, workdir)`, vocabularies to WORKDIR/vocab/src and
   WORKDIR/vocab/tgt (built from the training split on first use; a saved vocabulary of another
-  kind or size raises ValueError). Each split is read once and tokenised into int32 arrays
-  that stay in memory.
+  kind or size raises ValueError), and the tokenised splits to the store under
+  `data_dir(d, workdir)`/store (`seq2seq.data.store`: prepared once, in parallel, then mapped
+  from disk at every start, so no text is read or tokenised again). `verify`: check the
+  store's checksums as well as its file sizes.
   """
   start = time.perf_counter()
-  corpus = builders.prepare_corpus(d, data_dir(d, workdir))
+  root = data_dir(d, workdir)
+  corpus = builders.prepare_corpus(d, root)
   built = time.perf_counter()
 
-  examples = {name: list(corpus.read(name)) for name in SPLIT_NAMES}
-  if d.train_pairs > 0:  # A smaller training set: its first pairs (vocabularies built from them).
-    examples["train"] = examples["train"][: d.train_pairs]
-  vocab_dir = Path(workdir) / "vocab"
-  train = examples["train"]
-  origin = f"{corpus.builder.name}/{corpus.builder.builder_config.name} train"
+  def examples(name: str) -> Iterator[builders.Example]:
+    read = corpus.read(name)
+    limit = d.train_pairs if name == "train" else 0
+    # A smaller training set: its first pairs (the vocabularies are built from them).
+    return itertools.islice(read, limit) if limit > 0 else read
+
+  vocab_dirs = (Path(workdir) / "vocab" / "src", Path(workdir) / "vocab" / "tgt")
+  identity = corpus.identity()
+  origin = f"{identity['corpus']}/{identity['config']} train"
 
   def texts(side: str):
     if side == "tgt":
-      return (ex.tgt for ex in train)
-    return (text for ex in train for text in builders.split_sources(ex.src, num_sources(d)))
+      return (ex.tgt for ex in examples("train"))
+    sources = num_sources(d)
+    return (text for ex in examples("train") for text in builders.split_sources(ex.src, sources))
 
   def vocabulary(side: str, size: int, name: str, lang: str) -> tokenizer_lib.Tokenizer:
     return tokenizer_lib.load_or_build(
-      vocab_dir / side,
+      vocab_dirs[side == "tgt"],
       d.tokenizer,
       size,
       lambda: texts(side),
@@ -488,21 +435,30 @@ def load_data(
   src_lang, tgt_lang = languages(d)
   src_tok = vocabulary("src", source_vocab_size(d), "source", src_lang)
   tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
+  vocabularies = time.perf_counter()
+
+  parts = store.key(
+    corpus, vocab_dirs, train_pairs=d.train_pairs, sources=num_sources(d), copy=d.copy
+  )
+  stored, manifest = store.prepared(root / "store", parts, corpus, vocab_dirs, verify=verify)
   splits = {
-    name: _tokenize(examples[name], name, src_tok, tgt_tok, num_sources(d)) for name in SPLIT_NAMES
+    name: Split(
+      name,
+      sides.sides["src"],
+      sides.sides["tgt"],
+      sides.line,
+      src2=sides.sides.get("src2"),
+      copy_tgt=sides.sides.get("copy_tgt"),
+    )
+    for name, sides in stored.items()
   }
-  if d.copy:
-    splits = {
-      name: with_copy_targets(split, examples[name], src_tok, tgt_tok)
-      for name, split in splits.items()
-    }
   if "align" in batch_keys:  # A term of the objective reads gold links.
-    links = load_alignments(d, train, splits["train"])
+    links = load_alignments(d, examples("train"), splits["train"])
     splits["train"] = dataclasses.replace(splits["train"], align=links)
   subsets = {}
   if has_long_test(d):
     lo, hi = d.long_test_min_words, d.long_test_max_words
-    keep = long_test_indices([ex.src for ex in examples["test"]], lo, hi)
+    keep = long_test_indices([ex.src for ex in examples("test")], lo, hi)
     if keep.size == 0:
       raise ValueError(
         f"no test pair has {lo} to {hi} source words (data.long_test_min_words/max_words); "
@@ -510,37 +466,57 @@ def load_data(
       )
     splits[LONG_TEST] = subset(splits["test"], keep, LONG_TEST)
     subsets[LONG_TEST] = ("test", keep)
-  tokenized = time.perf_counter()
+  opened = time.perf_counter()
 
   too_long = int(np.sum(~length_filter(splits["train"], d.max_len)))
+  counts = {name: manifest["splits"][name] for name in SPLIT_NAMES}
+  if LONG_TEST in splits:
+    long_split = splits[LONG_TEST]
+    counts[LONG_TEST] = {
+      "tokens": {side: int(getattr(long_split, side).values.size) for side in _sides(long_split)},
+      "unk_rate": {side: _unk_rate(getattr(long_split, side)) for side in _sides(long_split)},
+    }
   stats = {
     "corpus": d.corpus,
     "examples": {name: len(split) for name, split in splits.items()},
-    "skipped_while_building": corpus.skipped,
+    "skipped_while_building": manifest["skipped"],
     "train_too_long": too_long,
     "unk_rate": {
-      f"{name}_{side}": _unk_rate(getattr(split, side))
-      for name, split in splits.items()
-      for side in _SIDES[: 2 + (split.src2 is not None)]
+      f"{n}_{side}": c["unk_rate"][side]
+      for n, c in counts.items()
+      for side in _SIDES
+      if side in c["unk_rate"]
     },
     "tokens": {
-      f"{name}_{side}": int(getattr(split, side).values.size)
-      for name, split in splits.items()
-      for side in _SIDES[: 2 + (split.src2 is not None)]
+      f"{n}_{side}": c["tokens"][side]
+      for n, c in counts.items()
+      for side in _SIDES
+      if side in c["tokens"]
     },
-    "seconds": {"build": built - start, "read_and_tokenize": tokenized - built},
+    "seconds": {
+      "corpus": built - start,
+      "vocabularies": vocabularies - built,
+      "store": opened - vocabularies,
+    },
+    "store": {"path": str(store.store_dir(root / "store", parts)), **manifest["prepared"]},
   }
   logging.info(
     "data: %s; %d training pairs longer than max_len=%d are dropped; skipped while building: %s;"
-    " build %.1fs, read+tokenise %.1fs",
+    " corpus %.1fs, vocabularies %.1fs, store %.1fs",
     stats["examples"],
     too_long,
     d.max_len,
     stats["skipped_while_building"],
     built - start,
-    tokenized - built,
+    vocabularies - built,
+    opened - vocabularies,
   )
   return Data(src_tok, tgt_tok, splits, corpus, stats, subsets)
+
+
+def _sides(split: Split) -> tuple[str, ...]:
+  """The id fields `split` has: src, tgt and (multi-source) src2."""
+  return _SIDES[: 2 + (split.src2 is not None)]
 
 
 # ------------------------------------------------------------------------------ batch assembly

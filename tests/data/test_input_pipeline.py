@@ -370,12 +370,11 @@ def test_local_text_builds_and_batches(local_files, tmp_path):
   np.testing.assert_array_equal(data.splits["test"].line, np.arange(10))
 
 
-def test_local_text_mismatched_line_counts_raise_before_building(local_files, tmp_path):
+def test_local_text_mismatched_line_counts_raise_before_a_store_is_made(local_files, tmp_path):
   _write_split(local_files, "val", _sentences(10), _sentences(9))
   with pytest.raises(ValueError, match=r"val\.en has 10 lines, .*val\.fr has 9"):
     ip.load_data(data_settings(_localdata_config(local_files)), tmp_path / "work")
-  built = list((tmp_path / "work" / "data").glob("local_text/*/*/*.array_record*"))
-  assert not built
+  assert not list((tmp_path / "work" / "data" / "store").glob("*/manifest.json"))
 
 
 def test_local_text_missing_file_names_path_and_setting(local_files, tmp_path):
@@ -404,35 +403,33 @@ def test_local_text_skips_and_counts_bad_lines(local_files, tmp_path):
 
 def test_local_text_rebuilds_when_files_change(local_files, tmp_path):
   config = _localdata_config(local_files)
-  first = builders.make_builder(data_settings(config), tmp_path).builder_config.name
+  first = builders.prepare_corpus(data_settings(config), tmp_path).identity()
   _write_split(local_files, "test", _sentences(11), _sentences(11))
-  assert builders.make_builder(data_settings(config), tmp_path).builder_config.name != first
+  assert builders.prepare_corpus(data_settings(config), tmp_path).identity() != first
 
 
 def test_local_text_build_is_keyed_by_content_not_modification_time(local_files, tmp_path):
   """A fresh copy of the same files (new mtimes, as each session's shared data has) reuses the
   build; an edit that keeps the size rebuilds."""
   config = _localdata_config(local_files)
-  first = builders.make_builder(data_settings(config), tmp_path).builder_config.name
+  first = builders.prepare_corpus(data_settings(config), tmp_path).identity()
   path = local_files / "train.fr"
   data = path.read_bytes()
   stat = path.stat()
   os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**10))
-  assert builders.make_builder(data_settings(config), tmp_path).builder_config.name == first
+  assert builders.prepare_corpus(data_settings(config), tmp_path).identity() == first
   path.write_bytes(data.replace(b"A", b"B", 1))
   os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-  assert builders.make_builder(data_settings(config), tmp_path).builder_config.name != first
+  assert builders.prepare_corpus(data_settings(config), tmp_path).identity() != first
 
 
-def test_making_a_builder_leaves_nothing_in_the_temp_folder(local_files, tmp_path, monkeypatch):
+def test_making_a_builder_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
   """tfds looks an unbuilt dataset up in its GCS bucket through a fresh temp folder that it
   never removes: one empty folder per builder, some 1,800 of them after a few test runs."""
   temp = tmp_path / "temp"
   temp.mkdir()
   monkeypatch.setattr(tempfile, "tempdir", str(temp))
-  for config in (data_config(), _localdata_config(local_files)):
-    corpus_config = data_settings(config)
-    builders.make_builder(corpus_config, tmp_path / "data")
+  builders.make_builder(data_settings(data_config()), tmp_path / "data")
   assert list(temp.iterdir()) == []
 
 

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -259,3 +260,16 @@ def test_a_config_saved_before_a_field_existed_resumes_as_that_fields_old_behavi
   config.train.loss_normalization = "sentences"
   with pytest.raises(checkpoints.IncompatibleRunError, match="train.loss_normalization"):
     checkpoints.check_and_save_config(tmp_path, config)
+
+
+def test_prepare_mode_makes_the_store_that_training_then_only_opens(tmp_path):
+  workdir = tmp_path / "run"
+  proc = run_main(workdir, "--mode=prepare", "--json")
+  stats = json.loads(proc.stdout)["data"]
+  assert stats["examples"]["train"] > 0 and (workdir / "vocab" / "src").is_dir()
+  store_dir = stats["store"]["path"]
+  files = {p.name: p.stat().st_mtime_ns for p in sorted(pathlib.Path(store_dir).iterdir())}
+  run_main(workdir, "--config.train.num_steps=1", "--config.train.final_eval=false")
+  assert {p.name: p.stat().st_mtime_ns for p in sorted(pathlib.Path(store_dir).iterdir())} == files
+  log = (workdir / "log.txt").read_text()
+  assert log.count("prepared in") == 1  # By --mode=prepare; training opened what it made.
