@@ -8,16 +8,18 @@ Three corpora, chosen by `config.data.corpus`:
 - "local": `LocalText`, two line-aligned UTF-8 files per split (`DIR/PREFIX.SRC_LANG` and
   `DIR/PREFIX.TGT_LANG`). Its BuilderConfig name encodes the languages, prefixes and a hash of
   the files' paths and contents.
-- "wmt14": the tfds catalogue's `wmt14_translate/fr-en` (English -> French as in the paper;
-  validation = newstest2013, test = newstest2014). tfds downloads and prepares it on first use,
-  which needs internet access (and possibly TensorFlow, for the catalogue builder's one-off
-  preparation). Where that is missing, prepare it elsewhere with
+- "wmt14": WMT'14 English -> French as in the paper (`seq2seq/data/wmt14.py`), by one of two
+  readers (`config.data.wmt14.reader`). "raw" is `Wmt14Raw`: statmt.org's files, unpacked by
+  the user, read as streams (plain, gzip, SGML). "tfds" is tfds' own WMT builder: the
+  catalogue's `wmt14_translate/fr-en`, or a custom configuration of `wmt_translate` for other
+  splits. Preparing it downloads the archives, which needs internet access; where that is
+  missing, prepare the catalogue's elsewhere with
   `tfds build wmt14_translate/fr-en --file_format=array_record --data_dir=DIR` and set
-  `config.data.cache_dir=DIR`; reading it back goes through the same `Corpus` code as the
-  others and needs neither. (Untested here: no internet.)
+  `config.data.cache_dir=DIR`. Reading it back needs neither.
 
-Every builder keeps the generation order (`disable_shuffling=True`), so evaluation outputs line
-up with their inputs. Nothing here needs TensorFlow.
+Every builder of this module keeps the generation order (`disable_shuffling=True`), so
+evaluation outputs line up with their inputs; tfds' WMT builders store a hashed order. Nothing
+here needs TensorFlow.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import inspect
 import io
+import itertools
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -38,14 +42,13 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
-from seq2seq.data import synthetic
+from seq2seq.data import synthetic, wmt14
 
 # Pipeline split names -> tfds split names.
 SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 # Reasons a local pair is skipped, in the order they are checked.
 SKIP_REASONS = ("invalid_utf8", "empty")
 FILE_FORMAT = "array_record"
-WMT14_NAME = "wmt14_translate/fr-en"
 _READ_CHUNK = 4096
 
 
@@ -87,6 +90,23 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
       disable_shuffling=True,
     )
 
+  def _record_skipped(
+    self, split: str, skipped: collections.Counter[str], kept: int, where: str
+  ) -> None:
+    """Stores the pairs of `split` skipped per reason in the metadata (`Corpus.skipped`) and
+    logs them with the pairs `kept` from `where` (a warning when any was skipped)."""
+    counts = {reason: skipped[reason] for reason in SKIP_REASONS}
+    self.info.metadata["skipped"][split] = counts
+    log = logging.warning if any(counts.values()) else logging.info
+    log(
+      "%s %s (%s): kept %d pairs, skipped %s",
+      self.name,
+      split,
+      where,
+      kept,
+      ", ".join(f"{n} {reason}" for reason, n in counts.items()),
+    )
+
 
 # ------------------------------------------------------------------------------ synthetic corpus
 
@@ -123,6 +143,7 @@ class CorpusSettings(Protocol):
   corpus: str
   synthetic: SyntheticSettings
   local: LocalSettings
+  wmt14: wmt14.Wmt14Settings
 
 
 @dataclasses.dataclass(eq=False)
@@ -323,20 +344,48 @@ def check_line_counts(files: Mapping[str, tuple[Path, ...]]) -> dict[str, int]:
   return counts
 
 
+@contextlib.contextmanager
+def open_lines(path: str | os.PathLike[str]) -> Iterator[Iterable[bytes]]:
+  """The lines of a text file as bytes, read as a stream: a plain file's, a gzip file's
+  (`.gz`), or the segments of a WMT SGML file (`.sgm`, `wmt14.sgml_segments`)."""
+  path = Path(path)
+  if path.suffix == ".gz":
+    with gzip.open(path, "rb") as f:
+      yield f
+  elif path.suffix == ".sgm":
+    with path.open("rb") as f:
+      yield wmt14.sgml_segments(f, str(path))
+  else:
+    with path.open("rb") as f:
+      yield f
+
+
 def read_parallel(
   paths: Sequence[str | os.PathLike[str]], skipped: collections.Counter[str]
 ) -> Iterator[tuple[int, list[str]]]:
-  """Yields `(line_number, [text of each file])` for the usable lines of aligned files.
+  """Yields `(line_number, [text of each file])` for the usable lines of aligned files, each
+  read as a stream by `open_lines` (plain, gzip or SGML).
 
   Lines are split on "\\n" only (a trailing "\\r" and surrounding whitespace are stripped, as
   is a UTF-8 byte-order mark on the first line). A line is skipped, and counted once in
   `skipped` under the first reason that applies, when any file's text is not valid UTF-8
-  ("invalid_utf8") or any is empty after stripping ("empty"). Call `check_line_counts` first:
-  this reader stops at the shortest file.
+  ("invalid_utf8") or any is empty after stripping ("empty").
+
+  Raises:
+    ValueError: a file ends before the others (naming them), once the lines they share are
+      read; `check_line_counts` finds it before reading any.
   """
+  end = object()
   with contextlib.ExitStack() as stack:
-    files = [stack.enter_context(open(path, "rb")) for path in paths]
-    for number, raws in enumerate(zip(*files, strict=False)):
+    files = [stack.enter_context(open_lines(path)) for path in paths]
+    for number, raws in enumerate(itertools.zip_longest(*files, fillvalue=end)):
+      if any(raw is end for raw in raws):
+        ended = [str(path) for path, raw in zip(paths, raws, strict=True) if raw is end]
+        going = [str(path) for path, raw in zip(paths, raws, strict=True) if raw is not end]
+        raise ValueError(
+          f"parallel files differ in length: {', '.join(ended)} ended after {number} lines, "
+          f"{', '.join(going)} did not; the pairs would be misaligned"
+        )
       try:
         texts = [raw.decode("utf-8") for raw in raws]
       except UnicodeDecodeError:
@@ -378,16 +427,100 @@ class LocalText(_Builder):
     for number, texts in read_parallel(paths, skipped):
       kept += 1
       yield number, {"src": join_sources(texts[:-1]), "tgt": texts[-1], "line": number}
-    counts = {reason: skipped[reason] for reason in SKIP_REASONS}
-    self.info.metadata["skipped"][split] = counts
-    log = logging.warning if any(counts.values()) else logging.info
-    log(
-      "local text %s (%s): kept %d pairs, skipped %s",
-      split,
-      ", ".join(map(str, paths)),
-      kept,
-      ", ".join(f"{n} {reason}" for reason, n in counts.items()),
+    self._record_skipped(split, skipped, kept, ", ".join(map(str, paths)))
+
+
+# ------------------------------------------------------------------------------ WMT'14
+
+
+@dataclasses.dataclass(eq=False)
+class Wmt14RawConfig(tfds.core.BuilderConfig):
+  """Where statmt.org's WMT'14 files live and which corpora make each split."""
+
+  directory: str = ""
+  parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (pipeline split, corpus names) pairs.
+
+  @classmethod
+  def from_settings(cls, settings: wmt14.Wmt14Settings) -> Wmt14RawConfig:
+    """Builds the config from `config.data.wmt14`, checking that every file exists.
+
+    The name encodes the folder's name and a hash of the corpora and of each file's
+    `wmt14.fingerprint` (its size and first and last megabyte): cheap for files of gigabytes,
+    and a fresh copy of the same files reuses the build.
+
+    Raises:
+      ValueError: no folder set, or a corpus name `wmt14.FILES` does not know.
+      FileNotFoundError: a file is missing (the message names it and its archive).
+    """
+    if not settings.dir:
+      raise ValueError(
+        'data.wmt14.reader="raw" reads statmt.org\'s files: set data.wmt14.dir to the folder '
+        "the WMT'14 archives were unpacked in"
+      )
+    directory = Path(settings.dir).expanduser().resolve()
+    parts = tuple((split, settings.parts(split)) for split in SPLITS)
+    config = cls(
+      name="unnamed",
+      description=f"WMT'14 English-French from {directory}.",
+      directory=str(directory),
+      parts=parts,
     )
+    prints = [
+      (str(path.relative_to(directory)), wmt14.fingerprint(path))
+      for files in config.files().values()
+      for _, *paths in files
+      for path in paths
+    ]
+    return dataclasses.replace(
+      config, name=_config_name(directory.name, _short_hash(parts, prints))
+    )
+
+  def files(self) -> dict[str, tuple[tuple[str, Path, Path], ...]]:
+    """Maps each pipeline split to its corpora, each (name, English file, French file)."""
+    return {
+      split: tuple((name, *wmt14.part_files(self.directory, name)) for name in names)
+      for split, names in self.parts
+    }
+
+
+class Wmt14Raw(_Builder):
+  """WMT'14 English -> French from statmt.org's files: features "src" (English), "tgt"
+  (French) and "line" (0-based line of the pair in the split's files read one after another;
+  an SGML file's lines are its segments).
+
+  Pairs with invalid UTF-8 or an empty side are skipped and counted as in `LocalText`; the
+  pairs kept of each corpus are stored too (metadata "pairs"). Two files of a corpus that end
+  at different lines raise ValueError.
+  """
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "First version."}
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self._text_info(tfds.core.MetadataDict(), line=tfds.features.Scalar(dtype=np.int64))
+
+  def _split_generators(self, dl_manager: Any) -> dict[str, Iterator[tuple[int, dict[str, Any]]]]:
+    del dl_manager  # The user downloaded the files.
+    files = self.builder_config.files()  # Every file found, before anything is written.
+    self.info.metadata["skipped"] = {}
+    self.info.metadata["pairs"] = {}
+    return {SPLITS[s]: self._generate_examples(s, parts) for s, parts in files.items()}
+
+  def _generate_examples(
+    self, split: str, parts: Sequence[tuple[str, Path, Path]]
+  ) -> Iterator[tuple[int, dict[str, Any]]]:
+    skipped: collections.Counter[str] = collections.Counter()
+    kept: dict[str, int] = {}
+    start = 0  # The line of the split at which this corpus starts.
+    for name, en, fr in parts:
+      before, kept[name] = sum(skipped.values()), 0
+      for number, (src, tgt) in read_parallel((en, fr), skipped):
+        kept[name] += 1
+        yield start + number, {"src": src, "tgt": tgt, "line": start + number}
+      start += kept[name] + sum(skipped.values()) - before  # Every line: kept or skipped.
+    self.info.metadata["pairs"][split] = kept
+    where = ", ".join(f"{name} {n}" for name, n in kept.items())
+    self._record_skipped(split, skipped, sum(kept.values()), where)
 
 
 # ------------------------------------------------------------------------------ reading
@@ -442,12 +575,16 @@ class Corpus:
     }
 
 
-# Which features of each corpus hold what (`Corpus` fields).
-_FEATURE_KEYS: dict[str, dict[str, str]] = {
-  "synthetic": {"align_key": "align"},
-  "local": {"line_key": "line"},
-  "wmt14": {"src_key": "en", "tgt_key": "fr"},
-}
+CORPORA = ("synthetic", "local", "wmt14")
+
+
+def feature_keys(data_config: CorpusSettings) -> dict[str, str]:
+  """Which features of the corpus's dataset hold what (`Corpus` fields)."""
+  if data_config.corpus == "synthetic":
+    return {"align_key": "align"}
+  if data_config.corpus == "wmt14" and data_config.wmt14.reader == "tfds":
+    return {"src_key": "en", "tgt_key": "fr"}
+  return {"line_key": "line"}
 
 
 def make_builder(
@@ -462,22 +599,25 @@ def make_builder(
   if corpus == "local":
     config = LocalTextConfig.from_settings(data_config.local)
     return LocalText(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
+  if corpus == "wmt14" and data_config.wmt14.reader == "raw":
+    config = Wmt14RawConfig.from_settings(data_config.wmt14)
+    return Wmt14Raw(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
   if corpus == "wmt14":
     # The lean `import tensorflow_datasets` does not register the catalogue's translation
     # builders; importing the module does.
-    from tensorflow_datasets.translate import wmt14  # noqa: F401
+    from tensorflow_datasets.translate import wmt14 as catalogue  # noqa: F401
 
-    return tfds.builder(WMT14_NAME, data_dir=data_dir, file_format=FILE_FORMAT)
-  raise ValueError(f"unknown corpus {corpus!r}; known corpora: {tuple(_FEATURE_KEYS)}")
+    return tfds.builder("wmt14_translate/fr-en", data_dir=data_dir, file_format=FILE_FORMAT)
+  raise ValueError(f"unknown corpus {corpus!r}; known corpora: {CORPORA}")
 
 
 def prepare_corpus(data_config: CorpusSettings, data_dir: str | os.PathLike[str]) -> Corpus:
   """Builds `data_config.corpus` under `data_dir` unless already built; returns its reader.
 
   Raises:
-    FileNotFoundError: (local) a split file is missing.
-    ValueError: unknown corpus, (local) the two files of a split differ in line count, or a
-      split has no usable pair (empty files, or every pair skipped).
+    FileNotFoundError: (local, raw WMT'14) a file is missing.
+    ValueError: unknown corpus, (local, raw WMT'14) two parallel files differ in line count,
+      or a split has no usable pair (empty files, or every pair skipped).
   """
   builder = make_builder(data_config, data_dir)
   printed = io.StringIO()  # tfds prints where it builds to standard output: log it instead.
@@ -493,4 +633,4 @@ def prepare_corpus(data_config: CorpusSettings, data_dir: str | os.PathLike[str]
   finally:
     if printed.getvalue().strip():
       logging.info("tfds: %s", printed.getvalue().strip())
-  return Corpus(builder, **_FEATURE_KEYS[data_config.corpus])
+  return Corpus(builder, **feature_keys(data_config))
