@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import gzip
 import hashlib
 import inspect
@@ -523,6 +524,81 @@ class Wmt14Raw(_Builder):
     self._record_skipped(split, skipped, sum(kept.values()), where)
 
 
+@functools.cache
+def _tfds_wmt() -> tuple[type[tfds.core.DatasetBuilder], type[tfds.core.DatasetBuilder], Any]:
+  """tfds' WMT builders, `wmt14_translate` (the catalogue's splits) and `wmt_translate` (any),
+  under their own names, so they read and write the folders `tfds build` does; and tfds'
+  `translate.wmt` module.
+
+  Two things differ from tfds' classes, as in `_Builder`. Their `code_path` is off: tfds finds
+  a builder's download checksums through it, by way of the `importlib_resources` backport,
+  which is not installed (the downloads are still checked against the checksums tfds ships for
+  every catalogue URL). And their info is an `_Info`, which skips the GCS lookup and its
+  leftover temp folder. Importing tfds' WMT modules here, not at the top, keeps them (and
+  dm-tree) out of runs that read other corpora.
+  """
+  from tensorflow_datasets.translate import wmt
+  from tensorflow_datasets.translate import wmt14 as catalogue
+
+  def info(builder: tfds.core.DatasetBuilder, tfds_info: tfds.core.DatasetInfo) -> _Info:
+    return _Info(
+      builder=builder,
+      description=tfds_info.description,
+      features=tfds_info.features,
+      supervised_keys=tfds_info.supervised_keys,
+      homepage=tfds_info.homepage,
+      citation=tfds_info.citation,
+    )
+
+  class Wmt14Translate(catalogue.Wmt14Translate, skip_registration=True):
+    name = "wmt14_translate"
+    code_path = None
+
+    def _info(self) -> tfds.core.DatasetInfo:
+      return info(self, super()._info())
+
+  class WmtTranslate(wmt.WmtTranslate, skip_registration=True):
+    name = "wmt_translate"
+    code_path = None
+
+    def _info(self) -> tfds.core.DatasetInfo:
+      return info(self, super()._info())
+
+  return Wmt14Translate, WmtTranslate, wmt
+
+
+def wmt14_tfds_builder(
+  settings: wmt14.Wmt14Settings, data_dir: str | os.PathLike[str]
+) -> tfds.core.DatasetBuilder:
+  """tfds' builder of the WMT'14 splits `settings` name: the catalogue's
+  `wmt14_translate/fr-en` for the catalogue's corpora, else `wmt_translate/fr-en.subsets_HASH`
+  of those corpora (tfds' names: `wmt.DATASET_MAP`), the paper's validation set for one.
+
+  Raises:
+    ValueError: a corpus tfds does not know for French-English.
+  """
+  catalogue, custom, wmt = _tfds_wmt()
+  data_dir = os.fspath(data_dir)
+  if settings.is_catalogue:
+    return catalogue(config="fr-en", data_dir=data_dir, file_format=FILE_FORMAT)
+  subsets = {SPLITS[split]: list(settings.parts(split)) for split in SPLITS}
+  for name in itertools.chain(*subsets.values()):
+    known = wmt.DATASET_MAP.get(name)
+    if known is None or known.target != "en" or "fr" not in known.sources:
+      french = [n for n, d in wmt.DATASET_MAP.items() if d.target == "en" and "fr" in d.sources]
+      raise ValueError(
+        f"data.wmt14: tfds has no French-English corpus {name!r}; it has {', '.join(french)}"
+      )
+  config = wmt.WmtConfig(
+    name=f"subsets_{_short_hash(sorted(subsets.items()))}",
+    language_pair=("fr", "en"),
+    version=tfds.core.Version("1.0.0"),
+    description=f"WMT'14 French-English: {subsets}.",
+    subsets=subsets,
+  )
+  return custom(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
+
+
 # ------------------------------------------------------------------------------ reading
 
 
@@ -603,11 +679,7 @@ def make_builder(
     config = Wmt14RawConfig.from_settings(data_config.wmt14)
     return Wmt14Raw(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
   if corpus == "wmt14":
-    # The lean `import tensorflow_datasets` does not register the catalogue's translation
-    # builders; importing the module does.
-    from tensorflow_datasets.translate import wmt14 as catalogue  # noqa: F401
-
-    return tfds.builder("wmt14_translate/fr-en", data_dir=data_dir, file_format=FILE_FORMAT)
+    return wmt14_tfds_builder(data_config.wmt14, data_dir)
   raise ValueError(f"unknown corpus {corpus!r}; known corpora: {CORPORA}")
 
 

@@ -1,15 +1,25 @@
-"""WMT'14 English->French (seq2seq/data/wmt14.py and its builders): the raw reader on
+"""WMT'14 English->French (seq2seq/data/wmt14.py and its builders): both readers on
 tests/data/wmt14_mini, a miniature of statmt.org's archives unpacked, with their real file names
-and formats (plain text, gzip, SGML) and invented sentences."""
+and formats (plain text, gzip, SGML) and invented sentences.
 
+The tfds reader is tested without a network: tfds' own WMT builders run on the miniature, their
+downloads answered with its folders. They parse the same files with their own code, so the raw
+reader is checked against them too.
+"""
+
+import collections
 import gzip
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+import tensorflow_datasets as tfds
+import tree
 from helpers import data_config, data_settings
 
 from seq2seq.data import builders, wmt14
+from seq2seq.data import input_pipeline as ip
 
 MINI = Path(__file__).parent / "wmt14_mini"
 NEWSTEST = Path(__file__).parents[3] / "shared" / "data" / "newstest"
@@ -178,3 +188,131 @@ def test_the_real_development_sets_give_the_papers_6003_validation_pairs(tmp_pat
     "newstest2013": 3000,
   }
   assert corpus.skipped["valid"] == {"invalid_utf8": 0, "empty": 0}
+
+
+# ------------------------------------------------------------------------------ the tfds reader
+
+
+@pytest.fixture(scope="module")
+def tfds_downloads(tmp_path_factory):
+  """tfds' downloads answered from the miniature, for the module's tests: every statmt.org
+  archive is the miniature itself, and WMT'19's dev.tgz (tfds' source of the newstest sets) a
+  folder `dev/` of its files (tfds reads newstest2014 from its French-source SGML pair, the same
+  segments as the miniature's English-source one). Any other URL fails the test."""
+  dev = tmp_path_factory.mktemp("wmt19_dev")
+  shutil.copytree(MINI / "dev", dev / "dev")
+  shutil.copy(MINI / "test/newstest2014-fren-ref.fr.sgm", dev / "dev/newstest2014-fren-src.fr.sgm")
+  shutil.copy(MINI / "test/newstest2014-fren-src.en.sgm", dev / "dev/newstest2014-fren-ref.en.sgm")
+  archives = {part.archive for part in wmt14.FILES.values()}
+  fetched = []
+
+  def local(url: str) -> str:
+    fetched.append(url)
+    if url == "http://data.statmt.org/wmt19/translation-task/dev.tgz":
+      return str(dev)
+    assert url in archives, url
+    return str(MINI)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(
+      tfds.download.DownloadManager,
+      "download_and_extract",
+      lambda self, urls: tree.map_structure(local, urls),
+    )
+    patch.setattr(tfds.download.DownloadManager, "extract", lambda self, paths: paths)
+    yield fetched
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tfds_downloads, tmp_path_factory):
+  """A data folder holding the catalogue's `wmt14_translate/fr-en` as `tfds build` prepares
+  it: by the registered catalogue builder (its code path off, see `builders._tfds_wmt`)."""
+  from tensorflow_datasets.translate import wmt14 as catalogue
+
+  data_dir = tmp_path_factory.mktemp("tfds")
+  # Set and deleted by hand: monkeypatch would read the inherited value first, which fails.
+  assert "code_path" not in vars(catalogue.Wmt14Translate)
+  catalogue.Wmt14Translate.code_path = None
+  try:
+    builder = tfds.builder("wmt14_translate/fr-en", data_dir=str(data_dir))
+    assert type(builder) is catalogue.Wmt14Translate
+    builder.download_and_prepare(file_format=builders.FILE_FORMAT)
+  finally:
+    del catalogue.Wmt14Translate.code_path
+  tfds_downloads.clear()
+  return data_dir
+
+
+def _tfds_settings(**fields):
+  config = data_config(corpus="wmt14")
+  for key, value in fields.items():
+    config.data.wmt14[key] = value
+  return data_settings(config)
+
+
+def test_the_catalogue_prepared_elsewhere_is_read_without_downloading(tfds_dir, tfds_downloads):
+  corpus = builders.prepare_corpus(_tfds_settings(), tfds_dir)
+  assert tfds_downloads == []
+  assert corpus.builder.info.full_name == "wmt14_translate/fr-en/1.0.0"
+  assert (corpus.src_key, corpus.tgt_key) == ("en", "fr")
+  assert {split: len(corpus.data_source(split)) for split in ip.SPLIT_NAMES} == {
+    "train": 120,
+    "valid": 12,
+    "test": 10,
+  }
+
+
+def test_the_catalogue_validates_on_newstest2013_alone(tfds_dir, raw_corpus):
+  """The catalogue's validation split is newstest2013 (in tfds' hashed order); the paper's adds
+  newstest2012, the first 12 pairs of the raw reader's validation split."""
+  corpus = builders.prepare_corpus(_tfds_settings(), tfds_dir)
+  newstest2013 = _pairs(raw_corpus, "valid")[12:]
+  assert sorted(_pairs(corpus, "valid")) == sorted(newstest2013)
+  assert _pairs(corpus, "valid") != newstest2013
+
+
+def test_tfds_and_the_raw_reader_read_the_same_training_pairs(tfds_dir, raw_corpus):
+  corpus = builders.prepare_corpus(_tfds_settings(), tfds_dir)
+  tfds_pairs = collections.Counter(_pairs(corpus, "train"))
+  assert tfds_pairs == collections.Counter(_pairs(raw_corpus, "train"))
+
+
+def test_tfds_keeps_the_test_sets_xml_entities(tfds_dir, raw_corpus):
+  """tfds (as sacrebleu) does not unescape SGML segments: the one difference in the text."""
+  tfds_pairs = _pairs(builders.prepare_corpus(_tfds_settings(), tfds_dir), "test")
+  raw_pairs = _pairs(raw_corpus, "test")
+  escaped = [pair for pair in tfds_pairs if pair not in raw_pairs]
+  assert len(escaped) == len(ESCAPED)
+  as_written = (
+    "It costs 5 &#8364; &amp; 10 &#xA2; tax.",
+    "Cela coûte 5 &#8364; et 10 &#xA2; de taxe.",
+  )
+  assert as_written in escaped
+
+
+def test_tfds_prepares_the_papers_validation_set_as_a_custom_configuration(
+  tfds_downloads, raw_corpus, tmp_path
+):
+  settings = _tfds_settings(valid="newstest2012+newstest2013")
+  corpus = builders.prepare_corpus(settings, tmp_path)
+  name = corpus.builder.info.full_name
+  assert name.startswith("wmt_translate/fr-en.subsets_") and name.endswith("/1.0.0")
+  assert "http://data.statmt.org/wmt19/translation-task/dev.tgz" in tfds_downloads
+  assert sorted(_pairs(corpus, "valid")) == sorted(_pairs(raw_corpus, "valid"))
+  assert len(corpus.data_source("train")) == 120
+
+
+def test_tfds_refuses_a_corpus_it_has_not(tmp_path):
+  with pytest.raises(ValueError, match="tfds has no French-English corpus 'newstest2014_full'"):
+    builders.make_builder(_tfds_settings(test="newstest2014_full"), tmp_path)
+
+
+def test_making_a_tfds_builder_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
+  """tfds' own WMT builders look an unbuilt dataset up in its GCS bucket through a temp folder
+  that tfds never removes; ours skip the lookup (`builders._tfds_wmt`)."""
+  temp = tmp_path / "temp"
+  temp.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temp))
+  for valid in ("newstest2013", "newstest2012+newstest2013"):
+    builders.make_builder(_tfds_settings(valid=valid), tmp_path / "data")
+  assert list(temp.iterdir()) == []
