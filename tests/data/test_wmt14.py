@@ -18,6 +18,7 @@ import tensorflow_datasets as tfds
 import tree
 from helpers import data_config, data_settings
 
+from configs import wmt14 as wmt14_config
 from seq2seq.data import builders, wmt14
 from seq2seq.data import input_pipeline as ip
 
@@ -173,6 +174,32 @@ def test_the_raw_build_is_keyed_by_the_files_not_their_copies(tmp_path):
   assert builders.make_builder(_settings(copy), tmp_path).builder_config.name != first
   other = builders.make_builder(_settings(copy, test="newstest2013"), tmp_path)
   assert other.builder_config.name != first
+
+
+def test_settings_know_the_catalogue_and_the_papers_splits():
+  settings = data_settings(data_config(corpus="wmt14")).wmt14
+  assert settings.reader == "tfds" and settings.is_catalogue
+  assert {split: settings.parts(split) for split in wmt14.CATALOGUE} == wmt14.CATALOGUE
+  paper = data_settings(wmt14_config.get_config()).wmt14
+  assert not paper.is_catalogue
+  assert {split: paper.parts(split) for split in wmt14.PAPER} == wmt14.PAPER
+
+
+def test_the_config_is_the_papers_setting():
+  c = wmt14_config.get_config()
+  m, d, t = c.model, c.data, c.train
+  assert (m.name, m.emb_dim, m.enc_hidden, m.dec_hidden, m.maxout_dim) == (
+    "rnnsearch",
+    620,
+    1000,
+    1000,
+    500,
+  )
+  assert (d.corpus, d.wmt14.reader, d.max_len, d.batch_size) == ("wmt14", "raw", 50, 80)
+  assert (d.src_vocab_size, d.tgt_vocab_size, d.pretokenizer) == (30_000, 30_000, "moses")
+  assert (t.optimizer, t.adadelta_eps, t.adadelta_rho) == ("adadelta", 1e-6, 0.95)
+  assert c.decode.beam_size == 12
+  assert wmt14_config.get_config("maxlen=30").data.max_len == 30
 
 
 @pytest.mark.skipif(not NEWSTEST.is_dir(), reason="../shared/data/newstest is absent")
