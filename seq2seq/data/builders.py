@@ -570,9 +570,10 @@ def _tfds_wmt() -> tuple[type[tfds.core.DatasetBuilder], type[tfds.core.DatasetB
 def wmt14_tfds_builder(
   settings: wmt14.Wmt14Settings, data_dir: str | os.PathLike[str]
 ) -> tfds.core.DatasetBuilder:
-  """tfds' builder of the WMT'14 splits `settings` name: the catalogue's
-  `wmt14_translate/fr-en` for the catalogue's corpora, else `wmt_translate/fr-en.subsets_HASH`
-  of those corpora (tfds' names: `wmt.DATASET_MAP`), the paper's validation set for one.
+  """tfds' builder of the WMT'14 splits `settings` names: the catalogue's
+  `wmt14_translate/fr-en` for the catalogue's corpora, else a custom
+  `wmt_translate/fr-en.subsets_HASH` of the corpora named (tfds' names, `wmt.DATASET_MAP`), as
+  the paper's validation set needs.
 
   Raises:
     ValueError: a corpus tfds does not know for French-English.
