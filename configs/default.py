@@ -126,6 +126,14 @@ def get_config() -> ml_collections.ConfigDict:
   # Training alignments (Pharaoh), if any: a suffix (DIR/TRAIN.SUFFIX) or a file's path
   # (what `python -m seq2seq.build_alignments` writes).
   d.local.align = ""
+  # WMT'14 English->French (seq2seq/data/wmt14.py): corpora named as in tfds, "+" between two.
+  d.wmt14 = ml_collections.ConfigDict()
+  # "tfds": tfds' WMT builder, prepared in data.cache_dir (downloads); "raw": statmt.org's files.
+  d.wmt14.reader = "tfds"
+  d.wmt14.dir = ""  # raw: the folder the WMT'14 archives were unpacked in.
+  d.wmt14.train = "europarl_v7+commoncrawl+multiun+newscommentary_v9+gigafren"  # Training corpora.
+  d.wmt14.valid = "newstest2013"  # Validation: the catalogue's; the paper's adds newstest2012.
+  d.wmt14.test = "newstest2014"  # Test: raw also has newstest2014_full (test-full.tgz).
 
   # ---------------------------------------------------------------- training
   t = c.train = ml_collections.ConfigDict()

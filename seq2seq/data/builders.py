@@ -10,16 +10,18 @@ Three corpora, chosen by `config.data.corpus`:
   `DIR/PREFIX.TGT_LANG`), read straight from the files (no tfds copy: the corpus store is the
   one prepared form). Its config name encodes the languages, prefixes and a hash of the files'
   paths and contents.
-- "wmt14": the tfds catalogue's `wmt14_translate/fr-en` (English -> French as in the paper;
-  validation = newstest2013, test = newstest2014). tfds downloads and prepares it on first use,
-  which needs internet access (and possibly TensorFlow, for the catalogue builder's one-off
-  preparation). Where that is missing, prepare it elsewhere with
+- "wmt14": WMT'14 English -> French as in the paper (`seq2seq/data/wmt14.py`), by one of two
+  readers (`config.data.wmt14.reader`). "raw" is `Wmt14Text`: statmt.org's files, unpacked by
+  the user, read straight from them as streams (plain, gzip, SGML) like local text. "tfds" is
+  tfds' own WMT builder: the catalogue's `wmt14_translate/fr-en`, or a custom configuration of
+  `wmt_translate` for other splits. Preparing it downloads the archives, which needs internet
+  access; where that is missing, prepare the catalogue's elsewhere with
   `tfds build wmt14_translate/fr-en --file_format=array_record --data_dir=DIR` and set
-  `config.data.cache_dir=DIR`; reading it back goes through the same `Corpus` code as the
-  others and needs neither. (Untested here: no internet.)
+  `config.data.cache_dir=DIR`. Reading it back needs neither.
 
-Every builder keeps the generation order (`disable_shuffling=True`), so evaluation outputs line
-up with their inputs. Nothing here needs TensorFlow.
+Every builder of this module keeps the generation order (`disable_shuffling=True`), so
+evaluation outputs line up with their inputs; tfds' WMT builders store a hashed order. Nothing
+here needs TensorFlow.
 """
 
 from __future__ import annotations
@@ -27,26 +29,28 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
+import gzip
 import hashlib
 import inspect
 import io
+import itertools
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import tensorflow_datasets as tfds
 from absl import logging
 
-from seq2seq.data import synthetic
+from seq2seq.data import synthetic, wmt14
 
 # Pipeline split names -> tfds split names.
 SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 # Reasons a local pair is skipped, in the order they are checked.
 SKIP_REASONS = ("invalid_utf8", "empty")
 FILE_FORMAT = "array_record"
-WMT14_NAME = "wmt14_translate/fr-en"
 _READ_CHUNK = 4096
 
 
@@ -124,6 +128,7 @@ class CorpusSettings(Protocol):
   corpus: str
   synthetic: SyntheticSettings
   local: LocalSettings
+  wmt14: wmt14.Wmt14Settings
 
 
 @dataclasses.dataclass(eq=False)
@@ -324,20 +329,48 @@ def check_line_counts(files: Mapping[str, tuple[Path, ...]]) -> dict[str, int]:
   return counts
 
 
+@contextlib.contextmanager
+def open_lines(path: str | os.PathLike[str]) -> Iterator[Iterable[bytes]]:
+  """The lines of a text file as bytes, read as a stream: a plain file's, a gzip file's
+  (`.gz`), or the segments of a WMT SGML file (`.sgm`, `wmt14.sgml_segments`)."""
+  path = Path(path)
+  if path.suffix == ".gz":
+    with gzip.open(path, "rb") as f:
+      yield f
+  elif path.suffix == ".sgm":
+    with path.open("rb") as f:
+      yield wmt14.sgml_segments(f, str(path))
+  else:
+    with path.open("rb") as f:
+      yield f
+
+
 def read_parallel(
   paths: Sequence[str | os.PathLike[str]], skipped: collections.Counter[str]
 ) -> Iterator[tuple[int, list[str]]]:
-  """Yields `(line_number, [text of each file])` for the usable lines of aligned files.
+  """Yields `(line_number, [text of each file])` for the usable lines of aligned files, each
+  read as a stream by `open_lines` (plain, gzip or SGML).
 
   Lines are split on "\\n" only (a trailing "\\r" and surrounding whitespace are stripped, as
   is a UTF-8 byte-order mark on the first line). A line is skipped, and counted once in
   `skipped` under the first reason that applies, when any file's text is not valid UTF-8
-  ("invalid_utf8") or any is empty after stripping ("empty"). Call `check_line_counts` first:
-  this reader stops at the shortest file.
+  ("invalid_utf8") or any is empty after stripping ("empty").
+
+  Raises:
+    ValueError: a file ends before the others (naming them), once the lines they share are
+      read; `check_line_counts` finds it before reading any.
   """
+  end = object()
   with contextlib.ExitStack() as stack:
-    files = [stack.enter_context(open(path, "rb")) for path in paths]
-    for number, raws in enumerate(zip(*files, strict=False)):
+    files = [stack.enter_context(open_lines(path)) for path in paths]
+    for number, raws in enumerate(itertools.zip_longest(*files, fillvalue=end)):
+      if any(raw is end for raw in raws):
+        ended = [str(path) for path, raw in zip(paths, raws, strict=True) if raw is end]
+        going = [str(path) for path, raw in zip(paths, raws, strict=True) if raw is not end]
+        raise ValueError(
+          f"parallel files differ in length: {', '.join(ended)} ended after {number} lines, "
+          f"{', '.join(going)} did not; the pairs would be misaligned"
+        )
       try:
         texts = [raw.decode("utf-8") for raw in raws]
       except UnicodeDecodeError:
@@ -367,40 +400,47 @@ class TextCorpus:
   name = "local_text"
   version = "1.0.0"
 
-  def __init__(self, config: LocalTextConfig):
+  def __init__(self, config: LocalTextConfig | Wmt14RawConfig):
     self.config = config
     self._skipped: dict[str, dict[str, int]] = {}
+    self.kept: dict[str, dict[str, int]] = {}  # Per split read to its end: pairs per corpus.
 
   def identity(self) -> dict[str, str]:
     """What names the corpus and its contents (the config name hashes the files)."""
     return {"corpus": self.name, "version": self.version, "config": self.config.name}
 
-  def pairs(self, split: str) -> int:
-    """The lines of `split`'s files: at least its pairs (skipped lines are not pairs)."""
-    return count_lines(self.config.files()[split][0])
+  def parts(self, split: str) -> tuple[tuple[str, tuple[Path, ...]], ...]:
+    """The (name, files) of each corpus the split reads, one after another: here its own."""
+    paths = self.config.files()[split]
+    check_line_counts({split: paths})  # Before a line is read.
+    return ((split, paths),)
 
   def read(self, split: str) -> Iterator[Example]:
-    """Yields the usable pairs of `split` in file order, each with its 0-based line number."""
-    paths = self.config.files()[split]
-    check_line_counts({split: paths})
+    """Yields the usable pairs of `split` in file order, each with its 0-based line number
+    (counted on through the split's corpora)."""
     skipped: collections.Counter[str] = collections.Counter()
-    kept = 0
-    for number, texts in read_parallel(paths, skipped):
-      kept += 1
-      yield Example(join_sources(texts[:-1]), texts[-1], None, number)
+    kept: dict[str, int] = {}
+    start = 0  # The line of the split at which this corpus starts.
+    for name, paths in self.parts(split):
+      before, kept[name] = sum(skipped.values()), 0
+      for number, texts in read_parallel(paths, skipped):
+        kept[name] += 1
+        yield Example(join_sources(texts[:-1]), texts[-1], None, start + number)
+      start += kept[name] + sum(skipped.values()) - before  # Every line: kept or skipped.
     counts = {reason: skipped[reason] for reason in SKIP_REASONS}
-    self._skipped[split] = counts
+    self._skipped[split], self.kept[split] = counts, kept
     log = logging.warning if any(counts.values()) else logging.info
     log(
-      "local text %s (%s): kept %d pairs, skipped %s",
+      "%s %s (%s): kept %d pairs, skipped %s",
+      self.name,
       split,
-      ", ".join(map(str, paths)),
-      kept,
+      ", ".join(f"{name} {n}" for name, n in kept.items()),
+      sum(kept.values()),
       ", ".join(f"{n} {reason}" for reason, n in counts.items()),
     )
-    if not kept:
+    if not sum(kept.values()):
       raise ValueError(
-        f"local corpus: split {split!r} has no usable pair (empty files, or every pair skipped)"
+        f"{self.name}: split {split!r} has no usable pair (empty files, or every pair skipped)"
       )
 
   @property
@@ -408,6 +448,148 @@ class TextCorpus:
     """Pairs skipped per split and reason, for the splits read to their end (zeros elsewhere)."""
     zeros = dict.fromkeys(SKIP_REASONS, 0)
     return {split: dict(self._skipped.get(split, zeros)) for split in SPLITS}
+
+
+# ------------------------------------------------------------------------------ WMT'14
+
+
+@dataclasses.dataclass(eq=False)
+class Wmt14RawConfig(tfds.core.BuilderConfig):
+  """Where statmt.org's WMT'14 files live and which corpora make each split."""
+
+  directory: str = ""
+  parts: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (pipeline split, corpus names) pairs.
+
+  @classmethod
+  def from_settings(cls, settings: wmt14.Wmt14Settings) -> Wmt14RawConfig:
+    """Builds the config from `config.data.wmt14`, checking that every file exists.
+
+    The name encodes the folder's name and a hash of the corpora and of each file's
+    `wmt14.fingerprint` (its size and first and last megabyte): cheap for files of gigabytes,
+    and a fresh copy of the same files reuses the build.
+
+    Raises:
+      ValueError: no folder set, or a corpus name `wmt14.FILES` does not know.
+      FileNotFoundError: a file is missing (the message names it and its archive).
+    """
+    if not settings.dir:
+      raise ValueError(
+        'data.wmt14.reader="raw" reads statmt.org\'s files: set data.wmt14.dir to the folder '
+        "the WMT'14 archives were unpacked in"
+      )
+    directory = Path(settings.dir).expanduser().resolve()
+    parts = tuple((split, settings.parts(split)) for split in SPLITS)
+    config = cls(
+      name="unnamed",
+      description=f"WMT'14 English-French from {directory}.",
+      directory=str(directory),
+      parts=parts,
+    )
+    prints = [
+      (str(path.relative_to(directory)), wmt14.fingerprint(path))
+      for files in config.files().values()
+      for _, *paths in files
+      for path in paths
+    ]
+    return dataclasses.replace(
+      config, name=_config_name(directory.name, _short_hash(parts, prints))
+    )
+
+  def files(self) -> dict[str, tuple[tuple[str, Path, Path], ...]]:
+    """Maps each pipeline split to its corpora, each (name, English file, French file)."""
+    return {
+      split: tuple((name, *wmt14.part_files(self.directory, name)) for name in names)
+      for split, names in self.parts
+    }
+
+
+class Wmt14Text(TextCorpus):
+  """WMT'14 English -> French from statmt.org's files, read straight from them as `TextCorpus`
+  reads local text: each split is its corpora's files one after another (plain, gzip or SGML,
+  `open_lines`), a pair's line counted on through them (an SGML file's lines are its segments).
+  Two files of a corpus that end at different lines raise ValueError when reading reaches the
+  end of the shorter."""
+
+  name = "wmt14_raw"
+
+  def parts(self, split: str) -> tuple[tuple[str, tuple[Path, ...]], ...]:
+    return tuple((name, (en, fr)) for name, en, fr in self.config.files()[split])
+
+
+@functools.cache
+def _tfds_wmt() -> tuple[type[tfds.core.DatasetBuilder], type[tfds.core.DatasetBuilder], Any]:
+  """tfds' WMT builders, `wmt14_translate` (the catalogue's splits) and `wmt_translate` (any),
+  under their own names, so they read and write the folders `tfds build` does; and tfds'
+  `translate.wmt` module.
+
+  Two things differ from tfds' classes, as in `_Builder`. Their `code_path` is off: tfds finds
+  a builder's download checksums through it, by way of the `importlib_resources` backport,
+  which is not installed (the downloads are still checked against the checksums tfds ships for
+  every catalogue URL). And their info is an `_Info`, which skips the GCS lookup and its
+  leftover temp folder. Importing tfds' WMT modules here, not at the top, keeps them (and
+  dm-tree) out of runs that read other corpora.
+  """
+  from tensorflow_datasets.translate import wmt
+  from tensorflow_datasets.translate import wmt14 as catalogue
+
+  def info(builder: tfds.core.DatasetBuilder, tfds_info: tfds.core.DatasetInfo) -> _Info:
+    return _Info(
+      builder=builder,
+      description=tfds_info.description,
+      features=tfds_info.features,
+      supervised_keys=tfds_info.supervised_keys,
+      homepage=tfds_info.homepage,
+      citation=tfds_info.citation,
+    )
+
+  class Wmt14Translate(catalogue.Wmt14Translate, skip_registration=True):
+    name = "wmt14_translate"
+    code_path = None
+
+    def _info(self) -> tfds.core.DatasetInfo:
+      return info(self, super()._info())
+
+  class WmtTranslate(wmt.WmtTranslate, skip_registration=True):
+    name = "wmt_translate"
+    code_path = None
+
+    def _info(self) -> tfds.core.DatasetInfo:
+      return info(self, super()._info())
+
+  return Wmt14Translate, WmtTranslate, wmt
+
+
+def wmt14_tfds_builder(
+  settings: wmt14.Wmt14Settings, data_dir: str | os.PathLike[str]
+) -> tfds.core.DatasetBuilder:
+  """tfds' builder of the WMT'14 splits `settings` names: the catalogue's
+  `wmt14_translate/fr-en` for the catalogue's corpora, else a custom
+  `wmt_translate/fr-en.subsets_HASH` of the corpora named (tfds' names, `wmt.DATASET_MAP`), as
+  the paper's validation set needs.
+
+  Raises:
+    ValueError: a corpus tfds does not know for French-English.
+  """
+  catalogue, custom, wmt = _tfds_wmt()
+  data_dir = os.fspath(data_dir)
+  if settings.is_catalogue:
+    return catalogue(config="fr-en", data_dir=data_dir, file_format=FILE_FORMAT)
+  subsets = {SPLITS[split]: list(settings.parts(split)) for split in SPLITS}
+  for name in itertools.chain(*subsets.values()):
+    known = wmt.DATASET_MAP.get(name)
+    if known is None or known.target != "en" or "fr" not in known.sources:
+      french = [n for n, d in wmt.DATASET_MAP.items() if d.target == "en" and "fr" in d.sources]
+      raise ValueError(
+        f"data.wmt14: tfds has no French-English corpus {name!r}; it has {', '.join(french)}"
+      )
+  config = wmt.WmtConfig(
+    name=f"subsets_{_short_hash(sorted(subsets.items()))}",
+    language_pair=("fr", "en"),
+    version=tfds.core.Version("1.0.0"),
+    description=f"WMT'14 French-English: {subsets}.",
+    subsets=subsets,
+  )
+  return custom(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
 
 
 # ------------------------------------------------------------------------------ reading
@@ -439,10 +621,6 @@ class Corpus:
     config = getattr(builder.builder_config, "name", "")
     return {"corpus": builder.name, "version": str(builder.version), "config": config}
 
-  def pairs(self, split: str) -> int:
-    """The pairs of `split`."""
-    return len(self.data_source(split))
-
   def data_source(self, split: str) -> Any:
     """The random-access tfds data source of a pipeline split ("train", "valid", "test")."""
     if split not in SPLITS:
@@ -473,12 +651,16 @@ class Corpus:
     }
 
 
-# Which features of each corpus hold what (`Corpus` fields).
-_FEATURE_KEYS: dict[str, dict[str, str]] = {
-  "synthetic": {"align_key": "align"},
-  "wmt14": {"src_key": "en", "tgt_key": "fr"},
-}
 CORPORA = ("synthetic", "local", "wmt14")
+
+
+def feature_keys(data_config: CorpusSettings) -> dict[str, str]:
+  """Which features of the corpus's dataset hold what (`Corpus` fields)."""
+  if data_config.corpus == "synthetic":
+    return {"align_key": "align"}
+  if data_config.corpus == "wmt14" and data_config.wmt14.reader == "tfds":
+    return {"src_key": "en", "tgt_key": "fr"}
+  return {"line_key": "line"}
 
 
 def make_builder(
@@ -490,12 +672,8 @@ def make_builder(
   if corpus == "synthetic":
     config = SyntheticConfig.from_settings(data_config.synthetic)
     return SyntheticCorpus(config=config, data_dir=data_dir, file_format=FILE_FORMAT)
-  if corpus == "wmt14":
-    # The lean `import tensorflow_datasets` does not register the catalogue's translation
-    # builders; importing the module does.
-    from tensorflow_datasets.translate import wmt14  # noqa: F401
-
-    return tfds.builder(WMT14_NAME, data_dir=data_dir, file_format=FILE_FORMAT)
+  if corpus == "wmt14" and data_config.wmt14.reader == "tfds":
+    return wmt14_tfds_builder(data_config.wmt14, data_dir)
   raise ValueError(f"unknown corpus {corpus!r}; known corpora: {CORPORA}")
 
 
@@ -506,12 +684,14 @@ def prepare_corpus(
   its files, nothing built); returns its reader.
 
   Raises:
-    FileNotFoundError: (local) a split file is missing.
-    ValueError: unknown corpus, (local) the two files of a split differ in line count, or a
-      split has no usable pair (empty files, or every pair skipped).
+    FileNotFoundError: (local, raw WMT'14) a file is missing.
+    ValueError: unknown corpus, (local, raw WMT'14) two parallel files differ in line count,
+      or a split has no usable pair (empty files, or every pair skipped).
   """
   if data_config.corpus == "local":
     return TextCorpus(LocalTextConfig.from_settings(data_config.local))
+  if data_config.corpus == "wmt14" and data_config.wmt14.reader == "raw":
+    return Wmt14Text(Wmt14RawConfig.from_settings(data_config.wmt14))
   builder = make_builder(data_config, data_dir)
   printed = io.StringIO()  # tfds prints where it builds to standard output: log it instead.
   try:
@@ -526,4 +706,4 @@ def prepare_corpus(
   finally:
     if printed.getvalue().strip():
       logging.info("tfds: %s", printed.getvalue().strip())
-  return Corpus(builder, **_FEATURE_KEYS[data_config.corpus])
+  return Corpus(builder, **feature_keys(data_config))

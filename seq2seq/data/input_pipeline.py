@@ -40,7 +40,7 @@ import numpy as np
 from absl import logging
 
 from seq2seq.common import registry
-from seq2seq.data import builders, store, synthetic
+from seq2seq.data import builders, store, synthetic, wmt14
 from seq2seq.data import tokenizer as tokenizer_lib
 
 SPLIT_NAMES = tuple(builders.SPLITS)  # "train", "valid", "test"
@@ -199,6 +199,7 @@ class DataSettings:
   long_test_max_words: int
   synthetic: builders.SyntheticSettings
   local: builders.LocalSettings
+  wmt14: wmt14.Wmt14Settings
   seed: int = 0
   copy: bool = False
 
@@ -213,6 +214,7 @@ class DataSettings:
         builders.SyntheticSettings, dict(d.synthetic.items()), "data.synthetic"
       ),
       "local": registry.typed_section(builders.LocalSettings, dict(d.local.items()), "data.local"),
+      "wmt14": registry.typed_section(wmt14.Wmt14Settings, dict(d.wmt14.items()), "data.wmt14"),
     }
     return registry.typed_section(
       cls,

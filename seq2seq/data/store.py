@@ -69,8 +69,9 @@ MANIFEST = "manifest.json"
 CHUNK_PAIRS = 8192  # Pairs a worker tokenises at a time.
 # Chunks a worker may have queued beyond the one it tokenises: what bounds preparation's memory.
 CHUNKS_AHEAD = 2
-# Below this many pairs a split is tokenised in the preparing process itself: starting the
-# worker processes (a second or two each) would cost more than it saves.
+# A split is tokenised in the preparing process itself until this many of its pairs are read:
+# starting the worker processes (a second or two each) would cost a small corpus more than it
+# saves.
 PARALLEL_FROM = 4 * CHUNK_PAIRS
 _CRC_BLOCK = 1 << 24
 
@@ -219,25 +220,48 @@ def _chunks(examples: Iterable[builders.Example], size: int) -> Iterator[list[bu
     yield chunk
 
 
-def _encoded_chunks(
-  chunks: Iterator[list[builders.Example]], job: _Job, pool: Any, workers: int, local: tuple
-) -> Iterator[tuple[list[builders.Example], dict[str, tuple[np.ndarray, np.ndarray]]]]:
-  """Each chunk with its ids, in order: tokenised by the `workers` processes of `pool` with at
-  most CHUNKS_AHEAD chunks per worker waiting, or (no pool) here by the tokenizers `local`."""
-  if pool is None:
-    for chunk in chunks:
-      yield chunk, encode_pairs([(ex.src, ex.tgt) for ex in chunk], *local, job)
-    return
-  window: collections.deque = collections.deque()
-  limit = (CHUNKS_AHEAD + 1) * workers
-  for chunk in chunks:
-    window.append((chunk, pool.submit(_encode_in_worker, [(ex.src, ex.tgt) for ex in chunk])))
-    if len(window) >= limit:
+class _Tokenisers:
+  """Tokenises chunks of pairs in order: here while a split is small, then in `workers` worker
+  processes, started once the chunks read reach PARALLEL_FROM pairs (starting them costs a
+  second or two each, more than a small corpus takes), with at most CHUNKS_AHEAD chunks per
+  worker waiting, which bounds the memory whatever the corpus size."""
+
+  def __init__(self, job: _Job, vocab_dirs: tuple[Path, Path], workers: int):
+    self.job, self.workers = job, workers
+    self.local = tuple(tokenizer_lib.load(d) for d in vocab_dirs)
+    self.pool: concurrent.futures.ProcessPoolExecutor | None = None
+    self.started = 0
+
+  def encoded(
+    self, chunks: Iterator[list[builders.Example]]
+  ) -> Iterator[tuple[list[builders.Example], dict[str, tuple[np.ndarray, np.ndarray]]]]:
+    """Each chunk with its ids, in order."""
+    window: collections.deque = collections.deque()
+    for read, chunk in enumerate(chunks, start=1):
+      texts = [(ex.src, ex.tgt) for ex in chunk]
+      if self.pool is None and self.workers and read * CHUNK_PAIRS > PARALLEL_FROM:
+        # Spawned, not forked: the preparing process may hold JAX's threads.
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+          self.workers,
+          mp_context=multiprocessing.get_context("spawn"),
+          initializer=_start_worker,
+          initargs=(self.job,),
+        )
+        self.started = self.workers
+      if self.pool is None:
+        yield chunk, encode_pairs(texts, *self.local, self.job)
+        continue
+      window.append((chunk, self.pool.submit(_encode_in_worker, texts)))
+      if len(window) > CHUNKS_AHEAD * self.workers:
+        done, future = window.popleft()
+        yield done, future.result()
+    while window:
       done, future = window.popleft()
       yield done, future.result()
-  while window:
-    done, future = window.popleft()
-    yield done, future.result()
+
+  def close(self) -> None:
+    if self.pool is not None:
+      self.pool.shutdown(cancel_futures=True)
 
 
 class _SplitWriter:
@@ -290,58 +314,39 @@ class _SplitWriter:
 # ------------------------------------------------------------------------------ preparing
 
 
-def workers_for(pairs: int) -> int:
-  """Worker processes for tokenising `pairs` pairs: every core this process may use, or none
-  (tokenise in this process) for a corpus too small to repay starting them."""
-  if pairs < PARALLEL_FROM:
-    return 0
-  return max(
-    1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  )
-
-
 def prepare(
   folder: Path,
   parts: dict[str, Any],
   splits: dict[str, Iterable[builders.Example]],
-  sizes: dict[str, int],
   vocab_dirs: tuple[Path, Path],
   *,
   workers: int | None = None,
   corpus: builders.Corpus | builders.TextCorpus | None = None,
 ) -> None:
-  """Tokenises `splits` (name -> the examples in order, `sizes` their counts, at least roughly)
-  into a store at `folder`, replacing any: written in a folder of its own beside it and renamed
-  when complete. `workers`: tokenising processes (None: `workers_for` the largest split);
-  `corpus`: where the pairs came from, whose `skipped` counts the manifest keeps."""
+  """Tokenises `splits` (name -> the examples in order) into a store at `folder`, replacing any:
+  written in a folder of its own beside it and renamed when complete. `workers`: tokenising
+  processes for a large split (None: one per core this process may use; 0: none, everything
+  here); `corpus`: where the pairs came from, whose `skipped` counts the manifest keeps."""
   start = time.perf_counter()
   partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
   shutil.rmtree(partial, ignore_errors=True)
   partial.mkdir(parents=True)
   job = _Job((str(vocab_dirs[0]), str(vocab_dirs[1])), parts["sources"], parts["copy"])
-  local = tuple(tokenizer_lib.load(d) for d in vocab_dirs)
-  fits = max(tok.size for tok in local) <= np.iinfo(np.uint16).max + 1
+  if workers is None:
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  tokenisers = _Tokenisers(job, vocab_dirs, workers)
+  fits = max(tok.size for tok in tokenisers.local) <= np.iinfo(np.uint16).max + 1
   dtype = np.dtype(np.uint16 if fits else np.int32)
-  workers = workers_for(max(sizes.values())) if workers is None else workers
-  pool = None
-  if workers:  # Spawned, not forked: the preparing process may hold JAX's threads.
-    context = multiprocessing.get_context("spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(
-      workers, mp_context=context, initializer=_start_worker, initargs=(job,)
-    )
   stats, crc = {}, {}
   try:
     for name, examples in splits.items():
       writer = _SplitWriter(partial, name, dtype)
-      for chunk, sides in _encoded_chunks(
-        _chunks(examples, CHUNK_PAIRS), job, pool, workers, local
-      ):
+      for chunk, sides in tokenisers.encoded(_chunks(examples, CHUNK_PAIRS)):
         writer.add(chunk, sides)
       stats[name] = writer.close()
       crc.update(writer.crc)
   finally:
-    if pool is not None:
-      pool.shutdown(cancel_futures=True)
+    tokenisers.close()
   files = {
     name: {"bytes": (partial / name).stat().st_size, "crc32": value} for name, value in crc.items()
   }
@@ -351,7 +356,7 @@ def prepare(
     "splits": stats,
     "skipped": {} if corpus is None else corpus.skipped,
     "files": files,
-    "prepared": {"seconds": round(time.perf_counter() - start, 3), "workers": workers},
+    "prepared": {"seconds": round(time.perf_counter() - start, 3), "workers": tokenisers.started},
   }
   (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
   shutil.rmtree(folder, ignore_errors=True)
@@ -436,12 +441,10 @@ def prepared(
     for stale in folder.parent.glob(f"{folder.name}.partial-*"):  # Left by a killed preparation.
       shutil.rmtree(stale, ignore_errors=True)
     limit = parts["train_pairs"]
-    sizes = {name: corpus.pairs(name) for name in builders.SPLITS}
     examples = {name: corpus.read(name) for name in builders.SPLITS}
     if limit > 0:
-      sizes["train"] = min(sizes["train"], limit)
       examples["train"] = itertools.islice(examples["train"], limit)
-    prepare(folder, parts, examples, sizes, vocab_dirs, workers=workers, corpus=corpus)
+    prepare(folder, parts, examples, vocab_dirs, workers=workers, corpus=corpus)
   manifest = read_manifest(folder)
   logging.info(
     "corpus store %s prepared in %.1fs (%d worker processes)",

@@ -132,10 +132,10 @@ def test_worker_processes_write_the_files_tokenising_here_writes(loaded, tmp_pat
   corpus = builders.prepare_corpus(d, ip.data_dir(d, workdir))
   parts = store.key(corpus, vocab_dirs, train_pairs=0, sources=1, copy=True)
   examples = {name: list(corpus.read(name)) for name in ip.SPLIT_NAMES}
-  sizes = {name: len(rows) for name, rows in examples.items()}
-  monkeypatch.setattr(store, "CHUNK_PAIRS", 7)  # Many chunks, several in flight per worker.
+  monkeypatch.setattr(store, "CHUNK_PAIRS", 7)  # Many chunks, several in flight per worker,
+  monkeypatch.setattr(store, "PARALLEL_FROM", 30)  # the workers started after the first five.
   for workers in (0, 2):
-    store.prepare(tmp_path / f"w{workers}", parts, examples, sizes, vocab_dirs, workers=workers)
+    store.prepare(tmp_path / f"w{workers}", parts, examples, vocab_dirs, workers=workers)
   here, there = (json.loads((tmp_path / f"w{w}" / store.MANIFEST).read_text()) for w in (0, 2))
   assert here["files"] == there["files"] and here["splits"] == there["splits"]
   assert there["prepared"]["workers"] == 2
@@ -151,7 +151,7 @@ def test_ids_beyond_uint16_are_stored_as_int32(tmp_path):
   example = builders.Example("w0 w69999", "w12345", None, 0)
   parts = {"sources": 1, "copy": False}
   vocab_dirs = (tmp_path / "src", tmp_path / "tgt")
-  store.prepare(tmp_path / "s", parts, {"train": [example]}, {"train": 1}, vocab_dirs, workers=0)
+  store.prepare(tmp_path / "s", parts, {"train": [example]}, vocab_dirs, workers=0)
   manifest = store.read_manifest(tmp_path / "s")
   opened = store.open_store(tmp_path / "s", manifest)["train"]
   assert manifest["dtype"] == "int32"
