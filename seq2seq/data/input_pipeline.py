@@ -432,6 +432,7 @@ def load_data(
       sp_model_type=d.sp_model_type,
       pretokenizer=tokenizer_lib.Pretokenizer(d.pretokenizer, lang),
       origin=f"{origin} {name}",
+      counts_fn=lambda pretokenizer: store.count_words(texts(side), pretokenizer),
     )
 
   src_lang, tgt_lang = languages(d)

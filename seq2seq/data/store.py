@@ -54,7 +54,7 @@ import os
 import shutil
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,16 +170,12 @@ class _Job:
   copy: bool
 
 
-_worker_state: dict[str, Any] = {}
+def _tokenizers(job: _Job) -> tuple[tokenizer_lib.Tokenizer, tokenizer_lib.Tokenizer, _Job]:
+  return (*(tokenizer_lib.load(d) for d in job.vocab_dirs), job)
 
 
-def _start_worker(job: _Job) -> None:
-  _worker_state["job"] = job
-  _worker_state["tokenizers"] = tuple(tokenizer_lib.load(d) for d in job.vocab_dirs)
-
-
-def _encode_in_worker(pairs: list[tuple[str, str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  return encode_pairs(pairs, *_worker_state["tokenizers"], _worker_state["job"])
+def _encode(state: tuple, pairs: list[tuple[str, str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  return encode_pairs(pairs, *state)
 
 
 def encode_pairs(
@@ -209,10 +205,10 @@ def encode_pairs(
   return out
 
 
-def _chunks(examples: Iterable[builders.Example], size: int) -> Iterator[list[builders.Example]]:
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
   chunk = []
-  for example in examples:
-    chunk.append(example)
+  for item in items:
+    chunk.append(item)
     if len(chunk) == size:
       yield chunk
       chunk = []
@@ -220,38 +216,55 @@ def _chunks(examples: Iterable[builders.Example], size: int) -> Iterator[list[bu
     yield chunk
 
 
-class _Tokenisers:
-  """Tokenises chunks of pairs in order: here while a split is small, then in `workers` worker
-  processes, started once the chunks read reach PARALLEL_FROM pairs (starting them costs a
-  second or two each, more than a small corpus takes), with at most CHUNKS_AHEAD chunks per
-  worker waiting, which bounds the memory whatever the corpus size."""
+_worker_state: dict[str, Any] = {}
 
-  def __init__(self, job: _Job, vocab_dirs: tuple[Path, Path], workers: int):
-    self.job, self.workers = job, workers
-    self.local = tuple(tokenizer_lib.load(d) for d in vocab_dirs)
+
+def _start_worker(setup: Callable[..., Any], args: tuple) -> None:
+  _worker_state["state"] = setup(*args)
+
+
+def _in_worker(task: Callable[[Any, Any], Any], payload: Any) -> Any:
+  return task(_worker_state["state"], payload)
+
+
+class _Workers:
+  """Runs `task(state, payload)` over chunks in order, `state` being `setup(*args)`: here while
+  the input is small, then in `workers` worker processes, started once the chunks read reach
+  PARALLEL_FROM items (starting them costs a second or two each, more than a small corpus
+  takes), with at most CHUNKS_AHEAD chunks per worker waiting, which bounds the memory whatever
+  the input's size. `setup` and `task` are module-level functions (the workers import them)."""
+
+  def __init__(self, setup: Callable[..., Any], args: tuple, task: Callable, workers: int | None):
+    if workers is None:
+      workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    self.setup, self.args, self.task, self.workers = setup, args, task, workers
+    self.local: Any = None
     self.pool: concurrent.futures.ProcessPoolExecutor | None = None
     self.started = 0
 
-  def encoded(
-    self, chunks: Iterator[list[builders.Example]]
-  ) -> Iterator[tuple[list[builders.Example], dict[str, tuple[np.ndarray, np.ndarray]]]]:
-    """Each chunk with its ids, in order."""
+  def map(
+    self, chunks: Iterable[list[Any]], payload: Callable[[list[Any]], Any] = lambda c: c
+  ) -> Iterator[tuple[list[Any], Any]]:
+    """Each chunk with its result (the task run on `payload(chunk)`), in order."""
     window: collections.deque = collections.deque()
-    for read, chunk in enumerate(chunks, start=1):
-      texts = [(ex.src, ex.tgt) for ex in chunk]
-      if self.pool is None and self.workers and read * CHUNK_PAIRS > PARALLEL_FROM:
-        # Spawned, not forked: the preparing process may hold JAX's threads.
+    read = 0
+    for chunk in chunks:
+      read += len(chunk)
+      if self.pool is None and self.workers and read > PARALLEL_FROM:
+        # Spawned, not forked: the calling process may hold JAX's threads.
         self.pool = concurrent.futures.ProcessPoolExecutor(
           self.workers,
           mp_context=multiprocessing.get_context("spawn"),
           initializer=_start_worker,
-          initargs=(self.job,),
+          initargs=(self.setup, self.args),
         )
         self.started = self.workers
       if self.pool is None:
-        yield chunk, encode_pairs(texts, *self.local, self.job)
+        if self.local is None:
+          self.local = self.setup(*self.args)
+        yield chunk, self.task(self.local, payload(chunk))
         continue
-      window.append((chunk, self.pool.submit(_encode_in_worker, texts)))
+      window.append((chunk, self.pool.submit(_in_worker, self.task, payload(chunk))))
       if len(window) > CHUNKS_AHEAD * self.workers:
         done, future = window.popleft()
         yield done, future.result()
@@ -262,6 +275,32 @@ class _Tokenisers:
   def close(self) -> None:
     if self.pool is not None:
       self.pool.shutdown(cancel_futures=True)
+
+
+def _pretokenizer(name: str, lang: str) -> tokenizer_lib.Pretokenizer:
+  return tokenizer_lib.Pretokenizer(name, lang)
+
+
+def _count(pretokenizer: tokenizer_lib.Pretokenizer, texts: list[str]) -> collections.Counter:
+  counts: collections.Counter[str] = collections.Counter()
+  for text in texts:
+    counts.update(pretokenizer.split(text))
+  return counts
+
+
+def count_words(
+  texts: Iterable[str], pretokenizer: tokenizer_lib.Pretokenizer, *, workers: int | None = None
+) -> collections.Counter:
+  """How often each word of `texts` occurs, split by `pretokenizer`, in worker processes for a
+  large corpus (`_Workers`; the Moses split costs as much as tokenising itself)."""
+  counts: collections.Counter[str] = collections.Counter()
+  pool = _Workers(_pretokenizer, (pretokenizer.name, pretokenizer.lang), _count, workers)
+  try:
+    for _, chunk_counts in pool.map(_chunks(texts, CHUNK_PAIRS)):
+      counts.update(chunk_counts)
+  finally:
+    pool.close()
+  return counts
 
 
 class _SplitWriter:
@@ -332,16 +371,15 @@ def prepare(
   shutil.rmtree(partial, ignore_errors=True)
   partial.mkdir(parents=True)
   job = _Job((str(vocab_dirs[0]), str(vocab_dirs[1])), parts["sources"], parts["copy"])
-  if workers is None:
-    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  tokenisers = _Tokenisers(job, vocab_dirs, workers)
-  fits = max(tok.size for tok in tokenisers.local) <= np.iinfo(np.uint16).max + 1
+  tokenisers = _Workers(_tokenizers, (job,), _encode, workers)
+  fits = max(tokenizer_lib.load(d).size for d in vocab_dirs) <= np.iinfo(np.uint16).max + 1
   dtype = np.dtype(np.uint16 if fits else np.int32)
   stats, crc = {}, {}
+  texts = lambda chunk: [(ex.src, ex.tgt) for ex in chunk]
   try:
     for name, examples in splits.items():
       writer = _SplitWriter(partial, name, dtype)
-      for chunk, sides in tokenisers.encoded(_chunks(examples, CHUNK_PAIRS)):
+      for chunk, sides in tokenisers.map(_chunks(examples, CHUNK_PAIRS), texts):
         writer.add(chunk, sides)
       stats[name] = writer.close()
       crc.update(writer.crc)

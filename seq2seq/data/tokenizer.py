@@ -223,16 +223,24 @@ class WordVocab(Tokenizer):
   def build(
     cls, texts: Iterable[str], size: int, pretokenizer: Pretokenizer | None = None
   ) -> WordVocab:
-    """Counts the words of `texts` and keeps the `size - 4` most frequent (every word if `size`
-    is 0, the id space then fitting them exactly).
-
-    Ties are broken by the word itself (Unicode code point order), so the ids are a pure
-    function of the corpus. The special pieces are never counted.
-    """
+    """Counts the words of `texts` and keeps the `size - 4` most frequent (`from_counts`)."""
     pretokenizer = pretokenizer or Pretokenizer()
     counts: collections.Counter[str] = collections.Counter()
     for text in texts:
       counts.update(pretokenizer.split(text))
+    return cls.from_counts(counts, size, pretokenizer)
+
+  @classmethod
+  def from_counts(
+    cls, counts: collections.Counter[str], size: int, pretokenizer: Pretokenizer | None = None
+  ) -> WordVocab:
+    """The `size - 4` most frequent words of `counts` (every word if `size` is 0, the id space
+    then fitting them exactly), split by `pretokenizer` when counted.
+
+    Ties are broken by the word itself (Unicode code point order), so the ids are a pure
+    function of the corpus. The special pieces are never counted.
+    """
+    counts = collections.Counter(counts)
     for special in SPECIALS:
       counts.pop(special, None)
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -473,6 +481,7 @@ def load_or_build(
   sp_model_type: str = "unigram",
   pretokenizer: Pretokenizer | None = None,
   origin: str = "",
+  counts_fn: Callable[[Pretokenizer], collections.Counter[str]] | None = None,
 ) -> Tokenizer:
   """Loads the vocabulary in `vocab_dir`, or builds it from `texts_fn()` and saves it there.
 
@@ -519,7 +528,13 @@ def load_or_build(
         origin,
       )
     return load(vocab_dir)
-  tokenizer = build(kind, size, texts_fn(), sp_model_type=sp_model_type, pretokenizer=pretokenizer)
+  if kind == WordVocab.kind and counts_fn is not None:
+    pretokenizer = pretokenizer or Pretokenizer()
+    tokenizer = WordVocab.from_counts(counts_fn(pretokenizer), size, pretokenizer)
+  else:
+    tokenizer = build(
+      kind, size, texts_fn(), sp_model_type=sp_model_type, pretokenizer=pretokenizer
+    )
   tokenizer.save(vocab_dir, origin=origin)
   return tokenizer
 

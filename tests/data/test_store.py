@@ -163,3 +163,19 @@ def test_the_store_is_read_only_to_its_readers(loaded):
   with pytest.raises(ValueError, match="read-only"):
     data.splits["train"].src.values[0] = 1
   assert os.access(_store_folder(data) / store.MANIFEST, os.R_OK)
+
+
+def test_words_counted_in_worker_processes_make_the_vocabulary_counting_here_makes(
+  loaded, monkeypatch
+):
+  data, _, _ = loaded
+  texts = [src for src, _, _ in data.raw("train")]
+  moses = tk.Pretokenizer("moses", "en")
+  monkeypatch.setattr(store, "CHUNK_PAIRS", 50)
+  monkeypatch.setattr(store, "PARALLEL_FROM", 200)  # Workers from the fifth chunk on.
+  here = store.count_words(texts, moses, workers=0)
+  there = store.count_words(texts, moses, workers=2)
+  assert there == here and sum(here.values()) > len(texts)
+  built = tk.WordVocab.build(texts, 300, moses)
+  counted = tk.WordVocab.from_counts(there, 300, moses)
+  assert [counted.id_to_piece(i) for i in range(300)] == [built.id_to_piece(i) for i in range(300)]
