@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import itertools
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -38,6 +39,9 @@ import grain
 import ml_collections
 import numpy as np
 from absl import logging
+from grain._src.python.experimental.index_shuffle.python import (
+  index_shuffle_module as _index_shuffle,
+)
 
 from seq2seq.common import registry
 from seq2seq.data import builders, store, synthetic, wmt14
@@ -713,6 +717,18 @@ def sampled_batch(
   return batch
 
 
+def shuffled_positions(pool: int, size: int, n: int, seed: int) -> np.ndarray:
+  """[size] int64: the example positions (in [0, n)) at stream positions [pool size, (pool + 1)
+  size) of the epochs shuffled one after another, epoch e by grain's index shuffle seeded
+  (seed + e) mod 2**32, as grain's `ShuffleMapDataset` under `repeat` orders them."""
+  out = np.empty(size, np.int64)
+  shuffle = _index_shuffle.index_shuffle
+  for k, position in enumerate(range(pool * size, (pool + 1) * size)):
+    epoch, index = divmod(position, n)
+    out[k] = shuffle(index, n - 1, (seed + epoch) % 2**32, 4)
+  return out
+
+
 def _shuffle_seed(d: DataSettings) -> int:
   """A 32-bit seed folding the run's `seed` with `data.shuffle_seed`."""
   return int(np.random.SeedSequence([d.seed, d.shuffle_seed]).generate_state(1)[0])
@@ -779,9 +795,12 @@ def train_dataset(
     assemble = lambda item: make_batch(split, item[1], d.bucket_step, rows)
   else:
     assemble = lambda item: sampled_batch(data, split, item[1], item[0], d, sampling, rows)
-  ds = grain.MapDataset.range(len(keep)).shuffle(seed=seed).repeat()
-  ds = ds.batch(pool_size, drop_remainder=True)
-  ds = ds.map_with_index(pool_to_batches)
+  # Pool p holds positions [p P, (p + 1) P) of the endless stream of shuffled epochs: what
+  # grain's `MapDataset.range(n).shuffle(seed).repeat().batch(P)` yields, computed here with
+  # grain's own index shuffle without its per-element datasets (which cost five times the
+  # batch assembly), so the order, and the iterator state a checkpoint keeps, are unchanged.
+  pools = grain.MapDataset.range(sys.maxsize // pool_size)
+  ds = pools.map(lambda p: pool_to_batches(p, shuffled_positions(p, pool_size, len(keep), seed)))
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
   ds = grain.experimental.FlatMapIterDataset(ds, _Unpool(max_fan_out=pool_size))
   return ds.map(assemble)

@@ -438,7 +438,8 @@ def open_store(folder: Path, manifest: dict[str, Any]) -> dict[str, Sides]:
   def mapped(name: str, kind: np.dtype) -> np.ndarray:
     if manifest["files"][name]["bytes"] == 0:  # An empty file cannot be mapped.
       return np.zeros(0, kind)
-    return np.memmap(folder / name, dtype=kind, mode="r")
+    # A plain array over the map: numpy's memmap subclass costs a view object per index.
+    return np.memmap(folder / name, dtype=kind, mode="r").view(np.ndarray)
 
   out = {}
   for split, stats in manifest["splits"].items():

@@ -7,6 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import grain
 import numpy as np
 import pytest
 from helpers import data_config, data_settings
@@ -460,3 +461,13 @@ def test_multi30k_first_lines(tmp_path):
   assert [r[1] for r in raw] == lines[local.test, local.tgt_lang]
   batches = list(ip.eval_batches(data, "valid", data_settings(config)))
   assert sum(int((x["index"] >= 0).sum()) for x in batches) == 200
+
+
+def test_the_shuffled_stream_is_grains_shuffle_repeated_epoch_after_epoch():
+  """`shuffled_positions` computes without grain's per-element datasets the order those gave
+  (and that runs trained before it keep in their checkpoints): every epoch a new permutation."""
+  n, size, seed = 37, 16, 12345
+  stream = grain.MapDataset.range(n).shuffle(seed=seed).repeat()
+  for pool in (0, 1, 2, 5, 9):
+    want = [stream[i] for i in range(pool * size, (pool + 1) * size)]
+    assert ip.shuffled_positions(pool, size, n, seed).tolist() == want

@@ -34,7 +34,8 @@ def test_the_store_holds_the_ids_of_tokenising_each_pair(loaded):
   for name in ip.SPLIT_NAMES:
     split, raw = data.splits[name], data.raw(name)
     assert len(split) == len(raw) > 0
-    assert isinstance(split.src.values, np.memmap) and isinstance(split.tgt.offsets, np.memmap)
+    assert isinstance(split.src.values.base, np.memmap)  # Mapped from the store's files,
+    assert isinstance(split.tgt.offsets.base, np.memmap)  # not read into memory.
     for i, (src, tgt, _) in enumerate(raw):
       assert split.src.row(i).tolist() == data.src_tokenizer.encode(src)
       assert split.tgt.row(i).tolist() == data.tgt_tokenizer.encode(tgt)
