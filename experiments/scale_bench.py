@@ -50,6 +50,7 @@ from typing import Any
 
 from experiments.lib import reports
 from experiments.lib.configs import REPO_ROOT
+from experiments.lib.pages.scale_bench import page
 
 SIZES = {"29k": "first29000", "1M": "first1000000", "10M": "full"}  # --sizes: name=folder,...
 VOCAB = 30_004  # 30,000 words and the four specials.
@@ -330,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   path = args.out / "scale_bench.json"
   record = json.loads(path.read_text()) if path.exists() else {}
   record.setdefault("corpus", json.loads((args.corpus / "corpus.json").read_text()))
-  record["environment"] = {**reports.cpu_info(), "cpu_count": os.cpu_count()}
+  record.update(reports.provenance("scale_bench", argv, reports.load_average()))
+  record.update(cpu_count=os.cpu_count(), baseline_commit=args.baseline, sizes=dict(SIZES))
   for stage in args.stages.split(","):
     if stage in record.get("stages", {}):
       continue
@@ -339,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
       result = globals()[f"stage_{stage}"](args.corpus, work)
     record.setdefault("stages", {})[stage] = {**result, "cpu": reports.cpu_info()}
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    reports.publish(path, record, page(record))  # After every stage: a cut loses one.
   return record
 
 
