@@ -410,38 +410,9 @@ def load_data(
   root = data_dir(d, workdir)
   corpus = builders.prepare_corpus(d, root)
   built = time.perf_counter()
-
-  def examples(name: str) -> Iterator[builders.Example]:
-    read = corpus.read(name)
-    limit = d.train_pairs if name == "train" else 0
-    # A smaller training set: its first pairs (the vocabularies are built from them).
-    return itertools.islice(read, limit) if limit > 0 else read
-
+  examples = functools.partial(_examples, d, corpus)
   vocab_dirs = (Path(workdir) / "vocab" / "src", Path(workdir) / "vocab" / "tgt")
-  identity = corpus.identity()
-  origin = f"{identity['corpus']}/{identity['config']} train"
-
-  def texts(side: str):
-    if side == "tgt":
-      return (ex.tgt for ex in examples("train"))
-    sources = num_sources(d)
-    return (text for ex in examples("train") for text in builders.split_sources(ex.src, sources))
-
-  def vocabulary(side: str, size: int, name: str, lang: str) -> tokenizer_lib.Tokenizer:
-    return tokenizer_lib.load_or_build(
-      vocab_dirs[side == "tgt"],
-      d.tokenizer,
-      size,
-      lambda: texts(side),
-      sp_model_type=d.sp_model_type,
-      pretokenizer=tokenizer_lib.Pretokenizer(d.pretokenizer, lang),
-      origin=f"{origin} {name}",
-      counts_fn=lambda pretokenizer: store.count_words(texts(side), pretokenizer),
-    )
-
-  src_lang, tgt_lang = languages(d)
-  src_tok = vocabulary("src", source_vocab_size(d), "source", src_lang)
-  tgt_tok = vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang)
+  src_tok, tgt_tok = _vocabularies(d, corpus, vocab_dirs)
   vocabularies = time.perf_counter()
 
   parts = store.key(
@@ -475,43 +446,18 @@ def load_data(
     subsets[LONG_TEST] = ("test", keep)
   opened = time.perf_counter()
 
-  too_long = int(np.sum(~length_filter(splits["train"], d.max_len)))
-  counts = {name: manifest["splits"][name] for name in SPLIT_NAMES}
-  if LONG_TEST in splits:
-    long_split = splits[LONG_TEST]
-    counts[LONG_TEST] = {
-      "tokens": {side: int(getattr(long_split, side).values.size) for side in _sides(long_split)},
-      "unk_rate": {side: _unk_rate(getattr(long_split, side)) for side in _sides(long_split)},
-    }
-  stats = {
-    "corpus": d.corpus,
-    "examples": {name: len(split) for name, split in splits.items()},
-    "skipped_while_building": manifest["skipped"],
-    "train_too_long": too_long,
-    "unk_rate": {
-      f"{n}_{side}": c["unk_rate"][side]
-      for n, c in counts.items()
-      for side in _SIDES
-      if side in c["unk_rate"]
-    },
-    "tokens": {
-      f"{n}_{side}": c["tokens"][side]
-      for n, c in counts.items()
-      for side in _SIDES
-      if side in c["tokens"]
-    },
-    "seconds": {
-      "corpus": built - start,
-      "vocabularies": vocabularies - built,
-      "store": opened - vocabularies,
-    },
-    "store": {"path": str(store.store_dir(root / "store", parts)), **manifest["prepared"]},
+  stats = _stats(d, splits, manifest)
+  stats["seconds"] = {
+    "corpus": built - start,
+    "vocabularies": vocabularies - built,
+    "store": opened - vocabularies,
   }
+  stats["store"] = {"path": str(store.store_dir(root / "store", parts)), **manifest["prepared"]}
   logging.info(
     "data: %s; %d training pairs longer than max_len=%d are dropped; skipped while building: %s;"
     " corpus %.1fs, vocabularies %.1fs, store %.1fs",
     stats["examples"],
-    too_long,
+    stats["train_too_long"],
     d.max_len,
     stats["skipped_while_building"],
     built - start,
@@ -519,6 +465,75 @@ def load_data(
     opened - vocabularies,
   )
   return Data(src_tok, tgt_tok, splits, corpus, stats, subsets)
+
+
+def _examples(
+  d: DataSettings, corpus: builders.Corpus | builders.TextCorpus, name: str
+) -> Iterator[builders.Example]:
+  """The pairs of split `name` as text, in order: of the training split its first
+  `data.train_pairs` where that is positive (the vocabularies are built from them too)."""
+  read = corpus.read(name)
+  limit = d.train_pairs if name == "train" else 0
+  return itertools.islice(read, limit) if limit > 0 else read
+
+
+def _vocabularies(
+  d: DataSettings, corpus: builders.Corpus | builders.TextCorpus, vocab_dirs: tuple[Path, Path]
+) -> tuple[tokenizer_lib.Tokenizer, tokenizer_lib.Tokenizer]:
+  """The source and target vocabularies saved in `vocab_dirs`, built from the training split
+  first where missing (words counted in worker processes for a large corpus)."""
+  identity = corpus.identity()
+  origin = f"{identity['corpus']}/{identity['config']} train"
+
+  def texts(side: str):
+    train = _examples(d, corpus, "train")
+    if side == "tgt":
+      return (ex.tgt for ex in train)
+    sources = num_sources(d)
+    return (text for ex in train for text in builders.split_sources(ex.src, sources))
+
+  def vocabulary(side: str, size: int, name: str, lang: str) -> tokenizer_lib.Tokenizer:
+    return tokenizer_lib.load_or_build(
+      vocab_dirs[side == "tgt"],
+      d.tokenizer,
+      size,
+      lambda: texts(side),
+      sp_model_type=d.sp_model_type,
+      pretokenizer=tokenizer_lib.Pretokenizer(d.pretokenizer, lang),
+      origin=f"{origin} {name}",
+      counts_fn=lambda pretokenizer: store.count_words(texts(side), pretokenizer),
+    )
+
+  src_lang, tgt_lang = languages(d)
+  return (
+    vocabulary("src", source_vocab_size(d), "source", src_lang),
+    vocabulary("tgt", d.tgt_vocab_size, "target", tgt_lang),
+  )
+
+
+def _stats(d: DataSettings, splits: dict[str, Split], manifest: dict[str, Any]) -> dict[str, Any]:
+  """The JSON-able counts of `Data.stats`: the store's per split, the long test split's."""
+  counts = {name: manifest["splits"][name] for name in SPLIT_NAMES}
+  if LONG_TEST in splits:
+    long_split = splits[LONG_TEST]
+    counts[LONG_TEST] = {
+      "tokens": {side: int(getattr(long_split, side).values.size) for side in _sides(long_split)},
+      "unk_rate": {side: _unk_rate(getattr(long_split, side)) for side in _sides(long_split)},
+    }
+  per_side = lambda field: {
+    f"{name}_{side}": c[field][side]
+    for name, c in counts.items()
+    for side in _SIDES
+    if side in c[field]
+  }
+  return {
+    "corpus": d.corpus,
+    "examples": {name: len(split) for name, split in splits.items()},
+    "skipped_while_building": manifest["skipped"],
+    "train_too_long": int(np.sum(~length_filter(splits["train"], d.max_len))),
+    "unk_rate": per_side("unk_rate"),
+    "tokens": per_side("tokens"),
+  }
 
 
 def _sides(split: Split) -> tuple[str, ...]:
