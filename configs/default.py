@@ -198,7 +198,13 @@ def get_config() -> ml_collections.ConfigDict:
   # "word(penalty=P)" subtracts P per token, "none" ranks by the score alone.
   dec.length_penalty = "power"
   dec.coverage_penalty = 0.0  # GNMT coverage penalty beta (0: off).
-  dec.batch_size = 64  # Sentences decoded together.
+  dec.batch_size = 64  # Sentences decoded together (at most; their rows: see max_tokens).
+  # The order sentences are decoded in: "length" longest first, so a batch holds sentences of
+  # about one length and wastes little on padding, or "file"; outputs keep the input's order.
+  dec.order = "length"
+  # Source tokens of a batch, padding included (rows x padded length): a batch of long
+  # sentences then takes fewer rows (batch_size halved until it fits); 0: batch_size rows always.
+  dec.max_tokens = 0
   # Translation leaves a line of more tokens than this untranslated, with a warning (search's
   # memory grows with the square of a sentence's length); 0: no limit.
   dec.max_input_tokens = 250

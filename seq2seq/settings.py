@@ -51,6 +51,7 @@ AT_LEAST = {
   "decode.beam_size": 1,
   "decode.max_len_ratio": 0.0,
   "decode.max_input_tokens": 0,
+  "decode.max_tokens": 0,
   "train.num_steps": 0,
   "train.max_minutes": 0.0,
   "train.log_every": 1,
@@ -130,6 +131,8 @@ def validate(config: Config) -> RunSettings:
       f"data.batching={config.data.batching!r} is not one of {input_pipeline.BATCHINGS}"
     )
   dec = decode.DecodeSettings.from_config(config)
+  if dec.order not in input_pipeline.DECODE_ORDERS:
+    raise ValueError(f"decode.order={dec.order!r} is not one of {input_pipeline.DECODE_ORDERS}")
   if dec.ensemble_combination not in ensemble.COMBINATIONS:
     raise ValueError(
       f"decode.ensemble_combination={dec.ensemble_combination!r} is not one of "

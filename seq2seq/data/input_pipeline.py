@@ -871,3 +871,81 @@ def iter_batches(
     stop = min(start + batch_size, len(split))
     ids[: stop - start] = np.arange(start, stop)
     yield make_batch(split, ids, bucket_step, rows)
+
+
+# ------------------------------------------------------------------------------ decoding order
+
+# How decoding walks a split: "length" decodes its sentences longest first, so a batch holds
+# sentences of about one length (less padding, and no short sentence waits on a long one's
+# steps); "file" decodes them in the split's order. Results come back in the split's order
+# either way (each batch's `index`).
+DECODE_ORDERS = ("length", "file")
+
+
+def longest_first(split: Split) -> np.ndarray:
+  """The split's indices [N] by source length, longest first (a multi-source pair by its longer
+  source); a stable sort, so sentences of one length keep the split's order."""
+  src = np.max([ragged.lengths for ragged in split.sources], axis=0)
+  return np.argsort(-src, kind="stable")
+
+
+def row_sizes(batch_size: int, multiple: int = 1) -> list[int]:
+  """The row counts a decoding batch under a token budget may have, largest first:
+  `batch_size` and its halvings, each rounded up to a multiple of `multiple` (the devices a
+  batch is split over), down to `multiple`; about log2(batch_size) of them, so few shapes
+  compile."""
+  sizes, rows = [], batch_size
+  while True:
+    size = round_up(rows, multiple)
+    if not sizes or size < sizes[-1]:
+      sizes.append(size)
+    if size <= multiple:
+      return sizes
+    rows //= 2
+
+
+def decoding_batches(
+  split: Split,
+  batch_size: int,
+  bucket_step: int,
+  *,
+  order: str = "file",
+  max_tokens: int = 0,
+  multiple: int = 1,
+) -> Iterator[Batch]:
+  """Every example of `split` once, in batches for decoding, in `order` (`DECODE_ORDERS`).
+
+  Without a budget (`max_tokens` 0) a batch takes `batch_size` examples in `round_up(batch_size,
+  multiple)` rows, the last one padded with empty rows (index -1), as `iter_batches`. With one, a
+  batch takes consecutive examples while its `src` array (rows times padded source columns) holds
+  at most `max_tokens` tokens, padding included, and at most `batch_size` examples; its rows are
+  the fewest of `row_sizes` that hold them (one example over the budget goes alone, in the
+  fewest rows). Either way every batch has rows divisible by `multiple`.
+  """
+  if order not in DECODE_ORDERS:
+    raise ValueError(f"unknown decoding order {order!r}; use one of {DECODE_ORDERS}")
+  ids = longest_first(split) if order == "length" else np.arange(len(split))
+  if not max_tokens:
+    rows = round_up(batch_size, multiple)
+    for start in range(0, len(ids), batch_size):
+      batch = np.full(rows, -1, np.int64)
+      chunk = ids[start : start + batch_size]
+      batch[: len(chunk)] = chunk
+      yield make_batch(split, batch, bucket_step)
+    return
+  sizes = row_sizes(batch_size, multiple)[::-1]  # Fewest rows first.
+  fits = lambda n: next(size for size in sizes if size >= n)  # The fewest rows holding n.
+  columns = np.max([ragged.lengths for ragged in split.sources], axis=0) + 1  # + EOS.
+  columns = (-(-columns // bucket_step) * bucket_step * len(split.sources))[ids]
+  start = 0
+  while start < len(ids):
+    end, widest = start + 1, columns[start]
+    while end < len(ids) and end - start < batch_size:
+      wider = max(widest, columns[end])
+      if fits(end + 1 - start) * wider > max_tokens:
+        break
+      end, widest = end + 1, wider
+    batch = np.full(fits(end - start), -1, np.int64)
+    batch[: end - start] = ids[start:end]
+    yield make_batch(split, batch, bucket_step)
+    start = end

@@ -59,6 +59,8 @@ class DecodeSettings:
   length_penalty: length_penalties.LengthPenalty
   coverage_penalty: float
   batch_size: int
+  order: str
+  max_tokens: int
   max_input_tokens: int
   ensemble: str
   ensemble_combination: str
@@ -236,6 +238,14 @@ def jit_decode(
   return (result, steps) if trace else result
 
 
+def output_limit(columns: int, dec: DecodeSettings) -> int:
+  """The most output steps (EOS included) a batch of `columns` source columns is decoded for:
+  `core.max_output_len` of its padded source length. Multi-source batches pack the sources side
+  by side: the limit follows one source's length. It is the batch's, so a sentence's limit
+  depends on the batch it is decoded in (`inference.output_limits`)."""
+  return core.max_output_len(columns // dec.sources, dec.max_len_ratio)
+
+
 def decode_batch(
   state: Any,
   batch: Mapping[str, Any],
@@ -271,8 +281,7 @@ def decode_batch(
     src,
     mask,
     beam_size=int(dec.beam_size),
-    # Multi-source batches pack the sources side by side: the limit follows one source's length.
-    max_len=core.max_output_len(src.shape[1] // dec.sources, dec.max_len_ratio),
+    max_len=output_limit(src.shape[1], dec),
     length_penalty=dec.length_penalty,
     coverage_beta=float(dec.coverage_penalty),
     ban_unk=ban_unk,

@@ -1,6 +1,10 @@
-"""Inference over a split: every sentence of a split decoded in order (greedy or beam search,
-the n best), its given translation scored (forced decoding), and the teacher-forced attention of
-the references and of the model's own outputs (the heads of multi-head attention).
+"""Inference over a split: every sentence of a split decoded (greedy or beam search, the n best),
+its given translation scored (forced decoding), and the teacher-forced attention of the
+references and of the model's own outputs (the heads of multi-head attention).
+
+Sentences are batched in `decode.order`: by default longest first, so each batch holds
+sentences of about one length, which wastes little on padding and keeps short sentences from
+waiting on long ones; every function returns its results in the split's order.
 
 A sentence's result has one type from search to file: `Hypothesis` (a translation found by
 search) and `Scored` (a given translation scored). The split functions fill the model's side
@@ -164,8 +168,30 @@ def check_replace_unk(dec: decode.DecodeSettings, model: models.ModelSettings) -
 
 
 def _batches(split: input_pipeline.Split, dec: decode.DecodeSettings):
-  """The split in batches of `decode.batch_size` padded to multiples of `data.bucket_step`."""
-  return input_pipeline.iter_batches(split, dec.batch_size, dec.bucket_step)
+  """The split in batches of at most `decode.batch_size` sentences padded to multiples of
+  `data.bucket_step`, taken in `decode.order` (longest first, or the split's) under the token
+  budget `decode.max_tokens` (`input_pipeline.decoding_batches`). Each batch's `index` places
+  its results."""
+  return input_pipeline.decoding_batches(
+    split,
+    dec.batch_size,
+    dec.bucket_step,
+    order=dec.order,
+    max_tokens=dec.max_tokens,
+  )
+
+
+def output_limits(split: input_pipeline.Split, dec: decode.DecodeSettings) -> np.ndarray:
+  """[N] the most output steps (EOS included) decoding gives each sentence of `split` under
+  `dec`: its batch's `decode.output_limit`, set by the longest source in the batch. A sentence's
+  translation can therefore change with its batch-mates (another `decode.order`, batch size or
+  token budget) where it runs to that limit; decoded longest first, a sentence's batch-mates are
+  about as long as it is."""
+  out = np.zeros(len(split), np.int64)
+  for batch in _batches(split, dec):
+    real = batch["index"] >= 0
+    out[batch["index"][real]] = decode.output_limit(batch["src"].shape[1], dec)
+  return out
 
 
 def translate_split(
@@ -176,8 +202,8 @@ def translate_split(
   ban_unk: bool = False,
   progress: str | None = None,
 ) -> list[Hypothesis]:
-  """Decodes every sentence of `split` in order with the decoding settings `dec` (never
-  producing UNK with `ban_unk`), showing progress on the console under the label `progress`
+  """Decodes every sentence of `split` with the decoding settings `dec` (never producing UNK
+  with `ban_unk`), in the split's order, showing progress on the console under the label `progress`
   if one is given."""
   out: list[Hypothesis | None] = [None] * len(split)
   over = decode.normalised_over(dec)
@@ -218,10 +244,11 @@ def nbest_split(
   prefixes: bool = False,
   constraints: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
-  """The `nbest` best translations of every sentence of `split` in order, best first, with the
-  decoding settings `dec` (`beams.beam_search_nbest`; greedy's one for beam_size 1). A list
-  is shorter than `nbest` only where fewer hypotheses finished within the length limit; its
-  first is what `translate_split` returns. Progress shows under the label `progress`.
+  """The `nbest` best translations of every sentence of `split`, in the split's order, best
+  first, with the decoding settings `dec` (`beams.beam_search_nbest`; greedy's one for
+  beam_size 1). A list is shorter than `nbest` only where fewer hypotheses finished within the
+  length limit; its first is what `translate_split` returns. Progress shows under the label
+  `progress`.
 
   With `prefixes`, each translation starts with its sentence's target side in `split` (a forced
   prefix, `core.forced_words`); `constraints` gives each sentence's phrases (target ids), which
@@ -304,9 +331,9 @@ def best_split(
 
 
 def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) -> list[Scored]:
-  """Scores the target of every pair of `split` given its source, in order (`forcing.score_batch`
-  with the ranking settings of `dec`), in batches of `decode.batch_size` padded to
-  multiples of `data.bucket_step`, so few shapes compile."""
+  """Scores the target of every pair of `split` given its source, in the split's order
+  (`forcing.score_batch` with the ranking settings of `dec`), in the batches decoding takes
+  (`_batches`: padded to multiples of `data.bucket_step`, so few shapes compile)."""
   out: list[Scored | None] = [None] * len(split)
   over = decode.normalised_over(dec)
   for batch in _batches(split, dec):
@@ -327,8 +354,8 @@ def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) 
 
 def _teacher_forced(state, split: input_pipeline.Split, dec: decode.DecodeSettings, output: str):
   """(index, the model's teacher-forced aux `output` for that sentence [T_pad, ...]) for every
-  sentence of `split`, in batches of `decode.batch_size` padded to `data.bucket_step` (jitted:
-  one compilation per padded shape)."""
+  sentence of `split`, in the batches decoding takes (`_batches`; jitted: one compilation per
+  padded shape)."""
   model_fn = jax.jit(
     lambda params, b: state.replace(params=params).model()(
       b["src"], b["src_mask"], b["tgt_in"], return_aux=True

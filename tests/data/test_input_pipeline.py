@@ -247,6 +247,69 @@ def test_eval_batches_cover_every_example_once_in_order(tiny_data, split):
       np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), whole[key])
 
 
+def test_longest_first_is_a_stable_sort_by_source_length():
+  ragged = ip.Ragged.from_lists
+  src = ragged([[1] * n for n in (3, 5, 3, 1, 5, 3)])
+  tgt = ragged([[1] * n for n in (2, 1, 4, 0, 1, 2)])  # Targets (prefixes) do not count.
+  split = ip.Split("t", src, tgt, np.arange(6))
+  assert ip.longest_first(split).tolist() == [1, 4, 0, 2, 5, 3]  # Ties in the split's order.
+  two = ip.Split("t", src, tgt, np.arange(6), src2=ragged([[1] * n for n in (9, 0, 0, 0, 0, 0)]))
+  assert ip.longest_first(two)[0] == 0  # A multi-source pair counts its longer source.
+
+
+@pytest.mark.parametrize(
+  ("batch_size", "multiple", "sizes"),
+  [(64, 1, [64, 32, 16, 8, 4, 2, 1]), (12, 2, [12, 6, 4, 2]), (5, 2, [6, 2]), (1, 1, [1])],
+)
+def test_budgeted_decoding_batches_take_few_row_counts(batch_size, multiple, sizes):
+  assert ip.row_sizes(batch_size, multiple) == sizes
+
+
+@pytest.mark.parametrize("order", ip.DECODE_ORDERS)
+@pytest.mark.parametrize(("max_tokens", "multiple"), [(0, 1), (0, 5), (100, 1), (100, 2)])
+def test_decoding_batches_hold_every_example_once_within_the_budget(
+  tiny_data, order, max_tokens, multiple
+):
+  data, config = tiny_data
+  split, step, b = data.splits["test"], config.data.bucket_step, 12
+  batches = list(
+    ip.decoding_batches(split, b, step, order=order, max_tokens=max_tokens, multiple=multiple)
+  )
+  index = np.concatenate([x["index"] for x in batches])
+  taken = index[index >= 0]
+  assert sorted(taken.tolist()) == list(range(len(split)))
+  want = ip.longest_first(split) if order == "length" else np.arange(len(split))
+  np.testing.assert_array_equal(taken, want)  # Batch after batch, in the order asked.
+  sizes = ip.row_sizes(b, multiple) if max_tokens else [ip.round_up(b, multiple)]
+  for batch in batches:
+    rows, columns = batch["src"].shape
+    real = batch["index"] >= 0
+    assert rows in sizes and rows % multiple == 0 and 1 <= real.sum() <= b
+    assert real[: real.sum()].all()  # Padding rows come last.
+    if max_tokens and real.sum() > 1:
+      assert rows * columns <= max_tokens
+    for r in range(rows):
+      if real[r]:
+        _check_row(batch, r, split)
+      else:
+        _check_padding_row(batch, r)
+  if not max_tokens:  # Only the last batch has empty rows.
+    assert all((x["index"] >= 0).sum() == b for x in batches[:-1])
+  with pytest.raises(ValueError, match="unknown decoding order 'random'"):
+    next(ip.decoding_batches(split, b, step, order="random"))
+
+
+def test_decoding_longest_first_pads_less(tiny_data):
+  """Sorted, a batch's sentences share about one length: fewer padded source columns in all."""
+  data, config = tiny_data
+  split, step = data.splits["test"], 2
+  padded = {
+    order: sum(x["src"].size for x in ip.decoding_batches(split, 8, step, order=order))
+    for order in ip.DECODE_ORDERS
+  }
+  assert padded["length"] < padded["file"]
+
+
 def test_eval_keeps_long_pairs(tmp_path):
   config = data_config(max_len=6)
   data = ip.load_data(data_settings(config), tmp_path)
