@@ -246,6 +246,37 @@ def output_limit(columns: int, dec: DecodeSettings) -> int:
   return core.max_output_len(columns // dec.sources, dec.max_len_ratio)
 
 
+@functools.cache
+def _local_shardings() -> tuple[jax.sharding.NamedSharding, jax.sharding.NamedSharding] | None:
+  """(rows split over this process's devices, replicated on them), or None on one device."""
+  devices = jax.local_devices()
+  if len(devices) < 2:
+    return None
+  mesh = jax.sharding.Mesh(np.asarray(devices), ("data",))
+  spec = jax.sharding.PartitionSpec
+  return jax.sharding.NamedSharding(mesh, spec("data")), jax.sharding.NamedSharding(mesh, spec())
+
+
+def row_multiple() -> int:
+  """What a decoding batch's rows are a multiple of (`input_pipeline.decoding_batches`): the
+  devices of this process, which `on_devices` splits the rows over."""
+  return len(jax.local_devices())
+
+
+def on_devices(params: Any, *arrays: Any) -> tuple[Any, ...]:
+  """(`params`, each of the batch's `arrays` [B, ...] as int32) where decoding runs them: on one
+  device as they are; on several (this process's: a multi-process run decodes per process) the
+  parameters replicated and each array's rows split over the devices, so each device searches
+  B / devices sentences. Parameters placed so already are not copied; a batch whose rows do not
+  split evenly stays whole, on the default device."""
+  shardings = _local_shardings()
+  if shardings is None or any(np.shape(a)[0] % len(jax.local_devices()) for a in arrays):
+    return params, *(jnp.asarray(a, jnp.int32) for a in arrays)
+  rows, replicated = shardings
+  placed = [jax.device_put(np.asarray(a, np.int32), rows) for a in arrays]
+  return jax.device_put(params, replicated), *placed
+
+
 def decode_batch(
   state: Any,
   batch: Mapping[str, Any],
@@ -270,14 +301,13 @@ def decode_batch(
   batch's shortlist only, each sentence over its own with `decode.shortlist_scope="sentence"`
   (`shortlist_of`), and the scores are normalised over it (`normalised_over`). `jit_decode`
   keeps one compiled function per static setting, so bucketed source lengths reuse their
-  compilations.
+  compilations. With several devices the rows are split over them (`on_devices`).
   """
-  src = jnp.asarray(batch["src"], jnp.int32)
-  mask = jnp.asarray(batch["src_mask"], jnp.int32)
+  params, src, mask = on_devices(state.params, batch["src"], batch["src_mask"])
   output_ids, output_mask = shortlist_of(batch, dec)
   return jit_decode(
     state.graphdef,
-    state.params,
+    params,
     src,
     mask,
     beam_size=int(dec.beam_size),

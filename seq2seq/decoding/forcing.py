@@ -117,12 +117,13 @@ def score_batch(state: Any, batch: Mapping[str, Any], dec: decode.DecodeSettings
   settings (`dec.length_penalty`, `coverage_penalty`) and over its shortlist where
   it decodes with one (`shortlist_of`), so the scores are what its search would report; `state`
   is a `train_state.TrainState`. One compiled function per padded shape, so bucketed batches reuse
-  them."""
-  arrays = {k: jnp.asarray(batch[k], jnp.int32) for k in FORCED_KEYS}
+  them; with several devices the rows are split over them (`decode.on_devices`)."""
+  params, *placed = decode.on_devices(state.params, *(batch[k] for k in FORCED_KEYS))
+  arrays = dict(zip(FORCED_KEYS, placed, strict=True))
   output_ids, output_mask = decode.shortlist_of(batch, dec)
   return jit_force_decode(
     state.graphdef,
-    state.params,
+    params,
     arrays,
     length_penalty=dec.length_penalty,
     coverage_beta=float(dec.coverage_penalty),

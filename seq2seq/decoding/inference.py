@@ -170,14 +170,15 @@ def check_replace_unk(dec: decode.DecodeSettings, model: models.ModelSettings) -
 def _batches(split: input_pipeline.Split, dec: decode.DecodeSettings):
   """The split in batches of at most `decode.batch_size` sentences padded to multiples of
   `data.bucket_step`, taken in `decode.order` (longest first, or the split's) under the token
-  budget `decode.max_tokens` (`input_pipeline.decoding_batches`). Each batch's `index` places
-  its results."""
+  budget `decode.max_tokens`, their rows a multiple of the devices decoding splits them over
+  (`input_pipeline.decoding_batches`). Each batch's `index` places its results."""
   return input_pipeline.decoding_batches(
     split,
     dec.batch_size,
     dec.bucket_step,
     order=dec.order,
     max_tokens=dec.max_tokens,
+    multiple=decode.row_multiple(),
   )
 
 
