@@ -30,10 +30,12 @@ same). Every record says which (`normalised_over`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +177,7 @@ def translate_lines(
   prefixes: Sequence[str] | None = None,
   constraints: Sequence[Sequence[str]] | None = None,
   progress: str | None = "translating",
+  first_line: int = 1,
   **decode_settings: Any,
 ) -> tuple[list[list[Hypothesis]], dict[str, int]]:
   """([the `nbest` best `Hypothesis` of each line, best first], counts of lines "truncated"
@@ -197,10 +200,14 @@ def translate_lines(
   warning. A line of more than `decode.max_input_tokens` tokens (in any source) is not decoded:
   it gets no hypothesis, and a warning names it (search memory grows with the square of a
   sentence's length, and its batch's padding with it, so one such line would sink the file).
+  Warnings and errors number `lines[0]` `first_line` (a chunk of a file: its place there).
+
+  The lines are decoded in `decode.order` (by default longest first, `inference`), within this
+  call: `translate_file` calls it for one chunk of a file at a time.
   """
   dec = t.decoding_with(**decode_settings)
   dec.check_nbest(nbest)
-  guides = _guides(t, dec, lines, prefixes, constraints)
+  guides = _guides(t, dec, lines, prefixes, constraints, first_line)
   ids, keep, truncated, too_long = _encode_lines(t, dec, lines)
   longest = dec.max_input_tokens
   if truncated:
@@ -208,7 +215,8 @@ def translate_lines(
       "%d lines truncated to the %s score's %d tokens", truncated, t.score_spec, t.max_source_tokens
     )
   if too_long:
-    shown = ", ".join(str(i + 1) for i in too_long[:10]) + (" ..." if len(too_long) > 10 else "")
+    numbers = (str(i + first_line) for i in too_long[:10])
+    shown = ", ".join(numbers) + (" ..." if len(too_long) > 10 else "")
     logging.warning(
       "%d lines of more than decode.max_input_tokens=%d tokens left untranslated (empty output "
       "lines): line %s",
@@ -217,7 +225,7 @@ def translate_lines(
       shown,
     )
   for i, encoded in zip(keep, ids, strict=True):
-    _check_fits(guides, i, encoded, dec)
+    _check_fits(guides, i, encoded, dec, first_line)
   # MBR chooses among every candidate, so it decodes them all and keeps `nbest` of its order.
   wanted = dec.candidates() if dec.mbr else nbest
   prefix_ids = [guides.prefixes[i] if guides.prefixes else [] for i in keep]
@@ -239,6 +247,20 @@ def translate_lines(
     ]
     out[i] = inference.mbr_reordered(hyps, [h.text for h in hyps], dec)[:nbest]
   return out, {"truncated": truncated, "too_long": len(too_long)}
+
+
+def output_limits(t: Translator, lines: Sequence[str], **decode_settings: Any) -> list[int | None]:
+  """The most output steps (EOS included) that `translate_lines` with `decode_settings` gives
+  each of `lines` (None for a line it does not decode): its batch's limit, which follows the
+  longest source in the batch (`inference.output_limits`). Where two decoding orders translate
+  a line differently, the shorter of its two limits cut one of them (see docs)."""
+  dec = t.decoding_with(**decode_settings)
+  ids, keep, _, _ = _encode_lines(t, dec, lines)
+  limits = inference.output_limits(_split(ids, [[] for _ in ids]), dec)
+  out: list[int | None] = [None] * len(lines)
+  for i, limit in zip(keep, limits, strict=True):
+    out[i] = int(limit)
+  return out
 
 
 def _encode_lines(
@@ -283,7 +305,7 @@ def beam_view(t: Translator, line: str, *, prefix: str = "", **decode_settings: 
   if not keep:
     why = "over decode.max_input_tokens" if too_long else "blank"
     raise ValueError(f"no beam to show: the line is {why}")
-  _check_fits(guides, 0, ids[0], dec)
+  _check_fits(guides, 0, ids[0], dec, 1)
   prefix_ids = guides.prefixes[0] if guides.prefixes else []
   if dec.beam_size == 1:
     return _view(t, line, dec, *_greedy_steps(t, line, dec, ids, prefix_ids))
@@ -396,9 +418,10 @@ def _guides(
   lines: Sequence[str],
   prefixes: Sequence[str] | None,
   constraints: Sequence[Sequence[str]] | None,
+  first_line: int = 1,
 ) -> _Guides:
   """The lines' prefixes and constraint phrases as target ids, or ValueError in one line for
-  what cannot be: see `translate_lines`."""
+  what cannot be, naming the line (`lines[0]` is line `first_line`): see `translate_lines`."""
   if prefixes is None and constraints is None:
     return _Guides()
   if prefixes is not None and constraints is not None:
@@ -410,21 +433,21 @@ def _guides(
   if dec.shortlist:
     raise ValueError(f"{name} cannot be combined with decode.shortlist: decode without it")
   if prefixes is not None:
-    return _Guides(prefixes=[_prefix_ids(t, i, p) for i, p in enumerate(prefixes)])
+    return _Guides(prefixes=[_prefix_ids(t, n, p) for n, p in enumerate(prefixes, first_line)])
   if dec.sampling:
     raise ValueError("constraints cannot be combined with decode.sampling: search with a beam")
   encoded = []
-  for i, phrases in enumerate(constraints):
+  for number, phrases in enumerate(constraints, first_line):
     if isinstance(phrases, str):
-      raise ValueError(f"constraints of line {i + 1}: a list of phrases, not a string")
+      raise ValueError(f"constraints of line {number}: a list of phrases, not a string")
     ids = []
     for phrase in phrases:
       phrase_ids = t.tgt_tok.encode(phrase) if isinstance(phrase, str) else []
       if not phrase_ids:
-        raise ValueError(f"constraints of line {i + 1}: {phrase!r} is no phrase (give words)")
+        raise ValueError(f"constraints of line {number}: {phrase!r} is no phrase (give words)")
       if tok.UNK_ID in phrase_ids:
         raise ValueError(
-          f"constraints of line {i + 1}: {phrase!r} holds a word outside the target vocabulary, "
+          f"constraints of line {number}: {phrase!r} holds a word outside the target vocabulary, "
           "which no translation can contain"
         )
       ids.append(phrase_ids)
@@ -432,23 +455,25 @@ def _guides(
   return _Guides(constraints=encoded)
 
 
-def _prefix_ids(t: Translator, i: int, prefix: str) -> list[int]:
-  """The target ids of line i's prefix; ValueError for a word outside the target vocabulary,
-  which would be forced as <unk>, not as the word."""
+def _prefix_ids(t: Translator, number: int, prefix: str) -> list[int]:
+  """The target ids of the prefix of line `number` (from 1); ValueError for a word outside the
+  target vocabulary, which would be forced as <unk>, not as the word."""
   ids = t.tgt_tok.encode(prefix)
   if tok.UNK_ID in ids:
     words = t.tgt_tok.tokenize(prefix)
     unknown = [repr(w) for w in words if t.tgt_tok.encode_tokens([w]) == [tok.UNK_ID]]
     raise ValueError(
-      f"prefix of line {i + 1}: {prefix!r} holds {', '.join(unknown) or 'a word'}, outside the "
+      f"prefix of line {number}: {prefix!r} holds {', '.join(unknown) or 'a word'}, outside the "
       "target vocabulary: no translation can start with it"
     )
   return ids
 
 
-def _check_fits(guides: _Guides, i: int, sources: list[list[int]], dec: decode.DecodeSettings):
+def _check_fits(
+  guides: _Guides, i: int, sources: list[list[int]], dec: decode.DecodeSettings, first_line: int
+):
   """ValueError unless line i's prefix or constraints (and EOS) fit the longest output its own
-  source allows in any batch (`core.max_output_len`)."""
+  source allows in any batch (`core.max_output_len`); line 0 is numbered `first_line`."""
   limit = core.max_output_len(max(len(ids) for ids in sources) + 1, dec.max_len_ratio)
   if guides.prefixes is not None:
     what, needed = "prefix", len(guides.prefixes[i]) + 1
@@ -458,8 +483,8 @@ def _check_fits(guides: _Guides, i: int, sources: list[list[int]], dec: decode.D
     return
   if needed > limit:
     raise ValueError(
-      f"line {i + 1}: its {what} and EOS need {needed} output tokens, more than the {limit} "
-      f"its source allows (decode.max_len_ratio={dec.max_len_ratio})"
+      f"line {i + first_line}: its {what} and EOS need {needed} output tokens, more than the "
+      f"{limit} its source allows (decode.max_len_ratio={dec.max_len_ratio})"
     )
 
 
@@ -508,74 +533,137 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
 
 # ------------------------------------------------------------------------------ files
 
+# How many lines translate and score mode read, decode and write at a time: memory holds one
+# chunk whatever the file's length, and a chunk holds enough sentences for decoding them longest
+# first (`decode.order`) to fill batches of about one length.
+CHUNK_LINES = 10_000
+BOM = b"\xef\xbb\xbf"
 
-def read_sources(paths: str, count: int) -> tuple[list[str], int]:
-  """The source lines of `paths`: one file, or for a multi-source run (`count` sources) one file
-  per source language joined by commas ("test.en,test.de"), each line's sources joined by
-  `builders.SOURCE_SEPARATOR`; and how many held invalid UTF-8. A wrong number of files or
-  files of different lengths raise ValueError (one line naming them)."""
-  files = [p.strip() for p in paths.split(",")] if count > 1 else [paths]
-  if len(files) != count:
+
+def source_files(paths: str, count: int) -> dict[str, str]:
+  """The files of `--input` by name ("source 1", ...): one, or for a multi-source run (`count`
+  sources) one per source language joined by commas ("test.en,test.de"); ValueError in one
+  line for another number of them."""
+  given = [p.strip() for p in paths.split(",")] if count > 1 else [paths]
+  if len(given) != count:
     raise ValueError(
       f"--input={paths!r}: this run reads {count} source languages; give one file per "
       "language, joined by commas (e.g. test.en,test.de)"
     )
-  read = [_read_lines(path) for path in files]
-  for path, (lines, _) in zip(files[1:], read[1:], strict=True):
-    if len(lines) != len(read[0][0]):
-      raise ValueError(
-        f"{files[0]} has {len(read[0][0])} lines but {path} has {len(lines)}: the sources of a "
-        "multi-source run must be aligned line by line"
-      )
-  columns = zip(*(lines for lines, _ in read), strict=True)
-  joined = [builders.join_sources(texts) for texts in columns]
-  return joined, sum(r[1] for r in read)
+  return {f"source {k + 1}": path for k, path in enumerate(given)}
 
 
-def read_constraints(path: str) -> list[list[str]]:
-  """The constraints of a JSON-lines file: per line a JSON list of phrases (strings), such as
-  `["le chat", "dort"]`; an empty line or `[]` for none. ValueError naming the first line that is
-  not such a list."""
-  out = []
-  for i, line in enumerate(_read_lines(path)[0]):
-    try:
-      phrases = json.loads(line) if line.strip() else []
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}, line {i + 1}: not JSON ({e.msg})") from None
-    if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
-      raise ValueError(f'{path}, line {i + 1}: give a JSON list of phrases, e.g. ["le chat"]')
-    out.append(phrases)
-  return out
+def check_aligned(paths: Mapping[str, str], why: str) -> int | None:
+  """The number of lines of the files `paths` (name -> path), counted before anything loads
+  (a missing file fails here); ValueError in one line naming two that differ, and `why` they
+  must not. Standard input ("-") is not counted (None where it is the only file): `read_chunks`
+  checks it as it reads."""
+  counts = {path: builders.count_lines(path) for path in paths.values() if path != "-"}
+  (first, n), *rest = counts.items() if counts else [(None, None)]
+  for path, m in rest:
+    if m != n:
+      raise ValueError(f"{first} has {n} lines but {path} has {m}: {why}")
+  return n
 
 
-def _read_lines(path: str) -> tuple[list[str], int]:
-  """Lines of `path` ("-" for standard input) and how many held invalid UTF-8. Lines are split
-  as training reads a corpus (`builders.read_parallel`) and `wc -l` counts them: on "\n" only,
-  a trailing "\r" dropped, a UTF-8 byte-order mark at the start dropped."""
-  raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-  raw = raw.removeprefix(b"\xef\xbb\xbf")
-  pieces = raw.split(b"\n")
-  if pieces[-1] == b"":  # The newline that ends the last line.
-    pieces.pop()
-  lines, invalid = [], 0
-  for line in (p.removesuffix(b"\r") for p in pieces):
-    try:
-      lines.append(line.decode("utf-8"))
-    except UnicodeDecodeError:
-      invalid += 1
-      lines.append(line.decode("utf-8", errors="replace"))
-  return lines, invalid
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+  """Consecutive lines of files read in step (`read_chunks`)."""
+
+  first: int  # The index of its first line in the files (0 in the first chunk).
+  lines: dict[str, list[str]]  # Each file's lines, by the file's name.
+  invalid: dict[str, int]  # Each file's lines that held invalid UTF-8 (decoded with U+FFFD).
+
+  def __len__(self) -> int:
+    return len(next(iter(self.lines.values())))
+
+  def sources(self) -> list[str]:
+    """The input's lines: each line's sources ("source 1", ...) joined by
+    `builders.SOURCE_SEPARATOR` (any the texts hold replaced by spaces)."""
+    columns = [lines for name, lines in self.lines.items() if name.startswith("source ")]
+    return [builders.join_sources(texts) for texts in zip(*columns, strict=True)]
 
 
-def _write(path: str, text: str) -> None:
-  if path == "-":
-    sys.stdout.write(text)
-  else:
-    files.write_atomic(path, text)
+def read_chunks(paths: Mapping[str, str], why: str, size: int = CHUNK_LINES) -> Iterator[Chunk]:
+  """The files `paths` (name -> path, "-" for standard input) read in step, one line of each at
+  a time, in chunks of `size` lines (the last may be shorter): memory holds one chunk whatever
+  the files' length. Where one file ends before another (standard input, which `check_aligned`
+  cannot count), ValueError in one line with `why` they must not."""
+  names = list(paths)
+  streams = [_read_lines(paths[name]) for name in names]
+  rows = _in_step(streams, [paths[name] for name in names], why)
+  first = 0
+  while block := list(itertools.islice(rows, size)):
+    columns = dict(zip(names, zip(*block, strict=True), strict=True))
+    lines = {name: [text for text, _ in column] for name, column in columns.items()}
+    invalid = {name: sum(bad for _, bad in column) for name, column in columns.items()}
+    yield Chunk(first, lines, invalid)
+    first += len(block)
 
 
-def _write_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:
-  _write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+def _in_step(streams: list[Iterator], paths: list[str], why: str) -> Iterator[tuple]:
+  """Line i of every stream at a time; ValueError once one ends before the others."""
+  for count in itertools.count():
+    row = [next(stream, None) for stream in streams]
+    ended = [path for path, item in zip(paths, row, strict=True) if item is None]
+    if len(ended) == len(row):
+      return
+    if ended:
+      going = next(path for path, item in zip(paths, row, strict=True) if item is not None)
+      raise ValueError(f"{ended[0]} ended after {count} lines but {going} goes on: {why}")
+    yield tuple(row)
+
+
+def parse_constraints(line: str, path: str, number: int) -> list[str]:
+  """The constraints of line `number` (from 1) of the JSON-lines file `path`: a JSON list of
+  phrases (strings), such as `["le chat", "dort"]`; an empty line or `[]` for none. ValueError
+  naming the line when it is not such a list."""
+  try:
+    phrases = json.loads(line) if line.strip() else []
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}, line {number}: not JSON ({e.msg})") from None
+  if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
+    raise ValueError(f'{path}, line {number}: give a JSON list of phrases, e.g. ["le chat"]')
+  return phrases
+
+
+def _read_lines(path: str) -> Iterator[tuple[str, bool]]:
+  """Each line of `path` ("-" for standard input), read one at a time, with whether it held
+  invalid UTF-8 (decoded with replacement characters). Lines are split as training reads a
+  corpus (`builders.read_parallel`) and `wc -l` counts them: on "\\n" only, a trailing "\\r"
+  dropped, a UTF-8 byte-order mark at the start dropped."""
+  with contextlib.ExitStack() as stack:
+    f = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+    for number, raw in enumerate(f):
+      raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+      if number == 0:
+        raw = raw.removeprefix(BOM)
+      try:
+        yield raw.decode("utf-8"), False
+      except UnicodeDecodeError:
+        yield raw.decode("utf-8", errors="replace"), True
+
+
+@contextlib.contextmanager
+def _sinks(paths: Mapping[str, str | None]) -> Iterator[dict[str, Callable[[str], None]]]:
+  """A writer of text for each of `paths` (name -> path) that is given: standard output for
+  "-" (flushed each time), else the file, which replaces `path` when the block ends
+  (`files.atomic_file`) and is never left half written when the block raises."""
+  with contextlib.ExitStack() as stack:
+    out: dict[str, Callable[[str], None]] = {}
+    for name, path in paths.items():
+      if not path:
+        continue
+      if path == "-":
+        out[name] = lambda text: (sys.stdout.write(text), sys.stdout.flush())
+      else:
+        f = stack.enter_context(files.atomic_file(path))
+        out[name] = lambda text, f=f: f.write(text.encode("utf-8"))
+    yield out
+
+
+def _jsonl(records: Iterable[dict[str, Any]]) -> str:
+  return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
 def nbest_lines(index: int, hypotheses: Sequence[Hypothesis]) -> list[str]:
@@ -602,6 +690,7 @@ def translate_file(
   links_threshold: float = 0.0,
   prefixes_path: str | None = None,
   constraints_path: str | None = None,
+  chunk_lines: int | None = None,
 ) -> dict[str, int]:
   """Translates `input_path` with the run in `workdir` (best checkpoint, else latest).
 
@@ -613,9 +702,14 @@ def translate_file(
   alignments in Pharaoh format, one line per output line (`word_links`: argmax, or the links of
   weight at least `links_threshold`). `prefixes_path`: a file of one target prefix per input
   line (an empty line: none); `constraints_path`: a JSON-lines file of one list of phrases per
-  input line (`read_constraints`); see `translate_lines`. Returns counts: lines, empty,
+  input line (`parse_constraints`); see `translate_lines`. Returns counts: lines, empty,
   invalid_utf8, truncated, too_long (untranslated: `translate_lines`).
+
+  The files are read, translated and written `chunk_lines` (None: `CHUNK_LINES`) lines at a time
+  (`read_chunks`; each chunk decoded in `decode.order`, written in the input's order), so memory
+  stays bounded for an input of any length; files are written whole or not at all (`_sinks`).
   """
+  chunk_lines = chunk_lines or CHUNK_LINES
   run = settings.validate(config)  # Before loading anything.
   if nbest:
     run.decode.check_nbest(nbest)
@@ -623,48 +717,90 @@ def translate_file(
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
-  lines, invalid = read_sources(input_path, run.data.sources)
-  if invalid:
-    logging.warning("%d input lines held invalid UTF-8 (decoded with replacements)", invalid)
-  guide = {
-    "prefixes": None if not prefixes_path else _read_lines(prefixes_path)[0],
-    "constraints": None if not constraints_path else read_constraints(constraints_path),
-  }
+  inputs = source_files(input_path, run.data.sources)
+  guides = {"prefixes": prefixes_path, "constraints": constraints_path}
+  guides = {name: path for name, path in guides.items() if path}
+  why = "give one line per input line (and the sources of a multi-source run aligned)"
+  total = check_aligned({**inputs, **guides}, why)
   t = Translator(run, workdir)
-  found, skipped = translate_lines(t, lines, nbest=max(nbest, 1), **guide)
+  over = decode.normalised_over(t.decoding)
+  if nbest and over != "vocabulary":
+    logging.warning("n-best scores are log-probabilities normalised over the %s", over)
+  counts = dict.fromkeys(("lines", "empty", "invalid_utf8", "truncated", "too_long"), 0)
+  outputs = {"text": output_path, "alignments": alignments_path, "links": links_path}
+  with _sinks(outputs) as write:
+    for chunk in read_chunks({**inputs, **guides}, why, chunk_lines):
+      lines = chunk.sources()
+      last = chunk.first + len(chunk)
+      whole = total is not None and total <= chunk_lines
+      label = "translating" if whole else f"translating lines {chunk.first + 1}-{last}"
+      steer = _chunk_guides(chunk, constraints_path)
+      found, skipped = translate_lines(
+        t, lines, nbest=max(nbest, 1), progress=label, first_line=chunk.first + 1, **steer
+      )
+      _write_translations(write, t, chunk.first, lines, found, nbest, over, links_threshold)
+      counts["lines"] += len(lines)
+      counts["empty"] += sum(not hyps for hyps in found)
+      counts["invalid_utf8"] += sum(chunk.invalid[name] for name in inputs)
+      for name, n in skipped.items():
+        counts[name] += n
+  if counts["invalid_utf8"]:
+    logging.warning(
+      "%d input lines held invalid UTF-8 (decoded with replacements)", counts["invalid_utf8"]
+    )
+  return counts
+
+
+def _chunk_guides(chunk: Chunk, constraints_path: str | None) -> dict[str, Any]:
+  """`translate_lines`' prefixes and constraints of a chunk's lines, where files give them."""
+  if "prefixes" in chunk.lines:
+    return {"prefixes": chunk.lines["prefixes"]}
+  if "constraints" in chunk.lines:
+    lines = enumerate(chunk.lines["constraints"], chunk.first + 1)
+    return {"constraints": [parse_constraints(line, constraints_path, n) for n, line in lines]}
+  return {}
+
+
+def _write_translations(
+  write: dict[str, Callable[[str], None]],
+  t: Translator,
+  first: int,
+  lines: list[str],
+  found: list[list[Hypothesis]],
+  nbest: int,
+  over: str,
+  threshold: float,
+) -> None:
+  """The outputs of input lines `first`, ... (`lines`, their hypotheses `found`) to the writers
+  `translate_file` opened: text (or the n-best list), alignments and Pharaoh links."""
+  numbered = list(enumerate(found, first))
 
   def record(source: str, h: Hypothesis | None) -> dict[str, Any]:
     attention = [] if h is None else np.round(h.attention, 4).tolist()
     return {"source": source, "target": "" if h is None else h.text, "attention": attention}
 
-  over = decode.normalised_over(t.decoding)
-  if nbest and over != "vocabulary":
-    logging.warning("n-best scores are log-probabilities normalised over the %s", over)
-
   if nbest:
-    text = "".join(line + "\n" for i, hyps in enumerate(found) for line in nbest_lines(i, hyps))
-    records = [
-      {"index": i, "rank": rank, **record(lines[i], h), "normalised_over": over}
-      for i, hyps in enumerate(found)
+    text = "".join(line + "\n" for i, hyps in numbered for line in nbest_lines(i, hyps))
+    records = (
+      {"index": i, "rank": rank, **record(lines[i - first], h), "normalised_over": over}
+      for i, hyps in numbered
       for rank, h in enumerate(hyps or [None])
-    ]
+    )
   else:
     text = "".join((hyps[0].text if hyps else "") + "\n" for hyps in found)
-    records = [
+    records = (
       record(line, hyps[0] if hyps else None) for line, hyps in zip(lines, found, strict=True)
-    ]
-  _write(output_path, text)
-  if alignments_path:
-    _write_jsonl(alignments_path, records)
-  if links_path:  # A line per output line: per n-best line (a blank input's one too).
+    )
+  write["text"](text)
+  if "alignments" in write:
+    write["alignments"](_jsonl(records))
+  if "links" in write:  # A line per output line: per n-best line (a blank input's one too).
     shown = [(i, h) for i, hyps in enumerate(found) for h in hyps[: max(nbest, 1)] or [None]]
-    pharaoh = [
-      "" if h is None else pharaoh_line(t, lines[i], h.attention, h.tokens, links_threshold)
+    pharaoh = (
+      "" if h is None else pharaoh_line(t, lines[i], h.attention, h.tokens, threshold)
       for i, h in shown
-    ]
-    _write(links_path, "".join(line + "\n" for line in pharaoh))
-  empty = sum(not hyps for hyps in found)
-  return {"lines": len(lines), "empty": empty, "invalid_utf8": invalid, **skipped}
+    )
+    write["links"]("".join(line + "\n" for line in pharaoh))
 
 
 def check_links(run: settings.RunSettings, path: str | None, threshold: float) -> None:
@@ -711,6 +847,7 @@ def score_file(
   *,
   links_path: str | None = None,
   links_threshold: float = 0.0,
+  chunk_lines: int | None = None,
 ) -> dict[str, int]:
   """Scores each line of `reference_path` as the translation of the same line of `input_path`
   with the run in `workdir`: one `score_record` per pair to `output_path` ("-" for standard
@@ -719,43 +856,46 @@ def score_file(
   EOS; [] when not scored). With `links_path`, the pairs' hard word alignments in Pharaoh
   format, one line per pair, as `translate_file` writes them (empty when not scored). Files of
   different line counts are refused before the model loads. Returns counts: pairs, scored,
-  unscored, invalid_utf8.
+  unscored, invalid_utf8. Like `translate_file` it reads, scores and writes `chunk_lines` (None:
+  `CHUNK_LINES`) pairs at a time.
   """
+  chunk_lines = chunk_lines or CHUNK_LINES
   run = settings.validate(config)  # Before loading anything.
   check_links(run, links_path, links_threshold)
   for path in (output_path, alignments_path, links_path):
     if path and path != "-":
       files.check_writable(path)
-  sources, invalid_src = read_sources(input_path, run.data.sources)
-  targets, invalid_tgt = _read_lines(reference_path)
-  if len(sources) != len(targets):
-    raise ValueError(
-      f"{input_path} has {len(sources)} lines but {reference_path} has {len(targets)}; "
-      "score mode needs one reference line per input line"
-    )
-  invalid = invalid_src + invalid_tgt
-  if invalid:
-    logging.warning("%d lines held invalid UTF-8 (decoded with replacements)", invalid)
+  paths = {**source_files(input_path, run.data.sources), "reference": reference_path}
+  why = "score mode needs one reference line per input line"
+  check_aligned(paths, why)
   t = Translator(run, workdir)
-  results = score_lines(t, sources, targets)
-  _write_jsonl(output_path, [score_record(i, r) for i, r in enumerate(results)])
-  if alignments_path:
-    attention = lambda r: np.round(r.attention, 4).tolist() if r.error is None else []
-    records = [
-      {"source": s, "target": t, "attention": attention(r)}
-      for s, t, r in zip(sources, targets, results, strict=True)
-    ]
-    _write_jsonl(alignments_path, records)
-  if links_path:
-    pharaoh = [
-      "" if r.error else pharaoh_line(t, source, r.attention, r.tokens[:-1], links_threshold)
-      for source, r in zip(sources, results, strict=True)
-    ]
-    _write(links_path, "".join(line + "\n" for line in pharaoh))
-  unscored = sum(r.error is not None for r in results)
-  return {
-    "pairs": len(results),
-    "scored": len(results) - unscored,
-    "unscored": unscored,
-    "invalid_utf8": invalid,
-  }
+  counts = dict.fromkeys(("pairs", "scored", "unscored", "invalid_utf8"), 0)
+  outputs = {"scores": output_path, "alignments": alignments_path, "links": links_path}
+  with _sinks(outputs) as write:
+    for chunk in read_chunks(paths, why, chunk_lines):
+      sources, targets = chunk.sources(), chunk.lines["reference"]
+      results = score_lines(t, sources, targets)
+      numbered = enumerate(results, chunk.first)
+      write["scores"](_jsonl(score_record(i, r) for i, r in numbered))
+      if "alignments" in write:
+        attention = lambda r: np.round(r.attention, 4).tolist() if r.error is None else []
+        records = (
+          {"source": s, "target": g, "attention": attention(r)}
+          for s, g, r in zip(sources, targets, results, strict=True)
+        )
+        write["alignments"](_jsonl(records))
+      if "links" in write:
+        pharaoh = (
+          "" if r.error else pharaoh_line(t, s, r.attention, r.tokens[:-1], links_threshold)
+          for s, r in zip(sources, results, strict=True)
+        )
+        write["links"]("".join(line + "\n" for line in pharaoh))
+      unscored = sum(r.error is not None for r in results)
+      counts["pairs"] += len(results)
+      counts["scored"] += len(results) - unscored
+      counts["unscored"] += unscored
+      counts["invalid_utf8"] += sum(chunk.invalid.values())
+  if counts["invalid_utf8"]:
+    invalid = counts["invalid_utf8"]
+    logging.warning("%d lines held invalid UTF-8 (decoded with replacements)", invalid)
+  return counts

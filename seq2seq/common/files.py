@@ -4,7 +4,8 @@ never part of either, and read so that a damaged line is reported, not fatal.
 * `write_atomic(path, text)`: a temporary file beside `path`, flushed and fsynced, renamed over
   it, then the folder fsynced: readers see the old file or the new one (a killed write leaves
   its temporary file, which the next write of that path removes). Used for config.json,
-  results.json, hypotheses, translations and every other whole-file write of a run.
+  results.json, hypotheses and every other whole-file write of a run; `atomic_file(path)` does
+  the same for a file written in pieces (translations, a chunk of lines at a time).
 * `append_line(path, line)`: one line appended and fsynced. A kill mid-append can leave a
   partial last line; `repair_tail` (called before the next append) cuts it off, and
   `read_jsonl` skips a damaged line with a warning naming the file and line.
@@ -25,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from absl import logging
 
@@ -54,14 +55,23 @@ def _fsync_dir(folder: Path) -> None:
 def write_atomic(path: str | Path, content: str | bytes, *, kill_name: str = "") -> None:
   """Replaces `path` with `content` (text as UTF-8) in one rename; `kill_name` names the
   `kill_point` between the finished temporary file and the rename."""
-  path = Path(path)
   data = content.encode("utf-8") if isinstance(content, str) else content
+  with atomic_file(path, kill_name=kill_name) as f:
+    f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, *, kill_name: str = "") -> Iterator[BinaryIO]:
+  """A binary file to fill in pieces that replaces `path` in one rename when the block ends, as
+  `write_atomic` does (a translation written a chunk at a time); when the block raises, the
+  temporary file is removed and `path` left as it was."""
+  path = Path(path)
   for leftover in path.parent.glob(f".{path.name}.*.tmp"):  # An earlier write's, killed.
     leftover.unlink(missing_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
   try:
     with os.fdopen(fd, "wb") as f:
-      f.write(data)
+      yield f
       f.flush()
       os.fsync(f.fileno())
     if kill_name:

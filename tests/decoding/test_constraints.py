@@ -432,7 +432,10 @@ def test_translate_mode_reads_prefix_and_constraint_files_or_writes_nothing(trai
   (tmp_path / "bad.jsonl").write_text('["chat"]\n{"a": 1}\n[]\n[]\n')
   (tmp_path / "unknown.txt").write_text("le\n\nzzzqqq chien\n\n")
   cases = [
-    (f"--constraints={tmp_path}/short.jsonl", "constraints: 1 entries for 4 lines"),
+    (
+      f"--constraints={tmp_path}/short.jsonl",
+      f"{src} has 4 lines but {tmp_path}/short.jsonl has 1",
+    ),
     (f"--constraints={tmp_path}/bad.jsonl", "bad.jsonl, line 2: give a JSON list of phrases"),
     (f"--prefixes={tmp_path}/unknown.txt", "prefix of line 3: 'zzzqqq chien' holds 'zzzqqq'"),
   ]

@@ -123,15 +123,25 @@ def test_two_sources_take_their_settings_from_model_multi_source(tmp_path):
   assert jax.tree.structure(trees[0]) == jax.tree.structure(trees[1])
 
 
+def read_sources(paths: str, count: int) -> tuple[list[str], int]:
+  """Every line of `--input=paths` as translate mode reads it (one chunk), and the lines that
+  held invalid UTF-8."""
+  files = translate.source_files(paths, count)
+  translate.check_aligned(files, "aligned")
+  chunks = list(translate.read_chunks(files, "aligned"))
+  lines = [line for chunk in chunks for line in chunk.sources()]
+  return lines, sum(sum(chunk.invalid.values()) for chunk in chunks)
+
+
 def test_translate_reads_one_file_per_source_language(tmp_path):
   (tmp_path / "a.en").write_text("the dog\nthe cat\n")
   (tmp_path / "a.de").write_text("der Hund\n")
   with pytest.raises(ValueError, match="give one file per language"):
-    translate.read_sources(str(tmp_path / "a.en"), 2)
+    read_sources(str(tmp_path / "a.en"), 2)
   with pytest.raises(ValueError, match=r"a.en has 2 lines but .*a.de has 1"):
-    translate.read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
+    read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
   (tmp_path / "a.de").write_text("der Hund\ndie Katze\n")
-  lines, invalid = translate.read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
+  lines, invalid = read_sources(f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}", 2)
   assert lines == ["the dog\x1fder Hund", "the cat\x1fdie Katze"] and invalid == 0
 
 
@@ -149,7 +159,7 @@ def test_a_single_source_holding_the_separator_stays_one_source(tmp_path):
   words = inference.source_tokens(src, data.src_tokenizer)
   assert words == [*rows[0][0].split(), tok.EOS]
   (tmp_path / "in.en").write_text("the\x1fdog\n")
-  assert translate.read_sources(str(tmp_path / "in.en"), 1) == (["the dog"], 0)
+  assert read_sources(str(tmp_path / "in.en"), 1) == (["the dog"], 0)
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """n-best lists, scoring given translations, and the Python API, on the tiny trained run: the
 command line's files, and `seq2seq.load` against them."""
 
+import io
 import json
 
 import numpy as np
@@ -298,8 +299,8 @@ def test_input_lines_split_as_training_and_wc_count_them(tmp_path):
   byte-order mark are dropped; a last line without a newline counts."""
   path = tmp_path / "in.txt"
   path.write_bytes(b"\xef\xbb\xbfthe cat\r\nsleeps \r here .\na house")
-  lines, invalid = translate._read_lines(str(path))
-  assert lines == ["the cat", "sleeps \r here .", "a house"] and invalid == 0
+  read = list(translate._read_lines(str(path)))
+  assert read == [("the cat", False), ("sleeps \r here .", False), ("a house", False)]
 
 
 @pytest.mark.parametrize("mode", ["translate", "eval"])
@@ -403,3 +404,90 @@ def test_word_alignments_refuse_what_they_cannot_give(trained, tmp_path):
   )
   assert proc.returncode == 1 and "--alignment_threshold must be in [0, 1]" in proc.stderr
   assert not (tmp_path / "x.align").exists()
+
+
+def test_a_file_is_read_translated_and_written_a_chunk_at_a_time(trained, tmp_path, monkeypatch):
+  """With chunks of 2 lines, translate mode decodes 2 lines at a time (memory bounded whatever
+  the input's length) and writes what it writes in one piece: the n-best list (indices counted
+  over the file), the alignments, the Pharaoh links and the counts."""
+  lines = [*SOURCES, "the dog sleeps .", "the house is big ."]
+  (tmp_path / "src.txt").write_text("".join(s + "\n" for s in lines))
+  config = checkpoints.load_config(trained)
+  chunks = []
+  translate_lines = translate.translate_lines
+
+  def recording(t, chunk, **kwargs):
+    chunks.append(len(chunk))
+    return translate_lines(t, chunk, **kwargs)
+
+  monkeypatch.setattr(translate, "translate_lines", recording)
+  written = {}
+  for name, size in (("chunked", 2), ("whole", 100)):
+    monkeypatch.setattr(translate, "CHUNK_LINES", size, raising=False)
+    out = {kind: tmp_path / f"{name}.{kind}" for kind in ("nbest", "jsonl", "links")}
+    counts = translate.translate_file(
+      config,
+      trained,
+      str(tmp_path / "src.txt"),
+      str(out["nbest"]),
+      str(out["jsonl"]),
+      NBEST,
+      links_path=str(out["links"]),
+    )
+    assert counts == {"lines": 7, "empty": 2, "invalid_utf8": 0, "truncated": 0, "too_long": 0}
+    written[name] = {kind: path.read_text() for kind, path in out.items()}
+  assert chunks == [2, 2, 2, 1, 7]
+  assert written["chunked"] == written["whole"]
+  assert read_nbest(tmp_path / "chunked.nbest")[-1][0] == 6
+
+
+def test_score_mode_reads_and_writes_a_chunk_at_a_time(trained, tmp_path, monkeypatch):
+  (tmp_path / "src.txt").write_text("".join(s + "\n" for s in SOURCES))
+  (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in REFERENCES))
+  config = checkpoints.load_config(trained)
+  written = {}
+  for name, size in (("chunked", 2), ("whole", 100)):
+    monkeypatch.setattr(translate, "CHUNK_LINES", size)
+    out = {kind: tmp_path / f"{name}.{kind}" for kind in ("scores", "jsonl", "links")}
+    counts = translate.score_file(
+      config,
+      trained,
+      str(tmp_path / "src.txt"),
+      str(tmp_path / "ref.txt"),
+      str(out["scores"]),
+      str(out["jsonl"]),
+      links_path=str(out["links"]),
+    )
+    assert counts == {"pairs": 5, "scored": 2, "unscored": 3, "invalid_utf8": 0}
+    written[name] = {kind: path.read_text() for kind, path in out.items()}
+  assert written["chunked"] == written["whole"]
+  records = [json.loads(line) for line in written["chunked"]["scores"].splitlines()]
+  assert [r["index"] for r in records] == list(range(5))
+
+
+def test_prefixes_are_read_in_step_and_errors_name_the_line_in_the_file(
+  trained, tmp_path, monkeypatch
+):
+  """A prefix file is read chunk by chunk beside the input; an error in the second chunk names
+  its line in the file and leaves no output; standard input that ends before the prefix file
+  does is one error line."""
+  monkeypatch.setattr(translate, "CHUNK_LINES", 2)
+  src, out = tmp_path / "src.txt", tmp_path / "out.txt"
+  src.write_text("the cat sleeps .\na big house .\nthe dog .\n")
+  (tmp_path / "prefixes.txt").write_text("le\n\nune\n")
+  config = checkpoints.load_config(trained)
+  run = lambda prefixes, source=str(src): translate.translate_file(
+    config, trained, source, str(out), prefixes_path=str(tmp_path / prefixes)
+  )
+  run("prefixes.txt")
+  lines = out.read_text().split("\n")[:-1]
+  assert len(lines) == 3 and lines[0].startswith("le") and lines[2].startswith("une")
+  out.unlink()
+  (tmp_path / "unknown.txt").write_text("le\n\nzzzqqq chien\n")
+  with pytest.raises(ValueError, match="prefix of line 3: 'zzzqqq chien' holds 'zzzqqq'"):
+    run("unknown.txt")
+  assert not out.exists()
+  monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"the cat .\na house .\n")))
+  with pytest.raises(ValueError, match=r"- ended after 2 lines but .*prefixes.txt goes on"):
+    run("prefixes.txt", "-")
+  assert not out.exists()
