@@ -202,6 +202,32 @@ def test_translate_timing_compiles_once_and_then_loads_every_program(trained, tm
   assert "| warm, other input | 24 |" in (tmp_path / "out" / "translate_timing.md").read_text()
 
 
+@pytest.mark.slow
+def test_translate_sorted_bench_times_both_orders_and_each_input_in_a_fresh_process(
+  trained, tmp_path
+):
+  """Small sizes: beam 3 over 24 test sentences in file order, longest first and under a
+  budget, none translated differently (configs/tiny.py pads every source alike); two inputs of
+  short lines, each translated whole by its own main.py process."""
+  from experiments.lib.decoding import pairs
+
+  sources = [ex.src for ex in pairs(trained, "test")]
+  (tmp_path / "in.txt").write_text("".join(s + "\n" for s in sources[:24]))
+  args = ["--workdir", str(trained), "--config", "configs/tiny.py", "--out", str(tmp_path / "out")]
+  args += ["--input", str(tmp_path / "in.txt"), "--beam", "3", "--max-tokens", "48"]
+  args += ["--short", str(tmp_path / "in.txt"), "--short-words", "8", "--sizes", "30,70"]
+  run_module("experiments.translate_sorted_bench", *args)
+  record = json.loads((tmp_path / "out" / "translate_sorted_bench.json").read_text())
+  assert list(record["speed"]) == ["file", "length", "length, max_tokens=48"]
+  assert record["speed"]["file"]["speedup_over_file_order"] == 1.0
+  assert all(r["sentences_per_s"] > 0 for r in record["speed"].values())
+  assert record["sentences"] == 24 and record["differences"]["count"] == 0
+  assert [m["lines"] for m in record["memory"]] == [30, 70]
+  assert all(m["lines_written"] == m["lines"] and m["peak_rss_mib"] > 0 for m in record["memory"])
+  assert record["command"].startswith("python -m experiments.translate_sorted_bench --workdir")
+  assert record["cpu"] and record["load_average"]["start"]
+
+
 def test_the_mbr_page_leaves_out_a_timing_no_row_has():
   """A study resumed after its rows were evaluated has no eval minutes: no column of dashes."""
   from experiments import mbr_study
