@@ -7,7 +7,10 @@ the log-probabilities of given translations (forced decoding); main.py's modes
 these two functions, so the command line and a notebook get the same numbers.
 
 Input is tokenised the way training text was (the run's saved vocabularies). Invalid UTF-8 is
-decoded with replacement characters (counted and logged), never a crash.
+decoded with replacement characters (counted and logged), never a crash. Both modes read,
+decode and write their files `CHUNK_LINES` lines at a time (`read_chunks`), so memory stays
+bounded for an input of any length; within a chunk sentences are decoded longest first
+(`decode.order`) and written in the input's order.
 
 translate (`--mode=translate`): one output line per input line; an empty (or blank) input line,
 or one with a blank source of a multi-source run, gives an empty output line. Lines longer than
@@ -252,8 +255,9 @@ def translate_lines(
 def output_limits(t: Translator, lines: Sequence[str], **decode_settings: Any) -> list[int | None]:
   """The most output steps (EOS included) that `translate_lines` with `decode_settings` gives
   each of `lines` (None for a line it does not decode): its batch's limit, which follows the
-  longest source in the batch (`inference.output_limits`). Where two decoding orders translate
-  a line differently, the shorter of its two limits cut one of them (see docs)."""
+  longest source in the batch (`inference.output_limits`). Where two decoding orders give a line
+  different limits, its translations can differ only if the shorter limit cut one (left it
+  unfinished) or the other needed more steps (tests/decoding/test_inference.py)."""
   dec = t.decoding_with(**decode_settings)
   ids, keep, _, _ = _encode_lines(t, dec, lines)
   limits = inference.output_limits(_split(ids, [[] for _ in ids]), dec)
