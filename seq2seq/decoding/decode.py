@@ -277,6 +277,16 @@ def on_devices(params: Any, *arrays: Any) -> tuple[Any, ...]:
   return jax.device_put(params, replicated), *placed
 
 
+def placed(state: Any) -> Any:
+  """`state` (a `TrainState`) with its parameters replicated on this process's devices where
+  it has several, as `on_devices` places them: done once before a split's batches, so host
+  parameters (a multi-process run's, `sharding.host_local`) are not copied again for each."""
+  shardings = _local_shardings()
+  if shardings is None:
+    return state
+  return state.replace(params=jax.device_put(state.params, shardings[1]))
+
+
 def decode_batch(
   state: Any,
   batch: Mapping[str, Any],

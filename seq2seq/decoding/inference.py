@@ -209,6 +209,7 @@ def translate_split(
   out: list[Hypothesis | None] = [None] * len(split)
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
+  state = decode.placed(state)  # Once, not at every batch.
   for batch in _batches(split, dec):
     result = jax.device_get(decode.decode_batch(state, batch, dec, ban_unk=ban_unk))
     for row, index in enumerate(batch["index"]):
@@ -258,6 +259,7 @@ def nbest_split(
   out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
+  state = decode.placed(state)  # Once, not at every batch.
   for batch in _batches(split, dec):
     forced = _guides(batch, prefixes, constraints)
     result = decode.decode_batch(state, batch, dec, ban_unk=ban_unk, nbest=nbest, **forced)
@@ -293,6 +295,7 @@ def traced_split(
   with `prefixes`, starting with its target side (as `nbest_split`)."""
   out: list[Any] = [None] * len(split)
   over = decode.normalised_over(dec)
+  state = decode.placed(state)  # Once, not at every batch.
   for batch in _batches(split, dec):
     forced = _guides(batch, prefixes, None)
     result, steps = jax.device_get(decode.decode_batch(state, batch, dec, trace=True, **forced))
@@ -337,6 +340,7 @@ def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) 
   (`_batches`: padded to multiples of `data.bucket_step`, so few shapes compile)."""
   out: list[Scored | None] = [None] * len(split)
   over = decode.normalised_over(dec)
+  state = decode.placed(state)  # Once, not at every batch.
   for batch in _batches(split, dec):
     result = jax.device_get(forcing.score_batch(state, batch, dec))
     for row, index in enumerate(batch["index"]):
