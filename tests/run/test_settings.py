@@ -101,6 +101,8 @@ def test_a_wrong_spec_fails_in_one_line_naming_the_valid_choices(field, text, me
     ({"train.learning_rate": -1.0}, "train.learning_rate must be positive, got -1.0"),
     ({"data.batch_size": -4}, "data.batch_size must be at least 1, got -4"),
     ({"decode.batch_size": 0}, "decode.batch_size must be at least 1, got 0"),
+    ({"decode.order": "random"}, "decode.order='random' is not one of \\('length', 'file'\\)"),
+    ({"decode.max_tokens": -1}, "decode.max_tokens must be at least 0, got -1"),
     ({"decode.coverage_penalty": -0.2}, "decode.coverage_penalty must be >= 0"),
     ({"train.micro_batches": 0}, "train.micro_batches must be at least 1"),
     (
