@@ -196,7 +196,7 @@ def test_sentences_without_constraints_are_searched_as_plain_beam_search(nbest):
 def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
   """Every output of the n-best list (2 best, or 1 at beam 1) of a constrained beam search
   contains every phrase of its sentence, ends with EOS, and scores under forced decoding what
-  the search reported."""
+  the search reported. The outputs are force-decoded together, padded to `max_len`."""
   nbest = min(beam_size, 2)
   res = beams.beam_search_nbest(
     model,
@@ -207,6 +207,7 @@ def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
     nbest=nbest,
     constraints=packed(per_sentence),
   )
+  found = []  # (sentence, rank, output)
   for row, phrases in enumerate(per_sentence):
     for rank in range(nbest):
       if not np.isfinite(res.scores[row, rank]):
@@ -217,15 +218,23 @@ def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
       assert out[-1] == EOS_ID, (phrases, out)
       for phrase in phrases:  # Each phrase in the output, in its words' order.
         assert any(out[i : i + len(phrase)] == list(phrase) for i in range(n)), (phrase, out)
-      tgt_out = jnp.asarray([out], jnp.int32)
-      tgt_in = jnp.asarray([[BOS_ID, *out[:-1]]], jnp.int32)
-      forced = forcing.force_decode(
-        model, src[row : row + 1], mask[row : row + 1], tgt_in, tgt_out, jnp.ones_like(tgt_out)
-      )
-      np.testing.assert_allclose(forced.scores[0], res.scores[row, rank], rtol=1e-4, atol=1e-4)
-      np.testing.assert_allclose(
-        forced.norm_scores[0], res.norm_scores[row, rank], rtol=1e-4, atol=1e-4
-      )
+      found.append((row, rank, out))
+  slots = len(per_sentence) * nbest  # Unused slots: copies of the first output.
+  padded = found + [found[0]] * (slots - len(found))
+  tgt_in, tgt_out = (np.full((slots, max_len), PAD_ID, np.int32) for _ in range(2))
+  tgt_mask = np.zeros((slots, max_len), np.int32)
+  for i, (_, _, out) in enumerate(padded):
+    n = len(out)
+    tgt_in[i, :n], tgt_out[i, :n], tgt_mask[i, :n] = [BOS_ID, *out[:-1]], out, 1
+  rows = np.asarray([row for row, _, _ in padded])
+  forced = forcing.force_decode(
+    model, src[rows], mask[rows], *(jnp.asarray(x) for x in (tgt_in, tgt_out, tgt_mask))
+  )
+  for i, (row, rank, _) in enumerate(found):
+    np.testing.assert_allclose(forced.scores[i], res.scores[row, rank], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+      forced.norm_scores[i], res.norm_scores[row, rank], rtol=1e-4, atol=1e-4
+    )
 
 
 @hypothesis.settings(deadline=None, max_examples=10, derandomize=True)

@@ -286,9 +286,16 @@ def test_a_luong_run_evaluates_decodes_scores_and_reports(luong_run):
 
 @pytest.mark.slow
 def test_a_luong_run_resumes_as_it_ran(luong_run, tmp_path):
+  """Resumed from the run's own step-10 checkpoint (its later checkpoint removed), the run ends
+  on the uninterrupted run's parameters: the stacked LSTM states, input feeding and optimiser
+  state restore as they were."""
   workdir = tmp_path / "resumed"
-  run_main(workdir, *LUONG_RUN, "--config.train.num_steps=10", "--config.train.final_eval=false")
-  run_main(workdir, *LUONG_RUN, "--config.train.num_steps=20", "--config.train.final_eval=false")
+  shutil.copytree(luong_run, workdir, ignore=shutil.ignore_patterns("eval", "best", ".lock"))
+  shutil.rmtree(workdir / "checkpoints" / "20")
+  proc = run_main(
+    workdir, *LUONG_RUN, "--config.train.num_steps=20", "--config.train.final_eval=false"
+  )
+  assert "resumed from step 10" in proc.stderr
   step_a, want = final_params(luong_run)
   step_b, got = final_params(workdir)
   assert step_a == step_b == 20 and set(got) == set(want)
@@ -345,8 +352,8 @@ def test_the_luong_configs_are_the_papers_best_system_and_validate():
   paper = luong.get_config("paper")
   assert paper.model.decoder == "luong(cell=lstm, layers=4, input_feeding=true)"
   assert paper.train.optimizer == "sgd" and paper.train.decay.startswith("halving(after=")
-  cfg = luong.get_config("")
-  model = build_model(cfg.model, 100, 100, rngs=nnx.Rngs(0))
+  cfg = luong.get_config("")  # Built abstractly: shapes and structure, no initial values.
+  model = nnx.eval_shape(lambda: build_model(cfg.model, 100, 100, rngs=nnx.Rngs(0)))
   assert model.cell_2.hidden == 512 and not hasattr(model, "cell_3")
   with pytest.raises(ValueError, match="valid: \\(none\\), paper, multi30k"):
     luong.get_config("wmt")

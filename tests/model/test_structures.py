@@ -262,8 +262,15 @@ def test_monotonic_model_is_finite_on_80_word_sources_in_bfloat16():
 
 
 def decoded(model, b, beam, max_len):
-  """`decode.jit_decode` of `model` on batch `b` (greedy for beam 1), compiled with FAST."""
+  """Greedy search (beam 1) or beam search of `model` on batch `b`, jitted."""
   graphdef, params = nnx.split(model, nnx.Param)
+  return _search(graphdef, beam, max_len)(params, b["src"], b["src_mask"])
+
+
+@functools.cache
+def _search(graphdef, beam, max_len):
+  """The jitted search of one model structure: models that differ only in their parameters'
+  values (seeds, initial biases) share its compiled program."""
 
   def run(params, src, mask):
     merged = nnx.merge(graphdef, params)
@@ -271,7 +278,7 @@ def decoded(model, b, beam, max_len):
       return left_to_right.greedy(merged, src, mask, max_len=max_len)
     return beams.beam_search(merged, src, mask, beam_size=beam, max_len=max_len)
 
-  return jax.jit(run)(params, b["src"], b["src_mask"])
+  return jax.jit(run)
 
 
 def _positions(alpha_LS):
@@ -306,18 +313,18 @@ def test_hard_monotonic_decoding_never_moves_backwards():
       assert np.all(np.diff(stops) >= 0) and np.all(steps[len(stops) :] == -1)
 
 
-@pytest.mark.parametrize("lookahead", [1, 3])
-def test_monotonic_lookahead_decodes_exactly_like_scoring_every_position(lookahead):
-  """Decoding first scores `lookahead` positions from the last attended one, and all of them only
-  when a sentence finds no stop there: outputs and attention must not change."""
+def test_monotonic_lookahead_decodes_exactly_like_scoring_every_position():
+  """Decoding with lookahead L first scores L positions from the last attended one, and all of
+  them only when a sentence finds no stop there: outputs and attention must not change."""
   b = random_batch(seed=6, batch=5, src_len=9, vocab=VOCAB)
   for bias in (-2.0, 0.0, 2.0):  # Few stops (long jumps, runs past the end), some, many.
     outs = []
-    for look in (0, lookahead):
+    for look in (0, 1, 3):  # Every position; lookahead 1 and 3.
       cfg = model_config("monotonic", lookahead=look, bias_init=bias)
       outs.append(decoded(randomise(build(cfg), seed=4, scale=0.5), b, 3, max_len=12))
-    np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
-    np.testing.assert_array_equal(outs[0].alpha, outs[1].alpha)
+    for look, out in zip((1, 3), outs[1:], strict=True):
+      np.testing.assert_array_equal(out.tokens, outs[0].tokens, err_msg=f"lookahead {look}")
+      np.testing.assert_array_equal(out.alpha, outs[0].alpha, err_msg=f"lookahead {look}")
 
 
 # ---------------------------------------------------------------------- convolutional attention
@@ -544,9 +551,12 @@ def test_every_variant_overfits_fixed_pairs_and_jit_matches_eager(name):
   state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   update = jax.jit(functools.partial(train_state.train_step, run=settings.validate(cfg)))
   first = None
-  for i in range(150):
+  for i in range(150):  # Until the training loss is well below the bar the final check sets.
     state, metrics = update(state, batch, jax.random.key(i))
-    first = float(metrics["loss"]) if first is None else first
+    loss = float(metrics["loss"])
+    first = loss if first is None else first
+    if loss < 0.1:
+      break
   # The training loss (with its key: hard attention samples, monotonic adds noise), with and
   # without jit, on the trained model.
   key = jax.random.key(7) if structures.uses_rng(cfg.model.attention) else None
