@@ -190,7 +190,7 @@ def test_empty_training_set_is_one_error_line(tmp_path):
   )
   assert proc.returncode == 1
   line = proc.stderr.strip().splitlines()[-1]
-  assert line.startswith("error:") and 'split "train": No examples' in line
+  assert line.startswith("error:") and "split 'train' has no usable pair" in line
   assert "Traceback" not in proc.stderr
 
 
