@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import reports
+from experiments.lib import records, reports
 from experiments.lib.configs import REPO_ROOT
 from experiments.lib.pages.scale_bench import page
 
@@ -149,10 +149,11 @@ def stage_start(corpus: Path, work: Path) -> dict[str, Any]:
     common = [*overrides(corpus / folder), "--config.train.final_eval=false"]
     common += ["--config.train.eval_every=100000", "--config.train.checkpoint_every=100000"]
     common += ["--config.train.log_every=1"]
-    began = time.time()
-    one = measured([*common, f"--workdir={work / size}-start", "--config.train.num_steps=1"])
-    log = (work / f"{size}-start" / "log.txt").read_text()
-    many = measured([*common, f"--workdir={work / size}-train", "--config.train.num_steps=50"])
+    began = time.time()  # In the prepared workdir: its vocabularies and store are opened.
+    one = measured([*common, f"--workdir={work / size}", "--config.train.num_steps=1"])
+    log = (work / size / "log.txt").read_text()
+    # The same workdir on to 50 updates: a process resuming and training from the store.
+    many = measured([*common, f"--workdir={work / size}", "--config.train.num_steps=50"])
     out[size] = {
       "start_to_first_update": round(_first_step_time(log) - began, 2),
       "start_to_end_of_one_update_run": one["seconds"],
@@ -176,7 +177,8 @@ def _first_step_time(log: str) -> float:
 
 def _logged_data_seconds(log: str) -> dict[str, float]:
   """The data line's "corpus Xs, vocabularies Ys, store Zs" of a run's log."""
-  line = next(line for line in log.splitlines() if "vocabularies" in line and "store" in line)
+  lines = [line for line in log.splitlines() if "vocabularies" in line and "] data: " in line]
+  line = lines[-1]  # The latest run's (the workdir's log holds --mode=prepare's too).
   parts = line.rsplit(";", 1)[-1].strip()
   return {k: float(v.rstrip("s")) for k, v in (p.strip().split() for p in parts.split(","))}
 
@@ -342,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       result = globals()[f"stage_{stage}"](args.corpus, work)
     record.setdefault("stages", {})[stage] = {**result, "cpu": reports.cpu_info()}
     reports.publish(path, record, page(record))  # After every stage: a cut loses one.
+  records.write_definition(args.out, "experiments.scale_bench")
   return record
 
 
