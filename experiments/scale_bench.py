@@ -40,6 +40,7 @@ import datetime
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,42 +146,46 @@ def stage_prepare(corpus: Path, work: Path) -> dict[str, Any]:
 
 def stage_start(corpus: Path, work: Path) -> dict[str, Any]:
   out = {}
-  for size, folder in SIZES.items():
-    common = [*overrides(corpus / folder), "--config.train.final_eval=false"]
+  for size in SIZES:
+    common = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
     common += ["--config.train.eval_every=100000", "--config.train.checkpoint_every=100000"]
-    common += ["--config.train.log_every=1"]
+    common += ["--config.train.log_every=1", "--config.train.num_steps=50"]
+    _fresh_run(work / size)
     began = time.time()  # In the prepared workdir: its vocabularies and store are opened.
-    one = measured([*common, f"--workdir={work / size}", "--config.train.num_steps=1"])
+    run = measured([*overrides(corpus / SIZES[size]), *common, f"--workdir={work / size}"])
     log = (work / size / "log.txt").read_text()
-    # The same workdir on to 50 updates: a process resuming and training from the store.
-    many = measured([*common, f"--workdir={work / size}", "--config.train.num_steps=50"])
     out[size] = {
       "start_to_first_update": round(_first_step_time(log) - began, 2),
-      "start_to_end_of_one_update_run": one["seconds"],
-      "load_one": one["load"],
       "data_seconds": _logged_data_seconds(log),
-      "peak_rss_50_updates": many["peak_rss"],
-      "seconds_50_updates": many["seconds"],
-      "load_50": many["load"],
+      "peak_rss_50_updates": run["peak_rss"],
+      "seconds_50_updates": run["seconds"],
+      "load": run["load"],
     }
     print(size, json.dumps(out[size]), flush=True)
   return out
 
 
+def _fresh_run(workdir: Path) -> None:
+  """Leaves a prepared workdir its vocabularies and data only (a run trained there before
+  would be resumed, not started)."""
+  for path in workdir.iterdir():
+    if path.name not in ("vocab", "data", "log.txt"):
+      shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
 def _first_step_time(log: str) -> float:
   """When the run's log says its first update is done (the "step 1/N" line, logged once the
   update's result is back), as seconds since the epoch."""
-  line = next(line for line in log.splitlines() if "] step 1/" in line)
+  line = [line for line in log.splitlines() if "] step 1/" in line][-1]  # The latest run's.
   stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
   return stamp.timestamp()  # Local time, as logging writes it.
 
 
 def _logged_data_seconds(log: str) -> dict[str, float]:
-  """The data line's "corpus Xs, vocabularies Ys, store Zs" of a run's log."""
-  lines = [line for line in log.splitlines() if "vocabularies" in line and "] data: " in line]
-  line = lines[-1]  # The latest run's (the workdir's log holds --mode=prepare's too).
-  parts = line.rsplit(";", 1)[-1].strip()
-  return {k: float(v.rstrip("s")) for k, v in (p.strip().split() for p in parts.split(","))}
+  """The data's seconds (corpus, vocabularies, store) of the latest run in a workdir's log (the
+  training loop's JSON data line; the log holds --mode=prepare's lines too)."""
+  lines = [line for line in log.splitlines() if "train.py" in line and "] data: {" in line]
+  return json.loads(lines[-1].split("] data: ", 1)[1])["seconds"]
 
 
 def _iterator(corpus: Path, work: Path):
@@ -265,10 +270,16 @@ def stage_resume(corpus: Path, work: Path, at: int = 2000, check: int = 50) -> d
 
 _BASELINE = """
 import json, resource, sys, time
-sys.path.insert(0, "tests")
+from configs import tiny
 from seq2seq.data import input_pipeline as ip
-config = json.loads(sys.argv[1])
-d = ip.DataSettings.from_config(__import__("ml_collections").ConfigDict(config))
+config = tiny.get_config()  # The commit's own config, with the benchmark's data fields.
+for path, value in json.loads(sys.argv[1]).items():
+  section, field = path.rsplit(".", 1)
+  node = config
+  for part in section.split("."):
+    node = node[part]
+  node[field] = value
+d = ip.DataSettings.from_config(config)
 start = time.perf_counter()
 data = ip.load_data(d, sys.argv[2])
 seconds = time.perf_counter() - start
@@ -283,10 +294,12 @@ def stage_baseline(corpus: Path, work: Path, commit: str) -> dict[str, Any]:
     subprocess.run(
       ["git", "worktree", "add", "--detach", str(tree), commit], cwd=REPO_ROOT, check=True
     )
-  config = _config(corpus).to_dict()
   out = {}
   for size in list(SIZES)[:-1]:
-    config["data"]["local"]["dir"] = str(corpus / SIZES[size])
+    config = {}
+    for flag in overrides(corpus / SIZES[size])[1:]:
+      path, value = flag.removeprefix("--config.").split("=", 1)
+      config[path] = int(value) if value.isdigit() else value
     runs = []
     for _ in ("first", "second"):
       load = reports.load_average()

@@ -66,7 +66,7 @@ def page(record: dict[str, Any]) -> str:
         fmt(r["data_seconds"].get("corpus"), 2),
         fmt(r["data_seconds"].get("vocabularies"), 2),
         _gib(r["peak_rss_50_updates"]),
-        _load(r["load_one"]),
+        _load(r["load"]),
       ]
       for size, r in stages["start"].items()
       if isinstance(r, dict) and "start_to_first_update" in r
@@ -123,7 +123,7 @@ def page(record: dict[str, Any]) -> str:
     for size, r in extrapolated:
       cells.append(
         [
-          f"{size} (extrapolated)",
+          f"{size.removesuffix('_extrapolated')} (extrapolated)",
           "-",
           fmt(r["every_later_start_seconds"], 0),
           _gib(r["peak_rss"]),
