@@ -346,7 +346,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   path = args.out / "scale_bench.json"
   record = json.loads(path.read_text()) if path.exists() else {}
   record.setdefault("corpus", json.loads((args.corpus / "corpus.json").read_text()))
-  record.update(reports.provenance("scale_bench", argv, reports.load_average()))
+  if "date" not in record:  # A rerun finishing the stages keeps the first run's provenance.
+    record.update(reports.provenance("scale_bench", argv, reports.load_average()))
+    # The folders are this machine's: the page names them by their flags.
+    record["command"] = record["command"].replace(str(args.corpus), "CORPUS")
+    record["command"] = record["command"].replace(str(work), "WORK")
   record.update(cpu_count=os.cpu_count(), baseline_commit=args.baseline, sizes=dict(SIZES))
   for stage in args.stages.split(","):
     if stage in record.get("stages", {}):
