@@ -72,8 +72,9 @@ def compile_steps(
 
 def load_data(run: settings.RunSettings, workdir: Path) -> input_pipeline.Data:
   """`input_pipeline.load_data` with the batch keys the objective reads; with several
-  processes, process 0 builds the datasets and vocabularies in the shared workdir first and the
-  others then load them."""
+  processes, process 0 builds the datasets and vocabularies in the shared workdir first (and
+  checks the store's CRC-32s, preparing it again if damaged), and the others then open them
+  checking file sizes only, so each of them reads only the rows it batches."""
   load = functools.partial(
     input_pipeline.load_data,
     run.data,
@@ -84,7 +85,7 @@ def load_data(run: settings.RunSettings, workdir: Path) -> input_pipeline.Data:
     return load()
   data = load() if jax.process_index() == 0 else None
   multihost_utils.sync_global_devices("seq2seq:data-ready")
-  return data or load()
+  return data or load(verify=False)
 
 
 def _init(run: settings.RunSettings, src_vocab: int, tgt_vocab: int, copy_map=None, lexicon=None):

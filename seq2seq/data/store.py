@@ -35,7 +35,8 @@ copying model's targets, `copying.copy_targets`) where the settings ask for them
 A preparation writes into a folder of its own and renames it into place when complete, so a
 killed one leaves no store, and the next start prepares it again from the beginning (removing
 what the killed one left). Opening checks every file's size, and the CRC-32 of every file where
-asked (`verify`, on by default in every process that opens it): a damaged store is removed and
+asked (`verify`: on by default; in a multi-host run only process 0 checks them, before the others
+open the store, so those read only the rows they batch): a damaged store is removed and
 prepared again, with one warning saying so.
 """
 

@@ -180,3 +180,35 @@ def test_words_counted_in_worker_processes_make_the_vocabulary_counting_here_mak
   built = tk.WordVocab.build(texts, 300, moses)
   counted = tk.WordVocab.from_counts(there, 300, moses)
   assert [counted.id_to_piece(i) for i in range(300)] == [built.id_to_piece(i) for i in range(300)]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_in_a_multi_host_run_only_process_0_reads_the_whole_store_to_check_it(
+  loaded, rank, monkeypatch, caplog
+):
+  """Process 0 checks the CRC-32s (and repairs) before the barrier; the others, opening after
+  it, check sizes only, so each reads no more of the store than the rows it batches."""
+  import types
+
+  from jax.experimental import multihost_utils
+
+  from seq2seq import sharding
+
+  data, d, workdir = loaded
+  ids = _store_folder(data) / "train.src.ids"
+  good = ids.read_bytes()
+  flipped = bytearray(good)
+  flipped[len(flipped) // 2] ^= 0xFF
+  ids.write_bytes(bytes(flipped))
+  monkeypatch.setattr(sharding.jax, "process_count", lambda: 2)
+  monkeypatch.setattr(sharding.jax, "process_index", lambda: rank)
+  monkeypatch.setattr(multihost_utils, "sync_global_devices", lambda name: None)
+  run = types.SimpleNamespace(data=d, objective=types.SimpleNamespace(batch_keys=()))
+  try:
+    with caplog.at_level("WARNING"):
+      sharding.load_data(run, workdir)
+    checked = "is damaged (train.src.ids's CRC-32 is" in caplog.text
+    assert checked == (rank == 0)
+    assert (ids.read_bytes() == good) == (rank == 0)  # Only process 0 prepares it again.
+  finally:
+    ids.write_bytes(good)
