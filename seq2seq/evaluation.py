@@ -22,7 +22,7 @@ from seq2seq import sharding as rt
 from seq2seq.common import files
 from seq2seq.data import builders, input_pipeline, metrics, synthetic
 from seq2seq.data import tokenizer as tok
-from seq2seq.decoding import decode, ensemble, inference
+from seq2seq.decoding import decode, ensemble, inference, processes
 from seq2seq.training import train_state
 
 
@@ -50,9 +50,10 @@ def valid_scores(
   also write the outputs there, one line per sentence, gzipped (`VALID_HYPOTHESES`), so a
   learning curve can be scored again without retraining."""
   greedy = dataclasses.replace(run.decode, beam_size=1, sampling="", mbr="")  # Search, always.
-  translations = inference.translate_split(
-    rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
-  )
+  with processes.shared():  # Every process of a job validates: each decodes its share.
+    translations = inference.translate_split(
+      rt.host_local(state), data.splits["valid"], greedy, progress="validation BLEU (greedy)"
+    )
   raw = data.raw("valid")
   hyps = [
     inference.output_text(t, r[0], data.src_tokenizer, data.tgt_tokenizer)
@@ -142,16 +143,17 @@ def evaluate_run(
     result["step"] = step
     result.update(restoring.checkpoint_note(run, step) | (notes or {}))
     out = workdir / prefix / split
-    result = evaluate_split(
-      rt.host_local(state),
-      data,
-      split,
-      run,
-      out,
-      extra=result,
-      writer=writer,
-      write=jax.process_index() == 0,
-    )
+    with processes.shared():  # Every process evaluates: each decodes its share, 0 writes.
+      result = evaluate_split(
+        rt.host_local(state),
+        data,
+        split,
+        run,
+        out,
+        extra=result,
+        writer=writer,
+        write=jax.process_index() == 0,
+      )
     if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
       scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
       writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)

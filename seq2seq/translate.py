@@ -51,7 +51,7 @@ from seq2seq.common import files
 from seq2seq.data import builders, copying, input_pipeline
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import constraints as constraints_
-from seq2seq.decoding import core, decode, ensemble, inference
+from seq2seq.decoding import core, decode, ensemble, inference, processes
 from seq2seq.decoding.inference import Hypothesis, Scored
 from seq2seq.model import models, scores
 
@@ -652,13 +652,16 @@ def _read_lines(path: str) -> Iterator[tuple[str, bool]]:
 def _sinks(paths: Mapping[str, str | None]) -> Iterator[dict[str, Callable[[str], None]]]:
   """A writer of text for each of `paths` (name -> path) that is given: standard output for
   "-" (flushed each time), else the file, which replaces `path` when the block ends
-  (`files.atomic_file`) and is never left half written when the block raises."""
+  (`files.atomic_file`) and is never left half written when the block raises. In a decoding
+  shared between processes, only process 0 writes (`processes.writes`)."""
   with contextlib.ExitStack() as stack:
     out: dict[str, Callable[[str], None]] = {}
     for name, path in paths.items():
       if not path:
         continue
-      if path == "-":
+      if not processes.writes():
+        out[name] = lambda text: None
+      elif path == "-":
         out[name] = lambda text: (sys.stdout.write(text), sys.stdout.flush())
       else:
         f = stack.enter_context(files.atomic_file(path))
@@ -732,7 +735,7 @@ def translate_file(
     logging.warning("n-best scores are log-probabilities normalised over the %s", over)
   counts = dict.fromkeys(("lines", "empty", "invalid_utf8", "truncated", "too_long"), 0)
   outputs = {"text": output_path, "alignments": alignments_path, "links": links_path}
-  with _sinks(outputs) as write:
+  with processes.shared(), _sinks(outputs) as write:
     for chunk in read_chunks({**inputs, **guides}, why, chunk_lines):
       lines = chunk.sources()
       last = chunk.first + len(chunk)
@@ -875,7 +878,7 @@ def score_file(
   t = Translator(run, workdir)
   counts = dict.fromkeys(("pairs", "scored", "unscored", "invalid_utf8"), 0)
   outputs = {"scores": output_path, "alignments": alignments_path, "links": links_path}
-  with _sinks(outputs) as write:
+  with processes.shared(), _sinks(outputs) as write:
     for chunk in read_chunks(paths, why, chunk_lines):
       sources, targets = chunk.sources(), chunk.lines["reference"]
       results = score_lines(t, sources, targets)

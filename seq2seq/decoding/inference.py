@@ -4,7 +4,9 @@ references and of the model's own outputs (the heads of multi-head attention).
 
 Sentences are batched in `decode.order`: by default longest first, so each batch holds
 sentences of about one length, which wastes little on padding and keeps short sentences from
-waiting on long ones; every function returns its results in the split's order.
+waiting on long ones; every function returns its results in the split's order. Inside
+`processes.shared()` the searches and forced scoring decode this process's share of the batches
+and return every process's results.
 
 A sentence's result has one type from search to file: `Hypothesis` (a translation found by
 search) and `Scored` (a given translation scored). The split functions fill the model's side
@@ -22,7 +24,7 @@ import numpy as np
 from seq2seq.common import console
 from seq2seq.data import builders, copying, input_pipeline, metrics
 from seq2seq.data import tokenizer as tok
-from seq2seq.decoding import beams, core, decode, forcing, mbr
+from seq2seq.decoding import beams, core, decode, forcing, mbr, processes
 from seq2seq.decoding import constraints as constraints_
 from seq2seq.decoding.unknowns import replace_unknowns
 from seq2seq.model import models
@@ -206,20 +208,20 @@ def translate_split(
   """Decodes every sentence of `split` with the decoding settings `dec` (never producing UNK
   with `ban_unk`), in the split's order, showing progress on the console under the label `progress`
   if one is given."""
-  out: list[Hypothesis | None] = [None] * len(split)
+  out: dict[int, Hypothesis] = {}
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
   state = decode.placed(state)  # Once, not at every batch.
-  for batch in _batches(split, dec):
+  for batch in processes.share(_batches(split, dec)):
     result = jax.device_get(decode.decode_batch(state, batch, dec, ban_unk=ban_unk))
     for row, index in enumerate(batch["index"]):
       if index >= 0:
-        out[index] = _hypothesis(result, (row,), batch["src_mask"][row], over)
+        out[int(index)] = _hypothesis(result, (row,), batch["src_mask"][row], over)
     if shown:
       shown.advance(int((batch["index"] >= 0).sum()))
   if shown:
     shown.close()
-  return out
+  return processes.gathered(out, len(split))
 
 
 def _hypothesis(
@@ -256,23 +258,24 @@ def nbest_split(
   prefix, `core.forced_words`); `constraints` gives each sentence's phrases (target ids), which
   every translation then contains (`seq2seq.decoding.constraints`)."""
   dec.check_nbest(nbest)
-  out: list[list[Hypothesis]] = [[] for _ in range(len(split))]
+  out: dict[int, list[Hypothesis]] = {}
   over = decode.normalised_over(dec)
   shown = console.Progress(progress, len(split)) if progress else None
   state = decode.placed(state)  # Once, not at every batch.
-  for batch in _batches(split, dec):
+  for batch in processes.share(_batches(split, dec)):
     forced = _guides(batch, prefixes, constraints)
     result = decode.decode_batch(state, batch, dec, ban_unk=ban_unk, nbest=nbest, **forced)
     result = jax.device_get(result)
     for row, index in enumerate(batch["index"]):
-      for rank in range(nbest if index >= 0 else 0):
-        if rank == 0 or np.isfinite(result.scores[row, rank]):  # Empty slots score -inf.
-          out[index].append(_hypothesis(result, (row, rank), batch["src_mask"][row], over))
+      if index >= 0:  # Empty slots score -inf.
+        ranks = [r for r in range(nbest) if r == 0 or np.isfinite(result.scores[row, r])]
+        mask = batch["src_mask"][row]
+        out[int(index)] = [_hypothesis(result, (row, r), mask, over) for r in ranks]
     if shown:
       shown.advance(int((batch["index"] >= 0).sum()))
   if shown:
     shown.close()
-  return out
+  return processes.gathered(out, len(split))
 
 
 def _guides(batch, prefixes: bool, constraints) -> dict[str, Any]:
@@ -293,17 +296,17 @@ def traced_split(
   """Each sentence of `split`'s best translation by beam search (of width `decode.beam_size`,
   even 1) with what each step of the search did (its `beams.BeamTrace`, host arrays [L, K]);
   with `prefixes`, starting with its target side (as `nbest_split`)."""
-  out: list[Any] = [None] * len(split)
+  out: dict[int, tuple[Hypothesis, beams.BeamTrace]] = {}
   over = decode.normalised_over(dec)
   state = decode.placed(state)  # Once, not at every batch.
-  for batch in _batches(split, dec):
+  for batch in processes.share(_batches(split, dec)):
     forced = _guides(batch, prefixes, None)
     result, steps = jax.device_get(decode.decode_batch(state, batch, dec, trace=True, **forced))
     for row, index in enumerate(batch["index"]):
       if index >= 0:
         best = _hypothesis(result, (row,), batch["src_mask"][row], over)
-        out[index] = (best, beams.BeamTrace(*(x[row] for x in steps)))
-  return out
+        out[int(index)] = (best, beams.BeamTrace(*(x[row] for x in steps)))
+  return processes.gathered(out, len(split))
 
 
 def mbr_reordered(hyps: list[Hypothesis], texts: list[str], dec: decode.DecodeSettings):
@@ -338,23 +341,23 @@ def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) 
   """Scores the target of every pair of `split` given its source, in the split's order
   (`forcing.score_batch` with the ranking settings of `dec`), in the batches decoding takes
   (`_batches`: padded to multiples of `data.bucket_step`, so few shapes compile)."""
-  out: list[Scored | None] = [None] * len(split)
+  out: dict[int, Scored] = {}
   over = decode.normalised_over(dec)
   state = decode.placed(state)  # Once, not at every batch.
-  for batch in _batches(split, dec):
+  for batch in processes.share(_batches(split, dec)):
     result = jax.device_get(forcing.score_batch(state, batch, dec))
     for row, index in enumerate(batch["index"]):
       if index < 0:
         continue
       n_tgt, real = int(batch["tgt_mask"][row].sum()), np.flatnonzero(batch["src_mask"][row])
-      out[index] = Scored(
+      out[int(index)] = Scored(
         np.asarray(result.token_scores[row, :n_tgt]).tolist(),
         float(result.scores[row]),
         float(result.norm_scores[row]),
         np.asarray(result.alpha[row, :n_tgt][:, real]),
         over,
       )
-  return out
+  return processes.gathered(out, len(split))
 
 
 def _teacher_forced(state, split: input_pipeline.Split, dec: decode.DecodeSettings, output: str):

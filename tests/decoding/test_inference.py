@@ -146,3 +146,56 @@ def test_two_devices_each_decode_part_of_every_batch_and_translate_as_one(traine
   np.testing.assert_allclose(two["scores"], [hyps[0].score for hyps in one], rtol=1e-5)
   forced = loaded.score(lines, two["texts"])
   np.testing.assert_allclose(two["forced"], [r.score for r in forced], rtol=1e-5)
+
+
+def test_processes_sharing_a_decoding_each_decode_their_share_and_all_return_every_result(
+  loaded, lines, monkeypatch
+):
+  """Two processes of a job (threads here, each with its own process index) inside
+  `processes.shared()`: each decodes about half the batches, and both return the one-process
+  translations of every sentence."""
+  import threading
+
+  from seq2seq.decoding import processes
+
+  alone = loaded.translate(lines, batch_size=8)
+  local, slots, meet = threading.local(), [None, None], threading.Barrier(2, timeout=120)
+
+  def allgather(value):
+    slots[local.rank] = value
+    meet.wait()
+    found = list(slots)
+    meet.wait()
+    return found
+
+  decoded = [0, 0]
+  decode_batch = decode.decode_batch
+
+  def counting(state, batch, dec, **kwargs):
+    decoded[local.rank] += int((batch["index"] >= 0).sum())
+    return decode_batch(state, batch, dec, **kwargs)
+
+  monkeypatch.setattr(processes.jax, "process_count", lambda: 2)
+  monkeypatch.setattr(processes.jax, "process_index", lambda: local.rank)
+  monkeypatch.setattr(processes, "allgather", allgather)
+  monkeypatch.setattr(decode, "decode_batch", counting)
+  found, failed = [None, None], []
+
+  def process(rank):
+    local.rank = rank
+    try:
+      with processes.shared():
+        found[rank] = loaded.translate(lines, batch_size=8)
+    except BaseException as e:  # (Seen by the test below, not lost in the thread.)
+      failed.append(e)
+      meet.abort()
+
+  threads = [threading.Thread(target=process, args=(rank,)) for rank in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not failed, failed
+  assert sum(decoded) == len(lines) and 0 < decoded[0] < len(lines), decoded
+  check_same(found[0], alone)
+  check_same(found[1], alone)

@@ -7,6 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 from helpers import (
+  TEST_SENTENCES,
   final_params,
   main_command,
   metric_rows,
@@ -243,6 +244,30 @@ def test_two_processes_on_localhost_match_one(trained, tmp_path):
   np.testing.assert_allclose(
     [r["loss"] for r in metric_rows(workdir)], [r["loss"] for r in metric_rows(trained)], rtol=2e-4
   )
+
+
+@pytest.mark.slow
+def test_two_processes_translate_a_file_as_one_does(trained, tmp_path):
+  """--mode=translate in two processes: each decodes half of the batches, process 0 writes,
+  and the file is the one-process file."""
+  import socket
+
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  sources = [json.loads(line)["source"] for line in (trained / "eval/test/sentences.jsonl").open()]
+  (tmp_path / "in.txt").write_text("".join(line + "\n" for line in sources))
+  cmd = lambda out: [
+    *main_command(trained, "--mode=translate", f"--input={tmp_path / 'in.txt'}"),
+    f"--output={tmp_path / out}",
+    "--config.decode.beam_size=3",
+    "--config.decode.batch_size=8",
+  ]
+  run_processes([cmd("one.txt")], [subprocess_env()])
+  two = [*cmd("two.txt"), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2"]
+  run_processes([[*two, f"--process_id={i}"] for i in range(2)], [subprocess_env()] * 2)
+  assert (tmp_path / "two.txt").read_text() == (tmp_path / "one.txt").read_text()
+  assert len(sources) == TEST_SENTENCES
 
 
 def test_a_config_saved_before_a_field_existed_resumes_as_that_fields_old_behaviour(tmp_path):
