@@ -174,12 +174,12 @@ def test_luong_decoder_steps_as_it_trains_and_matches_the_loop(decoder):
 @pytest.mark.parametrize(
   "addon",
   [
-    {"copy": True},
+    {"addons": "copy"},
     {"features": "coverage+prev_attention"},
-    {"lexicon_bias": "train"},
+    {"addons": "lexicon"},
     {"multi_source": "gate"},
   ],
-  ids=["copy", "features", "lexicon_bias", "two_sources"],
+  ids=["copy", "features", "lexicon", "two_sources"],
 )
 def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
   """Copying, alignment features, the lexicon bias and a second source work in Luong's
@@ -189,7 +189,7 @@ def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
   for key, value in addon.items():
     cfg.model[key] = value
   sources = 2 if "multi_source" in addon else 1
-  tables = {"lexicon": random_lexicon(VOCAB)} if "lexicon_bias" in addon else {}
+  tables = {"lexicon": random_lexicon(VOCAB)} if addon.get("addons") == "lexicon" else {}
   tgt_vocab = VOCAB if tables else VOCAB + 3
   build = build_model(cfg.model, VOCAB, tgt_vocab, rngs=nnx.Rngs(0), sources=sources, **tables)
   model = randomise(build)
