@@ -42,7 +42,7 @@ from experiments.lib import stats
 from experiments.lib.runs import Run
 from seq2seq import checkpoints
 from seq2seq.common import registry
-from seq2seq.data import input_pipeline, metrics
+from seq2seq.data import copying, input_pipeline, metrics
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
@@ -186,6 +186,12 @@ def grid_points(grid: dict[str, Sequence[str]]) -> list[Point]:
     name = "+".join(f"{label}={_value_name(v)}" for label, v in zip(labels, values, strict=True))
     points.append(Point(name, dict(zip(grid, values, strict=True))))
   return points
+
+
+def copies(grid: dict[str, Sequence[str]]) -> bool:
+  """Whether a sweep's grid turns copying on and off: `model.addons` values naming copy, or
+  `model.copy` (studies run before the add-ons became one list)."""
+  return "model.copy" in grid or any(copying.asked(v) for v in grid.get("model.addons", ()))
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:

@@ -1,5 +1,5 @@
-"""Copying from the source (pointer-generator, `model.addons=copy`): the extended vocabulary, the mixture,
-decoding, the training targets and the output text."""
+"""Copying from the source (pointer-generator, `model.addons=copy`): the extended vocabulary,
+the mixture, decoding, the training targets and the output text."""
 
 import json
 

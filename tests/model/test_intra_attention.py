@@ -187,9 +187,7 @@ def test_decoding_sizes_the_memory_to_its_longest_output():
   src, mask, _ = batch_args(4)
   with pytest.raises(ValueError, match="needs steps="):
     model.encode(src, mask)
-  assert (
-    model.encode(src, mask, steps=150).init_state.addons["intra"].values.shape[1] == 150
-  )
+  assert model.encode(src, mask, steps=150).init_state.addons["intra"].values.shape[1] == 150
   graphdef, params = nnx.split(model, nnx.Param)
   out = decode.jit_decode(graphdef, params, src, mask, beam_size=1, max_len=150)
   assert np.isfinite(np.asarray(out.scores)).all()

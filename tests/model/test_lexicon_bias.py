@@ -99,8 +99,8 @@ def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_pa
 
 
 def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_path):
-  """`model.addons=lexicon(table=train)`: IBM Model 1 from the run's (here: first 300) training pairs,
-  written to WORKDIR/lexicon.npz and carried by the checkpoint into evaluation."""
+  """`model.addons=lexicon(table=train)`: IBM Model 1 from the run's (here: first 300) training
+  pairs, written to WORKDIR/lexicon.npz and carried by the checkpoint into evaluation."""
   import seq2seq
   from seq2seq import train
 
