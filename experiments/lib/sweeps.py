@@ -149,6 +149,8 @@ class Sweep:
         raise ValueError(
           f"{point.name} decodes {point.decode_from!r}: not a trained point before it"
         )
+      else:
+        decoded_model_check(self, point)
       for run in self.runs(point):
         differing = saved_config_differences(run)
         if differing:
@@ -156,6 +158,22 @@ class Sweep:
             f"{run.workdir} holds a run trained with other settings ({', '.join(differing)}); "
             "delete it to train this point again, or sweep with the settings it was trained with"
           )
+
+
+def decoded_model_check(sweep: Sweep, point: Point) -> None:
+  """Raises ValueError where a decoding point's runs would build another model than the runs
+  it decodes: `--decode model.addons=...` may change an add-on's decoding-time settings only
+  (`checkpoints.model_differences`)."""
+
+  def flat(run: Run) -> dict[str, Any]:
+    return checkpoints.flatten(json.loads(run.config().to_json_best_effort()))
+
+  source = sweep.runs(point.decode_from)[0]
+  if differing := checkpoints.model_differences(flat(source), flat(sweep.runs(point)[0])):
+    raise ValueError(
+      f"{point.name} decodes {point.decode_from!r} with another model ({', '.join(differing)}): "
+      "--decode may change decoding-time settings only"
+    )
 
 
 def saved_config_differences(run: Run) -> list[str]:

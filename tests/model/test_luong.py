@@ -239,10 +239,10 @@ def test_luong_settings_are_checked():
   cfg.model.decoder = "luong(layers=0)"
   with pytest.raises(ValueError, match="layers must be at least 1"):
     settings.validate(cfg)
-  cfg.model.decoder, cfg.model.intra_attention = "luong", "dot"
-  with pytest.raises(ValueError, match="intra_attention attends over the paper decoder"):
+  cfg.model.decoder, cfg.model.addons = "luong", "intra(score=dot)"
+  with pytest.raises(ValueError, match="addons=intra adds a context to every decoder step"):
     settings.validate(cfg)
-  cfg.model.intra_attention, cfg.model.tie_embeddings = "", True
+  cfg.model.addons, cfg.model.tie_embeddings = "", True
   with pytest.raises(ValueError, match=r"model.dec_hidden \(32\) must equal model.emb_dim"):
     settings.validate(cfg)
 
