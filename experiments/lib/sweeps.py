@@ -98,8 +98,8 @@ class Sweep:
 
   def decoding(self, point: Point) -> dict[str, Any]:
     """What a decoding point changes from the point it decodes (its `--decode` settings), which
-    win over `--set`: `--set model.copy_eos=target --decode model.copy_eos=null` trains with one
-    and decodes copies with the other. Empty for a trained point."""
+    win over `--set`: `--set model.addons=copy(eos=target) --decode model.addons=copy(eos=null)`
+    trains with one and decodes copies with the other. Empty for a trained point."""
     if point.decode_from is None:
       return {}
     source = self.point(point.decode_from).overrides
