@@ -61,6 +61,25 @@ def test_every_addon_is_built_from_its_default_spec_and_only_when_listed():
     assert isinstance(made.get(name), cls) and made[name].settings == cls.Settings()
 
 
+@pytest.mark.parametrize("addon", addons.ORDER)
+def test_the_settings_refuse_what_an_add_on_declares_it_cannot_serve(addon):
+  """What an add-on declares it needs (`needs_attention`, `needs_tables`, `reads_two_sources`)
+  is what `ModelSettings.check` refuses, each in one line naming the add-on."""
+  cls = addons.get(addon)
+  cfg = tiny.get_config()
+  cfg.model.addons = addon
+  cases = [("name", "rnnencdec", cls.needs_attention), ("name", "agreement", cls.needs_tables)]
+  for field, value, refused in cases:
+    changed = tiny.get_config()
+    changed.model.addons, changed.model[field] = addon, value
+    if refused:
+      with pytest.raises(ValueError, match=f"model.addons={addon}"):
+        models.ModelSettings.from_config(changed.model)
+  if not cls.reads_two_sources:
+    with pytest.raises(ValueError, match=f"do not combine with model.addons={addon}"):
+      models.ModelSettings.from_config(cfg.model, sources=2)
+
+
 def test_the_order_an_add_on_list_is_written_in_changes_nothing():
   """`model.addons` lists add-ons in any order: they are read in `addons.ORDER` (context
   providers, then output modifiers), so the model and its random initialisation are the same."""
