@@ -36,24 +36,17 @@ def get_config() -> ml_collections.ConfigDict:
   # Time steps per loop iteration of the encoder's and the teacher-forced decoder's lax.scan
   # (the same results; fewer, larger loop bodies for XLA to schedule). Decoding is unaffected.
   m.scan_unroll = 1
-  # Intra-attention (Cheng et al. 2016; Paulus et al. 2017): at step i the decoder's query
-  # s_{i-1} also attends over its earlier states s_1 .. s_{i-2} (zeros while there are none) with
-  # this score function (a spec of seq2seq/model/scores.py, e.g. "dot" or "additive"); that context
-  # feeds the GRU and the deep output. "" is off.
-  m.intra_attention = ""
-  # Lexicon bias (Arthur et al. 2016): a lexical table (python -m seq2seq.build_lexicon) whose
-  # attention-weighted p_lex(w | x_j) adds log(sum_j alpha_ij p_lex + 0.001) to the logits: its
-  # file, or "train" to learn it from the run's training split when training starts; "" off.
-  m.lexicon_bias = ""
-  # Copying from the source (pointer-generator, See et al. 2017; seq2seq/data/copying.py): a learned
-  # gate mixes the vocabulary softmax with the attention over an extended vocabulary, so words
-  # outside the target vocabulary can be produced by copying them from the source.
-  m.copy = False
-  # Where copying sends the attention on the source EOS: "null" (nowhere: that mass generates
-  # from the vocabulary, as in See et al., whose sources have no EOS) or "target" (the target
-  # EOS, so p(EOS) grows with it; runs saved before this switch existed). Chosen on validation
-  # data: docs/results/multi30k_copy_eos.md. seq2seq/data/copying.py.
-  m.copy_eos = "null"
+  # Decoder add-ons (seq2seq/model/addons.py), "+"-joined specs in any order; "" none. E.g.
+  # "intra(score=dot)+copy(eos=null)". intra(score=SCORE): intra-attention (Cheng et al. 2016;
+  # Paulus et al. 2017), the query s_{i-1} also attends over the decoder's earlier states with a
+  # content score, a context fed to the GRU and the deep output. lexicon(table=train|FILE): the
+  # lexicon bias (Arthur et al. 2016), log(sum_j alpha_ij p_lex(w | x_j) + 0.001) added to the
+  # logits, its table learned from the training split when training starts ("train") or a file
+  # (python -m seq2seq.build_lexicon). copy(eos=null|target): copying from the source
+  # (pointer-generator, See et al. 2017; seq2seq/data/copying.py), the source EOS's attention
+  # copied as nothing ("null", chosen on validation data: docs/results/multi30k_copy_eos.md) or
+  # as the target EOS ("target"); eos may differ at decoding.
+  m.addons = ""
   # Multi-source translation (Zoph and Knight 2016): a corpus of two source languages
   # (data.local.src_lang="en+de") gets a second encoder and attention, their contexts combined by
   # "concat" ([c1 ; c2], Zoph and Knight's) or "gate" (g * c1 + (1 - g) * c2, this project's

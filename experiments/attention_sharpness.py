@@ -83,7 +83,7 @@ def _tables(data, config, workdir: Path) -> dict:
   """The data-built tables a copying or lexicon-biased model is initialised with, as training
   built them (`seq2seq.train`)."""
   tables = {}
-  if config.model.copy:
+  if copying.asked(config.model.addons):
     tables["copy_map"] = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
   if (workdir / lexicon_lib.FILE).is_file():
     tables["lexicon"] = lexicon_lib.Lexicon.load(workdir / lexicon_lib.FILE)

@@ -47,12 +47,12 @@ MODELS: dict[str, dict[str, object]] = {
   "multihead": {"model.attention": "multihead"},
   "coverage": {"model.features": "coverage(fertility=true)+prev_attention"},
   "cgru": {"model.decoder": "cgru"},
-  "intra": {"model.intra_attention": "dot"},
-  "intra_additive": {"model.intra_attention": "additive", "model.decoder": "cgru"},
+  "intra": {"model.addons": "intra(score=dot)"},
+  "intra_additive": {"model.addons": "intra(score=additive)", "model.decoder": "cgru"},
   "tied": {"model.tie_embeddings": True},
-  "lexicon": {"model.lexicon_bias": "train"},
-  "copy": {"model.copy": True},
-  "copy_null_eos": {"model.copy": True, "model.copy_eos": "null"},
+  "lexicon": {"model.addons": "lexicon(table=train)"},
+  "copy": {"model.addons": "copy"},
+  "copy_null_eos": {"model.addons": "copy(eos=null)"},
   "layer_norm": {"model.layer_norm": True},
   "bf16": {"model.dtype": "bfloat16"},
   "dropout": {"model.dropout": 0.2},
@@ -74,10 +74,10 @@ SHORTLIST = ["--config.decode.shortlist={workdir}/lexicon.npz"]
 SHORTLIST += ["--config.decode.shortlist_frequent=20"]
 RUNS: dict[str, tuple[str, list[str], list[str]]] = {
   "demo": ("configs/demo.py", ["--config.train.num_steps=20", "--config.train.log_every=1"], []),
-  "shortlist": (TINY, ["--config.model.lexicon_bias=train"], SHORTLIST),
+  "shortlist": (TINY, ["--config.model.addons=lexicon(table=train)"], SHORTLIST),
   "shortlist_sentence": (
     TINY,
-    ["--config.model.lexicon_bias=train"],
+    ["--config.model.addons=lexicon(table=train)"],
     [*SHORTLIST, "--config.decode.shortlist_scope=sentence"],
   ),
 }

@@ -145,7 +145,7 @@ def markdown(result: dict[str, Any]) -> str:
   """The sweep table: one row per point."""
   rows, baseline = result["configurations"], result["baseline"]
   with_aer = any(r["aer_mean"] is not None for r in rows)
-  with_oov = "model.copy" in result["grid"]  # What copying is for: words the vocabulary lacks.
+  with_oov = sweeps.copies(result["grid"])  # What copying is for: words the vocabulary lacks.
   # Where attention points on real text, which has no gold links (runs evaluated before the
   # metric existed lack it: the column waits until every row has it).
   with_twins = bool(rows) and all(r.get("identical_word_peaks_mean") is not None for r in rows)

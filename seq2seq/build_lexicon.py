@@ -4,7 +4,7 @@ split:
     python -m seq2seq.build_lexicon --workdir=runs/a [--top=100] [--iterations=5] [--out=FILE]
 
 reads the run's own config.json, vocabularies and corpus and writes WORKDIR/lexicon.npz (or
-FILE), the table `decode.shortlist` and `model.lexicon_bias` take.
+FILE), the table `decode.shortlist` and `model.addons=lexicon(table=FILE)` take.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from absl import logging
 
 from seq2seq import saved_format
 from seq2seq.common import files
+from seq2seq.model import addons
 from seq2seq.saved_format import flatten
 
 CHECKSUMS = "checksums.json"
@@ -59,10 +60,12 @@ RESUMABLE_FIELDS = (
 
 # What a run's parameters and vocabularies are made of: evaluating or translating it with a
 # config that differs here would build another model (or read the text with other ids). The
-# model's decoding-time switches may differ.
+# model's decoding-time switches may differ: of `model.addons`, only the add-ons' own
+# decoding-time settings (copying's eos: `addons.AddOn.DECODING_SETTINGS`), which
+# `model_differences` sets aside.
 MODEL_FIELDS = ("model.", "data.src_vocab_size", "data.tgt_vocab_size", "data.tokenizer")
 MODEL_FIELDS += ("data.pretokenizer", "data.sp_model_type", "data.local.src_lang")
-DECODING_SWITCHES = ("model.direction", "model.scan_unroll", "model.copy_eos")
+DECODING_SWITCHES = ("model.direction", "model.scan_unroll", "model.addons")
 
 
 class IncompatibleRunError(ValueError):
@@ -78,13 +81,7 @@ def check_model_config(workdir: Path, config: ml_collections.ConfigDict) -> None
     return
   a = flatten(read_saved_config(path))
   b = flatten(saved_format.canonical(json.loads(config.to_json_best_effort())))
-  differing = [
-    n
-    for n in sorted(set(a) | set(b))
-    if n.startswith(MODEL_FIELDS)
-    and not n.startswith(DECODING_SWITCHES)
-    and a.get(n, "<missing>") != b.get(n, "<missing>")
-  ]
+  differing = model_differences(a, b)
   if differing:
     shown = ", ".join(
       f"{n} ({a.get(n, '-')!r} in the run, {b.get(n, '-')!r} given)" for n in differing[:4]
@@ -94,6 +91,23 @@ def check_model_config(workdir: Path, config: ml_collections.ConfigDict) -> None
       f"--config differs from {path} in {shown}{more}: evaluate and translate a run with the "
       "config it was trained with (decode.* settings may differ)"
     )
+
+
+def model_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+  """The dotted fields where two flat, canonical configs build different models
+  (`MODEL_FIELDS`), leaving out the decoding-time switches (`DECODING_SWITCHES`); their
+  `model.addons` differ when the add-ons or their settings other than the decoding-time ones do
+  (`addons.trained`)."""
+  differing = [
+    n
+    for n in sorted(set(a) | set(b))
+    if n.startswith(MODEL_FIELDS)
+    and not n.startswith(DECODING_SWITCHES)
+    and a.get(n, "<missing>") != b.get(n, "<missing>")
+  ]
+  if addons.trained(a.get("model.addons", "")) != addons.trained(b.get("model.addons", "")):
+    differing = sorted([*differing, "model.addons"])
+  return differing
 
 
 def read_saved_config(path: Path) -> dict[str, Any]:

@@ -10,7 +10,9 @@ lists the versions, each with the step that migrates to it:
 1. components own their settings (`model.score`, `model.attention`, `model.features` and
    `train.loss_terms` are specs), no version field;
 2. the file carries `format_version`;
-3. `decode.length_norm_alpha` became the spec `decode.length_penalty`.
+3. `decode.length_norm_alpha` became the spec `decode.length_penalty`;
+4. the add-ons' switches (`model.intra_attention`, `model.lexicon_bias`, `model.copy`,
+   `model.copy_eos`) became one spec list, `model.addons`.
 
 `upgrade(saved)` applies the steps from the saved version on (a version newer than this code's
 is refused), drops `REMOVED_FIELDS` and fills every field missing with `ADDED_FIELDS`: the
@@ -31,7 +33,7 @@ from typing import Any
 from configs import default
 from seq2seq.common import registry
 from seq2seq.decoding import length_penalties
-from seq2seq.model import alignment_features, models, scores, structures
+from seq2seq.model import addons, alignment_features, scores, structures
 from seq2seq.training import objective, softmax
 
 FIELD = "format_version"
@@ -230,8 +232,10 @@ def the_file_carries_its_version(saved: dict[str, Any]) -> dict[str, Any]:
   return saved
 
 
+# The add-on switches that version 4 moved into `model.addons`.
+ADDON_FIELDS = ("intra_attention", "lexicon_bias", "copy", "copy_eos")
 # Fields that a version step after the first reads from an old config and replaces.
-REPLACED_FIELDS = ("decode.length_norm_alpha",)
+REPLACED_FIELDS = ("decode.length_norm_alpha",) + tuple(f"model.{f}" for f in ADDON_FIELDS)
 
 
 def length_penalties_by_name(saved: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +248,28 @@ def length_penalties_by_name(saved: dict[str, Any]) -> dict[str, Any]:
   return saved
 
 
+def addons_in_one_list(saved: dict[str, Any]) -> dict[str, Any]:
+  """Version 4: the add-ons' switches became one spec list, `model.addons`.
+
+  `model.intra_attention=S` reads as "intra(score=S)", `model.lexicon_bias=T` as
+  "lexicon(table=T)" and `model.copy=true` as "copy(eos=E)" with E its `model.copy_eos`; "" and
+  "none" are off, and copy_eos goes with copy off. A config saved before copy_eos existed copied
+  the source EOS as the target EOS, so it reads as "copy(eos=target)"."""
+  model = saved.get("model")
+  if model is None:
+    return saved
+  old = {key: model.pop(key, None) for key in ADDON_FIELDS}
+  parts = []
+  if old["intra_attention"] not in (None, "", "none"):
+    parts.append(f"intra(score={old['intra_attention']})")
+  if old["lexicon_bias"] not in (None, "", "none"):
+    parts.append(f"lexicon(table={old['lexicon_bias']})")
+  if old["copy"]:
+    parts.append(f"copy(eos={old['copy_eos'] or 'target'})")
+  model["addons"] = addons.spec_text(addons.specs("+".join(parts)))
+  return saved
+
+
 # The saved format's versions: step N takes a config saved at version N - 1 to version N. A
 # change that renames or moves fields, changes what a value means, or renames the model's
 # parameters (`Step.params`) is a new step at the end; a field only added or removed needs none.
@@ -252,6 +278,7 @@ HISTORY = History(
     Step(1, components_own_their_settings),
     Step(2, the_file_carries_its_version),
     Step(3, length_penalties_by_name),
+    Step(4, addons_in_one_list),
   ],
   unversioned=lambda saved: 0 if is_legacy(saved) else 1,
 )
@@ -264,10 +291,11 @@ FORMAT_VERSION = HISTORY.current
 # step, which changes nothing for outputs up to 128 words).
 REMOVED_FIELDS = ("model.intra_attention_len",)
 
-# Added settings whose value for a run saved without them differs from today's default.
-# model.copy_eos: copying sent the source EOS's attention to the target EOS ("target") until
-# the switch existed; the default became "null" when it was added.
-OLD_BEHAVIOUR = {"model.copy_eos": "target"}
+# Added settings whose value for a run saved without them differs from today's default. None
+# now: model.copy_eos, "target" for runs saved before it existed (copying sent the source EOS's
+# attention to the target EOS until then; the default became "null"), is read by version 4
+# (`addons_in_one_list`), which moved it into `model.addons`.
+OLD_BEHAVIOUR: dict[str, Any] = {}
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -333,7 +361,8 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
     model["score"] = str(scores.spec(model["score"]))
   if "attention" in model:
     model["attention"] = str(structures.spec(model["attention"]))
-  models.none_as_off(model)
+  if "addons" in model:
+    model["addons"] = addons.spec_text(addons.specs(model["addons"]))
   if "features" in model:
     model["features"] = "+".join(str(s) for s in alignment_features.specs(model["features"]))
   if "softmax" in train:
@@ -348,9 +377,10 @@ def canonical(saved: dict[str, Any]) -> dict[str, Any]:
 
 
 # Settings of a mechanism that change nothing while the switch named beside them is off in both
-# configs: a run saved with another value is the same run (the plain runs saved before
-# copy_eos's default changed are read as "target"). Read by `checkpoints` on resuming.
-INERT_UNLESS = {"model.copy_eos": "model.copy"}
+# configs: a run saved with another value is the same run. Read by `checkpoints` on resuming.
+# None now: model.copy_eos (inert without model.copy) moved into the add-on list at version 4,
+# where an add-on that is off has no settings to differ.
+INERT_UNLESS: dict[str, str] = {}
 
 # Loss-term states that checkpoints saved before terms kept their own states held at the top of
 # the tree: saved key -> the term whose state it is (REINFORCE's reward baseline).

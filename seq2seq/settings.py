@@ -31,6 +31,7 @@ from seq2seq import saved_format
 from seq2seq.data import input_pipeline, lexicon
 from seq2seq.decoding import decode, ensemble, inference, length_penalties
 from seq2seq.model import (
+  addons,
   alignment_features,
   decoders,
   encoders,
@@ -152,13 +153,16 @@ def validate(config: Config) -> RunSettings:
     raise ValueError(
       f"decode.shortlist_scope={dec.shortlist_scope!r} is not one of {lexicon.SHORTLIST_SCOPES}"
     )
-  if model.copy and softmax.make(config.train.softmax).name != "full":
+  if model.extends_vocabulary and softmax.make(config.train.softmax).name != "full":
     raise ValueError(
-      f"model.copy needs train.softmax=full: its extended vocabulary has no sampled form "
-      f"(got {config.train.softmax!r})"
+      f"model.addons={model.addon_spec} needs train.softmax=full: its extended vocabulary has no "
+      f"sampled form (got {config.train.softmax!r})"
     )
-  if model.copy and dec.shortlist:
-    raise ValueError("model.copy decodes over the extended vocabulary: leave decode.shortlist off")
+  if model.extends_vocabulary and dec.shortlist:
+    raise ValueError(
+      f"model.addons={model.addon_spec} decodes over the extended vocabulary: leave "
+      "decode.shortlist off"
+    )
   # Beam search stops once no open beam can beat the best finished output; that bound assumes a
   # coverage penalty that never rises as an output grows, which a negative beta breaks. Each
   # length penalty checks its own settings (a negative alpha fails there).
@@ -204,6 +208,7 @@ def components_help() -> str:
     ("model.attention", structures.REGISTRY),
     ("model.normaliser", normalisers.REGISTRY),
     ("model.features", alignment_features.REGISTRY),
+    ("model.addons", addons.REGISTRY),
     ("train.loss_terms", objective.REGISTRY),
     ("train.softmax", softmax.REGISTRY),
     ("decode.length_penalty", length_penalties.REGISTRY),

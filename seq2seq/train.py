@@ -617,16 +617,17 @@ def initial_states(
   members: Members, data: input_pipeline.Data, runtime: rt.Runtime, *, resumed: bool
 ) -> list[train_state.TrainState]:
   """Each member's freshly initialised train state (what a resumed run restores into). The
-  copying model's source -> target map and the learned lexicon (`model.lexicon_bias=train`,
+  copying model's source -> target map and the learned lexicon (`lexicon(table=train)`,
   learned on a fresh start only: a resumed run restores it) are saved with the parameters; the
   lexicon also as WORKDIR/lexicon.npz."""
   model = members.runs[0].model
   sizes = (data.src_tokenizer.size, data.tgt_tokenizer.size)
   copy_map = table = None
-  if model.copy:
+  bias = model.addon("lexicon")
+  if model.addon(copying.ADDON):
     copy_map = copying.vocab_map(data.src_tokenizer, data.tgt_tokenizer)
-  if model.lexicon_bias == addons.LEXICON_FROM_TRAINING and not resumed:
-    console.say("lexicon: learning IBM Model 1 from the training split (model.lexicon_bias=train)")
+  if bias and bias.settings.table == addons.LEXICON_FROM_TRAINING and not resumed:
+    console.say("lexicon: learning IBM Model 1 from the training split (lexicon(table=train))")
     table = lexicon_lib.build(data)
     if jax.process_index() == 0:
       for wd in members.workdirs:

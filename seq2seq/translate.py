@@ -523,7 +523,7 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
       continue
     src_ids.append(_encode_sources(t, source))
     ids = t.tgt_tok.encode(target)
-    if t.run.model.copy:  # Words outside the vocabulary are scored as copies.
+    if t.run.model.addon(copying.ADDON):  # Words outside the vocabulary are scored as copies.
       tokens = (t.tgt_tok.tokenize(target), t.src_tok.tokenize(source), t.tgt_tok.size)
       ids = copying.copy_targets(ids, *tokens)
     tgt_ids.append(ids)

@@ -346,7 +346,7 @@ def components_page() -> str:
       f"Registered in `{module}` ({{py:mod}}`{module}`); the field takes "
       + (
         "a spec"
-        if field not in ("model.features", "train.loss_terms")
+        if field not in ("model.features", "model.addons", "train.loss_terms")
         else 'a "+"-joined list of specs ("" is none)'
       )
       + f', e.g. `--config.{field}="{reg.names()[0]}"`.',

@@ -42,7 +42,7 @@ from experiments.lib import stats
 from experiments.lib.runs import Run
 from seq2seq import checkpoints
 from seq2seq.common import registry
-from seq2seq.data import input_pipeline, metrics
+from seq2seq.data import copying, input_pipeline, metrics
 
 TRAININGS = ("together", "sequential")
 # Keys of the test split's results.json averaged over a point's seeds (row keys KEY_mean, KEY_std).
@@ -98,8 +98,8 @@ class Sweep:
 
   def decoding(self, point: Point) -> dict[str, Any]:
     """What a decoding point changes from the point it decodes (its `--decode` settings), which
-    win over `--set`: `--set model.copy_eos=target --decode model.copy_eos=null` trains with one
-    and decodes copies with the other. Empty for a trained point."""
+    win over `--set`: `--set model.addons=copy(eos=target) --decode model.addons=copy(eos=null)`
+    trains with one and decodes copies with the other. Empty for a trained point."""
     if point.decode_from is None:
       return {}
     source = self.point(point.decode_from).overrides
@@ -149,6 +149,8 @@ class Sweep:
         raise ValueError(
           f"{point.name} decodes {point.decode_from!r}: not a trained point before it"
         )
+      else:
+        decoded_model_check(self, point)
       for run in self.runs(point):
         differing = saved_config_differences(run)
         if differing:
@@ -156,6 +158,22 @@ class Sweep:
             f"{run.workdir} holds a run trained with other settings ({', '.join(differing)}); "
             "delete it to train this point again, or sweep with the settings it was trained with"
           )
+
+
+def decoded_model_check(sweep: Sweep, point: Point) -> None:
+  """Raises ValueError where a decoding point's runs would build another model than the runs
+  it decodes: `--decode model.addons=...` may change an add-on's decoding-time settings only
+  (`checkpoints.model_differences`)."""
+
+  def flat(run: Run) -> dict[str, Any]:
+    return checkpoints.flatten(json.loads(run.config().to_json_best_effort()))
+
+  source = sweep.runs(point.decode_from)[0]
+  if differing := checkpoints.model_differences(flat(source), flat(sweep.runs(point)[0])):
+    raise ValueError(
+      f"{point.name} decodes {point.decode_from!r} with another model ({', '.join(differing)}): "
+      "--decode may change decoding-time settings only"
+    )
 
 
 def saved_config_differences(run: Run) -> list[str]:
@@ -186,6 +204,12 @@ def grid_points(grid: dict[str, Sequence[str]]) -> list[Point]:
     name = "+".join(f"{label}={_value_name(v)}" for label, v in zip(labels, values, strict=True))
     points.append(Point(name, dict(zip(grid, values, strict=True))))
   return points
+
+
+def copies(grid: dict[str, Sequence[str]]) -> bool:
+  """Whether a sweep's grid turns copying on and off: `model.addons` values naming copy, or
+  `model.copy` (studies run before the add-ons became one list)."""
+  return "model.copy" in grid or any(copying.asked(v) for v in grid.get("model.addons", ()))
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:

@@ -101,9 +101,9 @@ def forward_flops_per_token(
   if m.name == "rnnsearch":
     keys, attention = _score_flops(scores.spec(m.score), dd, h, a, s, per_src)
   intra = 0.0
-  intra_spec = models.ModelSettings.from_config(m).intra_attention  # "none" read as off.
-  if intra_spec:  # d_i over the T past states, fed to the GRU and the deep output.
-    spec = scores.spec(intra_spec)
+  intra_addon = models.ModelSettings.from_config(m).addon("intra")
+  if intra_addon:  # d_i over the T past states, fed to the GRU and the deep output.
+    spec = scores.spec(intra_addon.settings.score)
     intra_keys, intra_attention = _score_flops(spec, dd, dd, a, tgt_len, 1.0)
     intra = intra_keys + intra_attention + 2 * dd * 3 * dd + 2 * dd * 2 * mo
   deep_output = 2 * (dd + e + h) * 2 * mo  # U_o s + V_o E y + C_o c, each to 2M before maxout.

@@ -1,4 +1,5 @@
-"""Copying from the source (pointer-generator, See et al. 2017; Gu et al. 2016), `model.copy`.
+"""Copying from the source (pointer-generator, See et al. 2017; Gu et al. 2016), the add-on
+`model.addons=copy`.
 
 At step i the model mixes its vocabulary distribution with the attention:
 
@@ -31,10 +32,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seq2seq.common import registry
 from seq2seq.data import tokenizer as tok
 
 COPY_EPS = 1e-20  # Floor of the copy mass inside the log: exact 0 would give -inf on both sides.
-COPY_EOS = ("target", "null")  # `model.copy_eos`: see `mix`.
+COPY_EOS = ("target", "null")  # `copy(eos=...)`: see `mix`.
+ADDON = "copy"  # The add-on's name in `model.addons` (`seq2seq.model.addons.Copying`).
+
+
+def asked(addons: str) -> bool:
+  """Whether a `model.addons` string lists copying (what the data needs to know: its training
+  targets are copying targets). The model parses the list itself (`addons.specs`)."""
+  parts = registry.split_top_level(str(addons), "+")
+  return any(part.split("(", 1)[0].strip() == ADDON for part in parts)
 
 
 def vocab_map(src_tok: tok.Tokenizer, tgt_tok: tok.Tokenizer) -> np.ndarray:
@@ -84,11 +94,11 @@ def mix(
   [..., V], the attention [..., S] and the gate's logit [...] (p_gen = sigmoid of it); leading
   axes B (and T in training).
 
-  The source EOS maps to the target EOS, so its attention is copied as EOS (`model.copy_eos=
-  "target"`). RNNsearch models also use the source EOS as a null position to rest attention on,
-  and See et al.'s sources have no EOS at all; with `null_eos` its mass a_eos is copied as
-  nothing and generates instead: p(w) = (p_gen + (1 - p_gen) a_eos) p_vocab(w) + (1 - p_gen)
-  sum over the other positions (`model.copy_eos="null"`)."""
+  The source EOS maps to the target EOS, so its attention is copied as EOS
+  (`copy(eos=target)`). RNNsearch models also use the source EOS as a null position to rest
+  attention on, and See et al.'s sources have no EOS at all; with `null_eos` its mass a_eos is
+  copied as nothing and generates instead: p(w) = (p_gen + (1 - p_gen) a_eos) p_vocab(w) +
+  (1 - p_gen) sum over the other positions (`copy(eos=null)`)."""
   lead, vocab, src_len = logits.shape[:-1], logits.shape[-1], alpha.shape[-1]
   ext = ext_BS.reshape(ext_BS.shape[:1] + (1,) * (alpha.ndim - 2) + ext_BS.shape[1:])
   ext = jnp.broadcast_to(ext, alpha.shape).reshape(-1, src_len)

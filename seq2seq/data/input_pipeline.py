@@ -44,7 +44,7 @@ from grain._src.python.experimental.index_shuffle.python import (
 )
 
 from seq2seq.common import registry
-from seq2seq.data import builders, store, synthetic, wmt14
+from seq2seq.data import builders, copying, store, synthetic, wmt14
 from seq2seq.data import tokenizer as tokenizer_lib
 
 SPLIT_NAMES = tuple(builders.SPLITS)  # "train", "valid", "test"
@@ -180,8 +180,8 @@ LONG_TEST = "test_long"  # The long-sentence evaluation split (`data.long_test_m
 class DataSettings:
   """The `config.data` section, typed (configs/default.py says what each field means), with the
   two settings from elsewhere that loading the data reads: the run's `seed` (folded into the
-  shuffle) and `model.copy` (copying targets). `from_config` builds it once from a run's
-  config; everything below it reads this."""
+  shuffle) and whether `model.addons` copies (copying targets). `from_config` builds it once
+  from a run's config; everything below it reads this."""
 
   corpus: str
   src_vocab_size: int
@@ -225,7 +225,7 @@ class DataSettings:
       {**dict(d.items()), **sections},
       "data",
       seed=int(config.seed),
-      copy=bool(config.model.copy),
+      copy=copying.asked(config.model.addons),
     )
 
   @property
@@ -274,7 +274,7 @@ def subword_sampling(d: DataSettings) -> SubwordSampling | None:
     )
   if d.copy:
     raise ValueError(
-      "data.subword_sampling and model.copy are not combined (copy targets are "
+      "data.subword_sampling and model.addons=copy are not combined (copy targets are "
       "spelled in the deterministic segmentation)"
     )
   return sampling

@@ -198,8 +198,8 @@ def load(
   models = [restore_member(workdir).model() for workdir in workdirs(dec)]
   if len({m.extends_vocabulary for m in models}) > 1:
     raise ValueError(
-      "ensemble members must all copy from the source (model.copy) or none: their outputs span "
-      "different vocabularies"
+      "ensemble members must all copy from the source (model.addons=copy) or none: their "
+      "outputs span different vocabularies"
     )
   ensemble = Ensemble(models, dec.ensemble_combination, attention_setting(dec))
   graphdef, params = nnx.split(ensemble, nnx.Param)

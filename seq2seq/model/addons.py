@@ -14,13 +14,15 @@ the order of `ORDER` (a hook an add-on does not need is the base class's no-op):
   `feed_back(y)` maps an output id to the id fed to the next step. The lexicon bias (Arthur et
   al. 2016) and copying (See et al. 2017) are the two.
 
-An add-on is a frozen dataclass the model holds as a static attribute, made by `make(cfg)` when
-the model settings ask for it (`model.intra_attention`, `model.lexicon_bias`, `model.copy`).
+`model.addons` lists the add-ons of a run as "+"-joined specs with their own settings
+(`intra(score=dot)+copy(eos=null)`), in any order: `specs` sorts them into `ORDER`. An add-on
+is a frozen dataclass holding its `Settings`, which the model keeps as a static attribute.
 `build(model, ...)` adds its parameters to the model under the names it declares in `PARAMS`, at
 its kind's place in the model's build order (which fixes the random numbers every parameter
 draws), so the parameter tree, and every checkpoint, is the model's own flat one; the hooks read
-them from the model. A new add-on is one class, its `@register` line (with its kind) and its
-test.
+them from the model. What it needs of the model (attention, tables, one source) it declares in
+class attributes that `models.ModelSettings.check` reads. A new add-on is one class in this
+file, its `@register` line (with its kind) and its test.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from seq2seq.common import registry
 from seq2seq.data import copying
 from seq2seq.data.tokenizer import UNK_ID
 from seq2seq.model import attention, layers, scores
@@ -43,11 +46,13 @@ CONTEXT, OUTPUT = "context", "output"  # The two kinds.
 # (Arthur et al.'s 0.001, which keeps unlikely words possible).
 LEXICON_TOP = 20
 LEXICON_EPS = 1e-3
-# `model.lexicon_bias` naming the table learned from the run's own training split when training
+# `lexicon(table=train)`: the table learned from the run's own training split when training
 # starts (`lexicon.build`), rather than a table file.
 LEXICON_FROM_TRAINING = "train"
 
-ADDONS: dict[str, type[AddOn]] = {}
+REGISTRY: registry.Registry[AddOn] = registry.Registry("add-on", field="model.addons")
+names = REGISTRY.names  # The registered add-ons, in registration order.
+get = REGISTRY.get  # The add-on class registered under a name.
 ORDER: list[str] = []  # Registration order: context providers first, then output modifiers.
 
 
@@ -55,15 +60,35 @@ def register(name: str, kind: str):
   """Class decorator adding an add-on under `name`, of kind `CONTEXT` or `OUTPUT`."""
 
   def add(cls: type[AddOn]) -> type[AddOn]:
-    if name in ADDONS:
-      raise ValueError(f"add-on {name!r} is registered twice")
-    cls.name, cls.kind = name, kind
-    ADDONS[name] = cls
+    REGISTRY.register(name)(cls)
+    cls.kind = kind
     ORDER.append(name)
-    ORDER.sort(key=lambda n: ADDONS[n].kind != CONTEXT)  # Stable: registration order in a kind.
+    ORDER.sort(key=lambda n: get(n).kind != CONTEXT)  # Stable: registration order in a kind.
     return cls
 
   return add
+
+
+def specs(text: str) -> tuple[registry.Spec, ...]:
+  """The add-ons a `model.addons` string turns on, in `ORDER` (so the order written changes
+  nothing); an add-on named twice is refused."""
+  return tuple(sorted(REGISTRY.specs(text), key=lambda s: ORDER.index(s.name)))
+
+
+def spec_text(found: tuple[registry.Spec, ...]) -> str:
+  """The canonical `model.addons` string of `found`."""
+  return "+".join(str(s) for s in found)
+
+
+def trained(text: str) -> str:
+  """The canonical `model.addons` string of `text` with every add-on's decoding-time settings
+  (`AddOn.DECODING_SETTINGS`) at their defaults: what a run's parameters depend on."""
+  out = []
+  for found in specs(text):
+    defaults = type(found.settings)()
+    reset = {name: getattr(defaults, name) for name in get(found.name).DECODING_SETTINGS}
+    out.append(dataclasses.replace(found, settings=dataclasses.replace(found.settings, **reset)))
+  return spec_text(tuple(out))
 
 
 class FrozenTable(nnx.Param):
@@ -85,17 +110,20 @@ class AddOn(abc.ABC):
 
   name: ClassVar[str]
   kind: ClassVar[str]
+  Settings: ClassVar[type] = registry.NoSettings  # The add-on's own settings.
   PARAMS: ClassVar[tuple[str, ...]] = ()
   # Whether the scores span an extended vocabulary [..., V + S] (copying) rather than V.
   extends_vocabulary: ClassVar[bool] = False
-  # Model settings that turn it on (what `make` reads), for the contract tests every add-on
-  # passes (tests/model/test_contracts.py).
-  enabling: ClassVar[dict[str, Any]] = {}
+  # What it needs of the model (`models.ModelSettings.check` reads these): attention weights
+  # (`uses_attention`), the tables `build_model` hands over (`takes_tables`), and whether it
+  # works with two source languages.
+  needs_attention: ClassVar[bool] = False
+  needs_tables: ClassVar[bool] = False
+  reads_two_sources: ClassVar[bool] = False
+  # Settings a decode may change against the checkpoint: the parameters do not depend on them.
+  DECODING_SETTINGS: ClassVar[tuple[str, ...]] = ()
 
-  @classmethod
-  @abc.abstractmethod
-  def make(cls, cfg: Any) -> AddOn | None:
-    """The add-on the model settings `cfg` ask for, or None."""
+  settings: Any = registry.NoSettings()
 
   @abc.abstractmethod
   def build(self, model, cfg, src_vocab: int, tgt_vocab: int, annot: int, *, rngs, tables):
@@ -158,24 +186,32 @@ class IntraMemory(NamedTuple):
   count: jax.Array  # [B] int32 how many are stored.
 
 
-@register("intra_attention", CONTEXT)
+@register("intra", CONTEXT)
 @dataclasses.dataclass(frozen=True)
 class IntraAttention(ContextProvider):
-  """Attention over the decoder's own past states (`model.intra_attention=SCORE`): its score
+  """Attention over the decoder's own past states (`model.addons=intra(score=SCORE)`): its score
   (`model.intra_score`), and its context d_i entering the GRU input (`model.intra_proj`) and
   the deep output (`model.d_o`)."""
 
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    score: str = "dot"  # A content score's spec (`model.score`'s choices but the positional).
+
+    def __post_init__(self):
+      parsed = scores.spec(self.score)
+      if scores.get(parsed.name).positional:
+        raise ValueError(
+          f"score={self.score}: a positional score cannot attend over the decoder's past; use "
+          "a content score (additive, dot, general, ...)"
+        )
+      object.__setattr__(self, "score", str(parsed))  # Canonical: equal scores print alike.
+
   PARAMS: ClassVar[tuple[str, ...]] = ("intra_score", "intra_proj", "d_o")
-
-  enabling: ClassVar[dict[str, Any]] = {"intra_attention": "dot"}
-
-  @classmethod
-  def make(cls, cfg):
-    return cls() if cfg.intra_attention else None
+  settings: Settings = Settings()
 
   def build(self, model, cfg, src_vocab, tgt_vocab, annot, *, rngs, tables):
     d = cfg.dec_hidden
-    model.intra_score = scores.make_score(cfg.intra_attention, d, d, cfg, rngs=rngs)
+    model.intra_score = scores.make_score(self.settings.score, d, d, cfg, rngs=rngs)
     model.intra_proj = layers.dense(d, 3 * d, cfg, rngs=rngs)
     model.d_o = layers.dense(d, 2 * cfg.maxout_dim, cfg, rngs=rngs)
 
@@ -225,21 +261,29 @@ class IntraAttention(ContextProvider):
     return IntraMemory(values_BLD, keys_BLK, count_B + 1)
 
 
-@register("lexicon_bias", OUTPUT)
+@register("lexicon", OUTPUT)
 @dataclasses.dataclass(frozen=True)
 class LexiconBias(OutputModifier):
   """Arthur et al.'s bias log(sum_j alpha_ij p_lex(w | x_j) + eps) added to the logits; the
   table (each source word's `LEXICON_TOP` best translations) travels with the parameters, never
   trained (`model.lexicon_ids`, `model.lexicon_probs`). `tables["lexicon"]`: the table
   (`lexicon.Lexicon`); without one, an empty table of the right shape, which training
-  (`model.lexicon_bias=train`) or a checkpoint fills."""
+  (`model.addons=lexicon(table=train)`) or a checkpoint fills."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    # "train": learned from the run's training split when training starts; else a table file
+    # (`python -m seq2seq.build_lexicon`).
+    table: str = LEXICON_FROM_TRAINING
+
+    def __post_init__(self):
+      if not self.table.strip():
+        raise ValueError("table= names a table file, or train")
 
   PARAMS: ClassVar[tuple[str, ...]] = ("lexicon_ids", "lexicon_probs")
-  enabling: ClassVar[dict[str, Any]] = {"lexicon_bias": LEXICON_FROM_TRAINING}
-
-  @classmethod
-  def make(cls, cfg):
-    return cls() if cfg.lexicon_bias else None
+  needs_attention: ClassVar[bool] = True
+  needs_tables: ClassVar[bool] = True
+  settings: Settings = Settings()
 
   def build(self, model, cfg, src_vocab, tgt_vocab, annot, *, rngs, tables):
     table = tables.get("lexicon")
@@ -249,8 +293,9 @@ class LexiconBias(OutputModifier):
     else:
       if table.ids.shape[0] != src_vocab or len(table.by_frequency) != tgt_vocab:
         raise ValueError(
-          f"model.lexicon_bias={cfg.lexicon_bias!r} is a table of {table.ids.shape[0]} source "
-          f"and {len(table.by_frequency)} target words; the model has {src_vocab} and {tgt_vocab}"
+          f"model.addons=lexicon(table={self.settings.table}) is a table of "
+          f"{table.ids.shape[0]} source and {len(table.by_frequency)} target words; the model "
+          f"has {src_vocab} and {tgt_vocab}"
         )
       ids = np.maximum(table.ids[:, :LEXICON_TOP], 0)  # Padding: word 0 (PAD) with p = 0.
       probs = table.probs[:, :LEXICON_TOP]
@@ -283,23 +328,35 @@ class LexiconBias(OutputModifier):
     return logits + jnp.log(p_lex + LEXICON_EPS)
 
 
-@register("copy", OUTPUT)
+@register(copying.ADDON, OUTPUT)
 @dataclasses.dataclass(frozen=True)
 class Copying(OutputModifier):
   """Copying from the source (`seq2seq.data.copying`): the gate p_gen (`model.copy_gate`) and the
   source -> target vocabulary map (`model.copy_map`), kept with the parameters and never
   trained (-1 everywhere until training fills it: `tables["copy_map"]`). The scores become
   log-probabilities over the extended vocabulary [..., V + S]; never over a candidate list
-  (`settings.validate` refuses that). `null_eos`: `model.copy_eos="null"` (`copying.mix`)."""
+  (`settings.validate` refuses that). `eos`: where the source EOS's attention goes
+  (`copying.mix`), a decoding-time setting."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    eos: str = "null"  # "null" (copied as nothing) or "target" (as the target EOS).
+
+    def __post_init__(self):
+      if self.eos not in copying.COPY_EOS:
+        raise ValueError(f"eos={self.eos} is not one of {', '.join(copying.COPY_EOS)}")
 
   PARAMS: ClassVar[tuple[str, ...]] = ("copy_gate", "copy_map")
   extends_vocabulary: ClassVar[bool] = True
-  enabling: ClassVar[dict[str, Any]] = {"copy": True}
-  null_eos: bool = False
+  needs_attention: ClassVar[bool] = True
+  needs_tables: ClassVar[bool] = True
+  DECODING_SETTINGS: ClassVar[tuple[str, ...]] = ("eos",)
+  settings: Settings = Settings()
 
-  @classmethod
-  def make(cls, cfg):
-    return cls(null_eos=cfg.copy_eos == "null") if cfg.copy else None
+  @property
+  def null_eos(self) -> bool:
+    """Whether the source EOS's attention is copied as nothing (`eos=null`)."""
+    return self.settings.eos == "null"
 
   def build(self, model, cfg, src_vocab, tgt_vocab, annot, *, rngs, tables):
     width = annot + cfg.dec_hidden + cfg.emb_dim
@@ -327,6 +384,6 @@ class Copying(OutputModifier):
 
 
 def make_addons(cfg: Any, kind: str) -> dict[str, AddOn]:
-  """The add-ons of `kind` that `cfg` (the `ModelSettings`) asks for, in `ORDER`."""
-  made = {name: ADDONS[name].make(cfg) for name in ORDER if ADDONS[name].kind == kind}
-  return {name: addon for name, addon in made.items() if addon is not None}
+  """The add-ons of `kind` that `cfg` (the `ModelSettings`) lists in `model.addons`, in `ORDER`."""
+  found = sorted(cfg.addons, key=lambda s: ORDER.index(s.name))
+  return {s.name: get(s.name)(s.settings) for s in found if get(s.name).kind == kind}

@@ -68,7 +68,6 @@ import numpy as np
 from flax import nnx
 
 from seq2seq.common import registry
-from seq2seq.data import copying
 from seq2seq.model import (
   addons,
   alignment_features,
@@ -81,15 +80,6 @@ from seq2seq.model import (
 )
 
 MULTI_SOURCE = ("concat", "gate")  # `model.multi_source`: how the two sources' contexts combine.
-# Model fields that are off when "" or "none" (a sweep's name for off: "" cannot be listed).
-OFF_WHEN_NONE = ("lexicon_bias", "intra_attention")
-
-
-def none_as_off(model: dict[str, Any]) -> None:
-  """Writes "none" as "" in a model section's `OFF_WHEN_NONE` fields, in place."""
-  for key in OFF_WHEN_NONE:
-    if model.get(key) == "none":
-      model[key] = ""
 
 
 def restrict(logits: jax.Array, output_mask: jax.Array | None) -> jax.Array:
@@ -566,8 +556,8 @@ def plain(reg: registry.Registry) -> str:
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
   """The `config.model` section, typed (see configs/default.py for each field's meaning): the
-  score, structure and features as `registry.Spec`s. `from_config` checks every rule that
-  involves more than one component."""
+  score, structure, features and add-ons as `registry.Spec`s. `from_config` checks every rule
+  that involves more than one component."""
 
   name: str
   direction: str
@@ -583,14 +573,11 @@ class ModelSettings:
   dropout: float
   dtype: str
   init: str
-  lexicon_bias: str = ""
-  intra_attention: str = ""
   tie_embeddings: bool = False
   layer_norm: bool = False
   decoder: registry.Spec = registry.Spec("paper")
   encoder: registry.Spec = registry.Spec("rnn", encoders.RNNEncoder.Settings())
-  copy: bool = False
-  copy_eos: str = "null"
+  addons: tuple[registry.Spec, ...] = ()  # In `addons.ORDER`.
   normaliser: registry.Spec = registry.Spec("softmax")
   multi_source: str = "concat"
   sources: int = 1  # Source languages of the corpus (not a config.model field: from data.local).
@@ -604,7 +591,6 @@ class ModelSettings:
     if isinstance(model, ModelSettings):
       return model
     given = {**dict(model.items()), "sources": sources}
-    none_as_off(given)
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(given) - set(fields))
     if unknown:
@@ -627,6 +613,7 @@ class ModelSettings:
         "decoder": decoders.spec(given.get("decoder", "paper")),
         "normaliser": normalisers.spec(given.get("normaliser", "softmax")),
         "encoder": encoders.spec(given.get("encoder", "rnn")),
+        "addons": addons.specs(given.get("addons", "")),
       }
     )
     typed.check()
@@ -668,13 +655,6 @@ class ModelSettings:
         f"model.attention={attention!r} has its own score: model.features need one that uses "
         "model.score"
       )
-    if self.intra_attention:
-      intra = scores.spec(self.intra_attention)
-      if scores.get(intra.name).positional:
-        raise ValueError(
-          f"model.intra_attention={self.intra_attention!r}: a positional score cannot attend "
-          "over the decoder's past; use a content score (additive, dot, general, ...)"
-        )
     decoder = decoders.REGISTRY.get(self.decoder.name)
     if self.tie_embeddings and decoder.readout_width(self) != self.emb_dim:
       raise ValueError(
@@ -682,14 +662,7 @@ class ModelSettings:
         f"{decoder.READOUT_FIELD} ({decoder.readout_width(self)}) must equal model.emb_dim "
         f"({self.emb_dim})"
       )
-    if self.intra_attention and not decoder.feeds_context_addons:
-      feeding = [n for n in decoders.names() if decoders.REGISTRY.get(n).feeds_context_addons]
-      raise ValueError(
-        "model.intra_attention attends over the paper decoder's past states: use "
-        f"model.decoder={' or '.join(feeding)} with it"
-      )
-    if self.lexicon_bias and not model.uses_attention:
-      raise ValueError(f"model.lexicon_bias weighs the lexicon by attention: {self.name} has none")
+    self.check_addons(model, decoder)
     if self.multi_source not in MULTI_SOURCE:
       raise ValueError(f"model.multi_source={self.multi_source!r} is not one of {MULTI_SOURCE}")
     if self.sources not in (1, 2):
@@ -703,22 +676,13 @@ class ModelSettings:
         )
       if score.positional:
         raise ValueError(f"model.multi_source needs a content score, not {str(self.score)!r}")
-      if self.copy or self.lexicon_bias or self.intra_attention:
-        raise ValueError("model.multi_source does not combine with copy, lexicon_bias or intra")
+      if one := [str(s) for s in self.addons if not addons.get(s.name).reads_two_sources]:
+        raise ValueError(f"two source languages do not combine with model.addons={one[0]}")
       if not self.encoder.settings.bidirectional:
         raise ValueError(
           "two source languages start the decoder from both backward encoders: "
           "model.encoder needs bidirectional=true"
         )
-    if self.copy_eos not in copying.COPY_EOS:
-      raise ValueError(f"model.copy_eos={self.copy_eos!r} is not one of {copying.COPY_EOS}")
-    if self.copy and not (model.uses_attention and model.takes_tables):
-      copying_models = models_that(lambda cls: cls.uses_attention and cls.takes_tables)
-      raise ValueError(
-        f"model.copy copies through attention: model.name={copying_models}, not {self.name}"
-      )
-    if self.lexicon_bias and not model.takes_tables:
-      raise ValueError(f"model.lexicon_bias: {self.name} runs have no table for the reverse model")
     if structure.sampled and not model.trains_sampled_attention:
       raise ValueError(
         f"model.name={self.name} trains with a differentiable attention; model.attention="
@@ -729,6 +693,38 @@ class ModelSettings:
   def feature_spec(self) -> str:
     """The canonical `model.features` string."""
     return "+".join(str(spec) for spec in self.features)
+
+  @property
+  def addon_spec(self) -> str:
+    """The canonical `model.addons` string."""
+    return addons.spec_text(self.addons)
+
+  def addon(self, name: str) -> registry.Spec | None:
+    """The spec of the add-on `name` if `model.addons` lists it, else None."""
+    return next((spec for spec in self.addons if spec.name == name), None)
+
+  @property
+  def extends_vocabulary(self) -> bool:
+    """Whether an add-on makes the scores span the extended vocabulary V + S (copying)."""
+    return any(addons.get(spec.name).extends_vocabulary for spec in self.addons)
+
+  def check_addons(self, model: type, decoder: type) -> None:
+    """What each add-on of `model.addons` declares it needs of the model and its decoder."""
+    for spec in self.addons:
+      addon = addons.get(spec.name)
+      if addon.needs_attention and not model.uses_attention:
+        attending = models_that(lambda cls: cls.uses_attention)
+        raise ValueError(
+          f"model.addons={spec} reads the attention: model.name={attending}, not {self.name}"
+        )
+      if addon.needs_tables and not model.takes_tables:
+        raise ValueError(f"model.addons={spec}: {self.name} runs have no table for it to hold")
+      if addon.kind == addons.CONTEXT and not decoder.feeds_context_addons:
+        feeding = [n for n in decoders.names() if decoders.REGISTRY.get(n).feeds_context_addons]
+        raise ValueError(
+          f"model.addons={spec} adds a context to every decoder step: use "
+          f"model.decoder={' or '.join(feeding)} with it"
+        )
 
 
 def build_model(
@@ -743,7 +739,7 @@ def build_model(
   """The model `settings` name (its number of sources included); `copy_map` fills a copying
   model's vocabulary map (`copying.vocab_map`), `lexicon` (a `lexicon.Lexicon`) the lexicon
   bias's table. Without them the tables start empty, for training or a checkpoint to fill: this
-  builds a model and reads no file (the caller loads a `model.lexicon_bias` table file)."""
+  builds a model and reads no file (the caller loads a `lexicon(table=FILE)` table file)."""
   if not isinstance(settings, ModelSettings):
     raise TypeError(
       f"build_model takes ModelSettings (settings.validate(config).model, or "

@@ -303,7 +303,7 @@ class CrossEntropy(Term):
   """The cross-entropy of the reference words (with `train.label_smoothing`), always on."""
 
   label_smoothing: float = 0.0
-  copy: bool = False  # The logits span the extended vocabulary V + S (`model.copy`).
+  copy: bool = False  # The logits span the extended vocabulary V + S (`model.addons=copy`).
 
   @classmethod
   def implied(cls, run):
@@ -311,7 +311,7 @@ class CrossEntropy(Term):
 
   @classmethod
   def build(cls, settings, run):
-    return cls(run.label_smoothing, run.model.copy)
+    return cls(run.label_smoothing, run.model.extends_vocabulary)
 
   def __call__(self, p: DirectionPass, ctx):
     vocab = p.logits.shape[-1] - p.batch["src"].shape[1] if self.copy else None

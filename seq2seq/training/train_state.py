@@ -75,10 +75,10 @@ def create_train_state(
   """A fresh state of the run's model and optimiser: parameters initialised from `rng`,
   optimiser state zero, step 0 (`copy_map`: a copying model's vocabulary map,
   `copying.vocab_map`; `lexicon`: the lexicon bias's table learned at the start of training,
-  `model.lexicon_bias=train`; without it, a `model.lexicon_bias` table file is read here)."""
-  bias = run.model.lexicon_bias  # "" when off.
-  if lexicon is None and bias not in ("", addons.LEXICON_FROM_TRAINING):
-    lexicon = lexicon_lib.Lexicon.load(bias)
+  `lexicon(table=train)`; without it, a `lexicon(table=FILE)` table file is read here)."""
+  bias = run.model.addon("lexicon")
+  if lexicon is None and bias and bias.settings.table != addons.LEXICON_FROM_TRAINING:
+    lexicon = lexicon_lib.Lexicon.load(bias.settings.table)
   model = models.build_model(
     run.model,
     src_vocab,

@@ -1,5 +1,5 @@
-"""Copying from the source (pointer-generator, `model.copy`): the extended vocabulary, the mixture,
-decoding, the training targets and the output text."""
+"""Copying from the source (pointer-generator, `model.addons=copy`): the extended vocabulary,
+the mixture, decoding, the training targets and the output text."""
 
 import json
 
@@ -30,7 +30,7 @@ def copy_map():
 
 def copy_model(gate_bias=None, seed=0, copy_eos="target"):
   cfg = tiny.get_config()
-  cfg.model.copy, cfg.model.copy_eos = True, copy_eos
+  cfg.model.addons = f"copy(eos={copy_eos})"
   model = build_model(cfg.model, SRC_VOCAB, VOCAB, rngs=nnx.Rngs(seed), copy_map=copy_map())
   model = randomise(model, seed=seed + 1)  # Leaves the map as built.
   if gate_bias is not None:  # p_gen = sigmoid(gate_bias): -1e4 makes the output a pure copy.
@@ -170,7 +170,7 @@ def test_an_unknown_source_word_is_produced_as_itself(vocabs):
 
 def test_the_input_pipeline_builds_copy_targets_into_tgt_out(tmp_path):
   cfg = tiny.get_config()
-  cfg.model.copy = True
+  cfg.model.addons = "copy"
   cfg.data.tgt_vocab_size = 40  # Most target words unknown: many to copy.
   data = input_pipeline.load_data(data_settings(cfg), tmp_path)
   split = data.splits["train"]
@@ -184,13 +184,19 @@ def test_the_input_pipeline_builds_copy_targets_into_tgt_out(tmp_path):
 
 def test_copy_refuses_settings_it_cannot_serve():
   cfg = tiny.get_config()
-  cfg.model.copy = True
+  cfg.model.addons = "copy"
   cfg.train.softmax = "sampled(size=8)"
-  with pytest.raises(ValueError, match="model.copy needs train.softmax=full"):
+  with pytest.raises(ValueError, match=r"model.addons=copy needs train.softmax=full"):
     settings.validate(cfg)
   cfg.train.softmax = "full"
   cfg.model.name = "agreement"
-  with pytest.raises(ValueError, match="model.copy copies through attention"):
+  with pytest.raises(ValueError, match="model.addons=copy: agreement runs have no table"):
+    settings.validate(cfg)
+  cfg.model.name = "rnnencdec"
+  with pytest.raises(ValueError, match="model.addons=copy reads the attention"):
+    settings.validate(cfg)
+  cfg.model.name, cfg.model.addons = "rnnsearch", "copy(eos=nowhere)"
+  with pytest.raises(ValueError, match="eos=nowhere is not one of target, null"):
     settings.validate(cfg)
 
 
@@ -204,7 +210,7 @@ def test_a_copying_run_trains_evaluates_translates_and_scores(tmp_path):
   from seq2seq import train
 
   cfg = tiny.get_config()
-  cfg.model.copy = True
+  cfg.model.addons = "copy"
   cfg.data.tgt_vocab_size = 40
   cfg.train.num_steps, cfg.train.eval_every, cfg.train.checkpoint_every = 4, 4, 4
   cfg.train.valid_bleu = False  # Decoding is checked below, through the API.
@@ -243,13 +249,13 @@ def test_oov_recall_counts_produced_reference_words_the_vocabulary_lacks(vocabs)
 
 
 def test_the_source_eos_is_copied_as_nothing_by_default_and_as_eos_in_older_runs():
-  """The default is `model.copy_eos="null"`, chosen on the validation rows of
+  """The default is `copy(eos=null)`, chosen on the validation rows of
   experiments/results/multi30k_copy_eos (a copying run decoded both ways). A run saved before
   the switch existed copied the source EOS as the target EOS and still reads so."""
   cfg = tiny.get_config()
-  cfg.model.copy = True
+  cfg.model.addons = "copy"
   run = settings.validate(cfg)
-  assert run.model.copy_eos == "null"
+  assert run.model.addon("copy").settings.eos == "null"
   assert addons.make_addons(run.model, addons.OUTPUT)["copy"].null_eos
   # The built model (the same parameters as `target`'s): with a pure copy (p_gen = 0) the
   # attention on the source EOS (sentence 0's position 4) is copied as nothing and generates,
@@ -265,5 +271,6 @@ def test_the_source_eos_is_copied_as_nothing_by_default_and_as_eos_in_older_runs
   null, as_eos = p_eos(model)[0], p_eos(target)[0]
   assert (as_eos > 1e-3).all() and (null < 0.1 * as_eos).all()
   old = json.loads(cfg.to_json_best_effort())
-  del old["model"]["copy_eos"]
-  assert saved_format.upgrade(old)["model"]["copy_eos"] == "target"
+  del old["model"]["addons"]
+  old["model"]["copy"] = True  # As saved before version 4, without copy_eos.
+  assert saved_format.upgrade(old)["model"]["addons"] == "copy(eos=target)"

@@ -159,8 +159,8 @@ def test_bad_settings_fail_in_one_line(data, match):
 
 def test_refused_with_copying():
   config = config_of(subword_sampling=SAMPLING)
-  config.model.copy = True
-  with pytest.raises(ValueError, match="model.copy"):
+  config.model.addons = "copy"
+  with pytest.raises(ValueError, match="model.addons=copy"):
     settings.validate(config)
 
 

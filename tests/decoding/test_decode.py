@@ -407,7 +407,7 @@ def lexicon_table(tmp_path_factory):
     ("rnnsearch", "soft", ""),
     ("rnnsearch", "monotonic", ""),
     ("rnnencdec", "soft", ""),
-    ("rnnsearch", "soft", "intra+lexicon_bias"),
+    ("rnnsearch", "soft", "intra+lexicon"),
     ("rnnsearch", "soft", "two_sources"),
   ],
 )
@@ -423,8 +423,8 @@ def test_forced_decoding_scores_what_greedy_and_beam_search_reported(
   attention; with two sources (gated) the attention is both maps side by side."""
   src, mask = src_of(batch)
   fields, sources = {}, 1
-  if attend_to == "intra+lexicon_bias":
-    fields = {"intra_attention": "general", "lexicon_bias": lexicon_table}
+  if attend_to == "intra+lexicon":
+    fields = {"addons": f"intra(score=general)+lexicon(table={lexicon_table})"}
   elif attend_to == "two_sources":  # Packed as a batch packs them: source 2 from column S.
     fields, sources = {"multi_source": "gate"}, 2
     src2, mask2 = src_of(

@@ -152,7 +152,7 @@ def test_a_copying_member_and_a_plain_one_are_refused_in_one_line():
   anything."""
   cfg = tiny.get_config()
   plain = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
-  cfg.model.copy = True
+  cfg.model.addons = "copy"
   copying = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   members = {"a": plain, "b": copying}
   with pytest.raises(ValueError, match="must all copy from the source"):

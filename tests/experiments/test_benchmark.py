@@ -104,7 +104,8 @@ def test_the_flop_count_includes_intra_attention(intra: str) -> None:
   """The analytic count against the traced forward pass with the decoder attending to its past."""
   from experiments.lib.configs import apply_overrides
 
-  cfg = apply_overrides(benchmark.make_config("tiny"), {"model.intra_attention": intra})
+  addons = "none" if intra == "none" else f"intra(score={intra})"
+  cfg = apply_overrides(benchmark.make_config("tiny"), {"model.addons": addons})
   length = cfg.data.max_len
   counted = benchmark.forward_flops_per_token(cfg, length, length)
   assert (counted["intra_attention"] > 0) == (intra != "none")

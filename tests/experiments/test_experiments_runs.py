@@ -111,18 +111,20 @@ def test_a_preempted_study_exits_as_a_scheduler_reruns(together, tmp_path, monke
 
 
 def test_a_decoding_copy_resumes_under_its_own_decoding_time_switches(tmp_path):
-  """A sweep's --decode model.copy_eos=null copies a run trained with target and resumes it to
-  evaluate: the copy's config is its own, so the resume check does not refuse the switch."""
+  """A sweep's --decode model.addons=copy(eos=null) copies a run trained with eos=target and
+  resumes it to evaluate: the copy's config is its own, so the resume check does not refuse the
+  switch."""
   from seq2seq import checkpoints
 
-  trained = {"model.copy": True, "model.copy_eos": "target"}
+  trained = {"model.addons": "copy(eos=target)"}
   source = Run("copy-seed0", "configs/tiny.py", trained, tmp_path / "a")
   (source.workdir / "checkpoints" / str(source.config().train.num_steps)).mkdir(parents=True)
   checkpoints.check_and_save_config(source.workdir, source.config())
-  overrides = {"model.copy": True, "model.copy_eos": "null"}
-  run = Run("copy+copy_eos=null-seed0", "configs/tiny.py", overrides, tmp_path / "b")
+  overrides = {"model.addons": "copy(eos=null)"}
+  run = Run("copy+eos=null-seed0", "configs/tiny.py", overrides, tmp_path / "b")
   assert runs_lib.seed_from(run, source)
   checkpoints.check_and_save_config(run.workdir, run.config())  # What train's resume calls.
   saved = json.loads((run.workdir / "config.json").read_text())
-  assert saved["model"]["copy_eos"] == "null"
-  assert checkpoints.saved_config_differences(source.workdir, run.config()) == ["model.copy_eos"]
+  assert saved["model"]["addons"] == "copy(eos=null)"
+  assert checkpoints.saved_config_differences(source.workdir, run.config()) == ["model.addons"]
+  checkpoints.check_model_config(source.workdir, run.config())  # The same model decodes.

@@ -189,18 +189,22 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
 
 
 def test_sweep_decodes_again_under_the_models_decoding_time_switches(tmp_path):
-  """--decode takes model.copy_eos (a switch checkpoints allow at decoding), not model.score."""
+  """--decode takes copying's eos (a setting checkpoints allow at decoding), not model.score,
+  nor another add-on list."""
   grid = grid_sweep.GridSweep(grid_sweep.__doc__)
-  args = ["--config=configs/tiny.py", "--grid", "model.copy=true", "--out", str(tmp_path)]
+  args = ["--config=configs/tiny.py", "--grid", "model.addons=copy(eos=target)"]
+  args += ["--out", str(tmp_path)]
   parse = lambda *more: driver.parser(grid).parse_args([*args, *more])
-  points = grid.points(parse("--decode", "model.copy_eos=null"))
+  points = grid.points(parse("--decode", "model.addons=copy(eos=null)"))
   assert [(p.name, p.decode_from) for p in points] == [
-    ("copy=true", None),
-    ("copy=true+copy_eos=null", "copy=true"),
+    ("addons=copy-eos-target-", None),
+    ("addons=copy-eos-target-+addons=copy-eos-null-", "addons=copy-eos-target-"),
   ]
-  assert points[1].overrides == {"model.copy": True, "model.copy_eos": "null"}
+  assert points[1].overrides == {"model.addons": "copy(eos=null)"}
   with pytest.raises(ValueError, match=r"not model\.score"):
     grid.points(parse("--decode", "model.score=dot"))
+  with pytest.raises(ValueError, match=r"with another model \(model\.addons\)"):
+    driver.plan(grid, parse("--decode", "model.addons=copy+intra"))
 
 
 @pytest.mark.slow
@@ -303,14 +307,15 @@ def test_score_study_points_are_named_by_score(tmp_path):
 
 
 def test_set_trains_with_one_value_and_decode_decodes_copies_with_another(tmp_path):
-  """`--set model.copy_eos=target --decode model.copy_eos=null`: the trained point keeps the
-  --set value, its decoding copies the --decode one; a --set against a grid value is refused."""
+  """`--set model.addons=copy(eos=target) --decode model.addons=copy(eos=null)`: the trained
+  point keeps the --set value, its decoding copies the --decode one; a --set against a grid
+  value is refused."""
   grid = grid_sweep.GridSweep(grid_sweep.__doc__)
-  args = ["--config=configs/tiny.py", "--grid", "model.copy=true", "--out", str(tmp_path)]
-  more = ["--set", "model.copy_eos=target", "--decode", "model.copy_eos=null"]
+  args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--out", str(tmp_path)]
+  more = ["--set", "model.addons=copy(eos=target)", "--decode", "model.addons=copy(eos=null)"]
   sweep = driver.plan(grid, driver.parser(grid).parse_args([*args, *more]))
-  trained, decoded = (sweep.runs(p)[0].config().model.copy_eos for p in sweep.points)
-  assert (trained, decoded) == ("target", "null")
-  clash = driver.parser(grid).parse_args([*args, "--set", "model.copy=false"])
-  with pytest.raises(ValueError, match=r"--set model\.copy would override point copy=true's"):
+  trained, decoded = (sweep.runs(p)[0].config().model.addons for p in sweep.points)
+  assert (trained, decoded) == ("copy(eos=target)", "copy(eos=null)")
+  clash = driver.parser(grid).parse_args([*args, "--set", "model.score=dot"])
+  with pytest.raises(ValueError, match=r"--set model\.score would override point score=additive's"):
     driver.plan(grid, clash)

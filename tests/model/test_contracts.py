@@ -1,4 +1,4 @@
-"""Contracts every decoder (`decoders.REGISTRY`) and every add-on (`addons.ADDONS`) keeps, on a
+"""Contracts every decoder (`decoders.REGISTRY`) and every add-on (`addons.REGISTRY`) keeps, on a
 tiny model of each pair, parametrised from the registries so a new component is tested here for
 free: search's step-by-step decoder gives the teacher-forced scores, a checkpoint restores the
 same outputs, and a bfloat16 compute dtype runs with finite outputs. A pair the settings refuse
@@ -23,12 +23,12 @@ IDS = [f"{d}-{a}" for d, a in CASES]
 
 
 def config(decoder: str, addon: str, dtype: str = "float32"):
-  """configs/tiny.py with `decoder`, the add-on turned on as it declares (`AddOn.enabling`) and
-  the compute dtype; skips a pair the model settings refuse."""
+  """configs/tiny.py with `decoder`, the add-on turned on from its default spec (its name alone:
+  `model.addons=NAME`) and the compute dtype; skips a pair the model settings refuse."""
   cfg = tiny.get_config()
   cfg.model.decoder, cfg.model.dtype = decoder, dtype
   if addon != "none":
-    cfg.model.update(addons.ADDONS[addon].enabling)
+    cfg.model.addons = addon
   try:
     models.ModelSettings.from_config(cfg.model)
   except ValueError as e:
@@ -49,15 +49,49 @@ def batch() -> dict:
   return {k: jnp.asarray(v) for k, v in b.items()}
 
 
-def test_every_addon_declares_how_it_is_turned_on():
+def test_every_addon_is_built_from_its_default_spec_and_only_when_listed():
+  assert sorted(addons.ORDER) == sorted(addons.names())
   for name in addons.ORDER:
-    cls = addons.ADDONS[name]
+    cls = addons.get(name)
     cfg = tiny.get_config()
-    assert not any(isinstance(a, cls) for a in addons.make_addons(cfg.model, cls.kind).values())
-    assert cls.enabling, f"add-on {name} declares no `enabling` settings"
-    cfg.model.update(cls.enabling)
+    plain = models.ModelSettings.from_config(cfg.model)
+    assert not any(isinstance(a, cls) for a in addons.make_addons(plain, cls.kind).values())
+    cfg.model.addons = name
     made = addons.make_addons(models.ModelSettings.from_config(cfg.model), cls.kind)
-    assert isinstance(made.get(name), cls)
+    assert isinstance(made.get(name), cls) and made[name].settings == cls.Settings()
+
+
+@pytest.mark.parametrize("addon", addons.ORDER)
+def test_the_settings_refuse_what_an_add_on_declares_it_cannot_serve(addon):
+  """What an add-on declares it needs (`needs_attention`, `needs_tables`, `reads_two_sources`)
+  is what `ModelSettings.check` refuses, each in one line naming the add-on."""
+  cls = addons.get(addon)
+  cfg = tiny.get_config()
+  cfg.model.addons = addon
+  cases = [("name", "rnnencdec", cls.needs_attention), ("name", "agreement", cls.needs_tables)]
+  for field, value, refused in cases:
+    changed = tiny.get_config()
+    changed.model.addons, changed.model[field] = addon, value
+    if refused:
+      with pytest.raises(ValueError, match=f"model.addons={addon}"):
+        models.ModelSettings.from_config(changed.model)
+  if not cls.reads_two_sources:
+    with pytest.raises(ValueError, match=f"do not combine with model.addons={addon}"):
+      models.ModelSettings.from_config(cfg.model, sources=2)
+
+
+def test_the_order_an_add_on_list_is_written_in_changes_nothing():
+  """`model.addons` lists add-ons in any order: they are read in `addons.ORDER` (context
+  providers, then output modifiers), so the model and its random initialisation are the same."""
+  cfg = tiny.get_config()
+  cfg.model.addons = "+".join(reversed(addons.ORDER))
+  written = models.ModelSettings.from_config(cfg.model)
+  assert [s.name for s in written.addons] == addons.ORDER
+  cfg.model.addons = "+".join(addons.ORDER)
+  assert models.ModelSettings.from_config(cfg.model) == written
+  cfg.model.addons = f"{addons.ORDER[0]}+{addons.ORDER[0]}"
+  with pytest.raises(ValueError, match="twice"):
+    models.ModelSettings.from_config(cfg.model)
 
 
 @pytest.mark.parametrize(("decoder", "addon"), CASES, ids=IDS)

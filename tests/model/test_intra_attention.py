@@ -1,4 +1,4 @@
-"""Intra-attention over the decoder's own past (Cheng et al. 2016, `model.intra_attention`)."""
+"""Intra-attention over the decoder's own past (Cheng et al. 2016, `model.addons=intra`)."""
 
 import jax
 import jax.numpy as jnp
@@ -17,14 +17,14 @@ VOCAB = 30
 
 def intra_model(score="dot", seed=0):
   cfg = tiny.get_config()
-  cfg.model.intra_attention = score
+  cfg.model.addons = f"intra(score={score})"
   return randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(seed)), seed=seed)
 
 
 def intra_context(model, state):
   """The intra-attention context d_i the step after `state` reads."""
-  addon = dict(model.addons)["intra_attention"]
-  return addon.read(model, state.addons["intra_attention"], state.s)
+  addon = dict(model.addons)["intra"]
+  return addon.read(model, state.addons["intra"], state.s)
 
 
 def batch_args(seed=1):
@@ -44,7 +44,7 @@ def test_step_by_step_decoding_equals_the_teacher_forced_pass(score):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
     np.testing.assert_allclose(np.asarray(logits), forced[:, i], rtol=1e-5, atol=1e-5)
   assert (
-    np.asarray(state.addons["intra_attention"].count).tolist() == [tgt_in.shape[1]] * 3
+    np.asarray(state.addons["intra"].count).tolist() == [tgt_in.shape[1]] * 3
   )  # Every state stored.
 
 
@@ -77,7 +77,7 @@ def test_the_query_attends_over_the_states_before_its_own(score):
   its state is made to dominate every match."""
   model = intra_model(score)
   state = run_steps(model, 4)
-  values, keys, count = state.addons["intra_attention"]
+  values, keys, count = state.addons["intra"]
   assert np.asarray(count).tolist() == [4] * 3
   np.testing.assert_array_equal(np.asarray(values[:, 3]), np.asarray(state.s))  # Query = slot 4.
   got = np.asarray(intra_context(model, state))
@@ -99,8 +99,8 @@ def test_the_query_attends_over_the_states_before_its_own(score):
     beta /= beta.sum(1, keepdims=True)
     np.testing.assert_allclose(got, np.einsum("bl,bld->bd", beta, v), rtol=1e-4, atol=1e-5)
   # Scale the query (and its slot) up: it would take all the weight if it were attended.
-  memory = state.addons["intra_attention"]._replace(values=values.at[:, 3].multiply(50.0))
-  big = state._replace(s=state.s * 50.0, addons={"intra_attention": memory})
+  memory = state.addons["intra"]._replace(values=values.at[:, 3].multiply(50.0))
+  big = state._replace(s=state.s * 50.0, addons={"intra": memory})
   got_big = np.asarray(intra_context(model, big))
   assert np.abs(got_big).max() <= 1.0 + 1e-5, "the context read the query's own (scaled) slot"
 
@@ -114,7 +114,7 @@ def test_the_first_two_steps_have_no_earlier_state_to_attend_to():
   state = run_steps(model, 2)  # Step 3: one earlier state, s_1, and the context is exactly it.
   np.testing.assert_allclose(
     np.asarray(intra_context(model, state)),
-    np.asarray(state.addons["intra_attention"].values[:, 0]),
+    np.asarray(state.addons["intra"].values[:, 0]),
     atol=1e-6,
   )
 
@@ -126,7 +126,7 @@ def test_the_memory_stores_keys_only_where_they_differ_from_the_states(score, ke
   """Dot and scaled read the stored states as their keys; general keeps W s_k beside them."""
   model = intra_model(score)
   src, mask, tgt_in = batch_args()
-  memory = model.encode(src, mask, steps=tgt_in.shape[1]).init_state.addons["intra_attention"]
+  memory = model.encode(src, mask, steps=tgt_in.shape[1]).init_state.addons["intra"]
   assert (memory.keys is not None) == keys_kept
   if keys_kept:
     assert memory.keys.shape[:2] == memory.values.shape[:2]
@@ -136,7 +136,7 @@ def test_off_it_adds_no_parameter_and_on_it_decodes_with_beam_search():
   plain = nnx.state(build_model(tiny.get_config().model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   assert not any("intra" in str(path) or "d_o" in str(path) for path, _ in nnx.to_flat_state(plain))
   off = tiny.get_config()
-  off.model.intra_attention = "none"  # A sweep's spelling of "off": the same plain model.
+  off.model.addons = "none"  # A sweep's spelling of "off": the same plain model.
   named = nnx.state(build_model(off.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
   assert jax.tree.structure(named) == jax.tree.structure(plain)
   model = intra_model("additive")
@@ -148,8 +148,15 @@ def test_off_it_adds_no_parameter_and_on_it_decodes_with_beam_search():
 
 def test_intra_attention_settings_are_checked():
   cfg = tiny.get_config()
-  cfg.model.intra_attention = "location"
+  cfg.model.addons = "intra(score=location)"
   with pytest.raises(ValueError, match="a positional score cannot attend"):
+    settings.validate(cfg)
+  cfg.model.addons = "intra(score=cosine(sharpness=5))"  # A score spec with its own settings.
+  run = settings.validate(cfg)
+  assert run.model.addon("intra").settings.score == "cosine(sharpness=5.0)"
+  assert run.model.addon_spec == "intra(score=cosine(sharpness=5.0))"
+  cfg.model.addons, cfg.model.decoder = "intra", "luong"
+  with pytest.raises(ValueError, match="model.addons=intra adds a context to every decoder step"):
     settings.validate(cfg)
 
 
@@ -169,9 +176,9 @@ def test_the_memory_keeps_every_past_state_of_a_long_output():
   for i in range(length):
     state, logits, _ = step(model, enc, state, tgt_in[:, i])
   np.testing.assert_allclose(np.asarray(logits), forced[:, -1], rtol=1e-4, atol=1e-4)
-  assert np.asarray(state.addons["intra_attention"].count).tolist() == [length] * 3
+  assert np.asarray(state.addons["intra"].count).tolist() == [length] * 3
   np.testing.assert_allclose(
-    np.asarray(state.addons["intra_attention"].values[:, -1]), np.asarray(state.s), atol=1e-6
+    np.asarray(state.addons["intra"].values[:, -1]), np.asarray(state.s), atol=1e-6
   )
 
 
@@ -180,9 +187,7 @@ def test_decoding_sizes_the_memory_to_its_longest_output():
   src, mask, _ = batch_args(4)
   with pytest.raises(ValueError, match="needs steps="):
     model.encode(src, mask)
-  assert (
-    model.encode(src, mask, steps=150).init_state.addons["intra_attention"].values.shape[1] == 150
-  )
+  assert model.encode(src, mask, steps=150).init_state.addons["intra"].values.shape[1] == 150
   graphdef, params = nnx.split(model, nnx.Param)
   out = decode.jit_decode(graphdef, params, src, mask, beam_size=1, max_len=150)
   assert np.isfinite(np.asarray(out.scores)).all()

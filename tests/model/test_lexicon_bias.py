@@ -1,4 +1,4 @@
-"""Lexicon bias (Arthur et al. 2016, `model.lexicon_bias`) against a computation written here."""
+"""Lexicon bias (Arthur et al. 2016, `model.addons=lexicon`) against a computation written here."""
 
 import functools
 
@@ -31,7 +31,7 @@ def pair(path):
   """(model with the bias, the same model without it): equal parameters but the table."""
   cfg = tiny.get_config()
   plain = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
-  cfg.model.lexicon_bias = str(path)
+  cfg.model.addons = f"lexicon(table={path})"
   table = lexicon.Lexicon.load(path)
   biased = build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0), lexicon=table)
   return biased, plain
@@ -70,7 +70,7 @@ def test_the_bias_is_the_log_of_the_attention_weighted_lexicon(table_path):
 
 def test_training_never_moves_the_table(table_path):
   cfg = tiny.get_config()
-  cfg.model.lexicon_bias = str(table_path)
+  cfg.model.addons = f"lexicon(table={table_path})"
   cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
   state = train_state.create_train_state(settings.validate(cfg), jax.random.key(0), VOCAB, VOCAB)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=2, vocab=VOCAB).items()}
@@ -89,8 +89,8 @@ def test_training_never_moves_the_table(table_path):
 
 def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_path):
   cfg = tiny.get_config()
-  cfg.model.lexicon_bias, cfg.model.name = str(table_path), "rnnencdec"
-  with pytest.raises(ValueError, match="weighs the lexicon by attention: rnnencdec has none"):
+  cfg.model.addons, cfg.model.name = f"lexicon(table={table_path})", "rnnencdec"
+  with pytest.raises(ValueError, match="reads the attention: model.name=.*, not rnnencdec"):
     settings.validate(cfg)
   cfg.model.name = "rnnsearch"
   with pytest.raises(ValueError, match="is a table of 30 source and 30 target words"):
@@ -99,13 +99,13 @@ def test_the_bias_needs_attention_and_a_table_of_the_model_vocabularies(table_pa
 
 
 def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_path):
-  """`model.lexicon_bias=train`: IBM Model 1 from the run's (here: first 300) training pairs,
-  written to WORKDIR/lexicon.npz and carried by the checkpoint into evaluation."""
+  """`model.addons=lexicon(table=train)`: IBM Model 1 from the run's (here: first 300) training
+  pairs, written to WORKDIR/lexicon.npz and carried by the checkpoint into evaluation."""
   import seq2seq
   from seq2seq import train
 
   cfg = tiny.get_config()
-  cfg.model.lexicon_bias = "train"
+  cfg.model.addons = "lexicon"  # table=train, the default.
   cfg.data.train_pairs = 300
   cfg.train.num_steps = cfg.train.eval_every = cfg.train.checkpoint_every = 2
   cfg.train.valid_bleu = cfg.train.final_eval = False
@@ -117,8 +117,8 @@ def test_a_table_learned_when_training_starts_is_saved_with_the_parameters(tmp_p
   )
   assert np.asarray(loaded["lexicon_probs"][...]).max() > 0
   off = tiny.get_config()
-  off.model.lexicon_bias = "none"  # A sweep's spelling of "off".
-  assert models.ModelSettings.from_config(off.model).lexicon_bias == ""
+  off.model.addons = "none"  # A sweep's spelling of "off".
+  assert models.ModelSettings.from_config(off.model).addon("lexicon") is None
 
 
 def test_train_pairs_keeps_the_first_pairs(tmp_path):

@@ -174,12 +174,12 @@ def test_luong_decoder_steps_as_it_trains_and_matches_the_loop(decoder):
 @pytest.mark.parametrize(
   "addon",
   [
-    {"copy": True},
+    {"addons": "copy"},
     {"features": "coverage+prev_attention"},
-    {"lexicon_bias": "train"},
+    {"addons": "lexicon"},
     {"multi_source": "gate"},
   ],
-  ids=["copy", "features", "lexicon_bias", "two_sources"],
+  ids=["copy", "features", "lexicon", "two_sources"],
 )
 def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
   """Copying, alignment features, the lexicon bias and a second source work in Luong's
@@ -189,7 +189,7 @@ def test_luong_decoder_with_each_addon_steps_as_it_trains(addon):
   for key, value in addon.items():
     cfg.model[key] = value
   sources = 2 if "multi_source" in addon else 1
-  tables = {"lexicon": random_lexicon(VOCAB)} if "lexicon_bias" in addon else {}
+  tables = {"lexicon": random_lexicon(VOCAB)} if addon.get("addons") == "lexicon" else {}
   tgt_vocab = VOCAB if tables else VOCAB + 3
   build = build_model(cfg.model, VOCAB, tgt_vocab, rngs=nnx.Rngs(0), sources=sources, **tables)
   model = randomise(build)
@@ -239,10 +239,10 @@ def test_luong_settings_are_checked():
   cfg.model.decoder = "luong(layers=0)"
   with pytest.raises(ValueError, match="layers must be at least 1"):
     settings.validate(cfg)
-  cfg.model.decoder, cfg.model.intra_attention = "luong", "dot"
-  with pytest.raises(ValueError, match="intra_attention attends over the paper decoder"):
+  cfg.model.decoder, cfg.model.addons = "luong", "intra(score=dot)"
+  with pytest.raises(ValueError, match="addons=intra adds a context to every decoder step"):
     settings.validate(cfg)
-  cfg.model.intra_attention, cfg.model.tie_embeddings = "", True
+  cfg.model.addons, cfg.model.tie_embeddings = "", True
   with pytest.raises(ValueError, match=r"model.dec_hidden \(32\) must equal model.emb_dim"):
     settings.validate(cfg)
 

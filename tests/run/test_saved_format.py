@@ -6,6 +6,7 @@ version; the parameter migrations of later steps compose in order."""
 import json
 import re
 
+import ml_collections
 import pytest
 from helpers import ROOT
 
@@ -42,11 +43,12 @@ def with_length_alpha(expected: dict) -> dict:
 
 
 def test_the_history_numbers_its_steps_and_each_says_what_changed():
-  assert saved_format.FORMAT_VERSION == saved_format.HISTORY.current == 3
+  assert saved_format.FORMAT_VERSION == saved_format.HISTORY.current == 4
   assert [(s.version, s.name) for s in saved_format.HISTORY.steps] == [
     (1, "components_own_their_settings"),
     (2, "the_file_carries_its_version"),
     (3, "length_penalties_by_name"),
+    (4, "addons_in_one_list"),
   ]
   assert all(s.change.startswith(f"Version {s.version}: ") for s in saved_format.HISTORY.steps)
 
@@ -70,12 +72,12 @@ def test_version_0_the_flat_layout_reads_as_specs_field_by_field():
     del expected["model"][name]
   for name in saved_format._TERM_FIELDS:
     del expected["train"][name]
-  expected["model"].update(score="additive", attention="soft", features="")
+  expected["model"].update(score="additive", attention="soft", features="", addons="")
   expected["train"]["loss_terms"] = ""
   # It predates the fields added since (train.loss_normalization it saved at its default).
   assert "decode" in expected and expected["train"]["loss_normalization"] == "tokens"
   missing = set(saved_format.ADDED_FIELDS) - set(checkpoints.flatten(expected))
-  assert {"model.decoder", "model.copy_eos", "decode.search"} <= missing
+  assert {"model.decoder", "model.normaliser", "decode.search"} <= missing
   for dotted in missing:
     fill(expected, dotted, saved_format.ADDED_FIELDS[dotted])
   assert saved_format.upgrade(saved) == with_length_alpha(expected)
@@ -103,7 +105,9 @@ def test_version_1_a_committed_config_reads_with_the_fields_added_since():
   saved = json.loads(VERSION_1.read_text())
   assert FIELD not in saved and saved_format.HISTORY.version(saved) == 1
   expected = json.loads(VERSION_1.read_text())
-  expected["model"]["copy_eos"] = "target"
+  for name in saved_format.ADDON_FIELDS[:3]:  # It predates copy_eos.
+    del expected["model"][name]
+  expected["model"]["addons"] = ""  # Copying was off.
   expected["decode"]["max_input_tokens"] = 250
   expected["decode"]["shortlist_scope"] = "batch"
   expected["model"]["normaliser"], expected["model"]["encoder"] = "softmax", "rnn"
@@ -154,22 +158,79 @@ def test_version_2_length_norm_alpha_reads_as_the_length_penalty_it_was(alpha, p
   assert saved_format.upgrade(saved) == current_form(config)
 
 
-def test_version_3_reads_as_it_was_saved_without_its_version():
+def saved_at_3(config) -> dict:
+  """`config` (at the current version, no add-ons) as version 3 saved it: the add-on fields at
+  their defaults of then, no `model.addons`."""
+  saved = current_form(config)
+  assert saved["model"].pop("addons") == ""
+  saved["model"].update(intra_attention="", lexicon_bias="", copy=False, copy_eos="null")
+  saved[FIELD] = 3
+  return saved
+
+
+@pytest.mark.parametrize(
+  ("fields", "addons"),
+  [
+    ({}, ""),
+    ({"intra_attention": "dot"}, "intra"),
+    ({"intra_attention": "general"}, "intra(score=general)"),
+    ({"intra_attention": "none", "lexicon_bias": "none"}, ""),
+    ({"lexicon_bias": "train"}, "lexicon"),
+    ({"lexicon_bias": "runs/a/lexicon.npz"}, "lexicon(table=runs/a/lexicon.npz)"),
+    ({"copy": True}, "copy"),
+    ({"copy": True, "copy_eos": "target"}, "copy(eos=target)"),
+    ({"copy": False, "copy_eos": "target"}, ""),
+    (
+      {"copy": True, "lexicon_bias": "train", "intra_attention": "additive"},
+      "intra(score=additive)+lexicon+copy",
+    ),
+  ],
+)
+def test_version_3_add_on_fields_read_as_the_add_on_list(fields, addons):
+  """Version 4 moved `model.intra_attention`, `lexicon_bias`, `copy` and `copy_eos` into
+  `model.addons`: each reads as its add-on's spec, and the run loads and validates."""
+  config = tiny.get_config()
+  saved = saved_at_3(config)
+  saved["model"].update(fields)
+  upgraded = saved_format.upgrade(saved)
+  assert upgraded["model"]["addons"] == addons
+  assert not set(saved_format.ADDON_FIELDS) & set(upgraded["model"])
+  config.model.addons = addons
+  assert upgraded == current_form(config)
+  settings.validate(ml_collections.ConfigDict(upgraded))
+
+
+def test_a_copying_config_saved_without_copy_eos_copies_the_eos_as_the_target_eos(tmp_path):
+  """Runs saved before `model.copy_eos` existed sent the source EOS's attention to the target
+  EOS: they read as copy(eos=target), not the default copy(eos=null)."""
+  saved = saved_at_3(tiny.get_config())
+  saved["model"]["copy"] = True
+  del saved["model"]["copy_eos"]
+  assert saved_format.upgrade(saved)["model"]["addons"] == "copy(eos=target)"
+  del saved[FIELD]  # Saved before the file carried its version, too.
+  assert saved_format.upgrade(saved)["model"]["addons"] == "copy(eos=target)"
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  assert checkpoints.load_config(tmp_path).model.addons == "copy(eos=target)"
+
+
+def test_version_4_reads_as_it_was_saved_without_its_version():
   config = tiny.get_config()
   config.model.attention, config.train.loss_terms = "local_p(window=4)", "fertility(weight=0.3)"
   config.decode.length_penalty = "gnmt(alpha=0.7)"
+  config.model.addons = "copy(eos=target)+intra(score=general)"
   saved = saved_format.HISTORY.stamped(current_form(config))
-  assert saved[FIELD] == 3 and saved_format.HISTORY.version(saved) == 3
+  assert saved[FIELD] == 4 and saved_format.HISTORY.version(saved) == 4
+  config.model.addons = "intra(score=general)+copy(eos=target)"  # Read in canonical order.
   assert saved_format.upgrade(saved) == current_form(config)
   # A field added without a version bump is filled in at any version, this one too.
   del saved["decode"]["max_input_tokens"]
   assert saved_format.upgrade(saved)["decode"]["max_input_tokens"] == 250
 
 
-@pytest.mark.parametrize("version", [4, 10])
+@pytest.mark.parametrize("version", [5, 10])
 def test_a_config_saved_by_a_newer_seq2seq_is_refused_in_one_line(tmp_path, version):
   saved = saved_format.HISTORY.stamped(current_form(tiny.get_config())) | {FIELD: version}
-  message = f"saved by a newer seq2seq: format version {version} > 3"
+  message = f"saved by a newer seq2seq: format version {version} > 4"
   with pytest.raises(ValueError, match=message):
     saved_format.upgrade(saved)
   path = tmp_path / "config.json"
@@ -220,11 +281,12 @@ def test_upgrading_a_file_writes_the_current_version(tmp_path, capsys):
   path.write_text(VERSION_1.read_text())
   settings.main(["--upgrade", str(path)])
   written = json.loads(path.read_text())
-  assert written[FIELD] == 3 and written["model"]["copy_eos"] == "target"
+  assert written[FIELD] == 4 and written["model"]["addons"] == ""
+  assert "copy" not in written["model"] and "lexicon_bias" not in written["model"]
   assert (
     written["decode"]["length_penalty"] == "power" and "length_norm_alpha" not in written["decode"]
   )
-  assert capsys.readouterr().out.strip() == f"{path}: saved at format version 1, written at 3"
+  assert capsys.readouterr().out.strip() == f"{path}: saved at format version 1, written at 4"
   settings.main(["--upgrade", str(path)])
   assert json.loads(path.read_text()) == written
 

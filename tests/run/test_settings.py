@@ -203,30 +203,44 @@ def test_an_old_workdir_resumes_and_a_changed_setting_is_still_refused(tmp_path)
 
 def test_none_and_empty_are_the_same_off_setting():
   """A sweep lists "off" as "none" ("" cannot be listed): a study's baseline point
-  `lexicon_bias=none` is the plain run saved with "" (its symlinked runs are reused as they are)."""
+  `addons=none` is the plain run saved with "" (its symlinked runs are reused as they are)."""
   saved = json.loads(tiny.get_config().to_json_best_effort())
   config = tiny.get_config()
-  config.model.lexicon_bias, config.model.intra_attention = "none", "none"
+  config.model.addons = "none"
   assert checkpoints.config_differences(saved, json.loads(config.to_json_best_effort())) == []
-  config.model.intra_attention = "dot"
+  config.model.addons = "intra"
   new = json.loads(config.to_json_best_effort())
-  assert checkpoints.config_differences(saved, new) == ["model.intra_attention"]
+  assert checkpoints.config_differences(saved, new) == ["model.addons"]
 
 
 def test_a_setting_of_a_mechanism_that_is_off_differs_in_nothing():
-  """What copying does at the end of a sentence (model.copy_eos) changes no run that does not
-  copy: a plain run saved before the setting's default changed (read as "target") is the same run
-  as one made with today's default, so a study links it as its baseline point; with copying on,
-  the setting is part of the model."""
-  old = tiny.get_config()
-  old.model.copy_eos = "target"
-  saved = json.loads(old.to_json_best_effort())
+  """What copying does at the end of a sentence (model.copy_eos before version 4) changes no run
+  that does not copy: a plain run saved with copy_eos="target" is the same run as one made today,
+  so a study links it as its baseline point; with copying on, the setting is part of the
+  model's add-on list."""
+  saved = json.loads(tiny.get_config().to_json_best_effort())
+  saved["model"].pop("addons")
+  saved["model"].update(copy=False, copy_eos="target", intra_attention="", lexicon_bias="")
+  saved[saved_format.FIELD] = 3
   config = tiny.get_config()
-  assert config.model.copy_eos != "target" and not config.model.copy
   assert checkpoints.config_differences(saved, json.loads(config.to_json_best_effort())) == []
-  saved["model"]["copy"] = config.model.copy = True
+  saved["model"]["copy"], config.model.addons = True, "copy"
   new = json.loads(config.to_json_best_effort())
-  assert checkpoints.config_differences(saved, new) == ["model.copy_eos"]
+  assert checkpoints.config_differences(saved, new) == ["model.addons"]
+
+
+def test_a_decode_may_change_copyings_eos_and_no_other_add_on_setting(tmp_path):
+  """copy(eos=...) is a decoding-time setting (`addons.Copying.DECODING_SETTINGS`): evaluating
+  a copying run with the other eos builds the same model; another add-on list does not."""
+  config = tiny.get_config()
+  config.model.addons = "copy(eos=target)"
+  checkpoints.check_and_save_config(tmp_path, config)
+  config.model.addons = "copy(eos=null)"
+  checkpoints.check_model_config(tmp_path, config)
+  for other in ("", "copy+lexicon", "intra+copy(eos=target)"):
+    config.model.addons = other
+    with pytest.raises(checkpoints.IncompatibleRunError, match="model.addons"):
+      checkpoints.check_model_config(tmp_path, config)
 
 
 def test_a_run_resumes_with_its_corpus_cached_elsewhere(tmp_path):

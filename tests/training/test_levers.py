@@ -135,7 +135,7 @@ def test_what_attention_attends_to_trains_in_bfloat16(sources, tmp_path):
   if sources == 1:
     path = str(tmp_path / lexicon.FILE)
     random_lexicon(VOCAB).save(path)
-    switches = {"model.copy": True, "model.lexicon_bias": path, "model.intra_attention": "dot"}
+    switches = {"model.addons": f"copy+lexicon(table={path})+intra(score=dot)"}
     cfg = _bfloat16_config(switches)
     state_args["copy_map"] = np.arange(VOCAB, dtype=np.int32)  # Every source word spelled alike.
   else:  # `src` [B, 2S]: two sentences side by side.

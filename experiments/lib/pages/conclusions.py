@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import records, reports
+from experiments.lib import records, reports, sweeps
 from experiments.lib.pages.sections import (
   P_LEVEL,
   RESULTS,
@@ -117,7 +117,7 @@ def attention_conclusion(report: Mapping[str, Any], recs: Mapping[str, Sequence[
       out.append(
         f"Unattended source content words, `{name}`: {counts} by seed, {how} ({base_counts})."
       )
-  if "model.copy" in str(report.get("grid")) and b.get("oov_recall_mean") is not None:
+  if sweeps.copies(report.get("grid") or {}) and b.get("oov_recall_mean") is not None:
     shares = ", ".join(f"`{n}` {mean_sd(r, 'oov_recall', 3)}" for n, r in rows.items())
     out.append(f"Share of the references' words outside the target vocabulary produced: {shares}.")
   return out
