@@ -78,6 +78,8 @@ def average_checkpoints(
   workdir, out = Path(workdir), Path(out)
   if out.exists() and any(out.iterdir()):
     raise FileExistsError(f"{out} exists and is not empty; give a new --out")
+  if not (workdir / subdir).is_dir():  # (Opening it would make an empty one in the run.)
+    raise ValueError(f"{workdir} has no {subdir}/ to average: it has saved no checkpoint")
   config = checkpoints.load_config(workdir)
   run = settings.validate(config)
   if raw and not run.train.ema_decay:

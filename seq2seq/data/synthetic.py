@@ -1567,18 +1567,21 @@ def main(argv: Sequence[str] | None = None) -> None:
   p.add_argument("--max-len", type=int, default=80, help="longest source sentence (tokens)")
   p.add_argument("--vocab-size", type=int, default=40_000, help="English word types")
   args = p.parse_args(argv)
-  _lexicon(args.vocab_size)  # Built once and cached; not part of the measured rate.
-  start = time.perf_counter()
-  pairs = list(
-    generate(
-      args.pairs,
-      seed=args.seed,
-      split=args.split,
-      vocab_size=args.vocab_size,
-      min_len=args.min_len,
-      max_len=args.max_len,
+  try:  # A setting the generator refuses is a usage error: one line, exit status 2.
+    _lexicon(args.vocab_size)  # Built once and cached; not part of the measured rate.
+    start = time.perf_counter()
+    pairs = list(
+      generate(
+        args.pairs,
+        seed=args.seed,
+        split=args.split,
+        vocab_size=args.vocab_size,
+        min_len=args.min_len,
+        max_len=args.max_len,
+      )
     )
-  )
+  except ValueError as e:
+    p.error(str(e))
   elapsed = time.perf_counter() - start
   for ext, lines in (
     ("src", (" ".join(q.src) for q in pairs)),

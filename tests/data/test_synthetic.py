@@ -227,3 +227,13 @@ def test_command_line(tmp_path):
   for p, s, t, a in zip(expected, src, tgt, align, strict=True):
     assert tuple(s.split()) == p.src and tuple(t.split()) == p.tgt
     assert synthetic.parse_alignment(a) == p.align
+
+
+def test_command_line_refuses_a_vocabulary_below_the_core_lexicon_in_one_line(tmp_path):
+  cmd = [sys.executable, "-m", "seq2seq.data.synthetic", "--pairs", "5", "--vocab-size", "400"]
+  proc = subprocess.run(
+    [*cmd, "--out", str(tmp_path / "c")], cwd=REPO, capture_output=True, text=True
+  )
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+  assert "error: vocab_size=400 is smaller than the core lexicon (719 types)" in proc.stderr
+  assert not list(tmp_path.iterdir())

@@ -176,3 +176,21 @@ def test_a_fresh_state_s_moving_average_owns_its_buffers():
   assert not pointers & {x.unsafe_buffer_pointer() for x in ema}
   donate = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
   jax.block_until_ready(donate((state.params, state.ema)))
+
+
+def test_averaging_a_run_without_checkpoints_is_one_error_and_leaves_the_run_as_it_was(
+  trained, tmp_path
+):
+  """A run that has saved no checkpoint yet (config and vocabularies only): one ValueError
+  naming the folder, and no empty checkpoints/ made in the source run."""
+  import shutil
+
+  run = tmp_path / "fresh"
+  run.mkdir()
+  shutil.copy(trained / "config.json", run / "config.json")
+  shutil.copytree(trained / "vocab", run / "vocab")
+  with pytest.raises(ValueError) as refused:
+    average.average_checkpoints(run, tmp_path / "x", last=1)
+  assert sorted(p.name for p in run.iterdir()) == ["config.json", "vocab"]
+  assert not (tmp_path / "x").exists()
+  assert "has no checkpoints/ to average: it has saved no checkpoint" in str(refused.value)
