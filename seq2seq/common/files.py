@@ -178,6 +178,22 @@ def workdir_lock(workdirs: Sequence[str | Path], *, enabled: bool = True) -> Ite
       f.close()
 
 
+@contextlib.contextmanager
+def waiting_lock(path: str | Path) -> Iterator[None]:
+  """Holds the kernel lock (`fcntl.flock`) of the file `path`, made if missing, for the block,
+  waiting while another process (or another open of it in this one) holds it: what processes
+  sharing a cache take to build something once. A holder that dies, however it dies, releases
+  it."""
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "a", encoding="utf-8") as f:
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def check_writable(path: str | Path) -> None:
   """Raises OSError (one line naming `path`) unless a file can be written there: a run checks
   its output paths before the work that fills them."""

@@ -44,6 +44,7 @@ from typing import Any, NamedTuple, Protocol
 import tensorflow_datasets as tfds
 from absl import logging
 
+from seq2seq.common import files
 from seq2seq.data import synthetic, wmt14
 
 # Pipeline split names -> tfds split names.
@@ -694,9 +695,15 @@ def prepare_corpus(
     return Wmt14Text(Wmt14RawConfig.from_settings(data_config.wmt14))
   builder = make_builder(data_config, data_dir)
   printed = io.StringIO()  # tfds prints where it builds to standard output: log it instead.
+  built = builder.is_prepared()
   try:
-    with contextlib.redirect_stdout(printed):
-      builder.download_and_prepare(file_format=FILE_FORMAT)
+    # Runs sharing `data.cache_dir` build a corpus once: the others wait here, then find it.
+    with files.waiting_lock(Path(data_dir) / f"{builder.name}.lock"):
+      if not built and builder.is_prepared():
+        logging.info("corpus: %s was built by another process sharing %s", builder.name, data_dir)
+        builder = make_builder(data_config, data_dir)  # Its info read again, now built.
+      with contextlib.redirect_stdout(printed):
+        builder.download_and_prepare(file_format=FILE_FORMAT)
   except AssertionError as e:  # tfds' way of saying a split yielded nothing.
     if "No examples were yielded" not in str(e):
       raise

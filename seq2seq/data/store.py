@@ -45,7 +45,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-import fcntl
 import functools
 import hashlib
 import itertools
@@ -62,6 +61,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from seq2seq.common import files
 from seq2seq.data import builders, copying
 from seq2seq.data import tokenizer as tokenizer_lib
 
@@ -467,11 +467,9 @@ def prepared(
   `corpus` (the first `parts["train_pairs"]` training pairs where that is positive) if it is
   missing, incomplete or damaged. `verify`: check the files' CRC-32 as well as their sizes."""
   folder = store_dir(root, parts)
-  folder.parent.mkdir(parents=True, exist_ok=True)
-  with open(folder.with_name(f"{folder.name}.lock"), "w") as lock:
-    # Runs sharing `data.cache_dir` (a study's seeds side by side) prepare a store once: the
-    # others wait here, then find it complete.
-    fcntl.flock(lock, fcntl.LOCK_EX)
+  # Runs sharing `data.cache_dir` (a study's seeds side by side) prepare a store once: the
+  # others wait here, then find it complete.
+  with files.waiting_lock(folder.with_name(f"{folder.name}.lock")):
     manifest = read_manifest(folder)
     if manifest is not None:
       problem = damage(folder, manifest, verify=verify)

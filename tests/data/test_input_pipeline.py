@@ -534,3 +534,47 @@ def test_the_shuffled_stream_is_grains_shuffle_repeated_epoch_after_epoch():
   for pool in (0, 1, 2, 5, 9):
     want = [stream[i] for i in range(pool * size, (pool + 1) * size)]
     assert ip.shuffled_positions(pool, size, n, seed).tolist() == want
+
+
+def test_runs_sharing_a_cache_build_the_corpus_once_and_say_who_built_it(tmp_path, caplog):
+  """Two runs (threads here) preparing one embedded corpus in one fresh `data.cache_dir`: one
+  builds while the other waits, then finds it built and says so in the log."""
+  import threading
+  import time
+
+  config = data_config()
+  prepare = builders.SyntheticCorpus.download_and_prepare
+  inside, most = [0], [0]
+
+  def counted(self, *args, **kwargs):
+    inside[0] += 1
+    most[0] = max(most[0], inside[0])
+    time.sleep(0.5)  # Long enough for the other run to arrive.
+    try:
+      return prepare(self, *args, **kwargs)
+    finally:
+      inside[0] -= 1
+
+  builders.SyntheticCorpus.download_and_prepare = counted
+  try:
+    corpora, failed = [], []
+
+    def run():
+      try:
+        corpora.append(builders.prepare_corpus(data_settings(config), tmp_path / "cache"))
+      except BaseException as e:  # (Seen by the test below, not lost in the thread.)
+        failed.append(e)
+
+    with caplog.at_level("INFO"):
+      threads = [threading.Thread(target=run) for _ in range(2)]
+      for t in threads:
+        t.start()
+      for t in threads:
+        t.join()
+  finally:
+    builders.SyntheticCorpus.download_and_prepare = prepare
+  assert not failed, failed
+  assert most[0] == 1
+  assert caplog.text.count("was built by another process sharing") == 1
+  pairs = config.data.synthetic.valid_pairs
+  assert [sum(1 for _ in c.read("valid")) for c in corpora] == [pairs, pairs]
