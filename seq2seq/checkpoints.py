@@ -18,6 +18,7 @@ checksums, or a checkpoint written before they existed) is trusted as Orbax wrot
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import shutil
@@ -216,6 +217,23 @@ def _quiet_closed_loop_reports() -> None:
   sys.unraisablehook = hook
 
 
+def check_room(root: Path, step: int, tree: Any) -> None:
+  """Raises OSError (ENOSPC, one line) unless the disk under `root` has room for a checkpoint
+  of `tree`: its arrays' bytes and a margin. A full disk then stops a run before Orbax starts a
+  write it cannot finish (which ends in dozens of error reports from its threads), and the
+  checkpoints saved before stay as they were."""
+  needed = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(tree)) * 1.1 + (1 << 20)
+  folder = next((p for p in (root, *root.parents) if p.exists()), root)
+  free = shutil.disk_usage(folder).free
+  if free < needed:
+    raise OSError(
+      errno.ENOSPC,
+      f"no room for the checkpoint of step {step} under {root}: about "
+      f"{needed / 2**20:,.1f} MiB needed, {free / 2**20:,.1f} MiB free; free some space and "
+      "resume (the checkpoints before it are intact)",
+    )
+
+
 def _digests(step_dir: Path) -> dict[str, str]:
   """{path relative to step_dir: SHA-256} of every file of a checkpoint step but CHECKSUMS."""
   out = {}
@@ -300,7 +318,10 @@ class Checkpointer:
 
   def save(self, state: Any, data_state: dict[str, Any] | None) -> None:
     step = int(jax.device_get(state.step))
-    args = {"state": ocp.args.StandardSave(_tree(state))}
+    tree = _tree(state)
+    check_room(Path(self.manager.directory), step, tree)
+    _quiet_closed_loop_reports()  # A write that fails (a full disk) reports as a restore does.
+    args = {"state": ocp.args.StandardSave(tree)}
     if data_state is not None:
       args["data"] = ocp.args.JsonSave(data_state)
     self.manager.save(step, args=ocp.args.Composite(**args), force=True)

@@ -46,6 +46,25 @@ class _QuietLibraries(logging.Filter):
     return not quiet or record.levelno >= logging.ERROR
 
 
+class _LogFile(logging.FileHandler):
+  """WORKDIR/log.txt. A record it cannot write (a full disk) costs one line on the terminal,
+  the first time, instead of logging's traceback for every record after it."""
+
+  failed = False
+
+  def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+    if not self.failed:
+      self.failed = True
+      problem = sys.exc_info()[1]
+      print(f"log: cannot write {self.baseFilename} ({problem}): records lost", file=sys.stderr)
+
+  def close(self) -> None:
+    try:
+      super().close()
+    except OSError:  # Its last flush, on that disk: told once already, or nothing was lost.
+      self.stream = None
+
+
 @contextlib.contextmanager
 def logged_to(workdir: str | Path, verbose: bool = False) -> Iterator[Path]:
   """Within the block, log records of INFO and above go to WORKDIR/log.txt (appended); the
@@ -55,7 +74,7 @@ def logged_to(workdir: str | Path, verbose: bool = False) -> Iterator[Path]:
 
   path = Path(workdir) / LOG_FILE
   path.parent.mkdir(parents=True, exist_ok=True)
-  file_handler = logging.FileHandler(path, encoding="utf-8")
+  file_handler = _LogFile(path, encoding="utf-8")
   file_handler.setFormatter(
     logging.Formatter("%(asctime)s %(levelname).1s %(filename)s:%(lineno)d] %(message)s")
   )

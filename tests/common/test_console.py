@@ -214,3 +214,17 @@ def test_any_failure_is_one_error_line_with_its_traceback_in_the_log(trained, mo
     assert ("Traceback" in err.getvalue()) == verbose
   log = (trained / "log.txt").read_text()[len(before) :]
   assert "Traceback" in log and "out of cheese" in log
+
+
+def test_a_log_file_that_cannot_be_written_costs_one_line_not_a_traceback_a_record(tmp_path, capfd):
+  """WORKDIR/log.txt on a full disk (/dev/full): records are lost, the terminal gets one line
+  saying so, and none of logging's "--- Logging error ---" reports."""
+  if not pathlib.Path("/dev/full").exists():
+    pytest.skip("no /dev/full on this system")
+  (tmp_path / console.LOG_FILE).symlink_to("/dev/full")
+  with console.logged_to(tmp_path):
+    for n in range(3):
+      logging.getLogger("seq2seq.test").info("record %d", n)
+  err = capfd.readouterr().err
+  assert "Logging error" not in err and "Traceback" not in err, err
+  assert err.count("log: cannot write") == 1 and "No space left on device" in err

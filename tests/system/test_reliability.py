@@ -478,3 +478,35 @@ def test_the_best_checkpoints_bleu_is_kept_beside_it(trained, tmp_path):
   (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   run_main(workdir, "--config.train.num_steps=30", *FAST[:1])
   assert [p.name for p in (workdir / "best").iterdir() if p.name.isdigit()] == [best.name]
+
+
+def test_a_disk_too_full_for_the_next_checkpoint_stops_in_one_line_keeping_those_before(
+  tmp_path, monkeypatch
+):
+  """The disk has room for the checkpoint of step 5 and not for step 10's: the run stops with
+  one error line naming both sizes before Orbax starts a write it cannot finish, and step 5's
+  checkpoint is intact (a rerun resumes from it)."""
+  import collections
+  import shutil
+
+  from seq2seq import checkpoints
+
+  usage, workdir = shutil.disk_usage, tmp_path / "run"
+  saves = []
+
+  def disk_usage(path):  # (Every user of shutil sees this one: count the checkpoints' only.)
+    real = usage(path)
+    if not str(path).startswith(str(workdir / "checkpoints")):
+      return real
+    saves.append(path)
+    free = real.free if len(saves) == 1 else 1 << 20
+    return collections.namedtuple("usage", "total used free")(real.total, real.used, free)
+
+  monkeypatch.setattr(checkpoints.shutil, "disk_usage", disk_usage)
+  steps = ("--config.train.num_steps=20", "--config.train.checkpoint_every=5")
+  proc = run_main(workdir, *steps, "--config.train.final_eval=false", check=False)
+  assert proc.returncode == 1
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+  assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+  assert "no room for the checkpoint of step 10" in lines[0] and "MiB free" in lines[0]
+  assert checkpoints.Checkpointer(workdir, 5).manager.all_steps() == [5]
