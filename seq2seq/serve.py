@@ -24,12 +24,13 @@ that holds them, so the compiled programs are those of a few batch shapes; `warm
 them at start-up.
 
 Every bad request gets a 4xx and a JSON body {"error": ..., "field": ...} naming the field:
-malformed JSON (400), over a limit (`Limits`: 413 for bytes, 422 for sentences and words), a
-wrong type, an empty list, an unknown option, a sentence none of whose words the model knows
-(422). A request that is not answered within `Limits.timeout_s` gets 504. Beyond loopback the
-server is only bound with a token, which every request but /health must then carry
-(`Authorization: Bearer TOKEN`, else 401). SIGTERM or SIGINT: no new connections, the requests in
-flight are answered, then the process exits (uvicorn's graceful shutdown).
+malformed JSON (400), over a limit (`Limits`: 413 for bytes; 422 for sentences, words, and the
+decoding options that size the work), a wrong type, an empty list, an unknown option, a sentence
+none of whose words the model knows (422). A request that is not answered within
+`Limits.timeout_s` gets 504. Beyond loopback the server is only bound with a token, which every
+request but /health must then carry (`Authorization: Bearer TOKEN`, else 401). SIGTERM or
+SIGINT: no new connections, the requests in flight are answered, then the process exits
+(uvicorn's graceful shutdown).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import math
 import os
 import signal
 import sys
@@ -73,19 +75,28 @@ BEAM_OPTIONS = DECODE_OPTIONS[:4]  # Those of the beam view (beam search only).
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-  """What one request may ask for; past these it is refused with a 4xx."""
+  """What one request may ask for; past these it is refused with a 4xx. The decoding limits
+  bound what a request sets: the run's own decode settings are served as they are."""
 
   max_sentences: int = 64  # Sentences (or pairs to score) per request.
-  max_words: int = 100  # Whitespace-separated words per sentence.
+  max_words: int = 100  # Words per sentence, its prefix, and its constraint phrases together.
   max_request_bytes: int = 1_000_000  # The request body.
   timeout_s: float = 60.0  # From arrival to answer; then 504.
+  max_beam_size: int = 16  # A request's beam_size (/translate and /beam).
+  max_samples: int = 16  # Samples a request's `sampling` draws per sentence.
+  max_mbr_candidates: int = 16  # Candidates per sentence MBR compares, each with each.
+  max_len_ratio: float = 4.0  # A request's max_len_ratio (outputs end by ratio * source + 10).
 
   def __post_init__(self):
-    for name in ("max_sentences", "max_words", "max_request_bytes"):
+    counts = ("max_sentences", "max_words", "max_request_bytes", "max_beam_size", "max_samples")
+    for name in (*counts, "max_mbr_candidates"):
       if getattr(self, name) < 1:
         raise ValueError(f"serve limit {name} must be at least 1, got {getattr(self, name)}")
-    if not self.timeout_s > 0:
-      raise ValueError(f"serve limit timeout_s must be positive, got {self.timeout_s}")
+    for name in ("timeout_s", "max_len_ratio"):
+      if not 0 < getattr(self, name) < math.inf:
+        raise ValueError(
+          f"serve limit {name} must be positive and finite, got {getattr(self, name)}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +168,7 @@ class TranslateRequest(RequestModel):
 class BeamRequest(RequestModel):
   sentence: str
   prefix: str = ""  # Target words every hypothesis starts with.
-  beam_size: int | None = pydantic.Field(None, ge=1, le=64)
+  beam_size: int | None = pydantic.Field(None, ge=1)
   length_penalty: str | None = None
   max_len_ratio: float | None = pydantic.Field(None, gt=0)
   replace_unk: bool | None = None
@@ -350,12 +361,19 @@ class Service:
       given = getattr(req, name)
       if given is not None and len(given) != n:
         raise RequestError(422, f"{name} has {len(given)} entries for {n} sentences", name)
+    for i, prefix in enumerate(req.prefixes or []):
+      self._check_words(len(prefix.split()), f"prefixes[{i}]", "in its prefix")
+    for i, phrases in enumerate(req.constraints or []):
+      count = sum(max(len(p.split()), 1) for p in phrases)
+      self._check_words(count, f"constraints[{i}]", "in its phrases (each at least one)")
     options = req.decode_settings()
+    self._check_numbers(options)
     try:
       dec = self.t.decoding_with(**options)
       dec.check_nbest(req.nbest)
     except ValueError as e:
       raise RequestError(422, str(e), _field_of(str(e), options, "nbest")) from None
+    self._check_candidates(options, dec)
     if req.word_alignments:
       try:
         translate.check_links(self.t.run, "links", 0.0)
@@ -380,13 +398,46 @@ class Service:
     if not req.sentence.strip():
       raise RequestError(422, "the sentence is blank", "sentence")
     self._check_sentences([req.sentence], "sentence", one=True)
+    self._check_words(len(req.prefix.split()), "prefix", "in its prefix")
     options = req.decode_settings()
     options.setdefault("beam_size", self.t.decoding.beam_size)
+    self._check_numbers(options)
     try:
       self.t.decoding_with(**options)
     except ValueError as e:
       raise RequestError(422, str(e), _field_of(str(e), options, "sentence")) from None
     return ("beam", tuple(sorted(options.items()))), [(req.sentence, req.prefix)]
+
+  def _check_numbers(self, options: dict[str, Any]) -> None:
+    """Refuses a beam size or a length ratio past its limit (the run's own is allowed)."""
+    limits, own = self.cfg.limits, self.t.decoding
+    for name, limit in (
+      ("beam_size", limits.max_beam_size),
+      ("max_len_ratio", limits.max_len_ratio),
+    ):
+      value = options.get(name)
+      if value is not None and value != getattr(own, name) and not value <= limit:
+        raise RequestError(422, f"{name}={value}: at most {limit} on this server", name)
+
+  def _check_candidates(self, options: dict[str, Any], dec) -> None:
+    """Refuses samples, or MBR candidates, past their limits (the run's own are allowed)."""
+    limits, own = self.cfg.limits, self.t.decoding
+    if "sampling" in options and dec.sampling is not None and dec.sampling != own.sampling:
+      if dec.sampling.n > limits.max_samples:
+        message = f"{dec.sampling.n} samples per sentence: at most {limits.max_samples}"
+        raise RequestError(422, f"{message} on this server", "sampling")
+    if dec.mbr is None or dec.candidates() <= limits.max_mbr_candidates:
+      return
+    if (dec.mbr, dec.candidates()) != (own.mbr, own.candidates()):
+      message = f"MBR over {dec.candidates()} candidates per sentence (the beam or the samples)"
+      raise RequestError(
+        422, f"{message}: at most {limits.max_mbr_candidates} on this server", "mbr"
+      )
+
+  def _check_words(self, count: int, field: str, where: str) -> None:
+    if count > self.cfg.limits.max_words:
+      message = f"{count} words {where}: at most {self.cfg.limits.max_words} per sentence"
+      raise RequestError(422, message, field)
 
   def _check_sentences(
     self, sentences: list[str], field: str, known: bool = True, one: bool = False
@@ -705,6 +756,10 @@ NUMBER_FLAGS = {
   "max_words": "words per sentence, at most",
   "max_request_bytes": "request body bytes, at most",
   "timeout_s": "seconds to answer a request, else 504",
+  "max_beam_size": "a request's beam_size, at most",
+  "max_samples": "samples per sentence a request's sampling draws, at most",
+  "max_mbr_candidates": "candidates per sentence a request's MBR compares, at most",
+  "max_len_ratio": "a request's max_len_ratio, at most",
 }
 
 

@@ -166,22 +166,31 @@ def translator(trained):
 
 
 def client_of(translator, **settings):
+  """The service and an HTTP client of its application, which answers errors as a server does
+  (a 500 rather than the exception) and addresses it as a browser would (Host: 127.0.0.1:8000,
+  JSON bodies)."""
   limits = serve.Limits(**settings.pop("limits", {}))
-  service = serve.Service(translator, serve.ServeSettings(warm_up=False, limits=limits, **settings))
+  cfg = serve.ServeSettings(warm_up=False, limits=limits, **settings)
+  service = serve.Service(translator, cfg)
+  app = serve.create_app(service)
   return service, httpx.AsyncClient(
-    transport=httpx.ASGITransport(app=serve.create_app(service)), base_url="http://test"
+    transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+    base_url=f"http://127.0.0.1:{cfg.port}",
+    headers={"content-type": "application/json"},
   )
 
 
-def post(translator, path, body, **settings):
-  """(status, JSON answer) of one request; `body` a dict, or bytes sent as they are."""
+def post(translator, path, body, headers=None, **settings):
+  """(status, JSON answer) of one request; `body` a dict, or bytes sent as they are. An answer
+  that is not JSON fails the test."""
 
   async def go():
     service, client = client_of(translator, **settings)
     async with client:
       content = body if isinstance(body, bytes) else json.dumps(body).encode()
-      r = await client.post(path, content=content)
+      r = await client.post(path, content=content, headers=headers)
     service.batcher.close()
+    assert r.headers["content-type"] == "application/json", (r.status_code, r.text)
     return r.status_code, r.json()
 
   return asyncio.run(go())
@@ -223,6 +232,74 @@ def test_every_bad_request_gets_a_4xx_naming_its_field(translator, body, status,
   got, answer = post(translator, path_of(body), body, limits={"max_sentences": 4, "max_words": 8})
   assert (got, answer["field"]) == (status, field), answer
   assert answer["error"]
+
+
+# What sizes the work, each bounded by a limit the operator sets (tight ones here).
+TIGHT = {
+  "max_words": 8,
+  "max_beam_size": 4,
+  "max_samples": 4,
+  "max_mbr_candidates": 2,
+  "max_len_ratio": 3.0,
+}
+OVER_A_LIMIT = [
+  ({"sentences": ["the"], "beam_size": 5}, "beam_size"),
+  ({"sentences": ["the"], "max_len_ratio": 1e6}, "max_len_ratio"),  # Grew a server to 6 GB.
+  ({"sentences": ["the"], "sampling": "sample(n=5)"}, "sampling"),
+  ({"sentences": ["the"], "mbr": "mbr(utility=chrf)"}, "mbr"),  # Over the run's beam of 3.
+  ({"sentences": ["the"], "sampling": "sample(n=3)", "mbr": "mbr(utility=chrf)"}, "mbr"),
+  ({"sentences": ["the", "a"], "prefixes": ["", "le " * 9]}, "prefixes[1]"),
+  ({"sentences": ["the"], "constraints": [["le chat", "a " * 7]]}, "constraints[0]"),
+  ({"sentences": ["the"], "constraints": [[""] * 9]}, "constraints[0]"),  # Each phrase counts.
+  ({"sentence": "the", "beam_size": 5}, "beam_size"),
+  ({"sentence": "the", "max_len_ratio": 1e6}, "max_len_ratio"),
+  ({"sentence": "the", "prefix": "le " * 9}, "prefix"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), OVER_A_LIMIT)
+def test_every_option_that_sizes_the_work_is_bounded(translator, body, field):
+  got, answer = post(translator, path_of(body), body, limits=TIGHT)
+  assert (got, answer["field"]) == (422, field), answer
+  assert "at most" in answer["error"], answer
+
+
+def test_a_request_may_ask_for_the_runs_own_settings_past_a_limit(translator):
+  """The run's decoding is the operator's choice (the live explorer asks for its beam size)."""
+  own = translator.decoding.beam_size
+  limits = {"max_beam_size": 1, "max_len_ratio": 0.5}
+  body = {
+    "sentences": ["the"],
+    "beam_size": own,
+    "max_len_ratio": translator.decoding.max_len_ratio,
+  }
+  assert post(translator, "/translate", body, limits=limits)[0] == 200
+  assert post(translator, "/beam", {"sentence": "the", "beam_size": own}, limits=limits)[0] == 200
+
+
+@pytest.mark.parametrize(
+  ("name", "value"),
+  [
+    ("max_beam_size", 0),
+    ("max_samples", 0),
+    ("max_mbr_candidates", 0),
+    ("max_len_ratio", 0.0),
+    ("max_len_ratio", float("inf")),
+    ("max_len_ratio", float("nan")),
+  ],
+)
+def test_the_work_limits_must_be_positive_and_finite(name, value):
+  with pytest.raises(ValueError, match=name):
+    serve.Limits(**{name: value})
+
+
+def test_the_work_limits_are_flags_of_the_command_and_in_info(translator):
+  flags = ["--max_beam_size=8", "--max_samples=2", "--max_mbr_candidates=6", "--max_len_ratio=1.5"]
+  args = serve._parser().parse_args(["--workdir=x", *flags])
+  assert (args.max_beam_size, args.max_samples, args.max_mbr_candidates) == (8, 2, 6)
+  assert args.max_len_ratio == 1.5
+  info = get(translator, "/info", limits={"max_beam_size": 8}).json()
+  assert info["limits"]["max_beam_size"] == 8 and "max_len_ratio" in info["limits"]
 
 
 def test_a_body_over_the_byte_limit_is_refused_unread(translator):
