@@ -56,6 +56,7 @@ from typing import Any
 import fastapi
 import numpy as np
 import pydantic
+import starlette.exceptions
 import uvicorn
 from absl import logging
 from fastapi import responses
@@ -152,7 +153,7 @@ class TranslateRequest(RequestModel):
   nbest: int = pydantic.Field(1, ge=1)
   beam_size: int | None = pydantic.Field(None, ge=1)
   length_penalty: str | None = None
-  max_len_ratio: float | None = pydantic.Field(None, gt=0)
+  max_len_ratio: float | None = pydantic.Field(None, gt=0, allow_inf_nan=False)
   replace_unk: bool | None = None
   sampling: str | None = None  # `decode.sampling`, e.g. "sample(n=8, top_p=0.9)".
   mbr: str | None = None  # `decode.mbr`, e.g. "mbr(utility=chrf)".
@@ -170,7 +171,7 @@ class BeamRequest(RequestModel):
   prefix: str = ""  # Target words every hypothesis starts with.
   beam_size: int | None = pydantic.Field(None, ge=1)
   length_penalty: str | None = None
-  max_len_ratio: float | None = pydantic.Field(None, gt=0)
+  max_len_ratio: float | None = pydantic.Field(None, gt=0, allow_inf_nan=False)
   replace_unk: bool | None = None
 
   def decode_settings(self) -> dict[str, Any]:
@@ -535,8 +536,40 @@ UNAUTHORISED = "missing or wrong token (Authorization: Bearer TOKEN)"
 SHUTTING_DOWN = "the server is shutting down"
 
 
-def error_response(e: RequestError) -> responses.JSONResponse:
-  return responses.JSONResponse(e.body(), status_code=e.status)
+class ErrorBody(responses.JSONResponse):
+  """A JSON error body in ASCII (non-ASCII text escaped), so any text a message quotes can be
+  sent, a lone surrogate included."""
+
+  def render(self, content: Any) -> bytes:
+    return json.dumps(content).encode("ascii")
+
+
+def error_response(e: RequestError, headers: dict[str, str] | None = None) -> ErrorBody:
+  return ErrorBody(e.body(), status_code=e.status, headers=headers)
+
+
+def not_text(data: Any, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
+  """The location of the first string (or key) in the JSON value `data` that is no Unicode
+  text, as a lone surrogate ("\\ud800", which JSON allows) is; None if there is none."""
+  if isinstance(data, str):
+    return None if _is_text(data) else loc
+  pairs = (
+    data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+  )
+  for key, value in pairs:
+    if isinstance(key, str) and not _is_text(key):
+      return (*loc, key.encode("utf-8", "backslashreplace").decode())
+    if (found := not_text(value, (*loc, key))) is not None:
+      return found
+  return None
+
+
+def _is_text(s: str) -> bool:
+  try:
+    s.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 def authorised(request: fastapi.Request, token: str) -> bool:
@@ -564,6 +597,8 @@ async def read_body(request: fastapi.Request, model: type[RequestModel], max_byt
     raise RequestError(400, f"the body is not JSON: {e}") from None
   if not isinstance(data, dict):
     raise RequestError(400, "the body must be a JSON object")
+  if (loc := not_text(data)) is not None:
+    raise RequestError(422, "not Unicode text: it holds a lone surrogate", field_name(loc))
   try:
     return model.model_validate(data)
   except pydantic.ValidationError as e:
@@ -621,6 +656,9 @@ def explorer_response(service: Service, request: fastapi.Request, split: str | N
     return responses.HTMLResponse(service.explorer_page(split))
   except FileNotFoundError as e:
     return error_response(RequestError(404, str(e), "split"))
+  except ValueError as e:  # A line of sentences.jsonl half written (--mode=eval is running).
+    message = f"the run's evaluation cannot be read yet, try again: {e}"
+    return error_response(RequestError(503, message, "split"), {"Retry-After": "5"})
 
 
 def create_app(service: Service):
@@ -675,6 +713,14 @@ def create_app(service: Service):
   async def invalid(request, exc):  # Query or path errors FastAPI finds itself.
     first = exc.errors()[0]
     return error_response(RequestError(422, first["msg"], field_name(first["loc"])))
+
+  @app.exception_handler(starlette.exceptions.HTTPException)
+  async def refused(request, exc):  # No such route (404), or not its method (405).
+    return error_response(RequestError(exc.status_code, str(exc.detail)), exc.headers)
+
+  @app.exception_handler(Exception)
+  async def failed(request, exc):  # A bug: its traceback goes to the log as well.
+    return error_response(RequestError(500, f"internal error: {type(exc).__name__}: {exc}"))
 
   return app
 

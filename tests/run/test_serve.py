@@ -5,6 +5,7 @@ SIGTERM as a user runs it."""
 import asyncio
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -300,6 +301,59 @@ def test_the_work_limits_are_flags_of_the_command_and_in_info(translator):
   assert args.max_len_ratio == 1.5
   info = get(translator, "/info", limits={"max_beam_size": 8}).json()
   assert info["limits"]["max_beam_size"] == 8 and "max_len_ratio" in info["limits"]
+
+
+# Whatever goes wrong, the answer is JSON naming the field.
+NOT_TEXT_OR_NUMBERS = [
+  ("/beam", b'{"sentence": "the \\ud800"}', "sentence"),  # A lone surrogate.
+  ("/translate", b'{"sentences": ["the \\ud800"], "replace_unk": true}', "sentences[0]"),
+  ("/translate", b'{"sentences": ["the"], "prefixes": ["\\udfff"]}', "prefixes[0]"),
+  ("/translate", b'{"sentences": ["the"], "max_len_ratio": Infinity}', "max_len_ratio"),
+  ("/translate", b'{"sentences": ["the"], "max_len_ratio": 1e308}', "max_len_ratio"),
+  ("/translate", b'{"sentences": ["the"], "max_len_ratio": NaN}', "max_len_ratio"),
+  ("/beam", b'{"sentence": "the", "max_len_ratio": Infinity}', "max_len_ratio"),
+  ("/translate", b'{"sentences": ["the"], "length_penalty": "power(alpha=inf)"}', "length_penalty"),
+  ("/beam", b'{"sentence": "the", "length_penalty": "gnmt(alpha=inf)"}', "length_penalty"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), NOT_TEXT_OR_NUMBERS)
+def test_text_that_is_not_unicode_and_numbers_that_are_not_finite_get_a_422(
+  translator, path, body, field
+):
+  got, answer = post(translator, path, body)
+  assert (got, answer["field"]) == (422, field), answer
+
+
+def test_an_unexpected_error_is_a_json_500(translator, monkeypatch):
+  def broken(*args, **kwargs):
+    raise RuntimeError("boom")
+
+  monkeypatch.setattr(serve.translate, "translate_lines", broken)
+  got, answer = post(translator, "/translate", {"sentences": ["the"]})
+  assert (got, answer["field"]) == (500, None) and "RuntimeError: boom" in answer["error"], answer
+
+
+def test_an_unknown_route_or_method_is_a_json_error(translator):
+  for path, status in (("/nope", 404), ("/translate", 405)):
+    r = get(translator, path)
+    assert (r.status_code, r.json()["field"]) == (status, None), r.text
+
+
+def test_the_explorer_of_a_split_being_written_answers_503_in_json(
+  translator, trained, tmp_path, monkeypatch
+):
+  """`--mode=eval` writes sentences.jsonl line by line: its last line may be half there."""
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns("checkpoints", "best"))
+  sentences = workdir / "eval" / "test" / "sentences.jsonl"
+  text = sentences.read_text()
+  sentences.write_text(text[: text.index("\n") + 9])
+  monkeypatch.setattr(translator, "workdir", workdir)
+  r = get(translator, "/explorer?split=test")
+  assert r.headers["content-type"] == "application/json", r.text
+  assert (r.status_code, r.json()["field"]) == (503, "split")
+  assert int(r.headers["retry-after"]) > 0
 
 
 def test_a_body_over_the_byte_limit_is_refused_unread(translator):
