@@ -2,7 +2,7 @@
 gathered into batches.
 
     python -m seq2seq.serve --workdir=runs/demo [--port=8000]    # or: seq2seq-serve ...
-    curl -s localhost:8000/translate -d '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
+    curl -s localhost:8000/translate --json '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
 
 or from Python, `seq2seq.serve.serve(seq2seq.load("runs/demo"), ServeSettings(port=8000))`.
 
@@ -28,7 +28,9 @@ malformed JSON (400), over a limit (`Limits`: 413 for bytes; 422 for sentences, 
 decoding options that size the work), a wrong type, an empty list, an unknown option, a sentence
 none of whose words the model knows (422). A request that is not answered within
 `Limits.timeout_s` gets 504. Beyond loopback the server is only bound with a token, which every
-request but /health must then carry (`Authorization: Bearer TOKEN`, else 401). SIGTERM or
+request but /health must then carry (`Authorization: Bearer TOKEN`, else 401). On loopback, a
+web page cannot use it: a POST body must be declared JSON (415) and `Host` must name the
+loopback service (403), against DNS rebinding (`refusal`). SIGTERM or
 SIGINT: no new connections, the requests in flight are answered, then the process exits
 (uvicorn's graceful shutdown).
 """
@@ -57,6 +59,7 @@ import fastapi
 import numpy as np
 import pydantic
 import starlette.exceptions
+import starlette.requests
 import uvicorn
 from absl import logging
 from fastapi import responses
@@ -580,6 +583,52 @@ def authorised(request: fastapi.Request, token: str) -> bool:
   return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def own_hosts(cfg: ServeSettings, port: int) -> frozenset[str] | None:
+  """The Host headers a loopback service on `port` answers: its loopback names with the port
+  (without one too on port 80, where browsers leave it out). None beyond loopback, where the
+  token guards every request instead."""
+  if not is_loopback(cfg.host):
+    return None
+  bound = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+  names = {*LOOPBACK_NAMES, bound.lower()}
+  return frozenset({f"{name}:{port}" for name in names} | (names if port == 80 else set()))
+
+
+def refusal(request: starlette.requests.Request, cfg: ServeSettings) -> RequestError | None:
+  """Why a web page the user opens must not reach the service with `request`, else None: on
+  loopback a Host that is not the service's own (a page of another site whose name was rebound
+  to 127.0.0.1), and a POST body not declared JSON (which any page may send without asking).
+  The port is the one the request came in on (`--port=0` binds any free one), else `cfg.port`."""
+  port = request.scope["server"][1] if request.scope.get("server") else cfg.port
+  hosts, host = own_hosts(cfg, port), request.headers.get("host", "").lower()
+  if hosts is not None and host not in hosts:
+    allowed = ", ".join(sorted(h for h in hosts if ":" in h))
+    return RequestError(403, f"Host {host!r} is not this service's ({allowed})", "Host")
+  kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+  if request.method == "POST" and kind != "application/json":
+    return RequestError(
+      415, f"the body is {kind or 'undeclared'}: send application/json", "Content-Type"
+    )
+  return None
+
+
+class Guard:
+  """ASGI middleware: answers a request with its `refusal` before any route sees it."""
+
+  def __init__(self, app, cfg: ServeSettings):
+    self.app, self.cfg = app, cfg
+
+  async def __call__(self, scope, receive, send) -> None:
+    if scope["type"] == "http":
+      if (e := refusal(starlette.requests.Request(scope), self.cfg)) is not None:
+        await error_response(e)(scope, receive, send)
+        return
+    await self.app(scope, receive, send)
+
+
 async def read_body(request: fastapi.Request, model: type[RequestModel], max_bytes: int):
   """The request body as `model`, read up to `max_bytes`; else a `RequestError` (413 past the
   size, 400 for what is not a JSON object, 422 naming the field `model` refuses)."""
@@ -668,6 +717,7 @@ def create_app(service: Service):
     description="Translate and score with a trained run (seq2seq.serve).",
     docs_url="/docs",
   )
+  app.add_middleware(Guard, cfg=service.cfg)
 
   @app.post("/translate", openapi_extra=openapi_body(TranslateRequest))
   async def translate_endpoint(request: fastapi.Request):

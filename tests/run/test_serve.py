@@ -481,6 +481,55 @@ def test_a_token_guards_every_endpoint_but_health(translator):
   assert asyncio.run(go()) == [401, 401, 200, 401, 200]
 
 
+def test_post_bodies_must_be_declared_json(translator):
+  """A web page may send text/plain or a form to any address without asking (no CORS
+  preflight); a JSON body to another origin needs the preflight, which the service never
+  grants."""
+  body = {"sentences": ["the"]}
+  for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data", ""):
+    got, answer = post(translator, "/translate", body, headers={"content-type": kind})
+    assert (got, answer["field"]) == (415, "Content-Type"), (kind, answer)
+  json_utf8 = {"content-type": "application/json; charset=utf-8"}
+  assert post(translator, "/translate", body, headers=json_utf8)[0] == 200
+
+
+def statuses(translator, hosts, path="/info", **settings):
+  """The status of a request to `path` with each Host header of `hosts`."""
+
+  async def go():
+    service, client = client_of(translator, **settings)
+    token = settings.get("token", "")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with client:
+      codes = []
+      for host in hosts:
+        r = await client.get(path, headers={**headers, "host": host})
+        codes.append(r.status_code)
+        if r.status_code != 200:
+          assert r.json()["field"] == "Host", r.text
+    service.batcher.close()
+    return codes
+
+  return asyncio.run(go())
+
+
+def test_a_loopback_service_answers_only_its_own_names_and_port(translator):
+  """DNS rebinding: a page of evil.example whose name then points at 127.0.0.1 reaches the
+  service as the same origin, but its requests say Host: evil.example:8000."""
+  own = ["127.0.0.1:8000", "localhost:8000", "LocalHost:8000", "[::1]:8000"]
+  others = ["evil.example:8000", "127.0.0.1:9000", "127.0.0.1", "evil.example", "[::2]:8000"]
+  for path in ("/info", "/explorer", "/health"):
+    assert statuses(translator, own + others, path) == [200] * 4 + [403] * 5, path
+  got, answer = post(translator, "/translate", {"sentences": ["the"]}, headers={"host": "a.b:8000"})
+  assert (got, answer["field"]) == (403, "Host")
+  assert statuses(translator, ["[::1]:8000", "evil.example:8000"], host="::1") == [200, 403]
+
+
+def test_beyond_loopback_the_token_guards_and_any_host_name_is_answered(translator):
+  settings = {"host": "0.0.0.0", "token": "s3cret", "port": 9000}
+  assert statuses(translator, ["translate.example.org", "10.0.0.5:9000"], **settings) == [200, 200]
+
+
 def test_a_stop_signal_turns_health_and_new_requests_to_503(translator):
   async def go():
     service, client = client_of(translator)
@@ -549,8 +598,9 @@ def free_port() -> int:
 
 def request(url, body=None, timeout=30):
   data = None if body is None else json.dumps(body).encode()
+  headers = {"Content-Type": "application/json"}
   try:
-    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=timeout) as r:
+    with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=timeout) as r:
       return r.status, json.loads(r.read())
   except urllib.error.HTTPError as e:
     return e.code, json.loads(e.read())
