@@ -596,9 +596,10 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def request(url, body=None, timeout=30):
-  data = None if body is None else json.dumps(body).encode()
-  headers = {"Content-Type": "application/json"}
+def request(url, body=None, timeout=30, headers=None):
+  """(status, JSON answer); `body` a dict sent as JSON, or bytes sent as they are."""
+  data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+  headers = {"Content-Type": "application/json", **(headers or {})}
   try:
     with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=timeout) as r:
       return r.status, json.loads(r.read())
@@ -627,7 +628,19 @@ def test_the_command_serves_answers_and_stops_on_sigterm(trained):
     status, answer = request(f"{url}/translate", {"sentences": ["the man", "a woman"]})
     assert status == 200 and len(answer["translations"]) == 2
     assert request(f"{url}/translate", {"sentences": ["the " * 13]})[0] == 422
-    assert request(f"{url}/health")[0] == 200  # Alive after the bad request.
+    # The probes of #94, each of which once grew the server, crashed a request or reached it
+    # from any web page.
+    probes = [
+      ("/translate", {"sentences": ["the cat"], "max_len_ratio": 1e6}, {}, 422),
+      ("/translate", b'{"sentences": ["the"], "max_len_ratio": Infinity}', {}, 422),
+      ("/beam", b'{"sentence": "the \\ud800"}', {}, 422),
+      ("/translate", {"sentences": ["the"]}, {"Content-Type": "text/plain"}, 415),
+      ("/translate", {"sentences": ["the"]}, {"Host": f"evil.example:{port}"}, 403),
+    ]
+    for path, body, headers, status in probes:
+      got, answer = request(f"{url}{path}", body, headers=headers)
+      assert (got, bool(answer["error"])) == (status, True), (body, answer)
+    assert request(f"{url}/health")[0] == 200  # Alive after the bad requests.
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=60)[0].decode()
   finally:
