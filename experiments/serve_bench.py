@@ -46,6 +46,7 @@ import httpx
 from experiments.lib import reports
 from experiments.lib.pages.serve_bench import page
 
+JSON = {"Content-Type": "application/json"}  # The service refuses other bodies (415).
 MALFORMED_KINDS = (
   "not json",
   "not an object",
@@ -151,7 +152,7 @@ async def drive(url: str, bodies: list[bytes], clients: int, timeout_s: float = 
         out[i] = (type(e).__name__, None, time.monotonic() - start)
 
   start = time.monotonic()
-  async with httpx.AsyncClient(limits=limits) as http:
+  async with httpx.AsyncClient(limits=limits, headers=JSON) as http:
     await asyncio.gather(*(client(http) for _ in range(clients)))
   return out, time.monotonic() - start
 
@@ -168,8 +169,8 @@ async def drive_lean(url: str, bodies: list[bytes], clients: int, timeout_s: flo
 
   async def exchange(reader, writer, body: bytes):
     writer.write(
-      b"POST /translate HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-      b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body)
+      b"POST /translate HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
+      b"Content-Length: %d\r\n\r\n%s" % (host.encode(), port.encode(), len(body), body)
     )
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
@@ -301,7 +302,7 @@ def faults(url, sentences, expected, count: int, rng: random.Random) -> dict[str
 async def _disconnects(url: str, sentences: list[str]) -> int:
   """Clients that give up 10 ms into their request (the server decodes on regardless)."""
   gave_up = 0
-  async with httpx.AsyncClient() as http:
+  async with httpx.AsyncClient(headers=JSON) as http:
     for s in sentences:
       try:
         await http.post(f"{url}/translate", content=one(s), timeout=0.01)
@@ -315,7 +316,7 @@ def _slow_client(url: str, sentence: str, expected: str) -> bool:
   body = one(sentence)
   port = int(url.rsplit(":", 1)[1])
   head = (
-    f"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    f"POST /translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
   ).encode()
   with socket.create_connection(("127.0.0.1", port), timeout=60) as s:

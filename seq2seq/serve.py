@@ -2,7 +2,7 @@
 gathered into batches.
 
     python -m seq2seq.serve --workdir=runs/demo [--port=8000]    # or: seq2seq-serve ...
-    curl -s localhost:8000/translate -d '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
+    curl -s localhost:8000/translate --json '{"sentences": ["the cat sleeps ."], "beam_size": 5}'
 
 or from Python, `seq2seq.serve.serve(seq2seq.load("runs/demo"), ServeSettings(port=8000))`.
 
@@ -24,12 +24,15 @@ that holds them, so the compiled programs are those of a few batch shapes; `warm
 them at start-up.
 
 Every bad request gets a 4xx and a JSON body {"error": ..., "field": ...} naming the field:
-malformed JSON (400), over a limit (`Limits`: 413 for bytes, 422 for sentences and words), a
-wrong type, an empty list, an unknown option, a sentence none of whose words the model knows
-(422). A request that is not answered within `Limits.timeout_s` gets 504. Beyond loopback the
-server is only bound with a token, which every request but /health must then carry
-(`Authorization: Bearer TOKEN`, else 401). SIGTERM or SIGINT: no new connections, the requests in
-flight are answered, then the process exits (uvicorn's graceful shutdown).
+malformed JSON (400), over a limit (`Limits`: 413 for bytes; 422 for sentences, words, and the
+decoding options that size the work), a wrong type, an empty list, an unknown option, a sentence
+none of whose words the model knows (422). A request that is not answered within
+`Limits.timeout_s` gets 504. Beyond loopback the server is only bound with a token, which every
+request but /health must then carry (`Authorization: Bearer TOKEN`, else 401). On loopback, a
+web page cannot use it: a POST body must be declared JSON (415) and `Host` must name the
+loopback service (403), against DNS rebinding (`refusal`). SIGTERM or
+SIGINT: no new connections, the requests in flight are answered, then the process exits
+(uvicorn's graceful shutdown).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import math
 import os
 import signal
 import sys
@@ -54,6 +58,8 @@ from typing import Any
 import fastapi
 import numpy as np
 import pydantic
+import starlette.exceptions
+import starlette.requests
 import uvicorn
 from absl import logging
 from fastapi import responses
@@ -73,19 +79,28 @@ BEAM_OPTIONS = DECODE_OPTIONS[:4]  # Those of the beam view (beam search only).
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-  """What one request may ask for; past these it is refused with a 4xx."""
+  """What one request may ask for; past these it is refused with a 4xx. The decoding limits
+  bound what a request sets: the run's own decode settings are served as they are."""
 
   max_sentences: int = 64  # Sentences (or pairs to score) per request.
-  max_words: int = 100  # Whitespace-separated words per sentence.
+  max_words: int = 100  # Words per sentence, its prefix, and its constraint phrases together.
   max_request_bytes: int = 1_000_000  # The request body.
   timeout_s: float = 60.0  # From arrival to answer; then 504.
+  max_beam_size: int = 16  # A request's beam_size (/translate and /beam).
+  max_samples: int = 16  # Samples a request's `sampling` draws per sentence.
+  max_mbr_candidates: int = 16  # Candidates per sentence MBR compares, each with each.
+  max_len_ratio: float = 4.0  # A request's max_len_ratio (outputs end by ratio * source + 10).
 
   def __post_init__(self):
-    for name in ("max_sentences", "max_words", "max_request_bytes"):
+    counts = ("max_sentences", "max_words", "max_request_bytes", "max_beam_size", "max_samples")
+    for name in (*counts, "max_mbr_candidates"):
       if getattr(self, name) < 1:
         raise ValueError(f"serve limit {name} must be at least 1, got {getattr(self, name)}")
-    if not self.timeout_s > 0:
-      raise ValueError(f"serve limit timeout_s must be positive, got {self.timeout_s}")
+    for name in ("timeout_s", "max_len_ratio"):
+      if not 0 < getattr(self, name) < math.inf:
+        raise ValueError(
+          f"serve limit {name} must be positive and finite, got {getattr(self, name)}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +156,7 @@ class TranslateRequest(RequestModel):
   nbest: int = pydantic.Field(1, ge=1)
   beam_size: int | None = pydantic.Field(None, ge=1)
   length_penalty: str | None = None
-  max_len_ratio: float | None = pydantic.Field(None, gt=0)
+  max_len_ratio: float | None = pydantic.Field(None, gt=0, allow_inf_nan=False)
   replace_unk: bool | None = None
   sampling: str | None = None  # `decode.sampling`, e.g. "sample(n=8, top_p=0.9)".
   mbr: str | None = None  # `decode.mbr`, e.g. "mbr(utility=chrf)".
@@ -157,9 +172,9 @@ class TranslateRequest(RequestModel):
 class BeamRequest(RequestModel):
   sentence: str
   prefix: str = ""  # Target words every hypothesis starts with.
-  beam_size: int | None = pydantic.Field(None, ge=1, le=64)
+  beam_size: int | None = pydantic.Field(None, ge=1)
   length_penalty: str | None = None
-  max_len_ratio: float | None = pydantic.Field(None, gt=0)
+  max_len_ratio: float | None = pydantic.Field(None, gt=0, allow_inf_nan=False)
   replace_unk: bool | None = None
 
   def decode_settings(self) -> dict[str, Any]:
@@ -350,12 +365,19 @@ class Service:
       given = getattr(req, name)
       if given is not None and len(given) != n:
         raise RequestError(422, f"{name} has {len(given)} entries for {n} sentences", name)
+    for i, prefix in enumerate(req.prefixes or []):
+      self._check_words(len(prefix.split()), f"prefixes[{i}]", "in its prefix")
+    for i, phrases in enumerate(req.constraints or []):
+      count = sum(max(len(p.split()), 1) for p in phrases)
+      self._check_words(count, f"constraints[{i}]", "in its phrases (each at least one)")
     options = req.decode_settings()
+    self._check_numbers(options)
     try:
       dec = self.t.decoding_with(**options)
       dec.check_nbest(req.nbest)
     except ValueError as e:
       raise RequestError(422, str(e), _field_of(str(e), options, "nbest")) from None
+    self._check_candidates(options, dec)
     if req.word_alignments:
       try:
         translate.check_links(self.t.run, "links", 0.0)
@@ -380,13 +402,46 @@ class Service:
     if not req.sentence.strip():
       raise RequestError(422, "the sentence is blank", "sentence")
     self._check_sentences([req.sentence], "sentence", one=True)
+    self._check_words(len(req.prefix.split()), "prefix", "in its prefix")
     options = req.decode_settings()
     options.setdefault("beam_size", self.t.decoding.beam_size)
+    self._check_numbers(options)
     try:
       self.t.decoding_with(**options)
     except ValueError as e:
       raise RequestError(422, str(e), _field_of(str(e), options, "sentence")) from None
     return ("beam", tuple(sorted(options.items()))), [(req.sentence, req.prefix)]
+
+  def _check_numbers(self, options: dict[str, Any]) -> None:
+    """Refuses a beam size or a length ratio past its limit (the run's own is allowed)."""
+    limits, own = self.cfg.limits, self.t.decoding
+    for name, limit in (
+      ("beam_size", limits.max_beam_size),
+      ("max_len_ratio", limits.max_len_ratio),
+    ):
+      value = options.get(name)
+      if value is not None and value != getattr(own, name) and not value <= limit:
+        raise RequestError(422, f"{name}={value}: at most {limit} on this server", name)
+
+  def _check_candidates(self, options: dict[str, Any], dec) -> None:
+    """Refuses samples, or MBR candidates, past their limits (the run's own are allowed)."""
+    limits, own = self.cfg.limits, self.t.decoding
+    if "sampling" in options and dec.sampling is not None and dec.sampling != own.sampling:
+      if dec.sampling.n > limits.max_samples:
+        message = f"{dec.sampling.n} samples per sentence: at most {limits.max_samples}"
+        raise RequestError(422, f"{message} on this server", "sampling")
+    if dec.mbr is None or dec.candidates() <= limits.max_mbr_candidates:
+      return
+    if (dec.mbr, dec.candidates()) != (own.mbr, own.candidates()):
+      message = f"MBR over {dec.candidates()} candidates per sentence (the beam or the samples)"
+      raise RequestError(
+        422, f"{message}: at most {limits.max_mbr_candidates} on this server", "mbr"
+      )
+
+  def _check_words(self, count: int, field: str, where: str) -> None:
+    if count > self.cfg.limits.max_words:
+      message = f"{count} words {where}: at most {self.cfg.limits.max_words} per sentence"
+      raise RequestError(422, message, field)
 
   def _check_sentences(
     self, sentences: list[str], field: str, known: bool = True, one: bool = False
@@ -484,8 +539,40 @@ UNAUTHORISED = "missing or wrong token (Authorization: Bearer TOKEN)"
 SHUTTING_DOWN = "the server is shutting down"
 
 
-def error_response(e: RequestError) -> responses.JSONResponse:
-  return responses.JSONResponse(e.body(), status_code=e.status)
+class ErrorBody(responses.JSONResponse):
+  """A JSON error body in ASCII (non-ASCII text escaped), so any text a message quotes can be
+  sent, a lone surrogate included."""
+
+  def render(self, content: Any) -> bytes:
+    return json.dumps(content).encode("ascii")
+
+
+def error_response(e: RequestError, headers: dict[str, str] | None = None) -> ErrorBody:
+  return ErrorBody(e.body(), status_code=e.status, headers=headers)
+
+
+def not_text(data: Any, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
+  """The location of the first string (or key) in the JSON value `data` that is no Unicode
+  text, as a lone surrogate ("\\ud800", which JSON allows) is; None if there is none."""
+  if isinstance(data, str):
+    return None if _is_text(data) else loc
+  pairs = (
+    data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+  )
+  for key, value in pairs:
+    if isinstance(key, str) and not _is_text(key):
+      return (*loc, key.encode("utf-8", "backslashreplace").decode())
+    if (found := not_text(value, (*loc, key))) is not None:
+      return found
+  return None
+
+
+def _is_text(s: str) -> bool:
+  try:
+    s.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 def authorised(request: fastapi.Request, token: str) -> bool:
@@ -494,6 +581,52 @@ def authorised(request: fastapi.Request, token: str) -> bool:
     return True
   given = request.headers.get("authorization", "")
   return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def own_hosts(cfg: ServeSettings, port: int) -> frozenset[str] | None:
+  """The Host headers a loopback service on `port` answers: its loopback names with the port
+  (without one too on port 80, where browsers leave it out). None beyond loopback, where the
+  token guards every request instead."""
+  if not is_loopback(cfg.host):
+    return None
+  bound = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+  names = {*LOOPBACK_NAMES, bound.lower()}
+  return frozenset({f"{name}:{port}" for name in names} | (names if port == 80 else set()))
+
+
+def refusal(request: starlette.requests.Request, cfg: ServeSettings) -> RequestError | None:
+  """Why a web page the user opens must not reach the service with `request`, else None: on
+  loopback a Host that is not the service's own (a page of another site whose name was rebound
+  to 127.0.0.1), and a POST body not declared JSON (which any page may send without asking).
+  The port is the one the request came in on (`--port=0` binds any free one), else `cfg.port`."""
+  port = request.scope["server"][1] if request.scope.get("server") else cfg.port
+  hosts, host = own_hosts(cfg, port), request.headers.get("host", "").lower()
+  if hosts is not None and host not in hosts:
+    allowed = ", ".join(sorted(h for h in hosts if ":" in h))
+    return RequestError(403, f"Host {host!r} is not this service's ({allowed})", "Host")
+  kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+  if request.method == "POST" and kind != "application/json":
+    return RequestError(
+      415, f"the body is {kind or 'undeclared'}: send application/json", "Content-Type"
+    )
+  return None
+
+
+class Guard:
+  """ASGI middleware: answers a request with its `refusal` before any route sees it."""
+
+  def __init__(self, app, cfg: ServeSettings):
+    self.app, self.cfg = app, cfg
+
+  async def __call__(self, scope, receive, send) -> None:
+    if scope["type"] == "http":
+      if (e := refusal(starlette.requests.Request(scope), self.cfg)) is not None:
+        await error_response(e)(scope, receive, send)
+        return
+    await self.app(scope, receive, send)
 
 
 async def read_body(request: fastapi.Request, model: type[RequestModel], max_bytes: int):
@@ -513,6 +646,8 @@ async def read_body(request: fastapi.Request, model: type[RequestModel], max_byt
     raise RequestError(400, f"the body is not JSON: {e}") from None
   if not isinstance(data, dict):
     raise RequestError(400, "the body must be a JSON object")
+  if (loc := not_text(data)) is not None:
+    raise RequestError(422, "not Unicode text: it holds a lone surrogate", field_name(loc))
   try:
     return model.model_validate(data)
   except pydantic.ValidationError as e:
@@ -570,6 +705,9 @@ def explorer_response(service: Service, request: fastapi.Request, split: str | N
     return responses.HTMLResponse(service.explorer_page(split))
   except FileNotFoundError as e:
     return error_response(RequestError(404, str(e), "split"))
+  except ValueError as e:  # A line of sentences.jsonl half written (--mode=eval is running).
+    message = f"the run's evaluation cannot be read yet, try again: {e}"
+    return error_response(RequestError(503, message, "split"), {"Retry-After": "5"})
 
 
 def create_app(service: Service):
@@ -579,6 +717,7 @@ def create_app(service: Service):
     description="Translate and score with a trained run (seq2seq.serve).",
     docs_url="/docs",
   )
+  app.add_middleware(Guard, cfg=service.cfg)
 
   @app.post("/translate", openapi_extra=openapi_body(TranslateRequest))
   async def translate_endpoint(request: fastapi.Request):
@@ -624,6 +763,14 @@ def create_app(service: Service):
   async def invalid(request, exc):  # Query or path errors FastAPI finds itself.
     first = exc.errors()[0]
     return error_response(RequestError(422, first["msg"], field_name(first["loc"])))
+
+  @app.exception_handler(starlette.exceptions.HTTPException)
+  async def refused(request, exc):  # No such route (404), or not its method (405).
+    return error_response(RequestError(exc.status_code, str(exc.detail)), exc.headers)
+
+  @app.exception_handler(Exception)
+  async def failed(request, exc):  # A bug: its traceback goes to the log as well.
+    return error_response(RequestError(500, f"internal error: {type(exc).__name__}: {exc}"))
 
   return app
 
@@ -705,6 +852,10 @@ NUMBER_FLAGS = {
   "max_words": "words per sentence, at most",
   "max_request_bytes": "request body bytes, at most",
   "timeout_s": "seconds to answer a request, else 504",
+  "max_beam_size": "a request's beam_size, at most",
+  "max_samples": "samples per sentence a request's sampling draws, at most",
+  "max_mbr_candidates": "candidates per sentence a request's MBR compares, at most",
+  "max_len_ratio": "a request's max_len_ratio, at most",
 }
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import ClassVar
 
 import jax
@@ -83,13 +84,16 @@ class LengthPenalty:
 
 @dataclasses.dataclass(frozen=True)
 class AlphaSettings:
-  """alpha >= 0: a negative exponent would reward length without bound."""
+  """alpha >= 0: a negative exponent would reward length without bound; an infinite one
+  would rank every length alike."""
 
   alpha: float = 1.0
 
   def __post_init__(self):
     if not self.alpha >= 0:
       raise ValueError(f"alpha must be >= 0, got {self.alpha}")
+    if self.alpha == math.inf:
+      raise ValueError(f"alpha must be finite, got {self.alpha}")
 
 
 @register("none")
@@ -138,6 +142,10 @@ class WordSettings:
   """penalty: subtracted once per output token; negative values reward length."""
 
   penalty: float = 0.0
+
+  def __post_init__(self):
+    if not math.isfinite(self.penalty):
+      raise ValueError(f"penalty must be finite, got {self.penalty}")
 
 
 @register("word")

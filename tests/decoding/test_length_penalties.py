@@ -65,6 +65,11 @@ def test_specs_print_canonically_and_the_same_spec_is_the_same_penalty():
   [
     ("power(alpha=-1)", "alpha must be >= 0, got -1.0"),
     ("gnmt(alpha=-0.1)", "alpha must be >= 0, got -0.1"),
+    ("power(alpha=nan)", "alpha must be >= 0, got nan"),
+    ("power(alpha=inf)", "alpha must be finite, got inf"),  # Every length would rank alike.
+    ("gnmt(alpha=inf)", "alpha must be finite, got inf"),
+    ("word(penalty=nan)", "penalty must be finite, got nan"),
+    ("word(penalty=-inf)", "penalty must be finite, got -inf"),
     ("linear", "unknown length penalty 'linear' \\(decode.length_penalty\\); valid: none, power"),
     ("word(weight=1)", "word has no setting 'weight'; valid: penalty"),
     ("power(alpha=x)", "power\\(alpha=...\\) must be float"),

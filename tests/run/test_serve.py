@@ -5,6 +5,7 @@ SIGTERM as a user runs it."""
 import asyncio
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -166,22 +167,31 @@ def translator(trained):
 
 
 def client_of(translator, **settings):
+  """The service and an HTTP client of its application, which answers errors as a server does
+  (a 500 rather than the exception) and addresses it as a browser would (Host: 127.0.0.1:8000,
+  JSON bodies)."""
   limits = serve.Limits(**settings.pop("limits", {}))
-  service = serve.Service(translator, serve.ServeSettings(warm_up=False, limits=limits, **settings))
+  cfg = serve.ServeSettings(warm_up=False, limits=limits, **settings)
+  service = serve.Service(translator, cfg)
+  app = serve.create_app(service)
   return service, httpx.AsyncClient(
-    transport=httpx.ASGITransport(app=serve.create_app(service)), base_url="http://test"
+    transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+    base_url=f"http://127.0.0.1:{cfg.port}",
+    headers={"content-type": "application/json"},
   )
 
 
-def post(translator, path, body, **settings):
-  """(status, JSON answer) of one request; `body` a dict, or bytes sent as they are."""
+def post(translator, path, body, headers=None, **settings):
+  """(status, JSON answer) of one request; `body` a dict, or bytes sent as they are. An answer
+  that is not JSON fails the test."""
 
   async def go():
     service, client = client_of(translator, **settings)
     async with client:
       content = body if isinstance(body, bytes) else json.dumps(body).encode()
-      r = await client.post(path, content=content)
+      r = await client.post(path, content=content, headers=headers)
     service.batcher.close()
+    assert r.headers["content-type"] == "application/json", (r.status_code, r.text)
     return r.status_code, r.json()
 
   return asyncio.run(go())
@@ -223,6 +233,127 @@ def test_every_bad_request_gets_a_4xx_naming_its_field(translator, body, status,
   got, answer = post(translator, path_of(body), body, limits={"max_sentences": 4, "max_words": 8})
   assert (got, answer["field"]) == (status, field), answer
   assert answer["error"]
+
+
+# What sizes the work, each bounded by a limit the operator sets (tight ones here).
+TIGHT = {
+  "max_words": 8,
+  "max_beam_size": 4,
+  "max_samples": 4,
+  "max_mbr_candidates": 2,
+  "max_len_ratio": 3.0,
+}
+OVER_A_LIMIT = [
+  ({"sentences": ["the"], "beam_size": 5}, "beam_size"),
+  ({"sentences": ["the"], "max_len_ratio": 1e6}, "max_len_ratio"),  # Grew a server to 6 GB.
+  ({"sentences": ["the"], "sampling": "sample(n=5)"}, "sampling"),
+  ({"sentences": ["the"], "mbr": "mbr(utility=chrf)"}, "mbr"),  # Over the run's beam of 3.
+  ({"sentences": ["the"], "sampling": "sample(n=3)", "mbr": "mbr(utility=chrf)"}, "mbr"),
+  ({"sentences": ["the", "a"], "prefixes": ["", "le " * 9]}, "prefixes[1]"),
+  ({"sentences": ["the"], "constraints": [["le chat", "a " * 7]]}, "constraints[0]"),
+  ({"sentences": ["the"], "constraints": [[""] * 9]}, "constraints[0]"),  # Each phrase counts.
+  ({"sentence": "the", "beam_size": 5}, "beam_size"),
+  ({"sentence": "the", "max_len_ratio": 1e6}, "max_len_ratio"),
+  ({"sentence": "the", "prefix": "le " * 9}, "prefix"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), OVER_A_LIMIT)
+def test_every_option_that_sizes_the_work_is_bounded(translator, body, field):
+  got, answer = post(translator, path_of(body), body, limits=TIGHT)
+  assert (got, answer["field"]) == (422, field), answer
+  assert "at most" in answer["error"], answer
+
+
+def test_a_request_may_ask_for_the_runs_own_settings_past_a_limit(translator):
+  """The run's decoding is the operator's choice (the live explorer asks for its beam size)."""
+  own = translator.decoding.beam_size
+  limits = {"max_beam_size": 1, "max_len_ratio": 0.5}
+  body = {
+    "sentences": ["the"],
+    "beam_size": own,
+    "max_len_ratio": translator.decoding.max_len_ratio,
+  }
+  assert post(translator, "/translate", body, limits=limits)[0] == 200
+  assert post(translator, "/beam", {"sentence": "the", "beam_size": own}, limits=limits)[0] == 200
+
+
+@pytest.mark.parametrize(
+  ("name", "value"),
+  [
+    ("max_beam_size", 0),
+    ("max_samples", 0),
+    ("max_mbr_candidates", 0),
+    ("max_len_ratio", 0.0),
+    ("max_len_ratio", float("inf")),
+    ("max_len_ratio", float("nan")),
+  ],
+)
+def test_the_work_limits_must_be_positive_and_finite(name, value):
+  with pytest.raises(ValueError, match=name):
+    serve.Limits(**{name: value})
+
+
+def test_the_work_limits_are_flags_of_the_command_and_in_info(translator):
+  flags = ["--max_beam_size=8", "--max_samples=2", "--max_mbr_candidates=6", "--max_len_ratio=1.5"]
+  args = serve._parser().parse_args(["--workdir=x", *flags])
+  assert (args.max_beam_size, args.max_samples, args.max_mbr_candidates) == (8, 2, 6)
+  assert args.max_len_ratio == 1.5
+  info = get(translator, "/info", limits={"max_beam_size": 8}).json()
+  assert info["limits"]["max_beam_size"] == 8 and "max_len_ratio" in info["limits"]
+
+
+# Whatever goes wrong, the answer is JSON naming the field.
+NOT_TEXT_OR_NUMBERS = [
+  ("/beam", b'{"sentence": "the \\ud800"}', "sentence"),  # A lone surrogate.
+  ("/translate", b'{"sentences": ["the \\ud800"], "replace_unk": true}', "sentences[0]"),
+  ("/translate", b'{"sentences": ["the"], "prefixes": ["\\udfff"]}', "prefixes[0]"),
+  ("/translate", b'{"sentences": ["the"], "max_len_ratio": Infinity}', "max_len_ratio"),
+  ("/translate", b'{"sentences": ["the"], "max_len_ratio": 1e308}', "max_len_ratio"),
+  ("/translate", b'{"sentences": ["the"], "max_len_ratio": NaN}', "max_len_ratio"),
+  ("/beam", b'{"sentence": "the", "max_len_ratio": Infinity}', "max_len_ratio"),
+  ("/translate", b'{"sentences": ["the"], "length_penalty": "power(alpha=inf)"}', "length_penalty"),
+  ("/beam", b'{"sentence": "the", "length_penalty": "gnmt(alpha=inf)"}', "length_penalty"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), NOT_TEXT_OR_NUMBERS)
+def test_text_that_is_not_unicode_and_numbers_that_are_not_finite_get_a_422(
+  translator, path, body, field
+):
+  got, answer = post(translator, path, body)
+  assert (got, answer["field"]) == (422, field), answer
+
+
+def test_an_unexpected_error_is_a_json_500(translator, monkeypatch):
+  def broken(*args, **kwargs):
+    raise RuntimeError("boom")
+
+  monkeypatch.setattr(serve.translate, "translate_lines", broken)
+  got, answer = post(translator, "/translate", {"sentences": ["the"]})
+  assert (got, answer["field"]) == (500, None) and "RuntimeError: boom" in answer["error"], answer
+
+
+def test_an_unknown_route_or_method_is_a_json_error(translator):
+  for path, status in (("/nope", 404), ("/translate", 405)):
+    r = get(translator, path)
+    assert (r.status_code, r.json()["field"]) == (status, None), r.text
+
+
+def test_the_explorer_of_a_split_being_written_answers_503_in_json(
+  translator, trained, tmp_path, monkeypatch
+):
+  """`--mode=eval` writes sentences.jsonl line by line: its last line may be half there."""
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns("checkpoints", "best"))
+  sentences = workdir / "eval" / "test" / "sentences.jsonl"
+  text = sentences.read_text()
+  sentences.write_text(text[: text.index("\n") + 9])
+  monkeypatch.setattr(translator, "workdir", workdir)
+  r = get(translator, "/explorer?split=test")
+  assert r.headers["content-type"] == "application/json", r.text
+  assert (r.status_code, r.json()["field"]) == (503, "split")
+  assert int(r.headers["retry-after"]) > 0
 
 
 def test_a_body_over_the_byte_limit_is_refused_unread(translator):
@@ -350,6 +481,55 @@ def test_a_token_guards_every_endpoint_but_health(translator):
   assert asyncio.run(go()) == [401, 401, 200, 401, 200]
 
 
+def test_post_bodies_must_be_declared_json(translator):
+  """A web page may send text/plain or a form to any address without asking (no CORS
+  preflight); a JSON body to another origin needs the preflight, which the service never
+  grants."""
+  body = {"sentences": ["the"]}
+  for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data", ""):
+    got, answer = post(translator, "/translate", body, headers={"content-type": kind})
+    assert (got, answer["field"]) == (415, "Content-Type"), (kind, answer)
+  json_utf8 = {"content-type": "application/json; charset=utf-8"}
+  assert post(translator, "/translate", body, headers=json_utf8)[0] == 200
+
+
+def statuses(translator, hosts, path="/info", **settings):
+  """The status of a request to `path` with each Host header of `hosts`."""
+
+  async def go():
+    service, client = client_of(translator, **settings)
+    token = settings.get("token", "")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with client:
+      codes = []
+      for host in hosts:
+        r = await client.get(path, headers={**headers, "host": host})
+        codes.append(r.status_code)
+        if r.status_code != 200:
+          assert r.json()["field"] == "Host", r.text
+    service.batcher.close()
+    return codes
+
+  return asyncio.run(go())
+
+
+def test_a_loopback_service_answers_only_its_own_names_and_port(translator):
+  """DNS rebinding: a page of evil.example whose name then points at 127.0.0.1 reaches the
+  service as the same origin, but its requests say Host: evil.example:8000."""
+  own = ["127.0.0.1:8000", "localhost:8000", "LocalHost:8000", "[::1]:8000"]
+  others = ["evil.example:8000", "127.0.0.1:9000", "127.0.0.1", "evil.example", "[::2]:8000"]
+  for path in ("/info", "/explorer", "/health"):
+    assert statuses(translator, own + others, path) == [200] * 4 + [403] * 5, path
+  got, answer = post(translator, "/translate", {"sentences": ["the"]}, headers={"host": "a.b:8000"})
+  assert (got, answer["field"]) == (403, "Host")
+  assert statuses(translator, ["[::1]:8000", "evil.example:8000"], host="::1") == [200, 403]
+
+
+def test_beyond_loopback_the_token_guards_and_any_host_name_is_answered(translator):
+  settings = {"host": "0.0.0.0", "token": "s3cret", "port": 9000}
+  assert statuses(translator, ["translate.example.org", "10.0.0.5:9000"], **settings) == [200, 200]
+
+
 def test_a_stop_signal_turns_health_and_new_requests_to_503(translator):
   async def go():
     service, client = client_of(translator)
@@ -416,10 +596,12 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def request(url, body=None, timeout=30):
-  data = None if body is None else json.dumps(body).encode()
+def request(url, body=None, timeout=30, headers=None):
+  """(status, JSON answer); `body` a dict sent as JSON, or bytes sent as they are."""
+  data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+  headers = {"Content-Type": "application/json", **(headers or {})}
   try:
-    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=timeout) as r:
+    with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=timeout) as r:
       return r.status, json.loads(r.read())
   except urllib.error.HTTPError as e:
     return e.code, json.loads(e.read())
@@ -446,7 +628,19 @@ def test_the_command_serves_answers_and_stops_on_sigterm(trained):
     status, answer = request(f"{url}/translate", {"sentences": ["the man", "a woman"]})
     assert status == 200 and len(answer["translations"]) == 2
     assert request(f"{url}/translate", {"sentences": ["the " * 13]})[0] == 422
-    assert request(f"{url}/health")[0] == 200  # Alive after the bad request.
+    # The probes of #94, each of which once grew the server, crashed a request or reached it
+    # from any web page.
+    probes = [
+      ("/translate", {"sentences": ["the cat"], "max_len_ratio": 1e6}, {}, 422),
+      ("/translate", b'{"sentences": ["the"], "max_len_ratio": Infinity}', {}, 422),
+      ("/beam", b'{"sentence": "the \\ud800"}', {}, 422),
+      ("/translate", {"sentences": ["the"]}, {"Content-Type": "text/plain"}, 415),
+      ("/translate", {"sentences": ["the"]}, {"Host": f"evil.example:{port}"}, 403),
+    ]
+    for path, body, headers, status in probes:
+      got, answer = request(f"{url}{path}", body, headers=headers)
+      assert (got, bool(answer["error"])) == (status, True), (body, answer)
+    assert request(f"{url}/health")[0] == 200  # Alive after the bad requests.
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=60)[0].decode()
   finally:
