@@ -578,3 +578,33 @@ def test_runs_sharing_a_cache_build_the_corpus_once_and_say_who_built_it(tmp_pat
   assert caplog.text.count("was built by another process sharing") == 1
   pairs = config.data.synthetic.valid_pairs
   assert [sum(1 for _ in c.read("valid")) for c in corpora] == [pairs, pairs]
+
+
+def test_local_text_is_hashed_once_until_a_file_changes(tmp_path, monkeypatch):
+  """With a digest cache, a second start reads no file to name the corpus and gets the same
+  name; a file edited to the same size (a new modification time) is read again and changes it."""
+  import hashlib
+
+  text = tmp_path / "text"
+  text.mkdir()
+  for split in ("train", "val", "test"):
+    for lang in ("en", "fr"):
+      (text / f"{split}.{lang}").write_text(f"{split} {lang} a b\n")
+  local = builders.LocalSettings(str(text), "en", "fr", "train", "val", "test", "")
+  cache = tmp_path / "data" / builders.DIGESTS
+  first = builders.LocalTextConfig.from_settings(local, cache).name
+  assert builders.LocalTextConfig.from_settings(local).name == first  # The same without one.
+
+  read = []
+  file_digest = hashlib.file_digest
+  monkeypatch.setattr(
+    hashlib, "file_digest", lambda f, name: read.append(f.name) or file_digest(f, name)
+  )
+  assert builders.LocalTextConfig.from_settings(local, cache).name == first
+  assert read == []
+  edited = text / "train.fr"
+  before = edited.stat().st_mtime_ns
+  edited.write_text("train fr a c\n")  # The same size.
+  os.utime(edited, ns=(before + 10**9, before + 10**9))
+  assert builders.LocalTextConfig.from_settings(local, cache).name != first
+  assert read == [str(edited)]
