@@ -42,6 +42,7 @@ import asyncio
 import collections
 import concurrent.futures
 import dataclasses
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -186,6 +187,21 @@ class ScoreRequest(RequestModel):
   targets: list[str] = pydantic.Field(min_length=1)
 
 
+REPLACED = (
+  "the workdir's config.json has changed since this service loaded its model: the files there "
+  "describe another run; restart the service to serve it"
+)
+
+
+def config_digest(workdir: str | Path) -> str | None:
+  """SHA-256 of WORKDIR/config.json (None where there is none): a run's identity, cheap enough
+  to check at every request that reads the workdir's files."""
+  try:
+    return hashlib.sha256((Path(workdir) / "config.json").read_bytes()).hexdigest()
+  except FileNotFoundError:
+    return None
+
+
 class RequestError(Exception):
   """A request the server refuses: HTTP `status`, the `field` at fault (or None) and why."""
 
@@ -313,6 +329,13 @@ class Service:
     self.t, self.cfg = translator, cfg
     self.batcher = Batcher(self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0)
     self.closing = False
+    self.loaded = config_digest(translator.workdir)  # What `replaced` compares against.
+
+  def replaced(self) -> bool:
+    """Whether the workdir's config.json has changed since the model was loaded: another run
+    (or a resumed one) now writes there, so its files (the explorer's evaluation) need not
+    describe the model this service answers with."""
+    return config_digest(self.t.workdir) != self.loaded
 
   # Batches, on the batcher's thread.
   def _run_batch(self, key: Hashable, items: list[Any]) -> list[Any]:
@@ -483,13 +506,18 @@ class Service:
 
   def explorer_page(self, split: str | None = None) -> str:
     """The explorer of the run's evaluated `split` (its first without one; none if the run has
-    not been evaluated) in live mode, the what-if and beam views asking this service."""
+    not been evaluated) in live mode, the what-if and beam views asking this service.
+    RequestError (409) once the workdir holds another run (`replaced`)."""
+    if self.replaced():
+      raise RequestError(409, REPLACED)
     return explorer.live_page(self.t.workdir, split, beam_size=self.t.decoding.beam_size)
 
   def info(self) -> dict[str, Any]:
     run = self.t.run
     return {
       "step": int(np.asarray(self.t.state.step)),
+      "workdir": str(self.t.workdir),
+      "workdir_replaced": self.replaced(),  # The rest describes the model loaded at start.
       "model": run.config.model.to_dict(),
       "decode": run.config.decode.to_dict(),
       "vocabulary": {"source": self.t.src_tok.size, "target": self.t.tgt_tok.size},
@@ -703,6 +731,8 @@ def explorer_response(service: Service, request: fastapi.Request, split: str | N
     )
   try:
     return responses.HTMLResponse(service.explorer_page(split))
+  except RequestError as e:
+    return error_response(e)
   except FileNotFoundError as e:
     return error_response(RequestError(404, str(e), "split"))
   except ValueError as e:  # A line of sentences.jsonl half written (--mode=eval is running).

@@ -444,6 +444,34 @@ def test_the_explorer_page_is_served_live(translator):
   assert home.status_code == 307 and home.headers["location"] == "/explorer"
 
 
+def test_a_service_whose_workdir_now_holds_another_run_says_so(translator, trained, tmp_path):
+  """The workdir's config.json is rewritten after the model was loaded (a new run trained
+  there): /info says so, and the explorer, whose files describe that other run, answers 409."""
+  import copy
+  import shutil
+
+  moved = copy.copy(translator)  # The same model, served from a copy of the run's files.
+  moved.workdir = tmp_path / "run"
+  shutil.copytree(trained / "eval", moved.workdir / "eval")
+  shutil.copy(trained / "config.json", moved.workdir / "config.json")
+
+  async def go():
+    service, client = client_of(moved)
+    async with client:
+      before = (await client.get("/info")).json(), (await client.get("/explorer")).status_code
+      config = moved.workdir / "config.json"
+      config.write_text(config.read_text() + "\n")
+      after = (await client.get("/info")).json(), await client.get("/explorer")
+    service.batcher.close()
+    return before, after
+
+  (info, page), (info_after, page_after) = asyncio.run(go())
+  assert (info["workdir_replaced"], page) == (False, 200)
+  assert info_after["workdir_replaced"] and info_after["step"] == info["step"]
+  assert page_after.status_code == 409
+  assert "restart the service" in page_after.json()["error"]
+
+
 def test_a_static_report_asks_no_server(trained):
   """Written to disk, the report's policy allows no request at all."""
   from seq2seq import explorer
