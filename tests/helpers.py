@@ -224,6 +224,19 @@ def tiny_sweep_args(out, steps: int, seeds: str = "0") -> list[str]:
   return [*args, "--bootstrap-samples", "10", "--out", str(out)]
 
 
+def tiny_without_heatmaps(folder) -> str:
+  """A config file in `folder`: configs/tiny.py drawing no heatmaps. For a study given a run of
+  configs/tiny.py whose `--config` reaches every evaluation it runs (as decode.* settings of an
+  ensemble of the run), where no test reads the heatmaps: drawing them took some 2 s of each
+  split an evaluation decodes."""
+  path = Path(folder) / "tiny_without_heatmaps.py"
+  path.write_text(
+    "from configs import tiny\n\n\ndef get_config():\n  config = tiny.get_config()\n"
+    "  config.decode.num_heatmaps = 0\n  return config\n"
+  )
+  return str(path)
+
+
 def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0) -> list[dict]:
   """`n` sentence records shaped as `evaluate.sentence_records` writes them, without a model:
   made-up words, attention peaked near the diagonal (rows sum to 1), gold links on the
