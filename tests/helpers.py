@@ -215,11 +215,26 @@ class _CommandsHere:
 
 def tiny_sweep_args(out, steps: int, seeds: str = "0") -> list[str]:
   """A one-point sweep of configs/tiny.py (additive), `steps` updates a seed with one
-  evaluation and one checkpoint at the end, no validation BLEU, a short bootstrap, into `out`."""
+  evaluation and one checkpoint at the end, no validation BLEU, no heatmaps (drawing them took
+  some 2 s of each split's final evaluation), a short bootstrap, into `out`."""
   args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", seeds]
   args += [f"--set=train.num_steps={steps}", f"--set=train.eval_every={steps}"]
   args += [f"--set=train.checkpoint_every={steps}", "--set=train.valid_bleu=0"]
+  args += ["--set=decode.num_heatmaps=0"]
   return [*args, "--bootstrap-samples", "10", "--out", str(out)]
+
+
+def tiny_without_heatmaps(folder) -> str:
+  """A config file in `folder`: configs/tiny.py drawing no heatmaps. For a study given a run of
+  configs/tiny.py whose `--config` reaches every evaluation it runs (as decode.* settings of an
+  ensemble of the run), where no test reads the heatmaps: drawing them took some 2 s of each
+  split an evaluation decodes."""
+  path = Path(folder) / "tiny_without_heatmaps.py"
+  path.write_text(
+    "from configs import tiny\n\n\ndef get_config():\n  config = tiny.get_config()\n"
+    "  config.decode.num_heatmaps = 0\n  return config\n"
+  )
+  return str(path)
 
 
 def explorer_records(n: int, seed: int = 0, max_words: int = 30, heads: int = 0) -> list[dict]:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import TEST_SENTENCES, is_score, run_module
+from helpers import TEST_SENTENCES, is_score, run_module, tiny_without_heatmaps
 
 from experiments import tabulate
 
@@ -125,7 +125,8 @@ def test_decoding_study_decodes_the_shortlist_rows_alone_and_keeps_the_others(tr
   ensemble = {"command": "earlier", "valid": figures, "test": figures}
   earlier = {"date": "then", "cpu": {"cpu_model": "X"}, "load_average": {"start": 1, "end": 2}}
   (out / "decoding.json").write_text(json.dumps({**earlier, "rows": {"ensemble": ensemble}}))
-  args = ["--runs", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
+  config = tiny_without_heatmaps(tmp_path)  # The run's configs/tiny.py, drawing no heatmaps.
+  args = ["--runs", str(trained), "--config", config, "--out", str(out)]
   run_module("experiments.decoding_study", *args, "--only", "shortlists", "--speed-rounds", "1")
   record = json.loads((out / "decoding.json").read_text())
   names = ["seed 0, full vocabulary", "seed 0, shortlist", "seed 0, shortlist per sentence"]
@@ -153,7 +154,8 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
   from seq2seq.data import metrics
 
   out = tmp_path / "mbr"
-  args = ["--run", str(trained), "--config", "configs/tiny.py", "--out", str(out)]
+  config = tiny_without_heatmaps(tmp_path)  # The run's configs/tiny.py, drawing no heatmaps.
+  args = ["--run", str(trained), "--config", config, "--out", str(out)]
   args += ["--samples", "4", "--nbest", "3", "--reverse", str(trained), "--speed-rounds", "1"]
   run_module("experiments.mbr_study", *args)
   record = json.loads((out / "mbr.json").read_text())

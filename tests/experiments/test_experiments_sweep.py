@@ -26,6 +26,9 @@ TINY_SWEEP += ["--set=train.num_steps=4", "--set=train.log_every=2", "--set=trai
 TINY_SWEEP += ["--set=train.checkpoint_every=4", "--set=train.valid_bleu=0"]
 
 
+TINY_SWEEP += ["--set=decode.num_heatmaps=0"]  # No test here reads a run's heatmaps.
+
+
 TINY_SWEEP += ["--bootstrap-samples", "100"]
 
 

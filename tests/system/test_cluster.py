@@ -56,8 +56,10 @@ def test_a_signalled_array_task_requeues_itself_and_its_rerun_finishes(tmp_path,
   collects."""
   out = tmp_path / "sweep"
   # The signal follows step 10's log line (the task stopped at step 17 when this was timed), so
-  # 600 steps leave the rerun most of the run to resume: at 3,000 it trained for 95 s.
-  steps = 600
+  # 300 steps leave the rerun most of the run to resume: at 3,000 it trained for 95 s; the test
+  # took 40 s at 600 steps and 30 s at 300 (2 loaded cores). The poll is short, so the signal
+  # lands soon after step 10.
+  steps = 300
   args = [*tiny_sweep_args(out, steps), "--set=train.log_every=10", *cache_flags]
   run_module("experiments.sweep", *args, "--launcher=jobs")
   bin_dir = tmp_path / "bin"
@@ -73,7 +75,7 @@ def test_a_signalled_array_task_requeues_itself_and_its_rerun_finishes(tmp_path,
   deadline = time.monotonic() + 300
   while not any(r["split"] == "train" for r in _rows(run)):
     assert task.poll() is None and time.monotonic() < deadline, "no training step logged"
-    time.sleep(0.2)
+    time.sleep(0.05)
   task.send_signal(signal.SIGTERM)
   assert task.wait(timeout=300) == 0
   assert asked.read_text().split() == ["requeue", "41_0"]

@@ -33,6 +33,9 @@ from seq2seq.common import files
 from seq2seq.training import metric_writer, objective, train_state
 
 FAST = ["--config.train.final_eval=false", "--config.train.valid_bleu=false"]
+# A rerun compared with the trained run's rows and results, not its heatmaps: drawing them took
+# some 2 s of each split its final evaluation decodes.
+NO_HEATMAPS = "--config.decode.num_heatmaps=0"
 
 
 def start_main(workdir, *overrides):
@@ -281,7 +284,7 @@ def test_a_kill_during_the_metrics_rewrite_of_a_resume_keeps_the_history(trained
   before = (workdir / "metrics.jsonl").read_text()
   killed_at("metrics-rewrite", workdir, "--config.train.num_steps=20")
   assert (workdir / "metrics.jsonl").read_text() == before
-  run_main(workdir, "--config.train.num_steps=20")
+  run_main(workdir, "--config.train.num_steps=20", NO_HEATMAPS)
   assert not list(workdir.glob(".metrics.jsonl.*"))  # The killed write's temporary file went.
   rows = [{k: r[k] for k in ("step", "split")} for r in metric_rows(workdir)]
   assert rows == [{k: r[k] for k in ("step", "split")} for r in metric_rows(trained)]
@@ -441,7 +444,7 @@ def test_a_kill_around_the_best_checkpoint_save_then_rerun_matches(
   workdir = tmp_path / point
   killed_at(point, workdir, "--config.train.num_steps=20")
   assert not any(r["split"] == "valid" for r in metric_rows(workdir))
-  run_main(workdir, "--config.train.num_steps=20")
+  run_main(workdir, "--config.train.num_steps=20", NO_HEATMAPS)
   assert_same_params(workdir, reference)
   keys = ("step", "split", "loss", "bleu")
   rows = lambda w: [{k: r.get(k) for k in keys} for r in metric_rows(w)]

@@ -51,6 +51,7 @@ def test_bad_settings_fail_in_one_line():
 
 STOP = "--config.train.early_stopping=early(metric=loss, patience=2, min_delta=1000)"
 EVERY = ["--config.train.eval_every=4", "--config.train.checkpoint_every=4"]
+EVERY.append("--config.decode.num_heatmaps=0")  # Unread here; some 2 s of each split evaluated.
 
 
 def steps_of(workdir, split):
