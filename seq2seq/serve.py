@@ -91,13 +91,14 @@ class Limits:
   max_samples: int = 16  # Samples a request's `sampling` draws per sentence.
   max_mbr_candidates: int = 16  # Candidates per sentence MBR compares, each with each.
   max_len_ratio: float = 4.0  # A request's max_len_ratio (outputs end by ratio * source + 10).
+  body_timeout_s: float = 10.0  # To receive a request's whole body; then 408.
 
   def __post_init__(self):
     counts = ("max_sentences", "max_words", "max_request_bytes", "max_beam_size", "max_samples")
     for name in (*counts, "max_mbr_candidates"):
       if getattr(self, name) < 1:
         raise ValueError(f"serve limit {name} must be at least 1, got {getattr(self, name)}")
-    for name in ("timeout_s", "max_len_ratio"):
+    for name in ("timeout_s", "max_len_ratio", "body_timeout_s"):
       if not 0 < getattr(self, name) < math.inf:
         raise ValueError(
           f"serve limit {name} must be positive and finite, got {getattr(self, name)}"
@@ -657,17 +658,28 @@ class Guard:
     await self.app(scope, receive, send)
 
 
-async def read_body(request: fastapi.Request, model: type[RequestModel], max_bytes: int):
-  """The request body as `model`, read up to `max_bytes`; else a `RequestError` (413 past the
-  size, 400 for what is not a JSON object, 422 naming the field `model` refuses)."""
+async def read_body(request: fastapi.Request, model: type[RequestModel], limits: Limits):
+  """The request body as `model`, read up to `limits.max_request_bytes` within
+  `limits.body_timeout_s`; else a `RequestError` (413 past the size, 408 past the time, so a
+  client that never sends its body holds no connection; 400 for what is not a JSON object, 422
+  naming the field `model` refuses)."""
+  max_bytes = limits.max_request_bytes
   declared = request.headers.get("content-length")
   if declared and declared.isdigit() and int(declared) > max_bytes:
     raise RequestError(413, f"the body is over {max_bytes} bytes")
   raw = bytearray()
-  async for chunk in request.stream():
-    raw += chunk
-    if len(raw) > max_bytes:
-      raise RequestError(413, f"the body is over {max_bytes} bytes")
+
+  async def receive():
+    async for chunk in request.stream():
+      raw.extend(chunk)
+      if len(raw) > max_bytes:
+        raise RequestError(413, f"the body is over {max_bytes} bytes")
+
+  try:
+    await asyncio.wait_for(receive(), limits.body_timeout_s)
+  except TimeoutError:
+    message = f"the body did not arrive within {limits.body_timeout_s:g} s"
+    raise RequestError(408, message) from None
   try:
     data = json.loads(bytes(raw))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -708,7 +720,7 @@ async def handled(service: Service, request: fastapi.Request, model, check, answ
   if not authorised(request, service.cfg.token):
     return error_response(RequestError(401, UNAUTHORISED))
   try:
-    req = await read_body(request, model, service.cfg.limits.max_request_bytes)
+    req = await read_body(request, model, service.cfg.limits)
     found = await answered(service, *check(req))
   except RequestError as e:
     return error_response(e)
@@ -886,6 +898,7 @@ NUMBER_FLAGS = {
   "max_samples": "samples per sentence a request's sampling draws, at most",
   "max_mbr_candidates": "candidates per sentence a request's MBR compares, at most",
   "max_len_ratio": "a request's max_len_ratio, at most",
+  "body_timeout_s": "seconds to receive a request's body, else 408",
 }
 
 

@@ -444,6 +444,30 @@ def test_the_explorer_page_is_served_live(translator):
   assert home.status_code == 307 and home.headers["location"] == "/explorer"
 
 
+def test_a_body_that_never_arrives_gets_a_408_within_the_body_timeout(translator):
+  """A client that sends the start of its body and then nothing holds the request for
+  `Limits.body_timeout_s`, not for as long as it likes."""
+  import time
+
+  async def half_sent():
+    yield b'{"sentences": ['
+    await asyncio.sleep(60)
+    yield b"]}"
+
+  async def go():
+    service, client = client_of(translator, limits={"body_timeout_s": 0.5})
+    async with client:
+      began = time.monotonic()
+      r = await client.post("/translate", content=half_sent())
+      took = time.monotonic() - began
+    service.batcher.close()
+    return r, took
+
+  r, took = asyncio.run(go())
+  assert (r.status_code, r.json()["field"]) == (408, None) and took < 10, (r.text, took)
+  assert "did not arrive within 0.5 s" in r.json()["error"]
+
+
 def test_a_service_whose_workdir_now_holds_another_run_says_so(translator, trained, tmp_path):
   """The workdir's config.json is rewritten after the model was loaded (a new run trained
   there): /info says so, and the explorer, whose files describe that other run, answers 409."""
