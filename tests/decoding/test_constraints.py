@@ -262,7 +262,7 @@ def test_constraints_hold_for_every_kind_of_model():
   b = random_batch(seed=1, batch=3, src_len=6, vocab=VOCAB)
   two = np.concatenate([b["src"], b["src"]], axis=1), np.concatenate([b["src_mask"]] * 2, axis=1)
   copying = tiny.get_config().model
-  copying.copy = True  # Every source word has its twin, the target word of the same id.
+  copying.addons = "copy"  # Every source word has its twin, the target word of the same id.
   copy_map = np.arange(VOCAB, dtype=np.int32)
   copier = randomise(build_model(copying, VOCAB, VOCAB, rngs=nnx.Rngs(2), copy_map=copy_map))
   cases = [
