@@ -66,10 +66,8 @@ def share(batches: Iterable[T]) -> Iterator[T]:
 def gathered(mine: dict[int, T], size: int) -> list[T]:
   """The results of sentences 0 ... size - 1 in order, from `mine` (sentence index -> this
   process's result) and, inside `shared()`, from every other process's."""
-  found = dict(mine)
-  if active():
-    for part in allgather(mine):
-      found.update(part)
+  parts = allgather(mine) if active() else [mine]  # (Every process's, this one's included.)
+  found = {index: result for part in parts for index, result in part.items()}
   if len(found) != size:
     raise RuntimeError(f"decoding returned {len(found)} of the split's {size} sentences")
   return [found[i] for i in range(size)]
