@@ -477,12 +477,11 @@
 
   // ----------------------------------------------------------- live: what if, and the beam
   // Only on the page the translation service sends (data.live): new translations come from
-  // its POST /translate and /beam, with the token of the page's own address when it has one.
+  // its POST /translate and /beam. Where the service has a token, the session cookie its
+  // sign-in form set goes with them (same origin), never the token itself.
   function liveViews() {
-    const token = new URLSearchParams(window.location.search).get("token");
     async function ask(path, body) {
       const headers = { "Content-Type": "application/json" };
-      if (token) headers.Authorization = `Bearer ${token}`;
       const answer = await fetch(path, { method: "POST", headers, body: JSON.stringify(body) });
       const reply = await answer.json();
       if (!answer.ok) throw new Error(`${reply.error}${reply.field ? ` (${reply.field})` : ""}`);

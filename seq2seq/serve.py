@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
-import concurrent.futures
 import dataclasses
 import hashlib
 import hmac
@@ -50,9 +48,8 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +66,11 @@ from seq2seq import checkpoints, cli, explorer, translate
 from seq2seq.common import console
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import inference
+from seq2seq.serving import batcher as batching
+from seq2seq.serving import metrics, opennmt
+from seq2seq.serving.batcher import BATCH_SIZES, Batcher, batch_size_for
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-BATCH_SIZES = (1, 4, 8, 16, 32, 64)  # The default `ServeSettings.batch_sizes`.
 # Per-request decode fields a client may set; the others (shortlists, ensembles, the batch
 # size) belong to the run and the server.
 DECODE_OPTIONS = ("beam_size", "length_penalty", "max_len_ratio", "replace_unk", "sampling", "mbr")
@@ -114,6 +113,9 @@ class ServeSettings:
   # The batch shapes compiled: a gathered batch is padded to the first that holds it.
   batch_sizes: tuple[int, ...] = BATCH_SIZES
   wait_ms: float = 5.0  # How long a request waits for others to share its batch.
+  # Sentences that may wait for the decoder; past it a request gets 429 at once. 0: those the
+  # service decodes within `Limits.timeout_s`, timed after the warm-up (`Service.warm_up`).
+  max_queue: int = 0
   warm_up: bool = True  # Compile the batch shapes before answering (`Service.warm_up`).
   limits: Limits = dataclasses.field(default_factory=Limits)
 
@@ -130,6 +132,8 @@ class ServeSettings:
       )
     if self.wait_ms < 0:
       raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
+    if self.max_queue < 0:
+      raise ValueError(f"serve max_queue must be at least 0 (0: derived), got {self.max_queue}")
     if not is_loopback(self.host) and not self.token:
       raise ValueError(
         f"--host={self.host} is reachable from other machines: give a token as well "
@@ -188,6 +192,20 @@ class ScoreRequest(RequestModel):
   targets: list[str] = pydantic.Field(min_length=1)
 
 
+class SessionRequest(RequestModel):
+  token: str
+
+
+# The routes counted by name in /metrics (any other path counts as "other").
+ROUTES = (
+  "/translate", "/score", "/beam", "/explorer", "/session", "/", "/health", "/info", "/metrics",
+  "/docs", "/openapi.json", opennmt.ROUTE,
+)  # fmt: skip
+# Seconds a full batch is assumed to take before `Service.warm_up` times one: it sizes the
+# queue of a service started without warm-up (`--no_warm_up`) or with `max_queue` unset.
+UNTIMED_BATCH_S = 1.0
+
+
 REPLACED = (
   "the workdir's config.json has changed since this service loaded its model: the files there "
   "describe another run; restart the service to serve it"
@@ -206,119 +224,18 @@ def config_digest(workdir: str | Path) -> str | None:
 class RequestError(Exception):
   """A request the server refuses: HTTP `status`, the `field` at fault (or None) and why."""
 
-  def __init__(self, status: int, message: str, field: str | None = None):
+  def __init__(
+    self,
+    status: int,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+  ):
     super().__init__(message)
-    self.status, self.field = status, field
+    self.status, self.field, self.headers = status, field, headers
 
   def body(self) -> dict[str, Any]:
     return {"error": str(self), "field": self.field}
-
-
-# Gathering requests into batches.
-@dataclasses.dataclass(eq=False)
-class _Job:
-  key: Hashable
-  items: list[Any]
-  future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
-
-
-class Batcher:
-  """One thread that runs `run_batch(key, items)` (a list of results, one per item) over the
-  items of jobs submitted with the same `key`: a job waits up to `wait_s` for others to join it,
-  until `max_batch` items are gathered (a larger job runs alone). Jobs of other keys wait their
-  turn in arrival order. When a batch of several jobs raises, each of them runs alone, so an
-  error reaches the job that caused it only."""
-
-  def __init__(
-    self, run_batch: Callable[[Hashable, list[Any]], list[Any]], max_batch: int, wait_s: float
-  ):
-    self._run_batch, self._max_batch, self._wait_s = run_batch, max_batch, wait_s
-    self._queue: collections.deque[_Job] = collections.deque()
-    self._ready = threading.Condition()
-    self._closed = False
-    self.batches: list[int] = []  # Items per batch run, for the tests and the benchmark.
-    self._thread = threading.Thread(target=self._loop, name="seq2seq-batcher", daemon=True)
-    self._thread.start()
-
-  def submit(self, key: Hashable, items: Sequence[Any]) -> concurrent.futures.Future:
-    job = _Job(key, list(items))
-    with self._ready:
-      if self._closed:
-        raise RuntimeError("the batcher is closed")
-      self._queue.append(job)
-      self._ready.notify()
-    return job.future
-
-  def close(self) -> None:
-    """Runs what is queued, then stops the thread."""
-    with self._ready:
-      self._closed = True
-      self._ready.notify()
-    self._thread.join()
-
-  def _loop(self) -> None:
-    while True:
-      with self._ready:
-        while not self._queue and not self._closed:
-          self._ready.wait()
-        if not self._queue:
-          return
-        first = self._queue.popleft()
-      jobs = self._gather(first)
-      self._run(jobs)
-
-  def _gather(self, first: _Job) -> list[_Job]:
-    jobs, size = [first], len(first.items)
-    deadline = time.monotonic() + self._wait_s
-    with self._ready:
-      while True:
-        full = False
-        for job in [j for j in self._queue if j.key == first.key]:
-          if size + len(job.items) > self._max_batch:
-            full = True  # The next of this key would not fit: it starts the next batch.
-            break
-          self._queue.remove(job)
-          jobs.append(job)
-          size += len(job.items)
-        left = deadline - time.monotonic()
-        if full or size >= self._max_batch or left <= 0 or self._closed:
-          return jobs
-        self._ready.wait(left)
-
-  def _run(self, jobs: list[_Job]) -> None:
-    jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
-    if len(jobs) <= 1:
-      for job in jobs:
-        self._run_alone(job)
-      return
-    items = [item for job in jobs for item in job.items]
-    try:
-      results = self._run_batch(jobs[0].key, items)
-    except Exception:
-      for job in jobs:  # Each alone, so the error reaches its own job.
-        self._run_alone(job)
-      return
-    self.batches.append(len(items))
-    start = 0
-    for job in jobs:
-      job.future.set_result(results[start : start + len(job.items)])
-      start += len(job.items)
-
-  def _run_alone(self, job: _Job) -> None:
-    try:
-      results = self._run_batch(job.key, job.items)
-    except Exception as e:
-      job.future.set_exception(e)
-      return
-    self.batches.append(len(job.items))
-    job.future.set_result(results)
-
-
-def batch_size_for(count: int, max_batch: int, sizes: Sequence[int] = BATCH_SIZES) -> int:
-  """The smallest of `sizes` that holds `count` sentences, or `max_batch` of them for a larger
-  job (decoded in batches); without one (`ServeSettings` refuses such sizes), that count."""
-  need = max(min(count, max_batch), 1)
-  return min((b for b in sizes if b >= need), default=need)
 
 
 # What the service does with a loaded run.
@@ -328,9 +245,26 @@ class Service:
 
   def __init__(self, translator: translate.Translator, cfg: ServeSettings):
     self.t, self.cfg = translator, cfg
-    self.batcher = Batcher(self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0)
+    # Seconds a full batch takes, once `warm_up` has timed one (until then a guess).
+    self.batch_s = UNTIMED_BATCH_S
+    self.batcher = Batcher(
+      self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0, cfg.max_queue or self._queue_bound()
+    )
     self.closing = False
     self.loaded = config_digest(translator.workdir)  # What `replaced` compares against.
+    self.requests = metrics.Requests(ROUTES)
+    self.has_links = _has_links(translator)  # Whether hypotheses can carry Pharaoh links.
+
+  def _queue_bound(self) -> int:
+    """The sentences that can wait and still be decoded within `Limits.timeout_s`, in full
+    batches of `batch_s` seconds: at least one batch."""
+    batches = int(self.cfg.limits.timeout_s / self.batch_s)
+    return max(batches, 1) * self.cfg.max_batch
+
+  def retry_after_s(self) -> int:
+    """Seconds until the sentences waiting now have been decoded, in full batches."""
+    waiting = self.batcher.waiting()[1]
+    return max(math.ceil(math.ceil(waiting / self.cfg.max_batch) * self.batch_s), 1)
 
   def replaced(self) -> bool:
     """Whether the workdir's config.json has changed since the model was loaded: another run
@@ -379,7 +313,18 @@ class Service:
     for k, b, n in shapes:
       sentence = " ".join([word] * max(n - 1, 1))  # EOS makes the n-th token.
       translate.translate_lines(self.t, [sentence] * b, progress=None, batch_size=b, beam_size=k)
+    self._time_a_batch(word, largest, max(lengths))
     return len(shapes)
+
+  def _time_a_batch(self, word: str, size: int, length: int) -> None:
+    """Times a full batch of the run's decoding at half the longest warmed length (compiled by
+    the warm-up), and bounds the queue by it unless `max_queue` is set."""
+    sentence = " ".join([word] * max(length // 2 - 1, 1))
+    start = time.monotonic()
+    translate.translate_lines(self.t, [sentence] * size, progress=None, batch_size=size)
+    self.batch_s = max(time.monotonic() - start, 1e-3)
+    if not self.cfg.max_queue:
+      self.batcher.max_waiting = self._queue_bound()
 
   # Requests, on the event loop.
   def check_translate(self, req: TranslateRequest) -> tuple[Hashable, list[Any]]:
@@ -524,12 +469,39 @@ class Service:
       "vocabulary": {"source": self.t.src_tok.size, "target": self.t.tgt_tok.size},
       "limits": dataclasses.asdict(self.cfg.limits),
       "max_batch": self.cfg.max_batch,
+      "max_queue": self.batcher.max_waiting,
       "decode_options": list(DECODE_OPTIONS),
     }
+
+  def health(self) -> dict[str, Any]:
+    requests, sentences = self.batcher.waiting()
+    queue = {
+      "requests": requests,
+      "sentences": sentences,
+      "max_sentences": self.batcher.max_waiting,
+    }
+    return {"status": "ok", "queue": queue}
+
+  def metrics_text(self) -> str:
+    return metrics.render(
+      self.requests,
+      self.batcher.stats,
+      self.batcher.waiting(),
+      self.batcher.max_waiting,
+      self.cfg.batch_sizes,
+    )
 
 
 def _number(x: float) -> float | None:
   return float(x) if np.isfinite(x) else None
+
+
+def _has_links(t: translate.Translator) -> bool:
+  try:
+    translate.check_links(t.run, "links", 0.0)
+  except ValueError:
+    return False
+  return True
 
 
 def _known_word(t: translate.Translator) -> str:
@@ -577,6 +549,7 @@ class ErrorBody(responses.JSONResponse):
 
 
 def error_response(e: RequestError, headers: dict[str, str] | None = None) -> ErrorBody:
+  headers = {**(e.headers or {}), **(headers or {})} or None
   return ErrorBody(e.body(), status_code=e.status, headers=headers)
 
 
@@ -604,12 +577,25 @@ def _is_text(s: str) -> bool:
   return True
 
 
+SESSION_COOKIE = "seq2seq_session"
+
+
+def session_value(token: str) -> str:
+  """The explorer's session cookie for `token`: derived from it, so the browser never holds the
+  token itself."""
+  return hmac.new(token.encode(), b"seq2seq explorer session", hashlib.sha256).hexdigest()
+
+
 def authorised(request: fastapi.Request, token: str) -> bool:
-  """Whether `request` carries `token` (`Authorization: Bearer TOKEN`); any does without one."""
+  """Whether `request` carries `token` (`Authorization: Bearer TOKEN`) or the session cookie
+  `POST /session` sets for it; any request does without a token."""
   if not token:
     return True
   given = request.headers.get("authorization", "")
-  return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+  if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+    return True
+  cookie = request.cookies.get(SESSION_COOKIE, "")
+  return hmac.compare_digest(cookie.encode(), session_value(token).encode())
 
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -658,11 +644,11 @@ class Guard:
     await self.app(scope, receive, send)
 
 
-async def read_body(request: fastapi.Request, model: type[RequestModel], limits: Limits):
-  """The request body as `model`, read up to `limits.max_request_bytes` within
+async def read_json(request: fastapi.Request, limits: Limits) -> Any:
+  """The request body parsed as JSON, read up to `limits.max_request_bytes` within
   `limits.body_timeout_s`; else a `RequestError` (413 past the size, 408 past the time, so a
-  client that never sends its body holds no connection; 400 for what is not a JSON object, 422
-  naming the field `model` refuses)."""
+  client that never sends its body holds no connection; 400 for what is not JSON, 422 for text
+  that is not Unicode)."""
   max_bytes = limits.max_request_bytes
   declared = request.headers.get("content-length")
   if declared and declared.isdigit() and int(declared) > max_bytes:
@@ -684,10 +670,17 @@ async def read_body(request: fastapi.Request, model: type[RequestModel], limits:
     data = json.loads(bytes(raw))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise RequestError(400, f"the body is not JSON: {e}") from None
-  if not isinstance(data, dict):
-    raise RequestError(400, "the body must be a JSON object")
   if (loc := not_text(data)) is not None:
     raise RequestError(422, "not Unicode text: it holds a lone surrogate", field_name(loc))
+  return data
+
+
+async def read_body(request: fastapi.Request, model: type[RequestModel], limits: Limits):
+  """The request body (`read_json`) as `model`: 400 for what is not a JSON object, 422 naming
+  the field `model` refuses."""
+  data = await read_json(request, limits)
+  if not isinstance(data, dict):
+    raise RequestError(400, "the body must be a JSON object")
   try:
     return model.model_validate(data)
   except pydantic.ValidationError as e:
@@ -704,6 +697,10 @@ async def answered(service: Service, key: Hashable, items: list[Any]) -> list[An
     future = service.batcher.submit(key, items)
   except RuntimeError:
     raise RequestError(503, SHUTTING_DOWN) from None
+  except batching.QueueFull as e:
+    retry = service.retry_after_s()
+    message = f"busy: {e}; try again in {retry} s"
+    raise RequestError(429, message, None, {"Retry-After": str(retry)}) from None
   timeout_s = service.cfg.limits.timeout_s
   try:
     return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
@@ -729,18 +726,54 @@ async def handled(service: Service, request: fastapi.Request, model, check, answ
 
 def openapi_body(model: type[RequestModel]) -> dict[str, Any]:
   """The OpenAPI `requestBody` of a route that reads its body itself (`read_body`)."""
-  content = {"application/json": {"schema": model.model_json_schema()}}
-  return {"requestBody": {"required": True, "content": content}}
+  return _json_body(model.model_json_schema())
+
+
+def opennmt_body() -> dict[str, Any]:
+  entry = {"src": {"type": "string"}, "id": {"type": "integer"}}
+  item = {"type": "object", "properties": entry, "required": ["src"]}
+  return _json_body({"type": "array", "items": item, "minItems": 1})
+
+
+def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
+  return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+# What a browser without the session cookie gets from /explorer when the service has a token:
+# a form that sends the token once in a JSON body (POST /session), then reloads the page.
+SIGN_IN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>seq2seq-attention: token</title></head>
+<body><form id="f"><label>This service needs its token:
+<input id="t" type="password" autocomplete="off" autofocus></label>
+<button>Open the explorer</button> <span id="m"></span></form>
+<script>
+document.getElementById("f").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const r = await fetch("/session", {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({token: document.getElementById("t").value})});
+  if (r.ok) location.reload(); else document.getElementById("m").textContent = "wrong token";
+});
+</script></body></html>
+"""
+SIGN_IN_POLICY = (
+  "default-src 'none'; script-src 'unsafe-inline'; connect-src 'self'; form-action 'none'; "
+  "frame-ancestors 'none'"
+)
+TOKEN_IN_ADDRESS = (
+  "the token never goes in the address (it would stay in logs and the browser's history): "
+  "send it as Authorization: Bearer TOKEN, or open /explorer and give it there once"
+)
 
 
 def explorer_response(service: Service, request: fastapi.Request, split: str | None):
-  """The live explorer page; with a token, only for `?token=TOKEN` (the page sends it on)."""
-  token = service.cfg.token
-  given = request.query_params.get("token", "")
-  if token and not hmac.compare_digest(given.encode(), token.encode()):
-    return error_response(
-      RequestError(401, "missing or wrong token (/explorer?token=TOKEN)", "token")
-    )
+  """The live explorer page; with a token, only for a request that carries it (the header, or
+  the session cookie its sign-in form has `POST /session` set): a browser without either gets
+  the form (401)."""
+  if "token" in request.query_params:
+    return error_response(RequestError(401, TOKEN_IN_ADDRESS, "token"))
+  if not authorised(request, service.cfg.token):
+    headers = {"Content-Security-Policy": SIGN_IN_POLICY}
+    return responses.HTMLResponse(SIGN_IN_PAGE, status_code=401, headers=headers)
   try:
     return responses.HTMLResponse(service.explorer_page(split))
   except RequestError as e:
@@ -752,6 +785,49 @@ def explorer_response(service: Service, request: fastapi.Request, split: str | N
     return error_response(RequestError(503, message, "split"), {"Retry-After": "5"})
 
 
+def session_response(service: Service, request: fastapi.Request):
+  """`POST /session {"token": TOKEN}`: the right token gets the session cookie (HttpOnly,
+  SameSite=Strict, so no other site's page sends it), which then stands for the token."""
+
+  async def answer():
+    token = service.cfg.token
+    try:
+      req = await read_body(request, SessionRequest, service.cfg.limits)
+    except RequestError as e:
+      return error_response(e)
+    if not token or not hmac.compare_digest(req.token.encode(), token.encode()):
+      reason = "this service has no token" if not token else "wrong token"
+      return error_response(RequestError(401 if token else 404, reason, "token"))
+    response = responses.JSONResponse({"status": "ok"})
+    response.set_cookie(
+      SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/"
+    )
+    return response
+
+  return answer()
+
+
+async def opennmt_response(service: Service, request: fastapi.Request):
+  """OpenNMT-py's `POST /translator/translate` (`serving.opennmt`): each source translated with
+  the run's own settings, its links given where the model has them."""
+  if not authorised(request, service.cfg.token):
+    return error_response(RequestError(401, UNAUTHORISED))
+  try:
+    data = await read_json(request, service.cfg.limits)
+    try:
+      texts = opennmt.sources(data)
+    except opennmt.FormatError as e:
+      raise RequestError(400, str(e), e.field) from None
+    req = TranslateRequest(sentences=texts, word_alignments=service.has_links)
+    found = await answered(service, *service.check_translate(req))
+  except RequestError as e:
+    return error_response(e)
+  hypotheses = [
+    [service.hypothesis(h, s, req) for h in hyps] for s, hyps in zip(texts, found, strict=True)
+  ]
+  return opennmt.answer(texts, hypotheses)
+
+
 def create_app(service: Service):
   """The FastAPI application of `service`."""
   app = fastapi.FastAPI(
@@ -760,6 +836,7 @@ def create_app(service: Service):
     docs_url="/docs",
   )
   app.add_middleware(Guard, cfg=service.cfg)
+  app.add_middleware(metrics.Counting, requests=service.requests)  # Outside: refusals count.
 
   @app.post("/translate", openapi_extra=openapi_body(TranslateRequest))
   async def translate_endpoint(request: fastapi.Request):
@@ -781,9 +858,17 @@ def create_app(service: Service):
     answer = lambda req, found: {"beam": found[0]}
     return await handled(service, request, BeamRequest, service.check_beam, answer)
 
+  @app.post(opennmt.ROUTE, openapi_extra=opennmt_body())
+  async def opennmt_endpoint(request: fastapi.Request):
+    return await opennmt_response(service, request)
+
   @app.get("/explorer", response_class=responses.HTMLResponse)
   async def explorer_page(request: fastapi.Request, split: str | None = None):
     return explorer_response(service, request, split)
+
+  @app.post("/session", openapi_extra=openapi_body(SessionRequest))
+  async def session(request: fastapi.Request):
+    return await session_response(service, request)
 
   @app.get("/", include_in_schema=False)
   async def home(request: fastapi.Request):
@@ -793,13 +878,19 @@ def create_app(service: Service):
   async def health():
     if service.closing:
       return error_response(RequestError(503, SHUTTING_DOWN))
-    return {"status": "ok"}
+    return service.health()
 
   @app.get("/info")
   async def info(request: fastapi.Request):
     if not authorised(request, service.cfg.token):
       return error_response(RequestError(401, UNAUTHORISED))
     return service.info()
+
+  @app.get("/metrics", response_class=responses.PlainTextResponse)
+  async def metrics_page(request: fastapi.Request):
+    if not authorised(request, service.cfg.token):
+      return error_response(RequestError(401, UNAUTHORISED))
+    return responses.Response(service.metrics_text(), media_type=metrics.CONTENT_TYPE)
 
   @app.exception_handler(fastapi.exceptions.RequestValidationError)
   async def invalid(request, exc):  # Query or path errors FastAPI finds itself.
@@ -858,7 +949,7 @@ def serve(translator: translate.Translator, cfg: ServeSettings = ServeSettings()
     for sig, handler in handlers.items():
       signal.signal(sig, handler)
     service.batcher.close()
-    logging.info("served batches of sizes: %s", collections.Counter(service.batcher.batches))
+    logging.info("served batches of sizes: %s", service.batcher.stats.sizes)
   if stopped_by:
     console.say(f"stopped by {signal.Signals(stopped_by[0]).name}: every request answered")
 
@@ -890,6 +981,7 @@ NUMBER_FLAGS = {
   "port": "the port",
   "max_batch": "the most sentences decoded together",
   "wait_ms": "how long a request waits for batch-mates",
+  "max_queue": "sentences that may wait; past it 429 (0: those answered within --timeout_s)",
   "max_sentences": "sentences per request, at most",
   "max_words": "words per sentence, at most",
   "max_request_bytes": "request body bytes, at most",

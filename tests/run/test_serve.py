@@ -3,6 +3,7 @@ bad request, answers equal to the Python API's, and a server started, used and s
 SIGTERM as a user runs it."""
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -24,99 +25,6 @@ from helpers import subprocess_env
 
 import seq2seq
 from seq2seq import serve, translate
-
-
-# The batcher, on a function that records what it was given.
-class Recorder:
-  def __init__(self, hold_first=False):
-    self.calls = []
-    self.release = threading.Event()
-    self.started = threading.Event()
-    self.hold_first = hold_first
-
-  def __call__(self, key, items):
-    self.calls.append((key, list(items)))
-    if self.hold_first and len(self.calls) == 1:
-      self.started.set()
-      assert self.release.wait(10)
-    if "bad" in items:
-      raise ValueError("bad item")
-    return [f"{key}:{item}" for item in items]
-
-
-def held_batcher(max_batch=8, wait_s=0.0):
-  """A batcher whose first batch (the job "first") runs until `release` is set, so the jobs
-  submitted meanwhile queue up."""
-  run = Recorder(hold_first=True)
-  batcher = serve.Batcher(run, max_batch=max_batch, wait_s=wait_s)
-  first = batcher.submit("k", ["first"])
-  assert run.started.wait(10)
-  return batcher, run, first
-
-
-def test_queued_jobs_of_one_key_run_as_one_batch_and_each_gets_its_own_results():
-  batcher, run, first = held_batcher()
-  jobs = [batcher.submit("k", [f"a{i}", f"b{i}"]) for i in range(3)]
-  run.release.set()
-  assert first.result(10) == ["k:first"]
-  assert [j.result(10) for j in jobs] == [[f"k:a{i}", f"k:b{i}"] for i in range(3)]
-  assert [len(items) for _, items in run.calls] == [1, 6]
-  batcher.close()
-
-
-def test_batches_hold_at_most_max_batch_items_and_keys_are_not_mixed():
-  batcher, run, first = held_batcher(max_batch=4)
-  jobs = [batcher.submit(key, [key] * 2) for key in ("k", "x", "k", "k", "x")]
-  run.release.set()
-  results = [j.result(10) for j in jobs]
-  assert results == [[f"{key}:{key}"] * 2 for key in ("k", "x", "k", "k", "x")]
-  later = run.calls[1:]
-  assert all(set(items) == {k} for k, items in later)
-  # In arrival order: the first job's key "k" fills a batch (2 jobs), then "x" (both x jobs),
-  # then the "k" left over.
-  assert [(k, len(items)) for k, items in later] == [("k", 4), ("x", 4), ("k", 2)]
-  batcher.close()
-
-
-def test_an_error_reaches_only_the_job_that_caused_it():
-  batcher, run, first = held_batcher()
-  good = batcher.submit("k", ["a"])
-  bad = batcher.submit("k", ["bad"])
-  other = batcher.submit("k", ["b"])
-  run.release.set()
-  assert good.result(10) == ["k:a"] and other.result(10) == ["k:b"]
-  with pytest.raises(ValueError, match="bad item"):
-    bad.result(10)
-  batcher.close()
-
-
-def test_a_lone_job_waits_for_company_only_wait_s():
-  run = Recorder()
-  batcher = serve.Batcher(run, max_batch=8, wait_s=0.05)
-  start = time.monotonic()
-  assert batcher.submit("k", ["a"]).result(10) == ["k:a"]
-  assert time.monotonic() - start < 5  # Bounded; not a timing test: 0.05 s is the wait.
-  batcher.close()
-
-
-def test_close_answers_what_is_queued_then_refuses():
-  batcher, run, first = held_batcher()
-  queued = batcher.submit("k", ["a"])
-  closer = threading.Thread(target=batcher.close)
-  closer.start()
-  run.release.set()
-  closer.join(10)
-  assert not closer.is_alive()
-  assert queued.result(0) == ["k:a"]
-  with pytest.raises(RuntimeError, match="closed"):
-    batcher.submit("k", ["b"])
-
-
-def test_batch_size_for_picks_the_smallest_bucket_that_fits():
-  counts = (1, 2, 4, 5, 9, 16, 17, 33, 64)
-  assert [serve.batch_size_for(n, 64) for n in counts] == [1, 4, 4, 8, 16, 16, 32, 64, 64]
-  assert serve.batch_size_for(10, 8) == 8  # Never past max_batch.
-  assert serve.batch_size_for(70, 64) == 64
 
 
 def test_the_batch_shapes_are_a_setting():
@@ -392,11 +300,11 @@ def test_concurrent_requests_share_batches_and_get_their_own_answers(translator)
         *(client.post("/translate", json={"sentences": [s]}) for s in sentences)
       )
     service.batcher.close()
-    return service.batcher.batches, [a.json()["translations"][0][0]["text"] for a in answers]
+    return service.batcher.stats.sizes, [a.json()["translations"][0][0]["text"] for a in answers]
 
-  batches, texts = asyncio.run(go())
+  sizes, texts = asyncio.run(go())
   assert texts == alone
-  assert sum(batches) == len(sentences) and max(batches) > 1, batches
+  assert sum(k * n for k, n in sizes.items()) == len(sentences) and max(sizes) > 1, sizes
 
 
 def test_the_beam_view_answers_as_the_python_api(translator):
@@ -504,11 +412,37 @@ def test_a_static_report_asks_no_server(trained):
   assert "connect-src" not in html and '"live":{' not in html
 
 
-def test_with_a_token_the_explorer_page_needs_it_in_its_address(translator):
-  settings = {"host": "0.0.0.0", "token": "s3cret"}
-  assert get(translator, "/explorer", **settings).status_code == 401
-  assert get(translator, "/explorer?token=no", **settings).status_code == 401
-  assert get(translator, "/explorer?token=s3cret", **settings).status_code == 200
+def test_with_a_token_the_explorer_signs_in_once_and_the_token_never_goes_in_the_address(
+  translator,
+):
+  """A browser gets a sign-in form (401) that posts the token once; the session cookie it gets
+  back (HttpOnly, SameSite=Strict, not the token itself) then opens the explorer and its
+  requests. A token in the address is refused, right or wrong, so none ends up in a log."""
+
+  async def go():
+    service, client = client_of(translator, host="0.0.0.0", token="s3cret")
+    async with client:
+      form = await client.get("/explorer")
+      in_address = await client.get("/explorer?token=s3cret")
+      wrong = await client.post("/session", json={"token": "no"})
+      assert "set-cookie" not in wrong.headers and client.cookies.get("seq2seq_session") is None
+      right = await client.post("/session", json={"token": "s3cret"})
+      page = await client.get("/explorer")
+      asked = await client.post("/translate", json={"sentences": ["the"]})
+    service.batcher.close()
+    return form, in_address, wrong, right, page, asked
+
+  form, in_address, wrong, right, page, asked = asyncio.run(go())
+  assert form.status_code == 401 and 'fetch("/session"' in form.text
+  assert "connect-src 'self'" in form.headers["content-security-policy"]
+  assert (in_address.status_code, in_address.json()["field"]) == (401, "token")
+  assert "never goes in the address" in in_address.json()["error"]
+  assert wrong.status_code == 401
+  cookie = right.headers["set-cookie"]
+  assert right.status_code == 200 and "HttpOnly" in cookie and "SameSite=strict" in cookie
+  assert "s3cret" not in cookie
+  assert page.status_code == 200 and '"live":{' in page.text
+  assert asked.status_code == 200
 
 
 def test_a_token_guards_every_endpoint_but_health(translator):
@@ -525,12 +459,14 @@ def test_a_token_guards_every_endpoint_but_health(translator):
           await client.post("/translate", json=body, headers={"authorization": "Bearer s3cret"})
         ).status_code,
         (await client.get("/info")).status_code,
+        (await client.get("/metrics")).status_code,
+        (await client.post("/translator/translate", json=[{"src": "the"}])).status_code,
         (await client.get("/health")).status_code,
       ]
     service.batcher.close()
     return codes
 
-  assert asyncio.run(go()) == [401, 401, 200, 401, 200]
+  assert asyncio.run(go()) == [401, 401, 200, 401, 401, 401, 200]
 
 
 def test_post_bodies_must_be_declared_json(translator):
@@ -611,6 +547,9 @@ def test_info_names_the_run(translator):
   info, schema = asyncio.run(go())
   assert info["step"] == 20 and info["vocabulary"]["source"] == translator.src_tok.size
   assert {"/translate", "/score", "/beam", "/explorer", "/health", "/info"} <= set(schema["paths"])
+  assert {"/metrics", "/session", "/translator/translate"} <= set(schema["paths"])
+  # Without a warm-up to time a batch, the queue holds a batch per second of the timeout.
+  assert info["max_queue"] == 60 * 64
 
 
 def traces_of(fn) -> int:
@@ -630,6 +569,9 @@ def test_after_warm_up_requests_of_the_warmed_shapes_compile_nothing(translator)
   # Beam sizes 1 and the run's 3, batch sizes 1 and 4 (those up to max_batch), the first length
   # bucket (configs/tiny.py pads sources to 24 tokens).
   assert service.warm_up(lengths=[5]) == 4
+  # It timed a full batch, and the queue holds what is decoded in full batches within the timeout.
+  assert service.batch_s < serve.UNTIMED_BATCH_S
+  assert service.batcher.max_waiting == int(60.0 / service.batch_s) * 4
   key, items = service.check_translate(serve.TranslateRequest(sentences=["the man will not"] * 3))
   assert traces_of(lambda: service.batcher.submit(key, items).result(60)) == 0
   greedy = serve.TranslateRequest(sentences=["a woman will"], beam_size=1)
@@ -639,6 +581,121 @@ def test_after_warm_up_requests_of_the_warmed_shapes_compile_nothing(translator)
   key, items = service.check_translate(serve.TranslateRequest(sentences=["the man " * 15]))
   assert traces_of(lambda: service.batcher.submit(key, items).result(60)) > 0
   service.batcher.close()
+
+
+def test_the_opennmt_route_answers_a_client_written_to_its_format(translator):
+  """A client as OpenNMT-py's REST documentation describes one: a list of {"src", "id"}, the
+  answer a list per rank of the n best holding each input's {"src", "tgt", "n_best",
+  "pred_score"} (and "align" where the model gives links), in input order."""
+  sources = ["the man will not", "a woman"]
+  body = [{"src": s, "id": 100} for s in sources]
+  status, out = post(translator, "/translator/translate", json.dumps(body).encode())
+  assert status == 200, out
+  best = [hyps[0] for hyps in translator.translate(sources)]
+  assert [entry["tgt"] for entry in out[0]] == [h.text for h in best]
+  assert [entry["src"] for entry in out[0]] == sources and out[0][0]["n_best"] == len(out) == 1
+  assert [entry["pred_score"] for entry in out[0]] == pytest.approx([h.score for h in best])
+  links = out[0][0]["align"][0]
+  assert re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", links), links
+  for bad, field in (
+    ({"src": "the"}, None),
+    ([], None),
+    ([{"src": "the"}, {"text": "a"}], "[1].src"),
+    ([{"src": "the", "id": "en-fr"}], "[0].id"),
+  ):
+    status, answer = post(translator, "/translator/translate", json.dumps(bad).encode())
+    assert (status, answer["field"]) == (400, field), answer
+
+
+def test_metrics_count_requests_batches_and_the_queue_in_prometheus_text(translator):
+  async def go():
+    service, client = client_of(translator)
+    async with client:
+      await client.post("/translate", json={"sentences": ["the man", "a woman"]})
+      await client.post("/translate", json={"sentences": []})
+      await client.get("/no/such/page")
+      r = await client.get("/metrics")
+    service.batcher.close()
+    return r
+
+  r = asyncio.run(go())
+  assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+  samples = {}
+  for line in r.text.splitlines():
+    if not line.startswith("#"):
+      name, value = line.rsplit(" ", 1)
+      samples[name] = float(value)
+  assert samples['seq2seq_requests_total{route="/translate",status="200"}'] == 1
+  assert samples['seq2seq_requests_total{route="/translate",status="422"}'] == 1
+  assert samples['seq2seq_requests_total{route="other",status="404"}'] == 1
+  assert samples['seq2seq_batch_sentences_bucket{le="4"}'] == 1
+  assert samples["seq2seq_batch_sentences_count"] == 1
+  assert samples["seq2seq_sentences_total"] == 2 and samples["seq2seq_decode_seconds_total"] > 0
+  assert samples["seq2seq_queue_sentences"] == 0 and samples["seq2seq_queue_limit_sentences"] > 0
+  assert "# TYPE seq2seq_requests_total counter" in r.text
+
+
+@contextlib.contextmanager
+def loopback_server(translator, **settings):
+  """The service on a free loopback port in this process: (service, base URL)."""
+  limits = serve.Limits(**settings.pop("limits", {}))
+  cfg = serve.ServeSettings(warm_up=False, limits=limits, **settings)
+  service = serve.Service(translator, cfg)
+  config = uvicorn.Config(serve.create_app(service), host="127.0.0.1", port=0, log_level="warning")
+  server = serve.StoppingServer(config, service)
+  thread = threading.Thread(target=server.run, daemon=True)
+  thread.start()
+  deadline = time.monotonic() + 60
+  while not server.started and time.monotonic() < deadline:
+    time.sleep(0.02)
+  port = server.servers[0].sockets[0].getsockname()[1]
+  try:
+    yield service, f"http://127.0.0.1:{port}"
+  finally:
+    server.should_exit = True
+    thread.join(30)
+    service.batcher.close()
+
+
+def test_a_burst_past_the_queue_bound_gets_429_at_once_with_retry_after(translator):
+  """The decoder is held on a first request; of a burst of 6 one-sentence requests, the 2 the
+  queue holds wait and are answered, the other 4 are refused at once with 429 and Retry-After,
+  and /health and /metrics show the queue while it is full."""
+  with loopback_server(translator, max_batch=1, batch_sizes=(1,), max_queue=2) as (service, url):
+    gate, held = threading.Event(), threading.Event()
+    run = service.batcher._run_batch
+
+    def held_first(key, items):
+      held.set()
+      assert gate.wait(60)
+      return run(key, items)
+
+    service.batcher._run_batch = held_first
+
+    async def go():
+      async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        body = {"sentences": ["the man"]}
+        first = asyncio.create_task(client.post("/translate", json=body))
+        await asyncio.to_thread(held.wait, 30)
+        burst = [asyncio.create_task(client.post("/translate", json=body)) for _ in range(6)]
+        while service.batcher.waiting()[1] < 2 or sum(t.done() for t in burst) < 4:
+          await asyncio.sleep(0.02)
+        refused = [t.result() for t in burst if t.done()]
+        health = (await client.get("/health")).json()
+        gauges = (await client.get("/metrics")).text
+        gate.set()
+        waited = [await t for t in burst]
+        return await first, refused, health, gauges, waited
+
+    first, refused, health, gauges, answers = asyncio.run(go())
+  assert first.status_code == 200
+  assert [r.status_code for r in refused] == [429] * 4
+  assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
+  assert "the queue holds at most 2" in refused[0].json()["error"]
+  assert health["queue"] == {"requests": 2, "sentences": 2, "max_sentences": 2}
+  assert "seq2seq_queue_sentences 2" in gauges
+  assert 'seq2seq_requests_total{route="/translate",status="429"} 4' in gauges
+  assert sorted(r.status_code for r in answers) == [200, 200, 429, 429, 429, 429]
 
 
 # The server as a user starts it.
