@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import hashlib
 import hmac
@@ -65,7 +66,7 @@ from fastapi import responses
 from seq2seq import checkpoints, cli, explorer, translate
 from seq2seq.common import console
 from seq2seq.data import tokenizer as tok
-from seq2seq.decoding import inference
+from seq2seq.decoding import decode, inference
 from seq2seq.serving import batcher as batching
 from seq2seq.serving import metrics, opennmt
 from seq2seq.serving.batcher import BATCH_SIZES, Batcher, batch_size_for
@@ -113,6 +114,9 @@ class ServeSettings:
   # The batch shapes compiled: a gathered batch is padded to the first that holds it.
   batch_sizes: tuple[int, ...] = BATCH_SIZES
   wait_ms: float = 5.0  # How long a request waits for others to share its batch.
+  # Distinct decoding options (beyond the run's own and greedy) whose compiled programs are
+  # kept; one more clears the compiled decoding programs (`Service.note_options`).
+  max_option_sets: int = 8
   # Sentences that may wait for the decoder; past it a request gets 429 at once. 0: those the
   # service decodes within `Limits.timeout_s`, timed after the warm-up (`Service.warm_up`).
   max_queue: int = 0
@@ -132,6 +136,8 @@ class ServeSettings:
       )
     if self.wait_ms < 0:
       raise ValueError(f"serve wait_ms must be at least 0, got {self.wait_ms}")
+    if self.max_option_sets < 1:
+      raise ValueError(f"serve max_option_sets must be at least 1, got {self.max_option_sets}")
     if self.max_queue < 0:
       raise ValueError(f"serve max_queue must be at least 0 (0: derived), got {self.max_queue}")
     if not is_loopback(self.host) and not self.token:
@@ -254,6 +260,8 @@ class Service:
     self.loaded = config_digest(translator.workdir)  # What `replaced` compares against.
     self.requests = metrics.Requests(ROUTES)
     self.has_links = _has_links(translator)  # Whether hypotheses can carry Pharaoh links.
+    self.option_sets: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
+    self.program_clears = 0  # How often `note_options` cleared the compiled programs.
 
   def _queue_bound(self) -> int:
     """The sentences that can wait and still be decoded within `Limits.timeout_s`, in full
@@ -273,7 +281,37 @@ class Service:
     return config_digest(self.t.workdir) != self.loaded
 
   # Batches, on the batcher's thread.
+  def note_options(self, key: Hashable) -> None:
+    """Bounds the compiled programs a client can make the service keep: every new combination of
+    decoding options compiles programs that JAX keeps, so past `max_option_sets` combinations
+    (the run's own settings and greedy search not counted) the compiled decoding programs are
+    cleared, the least recent combinations forgotten. The run's own programs then load again
+    from the compilation cache on their next use."""
+    kind, options = key[0], dict(key[1])
+    if kind == "score" or (kind == "translate" and key[2:] == (1, ()) and self._own(options)):
+      return
+    if key in self.option_sets:
+      self.option_sets.move_to_end(key)
+      return
+    if len(self.option_sets) >= self.cfg.max_option_sets:
+      logging.info(
+        "clearing the compiled decoding programs of %d option sets", len(self.option_sets)
+      )
+      decode.jit_decode.clear_cache()
+      self.option_sets.clear()
+      self.program_clears += 1
+    self.option_sets[key] = None
+
+  def _own(self, options: dict[str, Any]) -> bool:
+    """Whether `options` decode as the run's own settings or as its greedy search do."""
+    try:
+      dec = self.t.decoding_with(**options)
+    except ValueError:
+      return False
+    return dec in (self.t.decoding, self.t.decoding_with(beam_size=1))
+
   def _run_batch(self, key: Hashable, items: list[Any]) -> list[Any]:
+    self.note_options(key)
     kind, options = key[0], dict(key[1])
     if kind == "score":
       return translate.score_lines(self.t, [s for s, _ in items], [t for _, t in items])
@@ -470,6 +508,7 @@ class Service:
       "limits": dataclasses.asdict(self.cfg.limits),
       "max_batch": self.cfg.max_batch,
       "max_queue": self.batcher.max_waiting,
+      "max_option_sets": self.cfg.max_option_sets,
       "decode_options": list(DECODE_OPTIONS),
     }
 
@@ -489,6 +528,7 @@ class Service:
       self.batcher.waiting(),
       self.batcher.max_waiting,
       self.cfg.batch_sizes,
+      self.program_clears,
     )
 
 
@@ -982,6 +1022,7 @@ NUMBER_FLAGS = {
   "max_batch": "the most sentences decoded together",
   "wait_ms": "how long a request waits for batch-mates",
   "max_queue": "sentences that may wait; past it 429 (0: those answered within --timeout_s)",
+  "max_option_sets": "decoding option sets whose compiled programs are kept",
   "max_sentences": "sentences per request, at most",
   "max_words": "words per sentence, at most",
   "max_request_bytes": "request body bytes, at most",

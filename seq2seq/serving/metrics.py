@@ -58,6 +58,7 @@ def render(
   waiting: tuple[int, int],
   queue_bound: int | None,
   batch_sizes: Sequence[int],
+  program_clears: int = 0,
 ) -> str:
   """The exposition text of the service's figures now."""
   lines = _family(
@@ -89,6 +90,12 @@ def render(
       "gauge",
       "Sentences per second of decoding time, over every batch so far.",
       stats.items / stats.seconds if stats.seconds else 0.0,
+    ),
+    (
+      "seq2seq_program_cache_clears_total",
+      "counter",
+      "Times the compiled decoding programs were cleared (past --max_option_sets).",
+      program_clears,
     ),
     ("seq2seq_queue_requests", "gauge", "Requests waiting for the decoder.", waiting[0]),
     ("seq2seq_queue_sentences", "gauge", "Sentences waiting for the decoder.", waiting[1]),

@@ -698,6 +698,27 @@ def test_a_burst_past_the_queue_bound_gets_429_at_once_with_retry_after(translat
   assert sorted(r.status_code for r in answers) == [200, 200, 429, 429, 429, 429]
 
 
+def test_new_option_sets_past_the_bound_clear_the_compiled_programs(translator):
+  """Each new length penalty compiles a decoding program JAX would keep for good: past
+  max_option_sets (2) combinations the service clears them, so 4 combinations leave at most 2
+  programs of theirs, not 4; the run's own settings are not counted."""
+  from seq2seq.decoding import decode
+
+  service = serve.Service(translator, serve.ServeSettings(warm_up=False, max_option_sets=2))
+  own = serve.TranslateRequest(sentences=["the man"], beam_size=translator.decoding.beam_size)
+  service.batcher.submit(*service.check_translate(own)).result(60)
+  before = decode.jit_decode._cache_size()
+  for alpha in (0.1, 0.2, 0.3, 0.4):
+    req = serve.TranslateRequest(sentences=["the man"], length_penalty=f"power(alpha={alpha})")
+    service.batcher.submit(*service.check_translate(req)).result(60)
+  kept = decode.jit_decode._cache_size()
+  service.batcher.close()
+  assert before >= 1 and service.program_clears == 1 and kept <= 2, (before, kept)
+  assert list(service.option_sets) == [
+    ("translate", (("length_penalty", f"power(alpha={a})"),), 1, ()) for a in (0.3, 0.4)
+  ]
+
+
 # The server as a user starts it.
 def free_port() -> int:
   with socket.socket() as s:
