@@ -18,6 +18,10 @@ a sentence together), with sacrebleu's draws for its default seed. p = (count + 
 the count being the trials whose absolute difference is at least the observed one. sacrebleu
 counts only those above it, so a tie is never "as extreme": systems that differ in one sentence
 (every trial's difference is the observed one) get p = 1 / (trials + 1) there, 1 here.
+
+Both tests score with sacrebleu's private `_extract_corpus_statistics` (per-sentence statistics)
+and `_compute_score_from_stats` (a score from summed ones); tests/experiments/test_sacrebleu_api.py
+fails, naming them, if a sacrebleu release changes either.
 """
 
 from __future__ import annotations
