@@ -249,3 +249,8 @@ def test_the_mbr_page_leaves_out_a_timing_no_row_has():
   record["rows"]["greedy"]["eval_minutes"] = 2.0
   page = mbr_study.markdown(record)
   assert "| eval minutes | decoding sentences/s |" in page and "| 0.500 | 2.00 | 9.00 |" in page
+  # AR's p beside the bootstrap's where the record has it.
+  record["rows"]["greedy"]["test_vs_beam5"] |= {"ar_p_value": 0.25, "ar_trials": 10_000}
+  page = mbr_study.markdown(record)
+  assert "| p vs beam 5 | AR p | eval minutes |" in page and "| 0.500 | 0.2500 | 2.00 |" in page
+  assert "AR p: paired approximate randomisation of the same (10,000 trials" in page

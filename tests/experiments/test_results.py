@@ -231,6 +231,42 @@ def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tes
   )
 
 
+def test_the_significance_section_gives_ar_p_beside_the_bootstraps_where_the_report_has_it():
+  """AR's p in its own column to its trials' resolution, and whether the two tests put every
+  point on the same side of 0.05; a report from before AR keeps its columns."""
+  ar = lambda p: {"ar_p_value": p, "ar_trials": 10_000}
+  report = {
+    "baseline": "plain",
+    "configurations": [{"name": n} for n in ("plain", "guided", "dot")],
+    "significance": {
+      "n_samples": 1000,
+      "per_configuration": {
+        "plain": {"p_value": None},
+        "guided": {**_tested(0.5, 0.2), **ar(0.1234)},
+        "dot": {**_tested(-2.0, 0.001), **ar(1 / 10_001)},
+      },
+    },
+  }
+  recs = {
+    name: [{"seed": 0, "results": {"test": {"bleu": bleu}}}]
+    for name, bleu in (("plain", 50.0), ("guided", 50.5), ("dot", 48.0))
+  }
+  lines = sections.significance(report, recs)
+  assert "| point | difference vs plain | 95% interval | p | AR p | by seed |" in lines
+  assert "| guided | +0.50 | -0.50 to +1.50 | 0.200 | 0.1234 | +0.50 |" in lines
+  assert "| dot | -2.00 | -3.00 to -1.00 | 0.001 | 0.0001 | -2.00 |" in lines
+  caption = lines[-2]
+  assert "(10,000 trials" in caption and caption.endswith("the same side of p = 0.05.")
+  report["significance"]["per_configuration"]["guided"]["ar_p_value"] = 0.04
+  caption = sections.significance(report, recs)[-2]
+  assert caption.endswith("for `guided` (bootstrap 0.200, AR 0.0400).")
+  for test in report["significance"]["per_configuration"].values():
+    test.pop("ar_p_value", None)
+  lines = sections.significance(report, recs)
+  assert "| point | difference vs plain | 95% interval | p | by seed |" in lines
+  assert not any("AR p" in line for line in lines)
+
+
 def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseline():
   names = ["paper+softmax", "paper+sparse", "luong+softmax", "luong+sparse"]
   report = {
