@@ -531,3 +531,33 @@ def test_every_study_folder_has_its_page_entry_in_a_study_module():
 
   missing = [s.name for s in records.studies(RESULTS) if s.name not in catalogue.STUDIES]
   assert not missing, missing
+
+
+@pytest.mark.skipif(
+  not (ROOT.parent / "shared" / "data" / "multi30k").is_dir(), reason="../shared/data is absent"
+)
+def test_ar_is_added_to_a_committed_report_only_where_its_bootstrap_comes_out_the_same(tmp_path):
+  """experiments.significance_ar on a copy of a committed study: AR's p beside the bootstrap's,
+  added once; a report whose bootstrap the outputs do not give again is refused, named."""
+  import shutil
+
+  from experiments import significance_ar
+
+  study = tmp_path / "multi30k_copy_eos"
+  shutil.copytree(RESULTS / study.name, study)
+  report = json.loads((study / "sweep.json").read_text())
+  test = report["significance"]["per_configuration"]["copy=true+copy_eos=null"]
+  for key in ("ar_p_value", "ar_trials"):  # The report as it was before AR.
+    test.pop(key)
+    report["significance"].pop(key.replace("p_value", "test"))
+  (study / "sweep.json").write_text(json.dumps(report))
+  assert significance_ar.add_ar(study, trials=50).startswith("1 of 1 tests")
+  again = json.loads((study / "sweep.json").read_text())
+  added = again["significance"]["per_configuration"]["copy=true+copy_eos=null"]
+  assert added == {**test, "ar_p_value": 1 / 51, "ar_trials": 50}
+  assert again["significance"]["ar_trials"] == 50
+  assert significance_ar.add_ar(study, trials=50).startswith("0 of 1 tests")
+  test["p_value"] = 0.5  # Not what the committed outputs give.
+  (study / "sweep.json").write_text(json.dumps(report))
+  with pytest.raises(ValueError, match="copy=true\\+copy_eos=null against copy=true .* p_value"):
+    significance_ar.add_ar(study, trials=50)
