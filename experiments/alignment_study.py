@@ -161,7 +161,8 @@ class AlignmentStudy(driver.PresetStudy):
     significance = {}
     for split in SPLITS:
       refs = references(sweep, split)
-      per_metric = sweeps.bootstrap(sweep, BASELINE, refs, args.bootstrap_samples, split)
+      n = args.bootstrap_samples
+      per_metric = sweeps.bootstrap(sweep, BASELINE, refs, n, split, ar_trials=args.ar_trials)
       significance[split] = per_metric["bleu"]
     for row in rows:
       row["p_value_vs_baseline"] = significance["test"][row["name"]]["p_value"]

@@ -1,6 +1,6 @@
 """Minimum Bayes risk and reranking against beam search on a trained run: beam 5, MBR (chrF
 utility) over the beam's 10-best and over 16 and 32 samples, and (with `--reverse`) the 10-best
-reranked, each against beam 5 with a paired bootstrap.
+reranked, each against beam 5 with a paired bootstrap and approximate randomisation.
 
     python -m experiments.mbr_study --run RUN --out experiments/results/multi30k_mbr \
         [--config configs/multi30k.py] [--samples 16,32] [--nbest 10] [--utility chrf] \
@@ -10,7 +10,8 @@ Every row is one `main.py --mode=eval` of the run's checkpoint (as an ensemble o
 `decode.ensemble`, so the evaluation goes to OUT/ROW and the run is not touched) with the row's
 decoding settings on `valid` and `test`; rows that are evaluated already are kept, so a rerun
 resumes. Each row gives BLEU and chrF of both splits, the paired bootstrap of its test BLEU
-against beam 5 (`experiments.lib.stats.paired_bootstrap`, 1000 resamples), its wall minutes
+against beam 5 (`experiments.lib.stats.paired_bootstrap`, 1000 resamples, with the paired
+approximate randomisation's p beside it: `stats.paired_ar`, 10,000 trials), its wall minutes
 (both splits and the No-UNK pass decoded, start-up and compilation included, one row after
 another on one machine) and its decoding speed: the test split's sentences per second decoded
 warm in this process (`experiments.lib.decoding.decoding_speed`), greedy's beside them. Samples
@@ -168,9 +169,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   baseline = next(iter(rows))
   for name, row in rows.items():
     if name != baseline:
-      row["test_vs_beam5"] = stats.paired_bootstrap(
-        [texts[baseline]], [texts[name]], refs["test"], RESAMPLES
-      )
+      pair = [texts[baseline]], [texts[name]], refs["test"]
+      row["test_vs_beam5"] = {**stats.paired_bootstrap(*pair, RESAMPLES), **stats.paired_ar(*pair)}
   kept = out / "mbr.json"
   earlier = json.loads(kept.read_text()) if kept.exists() else {"rows": {}}
   if not all("test_sentences_per_s" in earlier["rows"].get(name, {}) for name in decodings):

@@ -120,10 +120,10 @@ class StructuralStudy(driver.PresetStudy):
     examples = runs_lib.test_examples(sweep.runs(baseline)[0])
     refs = [ex.tgt for ex in examples]
     ids = input_pipeline.long_test_indices([ex.src for ex in examples], *words).tolist()
-    n = args.bootstrap_samples
+    n = {"n_samples": args.bootstrap_samples, "ar_trials": args.ar_trials}
     significance = {
-      "all": sweeps.bootstrap(sweep, baseline, refs, n)["bleu"],
-      "long": sweeps.bootstrap(sweep, baseline, refs, n, indices=ids)["bleu"],
+      "all": sweeps.bootstrap(sweep, baseline, refs, **n)["bleu"],
+      "long": sweeps.bootstrap(sweep, baseline, refs, **n, indices=ids)["bleu"],
     }
     for row in rows:
       row["p_value_vs_baseline"] = significance["all"][row["name"]]["p_value"]

@@ -216,12 +216,12 @@ class _CommandsHere:
 def tiny_sweep_args(out, steps: int, seeds: str = "0") -> list[str]:
   """A one-point sweep of configs/tiny.py (additive), `steps` updates a seed with one
   evaluation and one checkpoint at the end, no validation BLEU, no heatmaps (drawing them took
-  some 2 s of each split's final evaluation), a short bootstrap, into `out`."""
+  some 2 s of each split's final evaluation), a short bootstrap and randomisation, into `out`."""
   args = ["--config=configs/tiny.py", "--grid", "model.score=additive", "--seeds", seeds]
   args += [f"--set=train.num_steps={steps}", f"--set=train.eval_every={steps}"]
   args += [f"--set=train.checkpoint_every={steps}", "--set=train.valid_bleu=0"]
   args += ["--set=decode.num_heatmaps=0"]
-  return [*args, "--bootstrap-samples", "10", "--out", str(out)]
+  return [*args, "--bootstrap-samples", "10", "--ar-trials", "10", "--out", str(out)]
 
 
 def tiny_without_heatmaps(folder) -> str:

@@ -4,7 +4,8 @@
   and running them;
 * `runs`: a run in its workdir: training (in this process or a fresh main.py one) with resume,
   what it has finished and produced;
-* `stats`: mean and standard deviation, the paired bootstrap over sentences and seeds;
+* `stats`: mean and standard deviation, the paired bootstrap and approximate randomisation over
+  sentences and seeds;
 * `reports`: Markdown tables, number formatting, the environment a result was measured in;
 * `plots`: figures drawn from the JSON the scripts write;
 * `timing`: wall-clock timing of jitted functions;

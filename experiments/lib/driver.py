@@ -5,7 +5,8 @@ A sweep script defines a `Study`: which points it sweeps, on which config (its p
 
     --out DIR [--config FILE[:ARG] | --preset NAME] [--seeds 0,1,2] [--set KEY=VALUE ...]
     [--training together|sequential] [--launcher local|jobs|cores [--processes P]]
-    [--only POINT,...] [--collect [--partial]] [--bootstrap-samples N] [--compilation-cache DIR]
+    [--only POINT,...] [--collect [--partial]] [--bootstrap-samples N] [--ar-trials N]
+    [--compilation-cache DIR]
 
 plus the study's own flags, checks every run's config (a bad field fails in one line before
 anything trains), and then:
@@ -135,6 +136,12 @@ def parser(study: Study) -> argparse.ArgumentParser:
   )
   p.add_argument("--bootstrap-samples", type=int, default=1000, help="paired bootstrap resamples")
   p.add_argument(
+    "--ar-trials",
+    type=int,
+    default=stats.AR_TRIALS,
+    help="trials of the paired approximate randomisation beside the bootstrap",
+  )
+  p.add_argument(
     "--compilation-cache",
     default=None,
     help="JAX persistent compilation cache folder (default OUT/jax_cache; 'none': off)",
@@ -185,6 +192,8 @@ def plan(study: Study, args: argparse.Namespace) -> Sweep:
   seeds = seeds_flag(args.seeds)
   if args.bootstrap_samples < 1:
     raise ValueError("--bootstrap-samples must be at least 1")
+  if args.ar_trials < 1:
+    raise ValueError("--ar-trials must be at least 1")
   out = Path(args.out)
   shared: dict[str, Any] = {}
   if not configs.load_config(config_file).data.cache_dir:  # Runs share one corpus, built once.
@@ -302,7 +311,13 @@ def record(
     **extra,
     "pending_points": getattr(args, "pending", []),
     "configurations": rows,
-    "significance": {"test": stats.BOOTSTRAP, "n_samples": args.bootstrap_samples, **tested},
+    "significance": {
+      "test": stats.BOOTSTRAP,
+      "n_samples": args.bootstrap_samples,
+      "ar_test": stats.AR,
+      "ar_trials": args.ar_trials,
+      **tested,
+    },
     "runs": runs,
     "curves": sweeps.curves(sweep),
     "total_wall_s": time.perf_counter() - start,
@@ -451,12 +466,14 @@ def collect(
   (`sweeps.bootstrap`; of its test chrF and, where the runs kept their per-sentence counts, its
   twin peaks beside it), every run's record, and the validation learning curves. With
   `--within KEY`, the same tests of each point against its group's baseline
-  (`sweeps.within_references`) too, under the significance's "within"."""
+  (`sweeps.within_references`) too, under the significance's "within". Every BLEU and chrF test
+  has the approximate randomisation's p beside the bootstrap's."""
   recs = sweeps.records(sweep, trained)
   rows = [sweeps.aggregate(sweep, point, recs[point.name]) for point in sweep.points]
   refs = sweeps.references(sweep)
   n = args.bootstrap_samples
-  significance = sweeps.bootstrap(sweep, baseline, refs, n, metrics=("bleu", "chrf"))
+  bleu_chrf = {"metrics": ("bleu", "chrf"), "ar_trials": args.ar_trials}
+  significance = sweeps.bootstrap(sweep, baseline, refs, n, **bleu_chrf)
   for row in rows:
     row["p_value_vs_baseline"] = significance["bleu"][row["name"]]["p_value"]
   tested = {
@@ -467,7 +484,7 @@ def collect(
   }
   if key := getattr(args, "within", None):
     pairs = sweeps.within_references(sweep, baseline, key)
-    within = sweeps.bootstrap(sweep, pairs, refs, n, metrics=("bleu", "chrf"))
+    within = sweeps.bootstrap(sweep, pairs, refs, n, **bleu_chrf)
     tested["within"] = {
       "key": key,
       "references": pairs,

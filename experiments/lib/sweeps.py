@@ -364,14 +364,17 @@ def bootstrap(
   split: str = "test",
   indices: Sequence[int] | None = None,
   metrics: Sequence[str] = ("bleu",),
+  ar_trials: int = stats.AR_TRIALS,
 ) -> dict[str, dict[str, dict[str, Any]]]:
   """The paired bootstrap of BLEU (and/or chrF: `metrics`) on `split` (whose references `refs`
   are): every point against the baseline point `against`, or each point of the mapping
   `against` ({point: reference point}) against its reference; seeds paired (seed S of the point
   with seed S of the other) and pooled on each resample of the sentences
-  (`stats.paired_bootstrap`), the runs' hypotheses read once for all metrics. `indices`: only
-  these sentences of the split (e.g. a length bucket). {metric: {point: stats.paired_bootstrap's
-  result and "seeds"}}; a single baseline's p is None.
+  (`stats.paired_bootstrap`), the runs' hypotheses read once for all metrics. Beside it, the
+  paired approximate randomisation of the same pair (`stats.paired_ar`, `ar_trials` trials).
+  `indices`: only these sentences of the split (e.g. a length bucket). {metric: {point:
+  stats.paired_bootstrap's result, stats.paired_ar's and "seeds"}}; a single baseline's p is
+  None.
   """
   pairs = _pairs(sweep.names(), against)
   select = (lambda lines: lines) if indices is None else (lambda lines: [lines[i] for i in indices])
@@ -387,6 +390,7 @@ def bootstrap(
     out[metric] = {
       name: {
         **stats.paired_bootstrap(hypotheses[other], hypotheses[name], refs_, n_samples, metric),
+        **stats.paired_ar(hypotheses[other], hypotheses[name], refs_, ar_trials, metric),
         "seeds": list(sweep.seeds),
       }
       for name, other in pairs.items()

@@ -1,6 +1,6 @@
-"""The statistics studies report (experiments/lib/stats and sweeps): the paired bootstrap over
-seeds, the plateau budget of a learning curve (and experiments.plateau), the last quarter's gain,
-and learning curves averaged over seeds."""
+"""The statistics studies report (experiments/lib/stats and sweeps): the paired bootstrap and
+approximate randomisation over seeds, the plateau budget of a learning curve (and
+experiments.plateau), the last quarter's gain, and learning curves averaged over seeds."""
 
 from __future__ import annotations
 
@@ -26,9 +26,11 @@ def test_bootstrap_pools_seeds_and_gives_identical_outputs_p_one(tmp_path):
       text = "a dog sleeps\n" if point.name == "coverage" and seed == 1 else f"the cat {seed}\n"
       (run.workdir / "eval" / "test").mkdir(parents=True)
       (run.workdir / "eval" / "test" / "hypotheses.txt").write_text(text)
-  result = sweeps.bootstrap(sweep, "additive", ["the cat 0"], n_samples=20)["bleu"]
-  assert result["copy"] == {"p_value": 1.0, "identical_to_baseline": True, "seeds": [0, 1]}
+  result = sweeps.bootstrap(sweep, "additive", ["the cat 0"], n_samples=20, ar_trials=30)["bleu"]
+  identical = {"p_value": 1.0, "identical_to_baseline": True, "ar_p_value": 1.0, "ar_trials": 30}
+  assert result["copy"] == {**identical, "seeds": [0, 1]}
   assert 0.0 < result["coverage"]["p_value"] <= 1.0 and "signature" in result["coverage"]
+  assert 0.0 < result["coverage"]["ar_p_value"] <= 1.0 and result["coverage"]["ar_trials"] == 30
   assert result["additive"] == {"p_value": None, "seeds": [0, 1]}
 
 
@@ -54,6 +56,56 @@ def test_bootstrap_resamples_sentences_not_seed_copies(tmp_path):
       "p_value"
     ]
   assert 0.0 < p[1] < 1.0 and p[3] == pytest.approx(p[1])
+
+
+def _systems(n: int = 80) -> tuple[list[str], list[str], list[str]]:
+  """References and two systems whose errors fall on different sentences, unevenly (no two
+  pseudo-systems of a trial tie by accident)."""
+  refs = [f"w{i} the cat sat on the mat near {i % 7} dogs" for i in range(n)]
+  base = [r.replace("cat", "dog") if i % 3 == 0 else r for i, r in enumerate(refs)]
+  system = [r.replace("mat", "rug") if i % 5 == 1 else r for i, r in enumerate(refs)]
+  system = [s + " too" if i % 11 == 0 else s for i, s in enumerate(system)]
+  return refs, base, system
+
+
+@pytest.mark.parametrize("metric, sacrebleu_metric", [("bleu", "BLEU"), ("chrf", "CHRF")])
+def test_ar_of_one_seed_is_sacrebleus_paired_ar(metric, sacrebleu_metric, monkeypatch):
+  """One seed against one: the p of `sacrebleu --paired-ar` with its default seed, exactly (the
+  same draws, the same statistic; here no trial ties the observed difference)."""
+  from sacrebleu.significance import PairedTest
+
+  monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+  refs, base, system = _systems()
+  ours = stats.paired_ar([base], [system], refs, n_trials=500, metric=metric)
+  scorer = getattr(sacrebleu.metrics, sacrebleu_metric)(references=[refs])
+  test = PairedTest([("base", base), ("system", system)], {metric: scorer}, None, "ar", 500)
+  _, scores = test()
+  theirs = next(v for k, v in scores.items() if k != "System")[1].p_value
+  assert ours == {"ar_p_value": theirs, "ar_trials": 500} and 0.0 < theirs < 1.0
+
+
+def test_ar_counts_a_tie_as_extreme_where_sacrebleu_does_not():
+  """Systems that differ in one sentence: every trial's difference is the observed one, so
+  nothing tells them apart (p = 1); sacrebleu counts only trials above it and reads
+  1 / (trials + 1)."""
+  from sacrebleu.significance import PairedTest
+
+  refs, base, _ = _systems()
+  system = [*base[:-1], refs[-1] + " extra"]
+  assert stats.paired_ar([base], [system], refs, n_trials=200)["ar_p_value"] == 1.0
+  scorer = sacrebleu.metrics.BLEU(references=[refs])
+  _, scores = PairedTest([("b", base), ("s", system)], {"bleu": scorer}, None, "ar", 200)()
+  assert scores["BLEU"][1].p_value == 1 / 201
+
+
+def test_ar_swaps_a_sentences_seeds_together():
+  """As in the bootstrap, the sentence is the unit: three seeds with the same outputs give one
+  seed's p; and identical outputs give 1 without trials."""
+  refs, base, system = _systems()
+  one = stats.paired_ar([base], [system], refs, n_trials=300)
+  assert stats.paired_ar([base] * 3, [system] * 3, refs, n_trials=300) == pytest.approx(one)
+  assert 0.0 < one["ar_p_value"] < 1.0
+  assert stats.paired_ar([base], [base], refs, n_trials=300)["ar_p_value"] == 1.0
 
 
 def _decoder_grid(tmp_path):
@@ -87,10 +139,11 @@ def test_bootstrap_of_given_pairs_matches_each_pairs_own_baseline_test(tmp_path)
     lines = [f"w{i} a b c d e" if i % (k + 2) else f"w{i} a x c d e" for i in range(30)]
     write_hypotheses(sweep, point, [lines, lines[::-1]])
   pairs = sweeps.within_references(sweep, "decoder=paper+normaliser=softmax", "model.decoder")
-  within = sweeps.bootstrap(sweep, pairs, refs, n_samples=100, metrics=("bleu", "chrf"))
+  n = {"n_samples": 100, "ar_trials": 100}
+  within = sweeps.bootstrap(sweep, pairs, refs, **n, metrics=("bleu", "chrf"))
   assert set(within["bleu"]) == set(pairs) == set(within["chrf"])
   luong = "decoder=luong+normaliser=sparsemax"
-  alone = sweeps.bootstrap(sweep, pairs[luong], refs, n_samples=100)["bleu"][luong]
+  alone = sweeps.bootstrap(sweep, pairs[luong], refs, **n)["bleu"][luong]
   assert within["bleu"][luong] == alone and 0.0 < alone["p_value"] < 1.0
 
 

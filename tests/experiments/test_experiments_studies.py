@@ -17,7 +17,7 @@ from experiments import tabulate
 def test_structural_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
   out = tmp_path / "structures"
   args = ["--out", str(out), "--preset", "smoke", "--variants", "soft,hard", "--seeds", "0"]
-  args += ["--decode-sentences", "4", "--bootstrap-samples", "100"]
+  args += ["--decode-sentences", "4", "--bootstrap-samples", "100", "--ar-trials", "100"]
   run_module("experiments.structural_study", *args, *cache_flags)
 
   study = json.loads((out / "study.json").read_text())
@@ -59,7 +59,7 @@ def test_alignment_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
   out = tmp_path / "study"
   variants = "additive,agreement,gnmt-beam"
   args = ["--out", str(out), "--preset", "smoke", "--variants", variants, "--seeds", "0"]
-  args += ["--bootstrap-samples", "100"]
+  args += ["--bootstrap-samples", "100", "--ar-trials", "100"]
   run_module("experiments.alignment_study", *args, *cache_flags)
 
   study = json.loads((out / "alignment_study.json").read_text())
@@ -149,7 +149,7 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
   """Beam 5, MBR over the 3-best and over 4 samples, greedy, and the 3-best reranked on the tiny
   run (the run standing in for its own reverse model): each decoding row's figures are its own
   evaluation's, with a warm decoding speed; the rerank rows' are the chosen texts' against the
-  references; every row but beam 5 carries a bootstrap against it; a rerun decodes nothing
+  references; every row but beam 5 carries a bootstrap and AR against it; a rerun decodes nothing
   again and keeps the timings measured first."""
   from seq2seq.data import metrics
 
@@ -168,6 +168,7 @@ def test_mbr_study_rows_their_settings_and_a_resumed_rerun(trained, tmp_path):
     assert row["test"]["bleu"] == pytest.approx(own["bleu"]) and row["test_sentences_per_s"] > 0
   for name in [*names, *reranked]:
     assert (name == "beam 5") == ("test_vs_beam5" not in record["rows"][name])
+    assert 0.0 < record["rows"][name].get("test_vs_beam5", {"ar_p_value": 1.0})["ar_p_value"] <= 1
   assert "decode.sampling=sample(n=4)" in record["rows"][names[2]]["command"]
   assert "decode.mbr=mbr(utility=chrf)" in record["rows"][names[1]]["command"]
   refs = (out / "rerank" / "test.ref").read_text().splitlines()
@@ -248,3 +249,8 @@ def test_the_mbr_page_leaves_out_a_timing_no_row_has():
   record["rows"]["greedy"]["eval_minutes"] = 2.0
   page = mbr_study.markdown(record)
   assert "| eval minutes | decoding sentences/s |" in page and "| 0.500 | 2.00 | 9.00 |" in page
+  # AR's p beside the bootstrap's where the record has it.
+  record["rows"]["greedy"]["test_vs_beam5"] |= {"ar_p_value": 0.25, "ar_trials": 10_000}
+  page = mbr_study.markdown(record)
+  assert "| p vs beam 5 | AR p | eval minutes |" in page and "| 0.500 | 0.2500 | 2.00 |" in page
+  assert "AR p: paired approximate randomisation of the same (10,000 trials" in page

@@ -29,7 +29,7 @@ TINY_SWEEP += ["--set=train.checkpoint_every=4", "--set=train.valid_bleu=0"]
 TINY_SWEEP += ["--set=decode.num_heatmaps=0"]  # No test here reads a run's heatmaps.
 
 
-TINY_SWEEP += ["--bootstrap-samples", "100"]
+TINY_SWEEP += ["--bootstrap-samples", "100", "--ar-trials", "100"]
 
 
 @pytest.mark.slow
@@ -98,6 +98,9 @@ def test_sweep_jobs_file_runs_concurrently_then_collects(tmp_path, cache_flags):
   assert result["significance"]["per_configuration"]["score=dot"]["seeds"] == [0, 1]
   chrf = result["significance"]["per_configuration_chrf"]["score=dot"]
   assert chrf["chrf"] == pytest.approx(rows["score=dot"]["chrf_mean"], abs=5) and chrf["p_value"]
+  bleu = result["significance"]["per_configuration"]["score=dot"]  # AR beside the bootstrap.
+  assert 0.0 < bleu["ar_p_value"] <= 1.0 and 0.0 < chrf["ar_p_value"] <= 1.0
+  assert bleu["ar_trials"] == result["significance"]["ar_trials"] == 100
   twins = result["significance"]["per_configuration_twin_peaks"]
   pairs = {
     p: sum(result["runs"][f"{p}-seed{s}"]["results"]["test"]["identical_words"] for s in (0, 1))

@@ -231,6 +231,42 @@ def test_the_significance_section_gives_chrf_and_twin_peaks_where_the_report_tes
   )
 
 
+def test_the_significance_section_gives_ar_p_beside_the_bootstraps_where_the_report_has_it():
+  """AR's p in its own column to its trials' resolution, and whether the two tests put every
+  point on the same side of 0.05; a report from before AR keeps its columns."""
+  ar = lambda p: {"ar_p_value": p, "ar_trials": 10_000}
+  report = {
+    "baseline": "plain",
+    "configurations": [{"name": n} for n in ("plain", "guided", "dot")],
+    "significance": {
+      "n_samples": 1000,
+      "per_configuration": {
+        "plain": {"p_value": None},
+        "guided": {**_tested(0.5, 0.2), **ar(0.1234)},
+        "dot": {**_tested(-2.0, 0.001), **ar(1 / 10_001)},
+      },
+    },
+  }
+  recs = {
+    name: [{"seed": 0, "results": {"test": {"bleu": bleu}}}]
+    for name, bleu in (("plain", 50.0), ("guided", 50.5), ("dot", 48.0))
+  }
+  lines = sections.significance(report, recs)
+  assert "| point | difference vs plain | 95% interval | p | AR p | by seed |" in lines
+  assert "| guided | +0.50 | -0.50 to +1.50 | 0.200 | 0.1234 | +0.50 |" in lines
+  assert "| dot | -2.00 | -3.00 to -1.00 | 0.001 | 0.0001 | -2.00 |" in lines
+  caption = lines[-2]
+  assert "(10,000 trials" in caption and caption.endswith("the same side of p = 0.05.")
+  report["significance"]["per_configuration"]["guided"]["ar_p_value"] = 0.04
+  caption = sections.significance(report, recs)[-2]
+  assert caption.endswith("for `guided` (bootstrap 0.200, AR 0.0400).")
+  for test in report["significance"]["per_configuration"].values():
+    test.pop("ar_p_value", None)
+  lines = sections.significance(report, recs)
+  assert "| point | difference vs plain | 95% interval | p | by seed |" in lines
+  assert not any("AR p" in line for line in lines)
+
+
 def test_a_study_tested_within_groups_shows_each_point_against_its_groups_baseline():
   names = ["paper+softmax", "paper+sparse", "luong+softmax", "luong+sparse"]
   report = {
@@ -495,3 +531,33 @@ def test_every_study_folder_has_its_page_entry_in_a_study_module():
 
   missing = [s.name for s in records.studies(RESULTS) if s.name not in catalogue.STUDIES]
   assert not missing, missing
+
+
+@pytest.mark.skipif(
+  not (ROOT.parent / "shared" / "data" / "multi30k").is_dir(), reason="../shared/data is absent"
+)
+def test_ar_is_added_to_a_committed_report_only_where_its_bootstrap_comes_out_the_same(tmp_path):
+  """experiments.significance_ar on a copy of a committed study: AR's p beside the bootstrap's,
+  added once; a report whose bootstrap the outputs do not give again is refused, named."""
+  import shutil
+
+  from experiments import significance_ar
+
+  study = tmp_path / "multi30k_copy_eos"
+  shutil.copytree(RESULTS / study.name, study)
+  report = json.loads((study / "sweep.json").read_text())
+  test = report["significance"]["per_configuration"]["copy=true+copy_eos=null"]
+  for key in ("ar_p_value", "ar_trials"):  # The report as it was before AR.
+    test.pop(key)
+    report["significance"].pop(key.replace("p_value", "test"))
+  (study / "sweep.json").write_text(json.dumps(report))
+  assert significance_ar.add_ar(study, trials=50).startswith("1 of 1 tests")
+  again = json.loads((study / "sweep.json").read_text())
+  added = again["significance"]["per_configuration"]["copy=true+copy_eos=null"]
+  assert added == {**test, "ar_p_value": 1 / 51, "ar_trials": 50}
+  assert again["significance"]["ar_trials"] == 50
+  assert significance_ar.add_ar(study, trials=50).startswith("0 of 1 tests")
+  test["p_value"] = 0.5  # Not what the committed outputs give.
+  (study / "sweep.json").write_text(json.dumps(report))
+  with pytest.raises(ValueError, match="copy=true\\+copy_eos=null against copy=true .* p_value"):
+    significance_ar.add_ar(study, trials=50)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.lib import reports
+from experiments.lib.pages import sections
 from experiments.lib.pages.study import StudyPage, script_page
 
 
@@ -27,24 +28,35 @@ def markdown(record: dict[str, Any]) -> str:
     ),
   }
   timings = {k: t for k, t in timings.items() if any(k in row for row in rows.values())}
+  tests = {name: row.get("test_vs_beam5", {}) for name, row in rows.items()}
+  trials = sorted({t["ar_trials"] for t in tests.values() if "ar_p_value" in t})
+  with_ar = bool(trials)  # Records before the approximate randomisation have the bootstrap only.
+  trials_text = ", ".join(f"{k:,}" for k in trials)
   lines = [
     "# Minimum Bayes risk against beam search",
     "",
     f"{reports.made_by('mbr_study', record)} and {record['load_average']['end']} at the end. "
     "BLEU and chrF: sacrebleu on detokenised output; p: paired bootstrap of test BLEU against "
-    "beam 5. "
+    "beam 5"
+    + (
+      f"; AR p: paired approximate randomisation of the same ({trials_text} trials, sacrebleu's). "
+      if with_ar
+      else ". "
+    )
     + "".join(explained for _, explained in timings.values())
     + "A rerank row's valid figures are those its weights were tuned on.",
     "",
   ]
   header = ["system", "valid BLEU", "valid chrF", "test BLEU", "test chrF", "p vs beam 5"]
+  header += ["AR p"] * with_ar
   cells = []
   for name, row in rows.items():
     v, t = row["valid"], row["test"]
-    p = row.get("test_vs_beam5", {}).get("p_value")
+    p = tests[name].get("p_value")
     cells.append(
       [name, fmt(v["bleu"]), fmt(v["chrf"]), fmt(t["bleu"]), fmt(t["chrf"])]
       + ["-" if p is None else fmt(p, 3)]
+      + [sections.ar_text(tests[name])] * with_ar
       + ["-" if row.get(k) is None else fmt(row[k]) for k in timings]
     )
   lines += reports.table(header + [heading for heading, _ in timings.values()], cells)

@@ -25,8 +25,14 @@ P_LEVEL = 0.05  # A difference the bootstrap gives p above this is called level.
 
 
 # ---------------------------------------------------------------------- small helpers
-def p_text(p: float | None) -> str:
-  return "-" if p is None else f"{p:.3f}"
+def p_text(p: float | None, digits: int = 3) -> str:
+  return "-" if p is None else f"{p:.{digits}f}"
+
+
+def ar_text(test: Mapping[str, Any]) -> str:
+  """The approximate randomisation's p of a test, to its trials' resolution (1e-4 at 10,000)."""
+  p = test.get("ar_p_value")
+  return p_text(p, max(3, len(str(test.get("ar_trials", 0))) - 1))
 
 
 def verdict_of(diff: float, p: float | None) -> str:
@@ -261,9 +267,11 @@ def _significance_rows(
   tests: Mapping[str, Any],
   more: Sequence[tuple[str, Mapping[str, Any], int]],
   recs: Mapping[str, Sequence[dict]],
+  with_ar: bool = False,
 ) -> list[list[str]]:
   """One row per tested point of `pairs` ({point: what it is tested against}): the BLEU
-  difference, its interval and p, the differences by seed, and the `more` tests."""
+  difference, its interval and p (and AR's p: `with_ar`), the differences by seed, and the `more`
+  tests."""
   cells = []
   for name, base in pairs.items():
     t = tests.get(name, {})
@@ -272,10 +280,30 @@ def _significance_rows(
     lo, hi = t["difference_ci95"]
     cells.append(
       [name, f"{t['difference']:+.2f}", f"{lo:+.2f} to {hi:+.2f}", p_text(t["p_value"])]
+      + [ar_text(t)] * with_ar
       + [" / ".join(f"{d:+.2f}" for d in seed_differences(recs, name, base)) or "-"]
       + [_difference(other.get(name), digits) for _, other, digits in more]
     )
   return cells
+
+
+def _has_ar(*tests: Mapping[str, Any]) -> bool:
+  """Whether any of the tests has approximate randomisation's p (reports before it have none)."""
+  return any(t.get("ar_p_value") is not None for group in tests for t in group.values())
+
+
+def _ar_agreement(*tests: Mapping[str, Any]) -> str:
+  """Whether the bootstrap and approximate randomisation put each point on the same side of
+  P_LEVEL (the pages' level/ahead/behind verdicts read the bootstrap's p)."""
+  differ = [
+    f"`{name}` (bootstrap {p_text(t['p_value'])}, AR {ar_text(t)})"
+    for group in tests
+    for name, t in group.items()
+    if t.get("ar_p_value") is not None and (t["p_value"] <= P_LEVEL) != (t["ar_p_value"] <= P_LEVEL)
+  ]
+  if not differ:
+    return f"Both tests put every point on the same side of p = {P_LEVEL}."
+  return f"The tests fall on different sides of p = {P_LEVEL} for " + ", ".join(differ) + "."
 
 
 def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) -> list[str]:
@@ -284,19 +312,21 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
   sig = report.get("significance") or {}
   pairs = {r["name"]: base for r in report.get("configurations", []) if r["name"] != base}
   more = _more_tests(sig)
-  header = ["point", f"difference vs {base}", "95% interval", "p", "by seed"]
-  cells = _significance_rows(pairs, tests, more, recs) if tests else []
+  within = sig.get("within") or {"references": {}, "per_configuration": {}}
+  with_ar = _has_ar(tests, within["per_configuration"])
+  header = ["point", f"difference vs {base}", "95% interval", "p", *["AR p"] * with_ar, "by seed"]
+  cells = _significance_rows(pairs, tests, more, recs, with_ar) if tests else []
   if not cells:
     return []
   lines = ["## Significance", "", *reports.table(header + [n for n, _, _ in more], cells), ""]
-  within = sig.get("within") or {"references": {}, "per_configuration": {}}
   refs = within["references"]
   more_within = _more_tests(within)
-  rows = _significance_rows(refs, within["per_configuration"], more_within, recs)
+  rows = _significance_rows(refs, within["per_configuration"], more_within, recs, with_ar)
   for row in rows:
     row.insert(1, refs[row[0]])
   if rows:
-    header = ["point", "against", "difference", "95% interval", "p", "by seed"]
+    header = ["point", "against", "difference", "95% interval", "p", *["AR p"] * with_ar]
+    header += ["by seed"]
     lines += [
       f"Within each `{within['key']}`: each point against the point with its "
       f"`{within['key']}` and the baseline's other settings.",
@@ -318,6 +348,16 @@ def significance(report: Mapping[str, Any], recs: Mapping[str, Sequence[dict]]) 
     ),
     "",
   ]
+  if with_ar:
+    groups = (tests, within["per_configuration"])
+    trials = {t["ar_trials"] for g in groups for t in g.values() if t.get("ar_p_value") is not None}
+    lines += [
+      "AR p: paired approximate randomisation of test BLEU, the same pairs "
+      f"({' / '.join(f'{k:,}' for k in sorted(trials))} trials, sacrebleu's for its default seed: "
+      "each swaps the two points' outputs of a random half of the sentences, every seed's "
+      "together; a tie with the observed difference counts as extreme). " + _ar_agreement(*groups),
+      "",
+    ]
   return lines
 
 
