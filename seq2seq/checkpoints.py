@@ -13,7 +13,9 @@ damaged step (a file changed, cut short or gone) is moved to WORKDIR/damaged/, w
 naming it, so restoring takes the newest intact step; a step that cannot be read at all
 (`CheckpointError`, naming its folder) is left for the caller to fall back from
 (`restoring.restore_run`). A step without checksums.json (a kill between the checkpoint and its
-checksums, or a checkpoint written before they existed) is trusted as Orbax wrote it.
+checksums, or a checkpoint written before they existed) is trusted as Orbax wrote it. A step
+whose arrays have other shapes than the config builds (config.json edited after training) is
+refused before Orbax reads it, in one line naming the arrays (`check_shapes`).
 """
 
 from __future__ import annotations
@@ -217,6 +219,67 @@ def _quiet_closed_loop_reports() -> None:
   sys.unraisablehook = hook
 
 
+def _as_saved(tree: dict[str, Any], saved: Any | None) -> tuple[dict[str, Any], dict[str, str]]:
+  """`tree` (`_tree`) in the layout of a checkpoint saved before the loss terms kept their own
+  states (`saved_format.SAVED_TERM_STATES`), where `saved` (`_saved_layout`) is one; and the
+  moved entries, {saved key: term}."""
+  if "terms" not in tree or saved is None:
+    return tree, {}
+  moved = {k: t for k, t in saved_format.SAVED_TERM_STATES.items() if k in saved.keys()}
+  if moved:
+    tree, terms = dict(tree), dict(tree["terms"])
+    del tree["terms"]
+    tree.update({key: terms.pop(term) for key, term in moved.items()})
+    if terms:
+      tree["terms"] = terms
+  return tree, moved
+
+
+def _saved_layout(folder: Path) -> Any | None:
+  """The tree of a checkpoint step's arrays as Orbax describes them (shapes, no values), or None
+  where it cannot be read (the restore then says what is wrong)."""
+  try:
+    return ocp.StandardCheckpointHandler().metadata(folder / "state")
+  except Exception:
+    return None
+
+
+def _array_name(path: tuple) -> str:
+  """An array's name ("params/cell/project/kernel") from its key path in either tree
+  (`check_shapes`): the state's keys are attributes and dict keys, the saved layout's dict keys
+  and indices."""
+  parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+  return "/".join(parts[:-1] if parts[-1:] == ["value"] else parts)
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {
+    _array_name(p): tuple(x.shape) for p, x in leaves if getattr(x, "shape", None) is not None
+  }
+
+
+def check_shapes(folder: Path, saved: Any | None, abstract: Any) -> None:
+  """Raises `IncompatibleRunError` naming the arrays (the parameters first) whose shape in the
+  checkpoint step `folder` (`saved`, its layout) differs from the state this config builds
+  (`abstract`): a config.json edited after training agrees with the config given and not with
+  the checkpoints. Arrays present in one tree only are left to Orbax."""
+  if saved is None:
+    return
+  have, want = _shapes(saved), _shapes(abstract)
+  differing = [n for n in want if n in have and have[n] != want[n]]
+  if not differing:
+    return
+  shown = [n for n in differing if n.startswith("params/")] or differing
+  listed = ", ".join(f"{n} {have[n]} saved, {want[n]} built" for n in shown[:3])
+  more = f" and {len(shown) - 3} more arrays" if len(shown) > 3 else ""
+  raise IncompatibleRunError(
+    f"checkpoint {folder} does not fit the model this config builds ({listed}{more}): the run "
+    f"was trained with other model settings than {folder.parent.parent / 'config.json'} now "
+    "holds (edited?); give the settings it was trained with, or train in a new --workdir"
+  )
+
+
 def check_room(root: Path, step: int, tree: Any) -> None:
   """Raises OSError (ENOSPC, one line) unless the disk under `root` has room for a checkpoint
   of `tree`: its arrays' bytes and a margin. A full disk then stops a run before Orbax starts a
@@ -340,18 +403,11 @@ class Checkpointer:
     folder = Path(self.manager.directory) / str(step)
     # Quieted before the restore: a failing one reports from TensorStore's threads while it runs.
     _quiet_closed_loop_reports()
+    saved = _saved_layout(folder)
+    tree, moved = _as_saved(_tree(state), saved)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+    check_shapes(folder, saved, abstract)  # Before Orbax, whose refusal prints dozens of reports.
     try:
-      tree = _tree(state)
-      moved = {}
-      if "terms" in tree:  # Read the saved layout only where a term's state may sit elsewhere.
-        saved_keys = set(ocp.StandardCheckpointHandler().metadata(folder / "state").keys())
-        moved = {k: t for k, t in saved_format.SAVED_TERM_STATES.items() if k in saved_keys}
-      if moved:  # The layout before terms kept their own states.
-        terms = dict(tree.pop("terms"))
-        tree.update({key: terms.pop(term) for key, term in moved.items()})
-        if terms:
-          tree["terms"] = terms
-      abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
       args = {"state": ocp.args.StandardRestore(abstract)}
       if with_data and (folder / "data").is_dir():
         args["data"] = ocp.args.JsonRestore()

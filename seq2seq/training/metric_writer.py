@@ -3,17 +3,26 @@
 metrics.jsonl is appended a line at a time (`files.append_line`); a line a kill cut short is
 dropped before the next append and skipped, with a warning naming it, when read. A resumed run
 drops the lines past its checkpoint in one atomic rewrite, so a kill during that rewrite leaves
-the whole history."""
+the whole history.
+
+The event files are written by `Events`, in the caller's thread: tensorboardX's `SummaryWriter`
+writes from a thread of its own and flushes again from an atexit hook, so a full disk that had
+already stopped a run in one line printed two tracebacks more (that thread's, and the hook's
+at exit)."""
 
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from absl import logging
-from tensorboardX import SummaryWriter
+from tensorboardX import summary
+from tensorboardX.proto import event_pb2
+from tensorboardX.record_writer import RecordWriter
 
 from seq2seq.common import files
 
@@ -24,7 +33,7 @@ class MetricWriter:
   def __init__(self, workdir: str | Path, *, enabled: bool = True):
     self.enabled = enabled
     self.path = Path(workdir) / "metrics.jsonl"
-    self._tb = SummaryWriter(str(Path(workdir) / "tensorboard")) if enabled else None
+    self._tb = Events(Path(workdir) / "tensorboard") if enabled else None
     if enabled:
       files.repair_tail(self.path)
 
@@ -37,10 +46,14 @@ class MetricWriter:
     if self.enabled:
       if jsonl:
         files.append_line(self.path, json.dumps(record))
-      for key, value in record.items():
-        if key not in ("step", "split") and isinstance(value, int | float):
-          self._tb.add_scalar(f"{split}/{key}", value, step)
-      self._tb.flush()
+      self._tb.write(
+        step,
+        [
+          summary.scalar(f"{split}/{key}", value)
+          for key, value in record.items()
+          if key not in ("step", "split") and isinstance(value, int | float)
+        ],
+      )
     return record
 
   def truncate_after(self, step: int) -> None:
@@ -53,12 +66,49 @@ class MetricWriter:
   def write_image(self, step: int, tag: str, image_HWC: np.ndarray) -> None:
     """An RGB(A) uint8 image [H, W, C] to TensorBoard."""
     if self.enabled:
-      self._tb.add_image(tag, image_HWC, step, dataformats="HWC")
-      self._tb.flush()
+      self._tb.write(step, [summary.image(tag, image_HWC, dataformats="HWC")])
 
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+class Events:
+  """A TensorBoard event file in `folder` (events.out.tfevents.TIME.HOST, as tensorboardX names
+  it), each write flushed to disk before it returns. A write the disk refuses raises OSError
+  naming the file, after closing it with what it could not take, so nothing is left to fail
+  again at exit; later writes are dropped (the error was raised once)."""
+
+  def __init__(self, folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    self.path = folder / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+    self._file = RecordWriter(str(self.path))
+    self._closed = False
+    self._write([event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")])
+
+  def write(self, step: int, summaries: list) -> None:
+    """Each `tensorboardX.summary` protobuf of `summaries` as an event of `step`."""
+    now = time.time()
+    self._write([event_pb2.Event(summary=s, step=int(step), wall_time=now) for s in summaries])
+
+  def _write(self, events: list) -> None:
+    if self._closed:
+      return
+    try:
+      for event in events:
+        self._file.write(event.SerializeToString())
+      self._file.flush()
+    except OSError as e:
+      self.close()
+      raise OSError(e.errno, e.strerror, str(self.path)) from e
+
+  def close(self) -> None:
+    if not self._closed:
+      self._closed = True
+      try:
+        self._file.close()
+      except OSError:  # The disk that refused a write (raised then): those events are lost.
+        pass
 
 
 def _plain(value: Any) -> Any:

@@ -122,3 +122,26 @@ def test_score_mode_reports_blank_sides_on_their_line(trained, files):
   records = [json.loads(line) for line in out.read_text().splitlines()]
   assert [r["error"] for r in records] == ["empty target", "empty source"]
   assert all(r["score"] is None for r in records)
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_a_config_json_edited_to_another_shape_is_one_error_line(trained, tmp_path, mode):
+  """Probe 2i2: config.json edited to another model.dec_hidden, and the run given the same value
+  on the command line, so the config agrees with config.json but not with the checkpoints'
+  arrays. One error line naming an array, both shapes and config.json; not Orbax's tracebacks,
+  its `strict=False` advice, nor "no intact checkpoint" (every checkpoint is intact)."""
+  import shutil
+
+  workdir = tmp_path / "run"
+  shutil.copytree(trained, workdir, ignore=shutil.ignore_patterns("eval", ".lock"))
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved["model"]["dec_hidden"] == 32
+  saved["model"]["dec_hidden"] = 24
+  (workdir / "config.json").write_text(json.dumps(saved, indent=2))
+  proc = run_main(
+    workdir, f"--mode={mode}", "--config.model.dec_hidden=24", check=False, own_process=True
+  )
+  one_error_line(proc, "does not fit the model this config builds")
+  line = proc.stderr.strip().splitlines()[-1]
+  assert "params/" in line and "saved" in line and "config.json" in line, line
+  assert "strict=False" not in proc.stderr, proc.stderr[-3000:]

@@ -513,3 +513,38 @@ def test_a_disk_too_full_for_the_next_checkpoint_stops_in_one_line_keeping_those
   assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
   assert "no room for the checkpoint of step 10" in lines[0] and "MiB free" in lines[0]
   assert checkpoints.Checkpointer(workdir, 5).manager.all_steps() == [5]
+
+
+# main.py with the TensorBoard event files of a run on a full disk: every file opened for writing
+# under the folder named first is /dev/full, which takes writes into its buffer and refuses them
+# with ENOSPC when they reach the disk. The other arguments are main.py's.
+FULL_TENSORBOARD = """
+import builtins, runpy, sys
+folder, sys.argv = sys.argv[1], ["main.py", *sys.argv[2:]]
+real_open = builtins.open
+def full_disk_open(file, mode="r", *args, **kwargs):
+  if str(file).startswith(folder) and "w" in mode:
+    file = "/dev/full"
+  return real_open(file, mode, *args, **kwargs)
+builtins.open = full_disk_open
+runpy.run_path("main.py", run_name="__main__")
+"""
+
+
+def test_a_full_disk_under_the_tensorboard_events_is_one_line_and_nothing_at_exit(tmp_path):
+  """The disk is full from the start for the run's TensorBoard events: the run stops with one
+  error line naming the event file, and nothing is printed after it (tensorboardX's writer
+  thread and its atexit hook printed a traceback each)."""
+  if not Path("/dev/full").exists():
+    pytest.skip("no /dev/full on this system")
+  workdir = tmp_path / "run"
+  cmd = main_command(workdir, "--config.train.num_steps=5", *FAST)
+  cmd[1:2] = ["-c", FULL_TENSORBOARD, str(workdir / "tensorboard")]
+  proc = subprocess.run(
+    cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+  )
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith("error:") and "No space left on device" in line, line
+  assert f"{workdir / 'tensorboard'}/events.out.tfevents." in line, line
