@@ -251,8 +251,10 @@ class Service:
 
   def __init__(self, translator: translate.Translator, cfg: ServeSettings):
     self.t, self.cfg = translator, cfg
-    # Seconds a full batch takes, once `warm_up` has timed one (until then a guess).
+    # Seconds a full batch takes, once `warm_up` has timed one (until then a guess), and the
+    # (words per sentence, hypotheses per sentence) it was timed at (None until then).
     self.batch_s = UNTIMED_BATCH_S
+    self.timed_at: tuple[int, int] | None = None
     self.batcher = Batcher(
       self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0, cfg.max_queue or self._queue_bound()
     )
@@ -361,6 +363,7 @@ class Service:
     start = time.monotonic()
     translate.translate_lines(self.t, [sentence] * size, progress=None, batch_size=size)
     self.batch_s = max(time.monotonic() - start, 1e-3)
+    self.timed_at = (len(sentence.split()), self.t.decoding.candidates())
     if not self.cfg.max_queue:
       self.batcher.max_waiting = self._queue_bound()
 
@@ -385,6 +388,7 @@ class Service:
     except ValueError as e:
       raise RequestError(422, str(e), _field_of(str(e), options, "nbest")) from None
     self._check_candidates(options, dec)
+    self._check_cost(req.sentences, dec.candidates())
     if req.word_alignments:
       try:
         translate.check_links(self.t.run, "links", 0.0)
@@ -443,6 +447,28 @@ class Service:
       message = f"MBR over {dec.candidates()} candidates per sentence (the beam or the samples)"
       raise RequestError(
         422, f"{message}: at most {limits.max_mbr_candidates} on this server", "mbr"
+      )
+
+  def estimated_s(self, sentences: Sequence[str], width: int) -> float | None:
+    """Seconds the decoder would take on `sentences` with `width` hypotheses each: the timed
+    batch's, scaled by the batches they fill, the width and the longest sentence (the steps of
+    each batch). None before a batch is timed."""
+    if self.timed_at is None:
+      return None
+    words, timed_width = self.timed_at
+    batches = math.ceil(len(sentences) / self.cfg.max_batch)
+    longest = max(len(s.split()) for s in sentences)
+    return self.batch_s * batches * (width / timed_width) * ((longest + 1) / (words + 1))
+
+  def _check_cost(self, sentences: Sequence[str], width: int) -> None:
+    """Refuses a request whose estimated decoding (`estimated_s`) is past `Limits.timeout_s`:
+    it would hold the decoder for others after its own client had been told 504."""
+    estimate, limit = self.estimated_s(sentences, width), self.cfg.limits.timeout_s
+    if estimate is not None and estimate > limit:
+      raise RequestError(
+        422,
+        f"about {estimate:.0f} s of decoding, past the {limit:g} s this server answers within: "
+        "send fewer or shorter sentences, or a smaller beam_size, sampling n or MBR",
       )
 
   def _check_words(self, count: int, field: str, where: str) -> None:
@@ -728,13 +754,18 @@ async def read_body(request: fastapi.Request, model: type[RequestModel], limits:
     raise RequestError(422, first["msg"], field_name(first["loc"])) from None
 
 
-async def answered(service: Service, key: Hashable, items: list[Any]) -> list[Any]:
+async def answered(
+  service: Service, key: Hashable, items: list[Any], request: fastapi.Request | None = None
+) -> list[Any]:
   """The batcher's results for `items`, awaited at most `Limits.timeout_s` (504 past it); 503
-  once the service is closing, 422 for what the run cannot decode (a prefix too long, ...)."""
+  once the service is closing, 429 past the queue's bound, 422 for what the run cannot decode (a
+  prefix too long, ...). With `request`, its client's turn among the clients waiting
+  (`Batcher`), and work it leaves unfinished by closing the connection is dropped (499)."""
   if service.closing:
     raise RequestError(503, SHUTTING_DOWN)
+  owner = request.client.host if request is not None and request.client else None
   try:
-    future = service.batcher.submit(key, items)
+    future = service.batcher.submit(key, items, owner)
   except RuntimeError:
     raise RequestError(503, SHUTTING_DOWN) from None
   except batching.QueueFull as e:
@@ -742,13 +773,29 @@ async def answered(service: Service, key: Hashable, items: list[Any]) -> list[An
     message = f"busy: {e}; try again in {retry} s"
     raise RequestError(429, message, None, {"Retry-After": str(retry)}) from None
   timeout_s = service.cfg.limits.timeout_s
+  result = asyncio.wrap_future(future)
+  gone = asyncio.ensure_future(disconnected(request)) if request is not None else None
   try:
-    return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
-  except TimeoutError:
-    future.cancel()
-    raise RequestError(504, f"not answered within {timeout_s} s") from None
+    done, _ = await asyncio.wait({result} | ({gone} if gone else set()), timeout=timeout_s,
+                                 return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+  finally:
+    if gone is not None:
+      gone.cancel()
+  if result not in done:
+    future.cancel()  # Dropped unless its batch has started.
+    if gone in done:
+      raise RequestError(499, "the client closed the connection")
+    raise RequestError(504, f"not answered within {timeout_s} s")
+  try:
+    return result.result()
   except ValueError as e:
     raise RequestError(422, str(e)) from None
+
+
+async def disconnected(request: fastapi.Request) -> None:
+  """Returns once the client of `request` (its body read) has closed the connection."""
+  while (await request.receive())["type"] != "http.disconnect":
+    pass
 
 
 async def handled(service: Service, request: fastapi.Request, model, check, answer):
@@ -758,7 +805,7 @@ async def handled(service: Service, request: fastapi.Request, model, check, answ
     return error_response(RequestError(401, UNAUTHORISED))
   try:
     req = await read_body(request, model, service.cfg.limits)
-    found = await answered(service, *check(req))
+    found = await answered(service, *check(req), request)
   except RequestError as e:
     return error_response(e)
   return answer(req, found)
@@ -859,7 +906,7 @@ async def opennmt_response(service: Service, request: fastapi.Request):
     except opennmt.FormatError as e:
       raise RequestError(400, str(e), e.field) from None
     req = TranslateRequest(sentences=texts, word_alignments=service.has_links)
-    found = await answered(service, *service.check_translate(req))
+    found = await answered(service, *service.check_translate(req), request)
   except RequestError as e:
     return error_response(e)
   hypotheses = [

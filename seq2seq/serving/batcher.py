@@ -39,6 +39,7 @@ class BatchStats:
 class _Job:
   key: Hashable
   items: list[Any]
+  owner: Hashable = None  # Who asked (a client's address): turns go round the owners waiting.
   future: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
 
 
@@ -46,8 +47,11 @@ class Batcher:
   """One thread that runs `run_batch(key, items)` (a list of results, one per item) over the
   items of jobs submitted with the same `key`: a job waits up to `wait_s` for others to join it,
   until `max_batch` items are gathered (a larger job runs alone). Jobs of other keys wait their
-  turn in arrival order. When a batch of several jobs raises, each of them runs alone, so an
-  error reaches the job that caused it only.
+  turn in arrival order, except that the next batch starts with the first job of another
+  `owner` than the last batch's where one waits, so one client's many jobs do not hold back
+  everyone else's. When a batch of several jobs raises, each of them runs alone, so an error
+  reaches the job that caused it only. A job cancelled before its batch starts (its client gave
+  up) is dropped.
 
   With `max_waiting`, the items waiting (not yet running) are bounded: a job that would take
   them past it raises `QueueFull` at once, unless nothing waits (a job alone always queues)."""
@@ -66,11 +70,14 @@ class Batcher:
     self._ready = threading.Condition()
     self._closed = False
     self.stats = BatchStats()
+    self._last_owner: Hashable = None
     self._thread = threading.Thread(target=self._loop, name="seq2seq-batcher", daemon=True)
     self._thread.start()
 
-  def submit(self, key: Hashable, items: Sequence[Any]) -> concurrent.futures.Future:
-    job = _Job(key, list(items))
+  def submit(
+    self, key: Hashable, items: Sequence[Any], owner: Hashable = None
+  ) -> concurrent.futures.Future:
+    job = _Job(key, list(items), owner)
     with self._ready:
       if self._closed:
         raise RuntimeError("the batcher is closed")
@@ -105,7 +112,8 @@ class Batcher:
           self._ready.wait()
         if not self._queue:
           return
-        first = self._queue[0]
+        first = next((j for j in self._queue if j.owner != self._last_owner), self._queue[0])
+        self._last_owner = first.owner
         self._take(first)
       jobs = self._gather(first)
       self._run(jobs)

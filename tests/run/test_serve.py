@@ -719,6 +719,63 @@ def test_new_option_sets_past_the_bound_clear_the_compiled_programs(translator):
   ]
 
 
+def test_a_request_whose_decoding_would_outlast_the_timeout_is_refused_before_it_starts(
+  translator,
+):
+  """Once a batch is timed, a request's decoding is estimated from it (batches, width, longest
+  sentence): one past the timeout gets 422 at once instead of holding the decoder past its 504."""
+  service = serve.Service(translator, serve.ServeSettings(warm_up=False, max_batch=4))
+  service.batch_s, service.timed_at = 2.0, (4, 1)  # A batch of 4 five-word sentences, greedy.
+  assert service.estimated_s(["the man will not"] * 4, 1) == pytest.approx(2.0)
+  assert service.estimated_s(["the man will not"] * 8, 8) == pytest.approx(32.0)
+  cheap = serve.TranslateRequest(sentences=["the man"] * 4, beam_size=4)
+  service.check_translate(cheap)
+  costly = serve.TranslateRequest(sentences=["the man will not"] * 64, beam_size=8)
+  with pytest.raises(serve.RequestError, match="past the 60 s this server answers within"):
+    service.check_translate(costly)
+  service.batcher.close()
+
+
+def test_work_of_a_client_that_closed_its_connection_is_dropped(translator):
+  """While the decoder is held on one request, a client sends another and hangs up: its
+  sentence is never decoded, and /metrics counts a 499."""
+  with loopback_server(translator) as (service, url):
+    gate, held = threading.Event(), threading.Event()
+    run, seen = service.batcher._run_batch, []
+
+    def held_first(key, items):
+      seen.append(items)
+      held.set()
+      assert gate.wait(60)
+      return run(key, items)
+
+    service.batcher._run_batch = held_first
+    first = threading.Thread(
+      target=request, args=(f"{url}/translate", {"sentences": ["the man"]}), daemon=True
+    )
+    first.start()
+    assert held.wait(30)
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"sentences": ["a woman will"]}).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+      head = (
+        f"POST /translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+      )
+      sock.sendall(head.encode() + body)
+      deadline = time.monotonic() + 30
+      while service.batcher.waiting()[0] < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    deadline = time.monotonic() + 30  # The socket is closed: the service notices.
+    while "499" not in service.metrics_text() and time.monotonic() < deadline:
+      time.sleep(0.05)
+    gate.set()
+    first.join(60)
+    text = service.metrics_text()
+  assert 'seq2seq_requests_total{route="/translate",status="499"} 1' in text
+  assert all(sentence != "a woman will" for items in seen for sentence, _, _ in items), seen
+
+
 # The server as a user starts it.
 def free_port() -> int:
   with socket.socket() as s:

@@ -132,3 +132,25 @@ def test_the_stats_count_batches_by_size_items_and_seconds():
   batcher.close()
   stats = batcher.stats
   assert stats.sizes == {1: 1, 3: 1} and stats.items == 4 and stats.seconds > 0
+
+
+def test_turns_go_round_the_owners_so_one_client_s_many_jobs_hold_back_no_one():
+  """Client a queues three jobs (other keys: no batch joins them), client b one after them: b's
+  runs second, not fourth."""
+  batcher, run, first = held_batcher()
+  jobs = [batcher.submit(f"k{i}", [f"a{i}"], owner="a") for i in range(3)]
+  jobs.append(batcher.submit("kb", ["b0"], owner="b"))
+  run.release.set()
+  [j.result(10) for j in jobs]
+  batcher.close()
+  assert [items for _, items in run.calls] == [["first"], ["a0"], ["b0"], ["a1"], ["a2"]]
+
+
+def test_a_job_cancelled_while_it_waits_is_never_run():
+  batcher, run, first = held_batcher()
+  gone, kept = batcher.submit("x", ["gone"]), batcher.submit("y", ["kept"])
+  assert gone.cancel()
+  run.release.set()
+  assert kept.result(10) == ["y:kept"]
+  batcher.close()
+  assert ["gone"] not in [items for _, items in run.calls]
