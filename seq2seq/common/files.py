@@ -99,11 +99,17 @@ def repair_tail(path: str | Path) -> None:
 
 
 def append_line(path: str | Path, line: str) -> None:
-  """Appends `line` and a newline to `path`, flushed to disk."""
-  with open(path, "a", encoding="utf-8") as f:
-    f.write(line + "\n")
-    f.flush()
-    os.fsync(f.fileno())
+  """Appends `line` and a newline to `path`, flushed to disk. An OSError names `path` (a write
+  refused by a full disk names no file of its own)."""
+  try:
+    with open(path, "a", encoding="utf-8") as f:
+      f.write(line + "\n")
+      f.flush()
+      os.fsync(f.fileno())
+  except OSError as e:
+    if e.filename is not None:
+      raise
+    raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
