@@ -553,3 +553,34 @@ def score_of(table_VV, seq):
   logp = np.asarray(table_VV, np.float64)
   logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
   return sum(logp[p, w] for p, w in zip((BOS_ID, *seq[:-1]), seq, strict=True))
+
+
+@contextlib.contextmanager
+def loopback_server(translator, **settings):
+  """The translation service of `translator` on a free loopback port, in a thread of this
+  process (`serve.ServeSettings` from `settings`, without warm-up; `limits` a dict of
+  `serve.Limits` fields): yields (service, base URL), and stops it on leaving."""
+  import threading
+  import time
+
+  import uvicorn
+
+  from seq2seq import serve
+
+  limits = serve.Limits(**settings.pop("limits", {}))
+  cfg = serve.ServeSettings(warm_up=False, limits=limits, **settings)
+  service = serve.Service(translator, cfg)
+  config = uvicorn.Config(serve.create_app(service), host="127.0.0.1", port=0, log_level="warning")
+  server = serve.StoppingServer(config, service)
+  thread = threading.Thread(target=server.run, daemon=True)
+  thread.start()
+  deadline = time.monotonic() + 60
+  while not server.started and time.monotonic() < deadline:
+    time.sleep(0.02)
+  port = server.servers[0].sockets[0].getsockname()[1]
+  try:
+    yield service, f"http://127.0.0.1:{port}"
+  finally:
+    server.should_exit = True
+    thread.join(30)
+    service.batcher.close()

@@ -3,7 +3,6 @@ bad request, answers equal to the Python API's, and a server started, used and s
 SIGTERM as a user runs it."""
 
 import asyncio
-import contextlib
 import json
 import re
 import shutil
@@ -21,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 import uvicorn
-from helpers import subprocess_env
+from helpers import loopback_server, subprocess_env
 
 import seq2seq
 from seq2seq import serve, translate
@@ -633,28 +632,6 @@ def test_metrics_count_requests_batches_and_the_queue_in_prometheus_text(transla
   assert samples["seq2seq_sentences_total"] == 2 and samples["seq2seq_decode_seconds_total"] > 0
   assert samples["seq2seq_queue_sentences"] == 0 and samples["seq2seq_queue_limit_sentences"] > 0
   assert "# TYPE seq2seq_requests_total counter" in r.text
-
-
-@contextlib.contextmanager
-def loopback_server(translator, **settings):
-  """The service on a free loopback port in this process: (service, base URL)."""
-  limits = serve.Limits(**settings.pop("limits", {}))
-  cfg = serve.ServeSettings(warm_up=False, limits=limits, **settings)
-  service = serve.Service(translator, cfg)
-  config = uvicorn.Config(serve.create_app(service), host="127.0.0.1", port=0, log_level="warning")
-  server = serve.StoppingServer(config, service)
-  thread = threading.Thread(target=server.run, daemon=True)
-  thread.start()
-  deadline = time.monotonic() + 60
-  while not server.started and time.monotonic() < deadline:
-    time.sleep(0.02)
-  port = server.servers[0].sockets[0].getsockname()[1]
-  try:
-    yield service, f"http://127.0.0.1:{port}"
-  finally:
-    server.should_exit = True
-    thread.join(30)
-    service.batcher.close()
 
 
 def test_a_burst_past_the_queue_bound_gets_429_at_once_with_retry_after(translator):

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import explorer_records, explorer_run
+from helpers import explorer_records, explorer_run, loopback_server
 
 from experiments import explorer_timing
 from experiments.lib import browser
@@ -227,27 +227,11 @@ def test_explorer_timing_writes_its_figures_with_the_machine(tmp_path):
 # The live explorer, served by the translation service (seq2seq.serve) from the session's run.
 @pytest.fixture(scope="module")
 def live_server(trained):
-  import threading
-
-  import uvicorn
-
   import seq2seq
-  from seq2seq import serve
 
   translator = seq2seq.load(trained)
-  service = serve.Service(translator, serve.ServeSettings(warm_up=False))
-  config = uvicorn.Config(serve.create_app(service), host="127.0.0.1", port=0, log_level="warning")
-  server = serve.StoppingServer(config, service)
-  thread = threading.Thread(target=server.run, daemon=True)
-  thread.start()
-  deadline = time.monotonic() + 60
-  while not server.started and time.monotonic() < deadline:
-    time.sleep(0.05)
-  port = server.servers[0].sockets[0].getsockname()[1]
-  yield translator, f"http://127.0.0.1:{port}"
-  server.should_exit = True
-  thread.join(30)
-  service.batcher.close()
+  with loopback_server(translator) as (_, url):
+    yield translator, url
 
 
 def wait_for(driver, script, timeout_s=60.0):
