@@ -21,8 +21,8 @@ the loader computes decoding's limit, int(max_len_ratio * S) + 10, in Python as 
 does, so any `max_len_ratio` works with the same programs.
 
 The parameters are an argument, not constants baked into each program: the three programs
-share one copy of them, a few kB of program each, and the weights stay an ordinary NumPy file.
-The programs are lowered for CPU and CUDA (`--platforms`).
+share one copy of them, each program stays some tens of kB, and the weights stay an ordinary
+NumPy file. The programs are lowered for CPU and CUDA (`--platforms`).
 """
 
 from __future__ import annotations

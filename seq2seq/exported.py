@@ -44,8 +44,12 @@ class Vocabulary:
         raise ValueError(f"{directory}/vocab.txt does not start with {SPECIALS}")
       self.ids = {w: i for i, w in enumerate(self.pieces[4:], start=4)}
       self.ids[SPECIALS[UNK_ID]] = UNK_ID
-      self.moses = meta.get("pretokenizer", "none") == "moses"
-      self.lang = meta.get("lang", "") or "en"
+      self.moses = None  # (tokenizer, detokenizer) of sacremoses for a Moses-split vocabulary.
+      if meta.get("pretokenizer", "none") == "moses":
+        import sacremoses
+
+        lang = meta.get("lang", "") or "en"
+        self.moses = sacremoses.MosesTokenizer(lang), sacremoses.MosesDetokenizer(lang)
     elif self.kind == "sentencepiece":
       import sentencepiece
 
@@ -59,9 +63,7 @@ class Vocabulary:
     if self.kind == "sentencepiece":
       return self.sp.encode(text, out_type=int)
     if self.moses:
-      import sacremoses
-
-      words = sacremoses.MosesTokenizer(self.lang).tokenize(text, escape=False)
+      words = self.moses[0].tokenize(text, escape=False)
     else:
       words = text.split()
     return [self.ids.get(w, UNK_ID) for w in words]
@@ -79,9 +81,7 @@ class Vocabulary:
       return self.sp.decode_pieces([self.sp.id_to_piece(i if i < pieces else UNK_ID) for i in kept])
     words = [self.pieces[i] if i < len(self.pieces) else SPECIALS[UNK_ID] for i in kept]
     if self.moses:
-      import sacremoses
-
-      return sacremoses.MosesDetokenizer(self.lang).detokenize(words)
+      return self.moses[1].detokenize(words)
     return " ".join(words)
 
 

@@ -16,6 +16,7 @@ from helpers import ROOT, subprocess_env
 import seq2seq
 from seq2seq import export, exported
 from seq2seq.data import input_pipeline
+from seq2seq.data import tokenizer as tok
 
 # What the loader may import: the standard library's modules it names, NumPy and JAX, and the
 # tokenizers' own packages.
@@ -147,6 +148,36 @@ def test_batches_and_padding_are_the_translators(order, max_tokens):
     src, mask = exported.padded([ids[i] for i in chosen], exported.rows(len(chosen), batching), 12)
     np.testing.assert_array_equal(src, batch["src"])
     np.testing.assert_array_equal(mask, batch["src_mask"])
+
+
+TEXTS = [
+  "L'homme n'a pas vu le chat, qui dort.",
+  "Aujourd'hui, il fait 2,5 degrés : « froid » !",
+  "the dog doesn't eat apples; it eats bread.",
+  "a big house, a small garden and three trees.",
+] * 5
+
+
+@pytest.mark.parametrize("kind", ["word", "moses", "sentencepiece"])
+def test_the_loaders_vocabularies_are_the_tokenizers(kind, tmp_path):
+  if kind == "sentencepiece":
+    saved = tok.SentencePieceTokenizer.train(TEXTS, 60)
+  else:
+    saved = tok.WordVocab.build(
+      TEXTS, 30, tok.Pretokenizer("moses" if kind == "moses" else "none", "fr")
+    )
+  saved.save(tmp_path)
+  vocab = exported.Vocabulary(tmp_path)
+  for text in [*TEXTS[:4], "un mot inconnu <s> </s> <unk>", "  "]:
+    assert vocab.encode(text) == saved.encode(text)
+  rng = np.random.default_rng(0)
+  for ids in [
+    saved.encode(TEXTS[0]),
+    [1, 5, 0, 7, 2, 9, 9],
+    *rng.integers(0, 30, (20, 8)).tolist(),
+  ]:
+    # The Translator's text of output ids (`inference.output_text`).
+    assert vocab.decode(ids) == saved.detokenize(saved.decode_tokens(ids)), ids
 
 
 def test_what_the_programs_cannot_reproduce_is_refused_in_one_line(trained, tmp_path):
