@@ -67,6 +67,7 @@ CLI_MODULES = (
     [
       "seq2seq.serve",
       "seq2seq.average",
+      "seq2seq.export",
       "seq2seq.build_lexicon",
       "seq2seq.build_alignments",
       "seq2seq.rerank",
