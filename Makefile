@@ -19,11 +19,13 @@ demo: .venv
 test: .venv browser $(VENV)/.optional-installed
 	$(PY) -m pytest -q -n auto --dist worksteal
 
-# Optional dependencies (requirements-optional.txt) for their tests; where they cannot be
-# installed those tests skip and say why.
+# Optional dependencies (requirements-optional.txt) for their tests, one at a time; where one
+# cannot be installed its tests skip and say why, and the others still install.
 $(VENV)/.optional-installed: $(VENV)/.installed requirements-optional.txt
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-optional.txt || \
-	  echo "could not install requirements-optional.txt: their tests will skip"
+	for req in $$(grep -v '^#' requirements-optional.txt); do \
+	  $(VENV)/bin/pip install --quiet --disable-pip-version-check "$$req" || \
+	  echo "could not install $$req (requirements-optional.txt): its tests will skip"; \
+	done
 	touch $@
 
 # Headless Chromium and its driver for the explorer's browser test, from apt (as root, or with
