@@ -178,6 +178,10 @@ def get_config() -> ml_collections.ConfigDict:
   # in a row without a gain of more than D.
   t.early_stopping = ""
   t.final_eval = True  # After training, decode and score valid and test (WORKDIR/eval/).
+  # Copy the config, every metric and the final results to an experiment tracker
+  # (seq2seq/training/trackers.py): "" is none; "mlflow(uri=U, experiment=E)" logs to MLflow,
+  # by default its file store in WORKDIR/mlruns (uri: a folder or a tracking URI).
+  t.tracker = ""
   t.nonfinite = (
     "stop"  # Non-finite loss/gradient: "stop" (error, last good checkpoint kept) or "skip".
   )

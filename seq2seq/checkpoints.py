@@ -54,6 +54,7 @@ RESUMABLE_FIELDS = (
   "train.valid_bleu",
   "train.final_eval",
   "train.nonfinite",
+  "train.tracker",  # Where the metrics are copied: a run may turn it on, off or elsewhere.
   "train.inject_nonfinite_step",  # Removed (a test hook); old workdirs' config.json has it.
   "model.direction",
   "model.scan_unroll",  # Speed only (the same function).

@@ -157,6 +157,8 @@ def evaluate_run(
     if writer is not None:  # Final scalars go to TensorBoard; metrics.jsonl holds training only.
       scalars = {k: v for k, v in result.items() if isinstance(v, int | float)}
       writer.write(step, f"{prefix}_{split}", scalars, jsonl=False)
+      if jax.process_index() == 0:  # And the results to the tracker, where one is on.
+        writer.attach(out / "results.json", f"{prefix}/{split}")
     if jax.process_index() == 0:
       explorer.write_report(workdir, prefix, split)
     logging.info(

@@ -40,7 +40,7 @@ from seq2seq.model import (
   scores,
   structures,
 )
-from seq2seq.training import early_stopping, objective, optimisers, softmax
+from seq2seq.training import early_stopping, objective, optimisers, softmax, trackers
 
 NONFINITE = ("stop", "skip")
 DIRECTIONS = ("forward", "reverse")
@@ -116,6 +116,7 @@ def validate(config: Config) -> RunSettings:
         f"train.{field}={getattr(train, field)!r} reads validation {rule.metric}, which "
         "train.valid_bleu=false does not compute: use the loss, or set it true"
       )
+  trackers.parse(train.tracker)  # Its name and settings; the package is needed to train only.
   if config.train.nonfinite not in NONFINITE:
     raise ValueError(f"train.nonfinite={config.train.nonfinite!r} is not one of {NONFINITE}")
   if model.direction not in DIRECTIONS:
@@ -213,6 +214,7 @@ def components_help() -> str:
     ("train.softmax", softmax.REGISTRY),
     ("decode.length_penalty", length_penalties.REGISTRY),
     ("decode.search", decode.SEARCHES),
+    ("train.tracker", trackers.REGISTRY),
   )
   return "\n\n".join(f"{field}:\n{reg.settings_help()}" for field, reg in sections)
 

@@ -10,6 +10,7 @@ and the wall time spent so far inside each checkpoint, the wall-clock budget
 lines every `train.log_every` steps, validation loss, perplexity and greedy BLEU every
 `train.eval_every` (keeping each member's best checkpoint in WORKDIR/best), checkpoints every
 `train.checkpoint_every`, and the final evaluation of every member (`evaluation.evaluate_splits`).
+With `train.tracker`, each member's metrics, config and results go to a tracker run of its own.
 
 The step is passed in (`train_step`, default `train_state.train_step` of the run's settings): tests
 hand the loop a step that misbehaves on purpose rather than the library carrying test hooks.
@@ -43,6 +44,7 @@ from seq2seq.training import (
   objective,
   optimisers,
   softmax,
+  trackers,
   train_state,
 )
 
@@ -206,12 +208,19 @@ def train_members(
   (checkpoints saved; rerun the same command to resume).
   """
   members = Members(configs, workdirs, together)  # Validates every config before any write.
+  for run in members.runs:
+    trackers.require(run.train.tracker)  # Its package, before the corpus is built.
   with files.workdir_lock(members.workdirs, enabled=jax.process_index() == 0):
     loop = Loop(members, train_step)
-    preempted_at = loop.train()
-    if preempted_at is not None:
-      return [{"preempted_at_step": preempted_at}] * len(loop.members)
-    return loop.finish()
+    try:
+      preempted_at = loop.train()
+      if preempted_at is not None:
+        return [{"preempted_at_step": preempted_at}] * len(loop.members)
+      return loop.finish()
+    except BaseException:
+      for w in loop.writers:
+        w.close("failed")  # (A closed tracker run stays as it ended.)
+      raise
 
 
 class Loop:
@@ -235,6 +244,10 @@ class Loop:
       w.truncate_after(self.start)  # A killed run's future goes: its metrics lines, a group
       ckpt.discard_after(self.start)  # member's checkpoints past the step all members hold,
       best.discard_after(self.start)  # and best checkpoints past it.
+    for w, wd, r in zip(self.writers, members.workdirs, members.runs, strict=True):
+      tracker = trackers.start(r.train.tracker, wd) if self.primary else None
+      if tracker is not None:
+        w.track(tracker)  # After the truncation: a new tracker run gets the history kept.
     self.verdicts = Verdicts(self.tcfg, members.workdirs, self.bests, self.start)
     self.train_fn, self.eval_fn = rt.compile_steps(
       run, self.runtime, stacked=members.together, train_step=train_step
@@ -320,7 +333,7 @@ class Loop:
           done,
         )
         for w in self.writers:
-          w.close()
+          w.close("killed")
         return done
       if any(done % n == 0 for n in (tcfg.log_every, tcfg.eval_every, tcfg.checkpoint_every)):
         self.window_tokens, self.tick = 0.0, time.perf_counter()  # Windows time steps alone.

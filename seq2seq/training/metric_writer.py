@@ -8,7 +8,10 @@ the whole history.
 The event files are written by `Events`, in the caller's thread: tensorboardX's `SummaryWriter`
 writes from a thread of its own and flushes again from an atexit hook, so a full disk that had
 already stopped a run in one line printed two tracebacks more (that thread's, and the hook's
-at exit)."""
+at exit).
+
+With `train.tracker` on, `track` hands an experiment tracker (`trackers.Tracker`) every scalar
+written from then on, and the files `attach` names."""
 
 from __future__ import annotations
 
@@ -34,8 +37,18 @@ class MetricWriter:
     self.enabled = enabled
     self.path = Path(workdir) / "metrics.jsonl"
     self._tb = Events(Path(workdir) / "tensorboard") if enabled else None
+    self.tracker = None
     if enabled:
       files.repair_tail(self.path)
+
+  def track(self, tracker) -> None:
+    """Copies every scalar written from now on to `tracker` (`trackers.Tracker`) as well. A
+    tracker run that began now (`tracker.new`) first gets the rows metrics.jsonl holds: a run
+    that turned tracking on as it resumed is tracked from its first step."""
+    self.tracker = tracker
+    if tracker.new and self.path.exists():
+      for row in read_metrics(self.path.parent):
+        tracker.log_metrics(row["step"], _numbers(row))
 
   def write(
     self, step: int, split: str, scalars: dict[str, Any], *, jsonl: bool = True
@@ -46,14 +59,10 @@ class MetricWriter:
     if self.enabled:
       if jsonl:
         files.append_line(self.path, json.dumps(record))
-      self._tb.write(
-        step,
-        [
-          summary.scalar(f"{split}/{key}", value)
-          for key, value in record.items()
-          if key not in ("step", "split") and isinstance(value, int | float)
-        ],
-      )
+      numbers = _numbers(record)
+      self._tb.write(step, [summary.scalar(tag, value) for tag, value in numbers.items()])
+      if self.tracker is not None:
+        self.tracker.log_metrics(step, numbers)
     return record
 
   def truncate_after(self, step: int) -> None:
@@ -68,9 +77,17 @@ class MetricWriter:
     if self.enabled:
       self._tb.write(step, [summary.image(tag, image_HWC, dataformats="HWC")])
 
-  def close(self) -> None:
+  def attach(self, path: Path, folder: str) -> None:
+    """The file `path` (an evaluation's results.json) to the tracker, as FOLDER/NAME."""
+    if self.enabled and self.tracker is not None:
+      self.tracker.log_file(path, folder)
+
+  def close(self, status: str = "finished") -> None:
+    """Closes the event file, and ends the tracker run with `status` (`trackers.STATUSES`)."""
     if self._tb is not None:
       self._tb.close()
+    if self.tracker is not None:
+      self.tracker.close(status)
 
 
 class Events:
@@ -109,6 +126,15 @@ class Events:
         self._file.close()
       except OSError:  # The disk that refused a write (raised then): those events are lost.
         pass
+
+
+def _numbers(record: dict[str, Any]) -> dict[str, float]:
+  """The numbers of a metrics record by their TensorBoard tag, SPLIT/KEY."""
+  return {
+    f"{record['split']}/{key}": value
+    for key, value in record.items()
+    if key not in ("step", "split") and isinstance(value, int | float)
+  }
 
 
 def _plain(value: Any) -> Any:

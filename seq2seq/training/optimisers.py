@@ -53,6 +53,7 @@ class TrainSettings:
   nonfinite: str
   early_stopping: str = ""
   micro_batches: int = 1
+  tracker: str = ""
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> TrainSettings:
