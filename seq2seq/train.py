@@ -218,8 +218,11 @@ def train_members(
         return [{"preempted_at_step": preempted_at}] * len(loop.members)
       return loop.finish()
     except BaseException:
-      for w in loop.writers:
-        w.close("failed")  # (A closed tracker run stays as it ended.)
+      for w in loop.writers:  # (A tracker run closed already stays as it ended.)
+        try:
+          w.close("failed")
+        except Exception as e:  # The error that stopped the run is the one reported.
+          logging.warning("closing %s after the error: %s", w.path.parent, e)
       raise
 
 
@@ -244,10 +247,6 @@ class Loop:
       w.truncate_after(self.start)  # A killed run's future goes: its metrics lines, a group
       ckpt.discard_after(self.start)  # member's checkpoints past the step all members hold,
       best.discard_after(self.start)  # and best checkpoints past it.
-    for w, wd, r in zip(self.writers, members.workdirs, members.runs, strict=True):
-      tracker = trackers.start(r.train.tracker, wd) if self.primary else None
-      if tracker is not None:
-        w.track(tracker)  # After the truncation: a new tracker run gets the history kept.
     self.verdicts = Verdicts(self.tcfg, members.workdirs, self.bests, self.start)
     self.train_fn, self.eval_fn = rt.compile_steps(
       run, self.runtime, stacked=members.together, train_step=train_step
@@ -279,6 +278,12 @@ class Loop:
       eval_every=self.tcfg.eval_every,
       checkpoint_every=self.tcfg.checkpoint_every,
     )
+    # Last, once the run has been restored; after the truncation, so a new tracker run gets
+    # the history kept.
+    for w, wd, r in zip(self.writers, members.workdirs, members.runs, strict=True):
+      tracker = trackers.start(r.train.tracker, wd) if self.primary else None
+      if tracker is not None:
+        w.track(tracker)
 
   def train(self) -> int | None:
     """Steps until `train.num_steps` or the wall-clock budget; the step at which SIGTERM or

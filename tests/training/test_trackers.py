@@ -185,3 +185,17 @@ def test_a_tracked_run_and_its_resume_fill_one_mlflow_run(tmp_path):
     assert json.loads(open(logged).read()) == results
     assert history(client, run_id, f"eval_{split}/bleu") == [(4, results["bleu"])]
     assert history(client, run_id, f"eval_{split}/chrf") == [(4, results["chrf"])]
+
+
+@needs_mlflow
+def test_a_run_that_fails_ends_its_mlflow_run_failed(tmp_path, tiny_config):
+  from seq2seq import train
+
+  def step(state, batch, rng):
+    raise RuntimeError("a step that fails")
+
+  tiny_config.train.tracker = "mlflow"
+  with pytest.raises(RuntimeError, match="a step that fails"):
+    train.train_and_evaluate(tiny_config, tmp_path, train_step=step)
+  _, run = mlflow_run(tmp_path)
+  assert run.info.status == "FAILED"
