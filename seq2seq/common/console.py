@@ -15,6 +15,7 @@ Console lines go to standard error, so standard output carries only results (the
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import time
@@ -188,7 +189,8 @@ def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def where_to_look(workdir: str | Path, splits: list[str], prefix: str = "eval") -> str:
-  """Lines saying where a run's report, heatmaps, TensorBoard logs, results and log are."""
+  """Lines saying where a run's report, heatmaps, TensorBoard logs, tracker run, results and log
+  are."""
   workdir = Path(workdir)
   shown = "test" if "test" in splits or not splits else splits[-1]
   out = workdir / prefix / shown
@@ -200,6 +202,11 @@ def where_to_look(workdir: str | Path, splits: list[str], prefix: str = "eval") 
     lines.append(f"heatmaps:    {out / 'alignments'}/")
   if (workdir / "tensorboard").is_dir():
     lines.append(f"TensorBoard: tensorboard --logdir {workdir / 'tensorboard'}")
+  try:  # The tracker run of train.tracker (trackers.RUN_FILE), where there is one.
+    run = json.loads((workdir / "tracker.json").read_text())
+    lines.append(f"tracker:     {run['tracker']} run {run['run_id']} in {run['uri']}")
+  except (OSError, ValueError, KeyError, TypeError):
+    pass
   if (out / "results.json").exists():
     lines.append(f"results:     {out / 'results.json'}  (--json prints every figure)")
   lines.append(f"log:         {workdir / LOG_FILE}")

@@ -37,7 +37,10 @@ def test_the_results_table_and_where_to_look(tmp_path):
   for name in ("report.html", "results.json"):
     (out / name).write_text("")
   (tmp_path / "tensorboard").mkdir()
+  run = {"tracker": "mlflow", "uri": "file:///runs/mlruns", "run_id": "abc"}
+  (tmp_path / "tracker.json").write_text(json.dumps(run) + "\n")
   text = cli.closing_summary(results, tmp_path)
+  assert "tracker:     mlflow run abc in file:///runs/mlruns" in text
   assert f"explorer:    {out / 'report.html'}" in text
   assert f"heatmaps:    {out / 'alignments'}/" in text
   assert f"TensorBoard: tensorboard --logdir {tmp_path / 'tensorboard'}" in text
