@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import dataclasses
 import hashlib
 import hmac
@@ -68,7 +67,7 @@ from seq2seq.common import console
 from seq2seq.data import tokenizer as tok
 from seq2seq.decoding import decode, inference
 from seq2seq.serving import batcher as batching
-from seq2seq.serving import metrics, opennmt
+from seq2seq.serving import capacity, metrics, opennmt
 from seq2seq.serving.batcher import BATCH_SIZES, Batcher, batch_size_for
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -207,9 +206,6 @@ ROUTES = (
   "/translate", "/score", "/beam", "/explorer", "/session", "/", "/health", "/info", "/metrics",
   "/docs", "/openapi.json", opennmt.ROUTE,
 )  # fmt: skip
-# Seconds a full batch is assumed to take before `Service.warm_up` times one: it sizes the
-# queue of a service started without warm-up (`--no_warm_up`) or with `max_queue` unset.
-UNTIMED_BATCH_S = 1.0
 
 
 REPLACED = (
@@ -251,30 +247,15 @@ class Service:
 
   def __init__(self, translator: translate.Translator, cfg: ServeSettings):
     self.t, self.cfg = translator, cfg
-    # Seconds a full batch takes, once `warm_up` has timed one (until then a guess), and the
-    # (words per sentence, hypotheses per sentence) it was timed at (None until then).
-    self.batch_s = UNTIMED_BATCH_S
-    self.timed_at: tuple[int, int] | None = None
-    self.batcher = Batcher(
-      self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0, cfg.max_queue or self._queue_bound()
+    self.capacity = capacity.Capacity(
+      cfg.max_batch, cfg.limits.timeout_s, cfg.max_option_sets, decode.jit_decode.clear_cache
     )
+    bound = cfg.max_queue or self.capacity.queue_bound()
+    self.batcher = Batcher(self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0, bound)
     self.closing = False
     self.loaded = config_digest(translator.workdir)  # What `replaced` compares against.
     self.requests = metrics.Requests(ROUTES)
     self.has_links = _has_links(translator)  # Whether hypotheses can carry Pharaoh links.
-    self.option_sets: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
-    self.program_clears = 0  # How often `note_options` cleared the compiled programs.
-
-  def _queue_bound(self) -> int:
-    """The sentences that can wait and still be decoded within `Limits.timeout_s`, in full
-    batches of `batch_s` seconds: at least one batch."""
-    batches = int(self.cfg.limits.timeout_s / self.batch_s)
-    return max(batches, 1) * self.cfg.max_batch
-
-  def retry_after_s(self) -> int:
-    """Seconds until the sentences waiting now have been decoded, in full batches."""
-    waiting = self.batcher.waiting()[1]
-    return max(math.ceil(math.ceil(waiting / self.cfg.max_batch) * self.batch_s), 1)
 
   def replaced(self) -> bool:
     """Whether the workdir's config.json has changed since the model was loaded: another run
@@ -284,25 +265,14 @@ class Service:
 
   # Batches, on the batcher's thread.
   def note_options(self, key: Hashable) -> None:
-    """Bounds the compiled programs a client can make the service keep: every new combination of
-    decoding options compiles programs that JAX keeps, so past `max_option_sets` combinations
-    (the run's own settings and greedy search not counted) the compiled decoding programs are
-    cleared, the least recent combinations forgotten. The run's own programs then load again
-    from the compilation cache on their next use."""
+    """Bounds the compiled programs a client can make the service keep (`Capacity.note_options`):
+    the run's own settings and its greedy search are not counted, and their programs load again
+    from the compilation cache after a clearing."""
     kind, options = key[0], dict(key[1])
     if kind == "score" or (kind == "translate" and key[2:] == (1, ()) and self._own(options)):
       return
-    if key in self.option_sets:
-      self.option_sets.move_to_end(key)
-      return
-    if len(self.option_sets) >= self.cfg.max_option_sets:
-      logging.info(
-        "clearing the compiled decoding programs of %d option sets", len(self.option_sets)
-      )
-      decode.jit_decode.clear_cache()
-      self.option_sets.clear()
-      self.program_clears += 1
-    self.option_sets[key] = None
+    if self.capacity.note_options(key):
+      logging.info("cleared the compiled decoding programs (--max_option_sets)")
 
   def _own(self, options: dict[str, Any]) -> bool:
     """Whether `options` decode as the run's own settings or as its greedy search do."""
@@ -362,24 +332,24 @@ class Service:
     sentence = " ".join([word] * max(length // 2 - 1, 1))
     start = time.monotonic()
     translate.translate_lines(self.t, [sentence] * size, progress=None, batch_size=size)
-    self.batch_s = max(time.monotonic() - start, 1e-3)
-    self.timed_at = (len(sentence.split()), self.t.decoding.candidates())
+    width = self.t.decoding.candidates()
+    self.capacity.timed(time.monotonic() - start, len(sentence.split()), width)
     if not self.cfg.max_queue:
-      self.batcher.max_waiting = self._queue_bound()
+      self.batcher.max_waiting = self.capacity.queue_bound()
 
   # Requests, on the event loop.
   def check_translate(self, req: TranslateRequest) -> tuple[Hashable, list[Any]]:
-    self._check_sentences(req.sentences, "sentences")
+    check_sentences(self.t, self.cfg.limits, req.sentences, "sentences")
     n = len(req.sentences)
     for name in ("prefixes", "constraints"):
       given = getattr(req, name)
       if given is not None and len(given) != n:
         raise RequestError(422, f"{name} has {len(given)} entries for {n} sentences", name)
     for i, prefix in enumerate(req.prefixes or []):
-      self._check_words(len(prefix.split()), f"prefixes[{i}]", "in its prefix")
+      check_words(self.cfg.limits, len(prefix.split()), f"prefixes[{i}]", "in its prefix")
     for i, phrases in enumerate(req.constraints or []):
       count = sum(max(len(p.split()), 1) for p in phrases)
-      self._check_words(count, f"constraints[{i}]", "in its phrases (each at least one)")
+      check_words(self.cfg.limits, count, f"constraints[{i}]", "in its phrases (each at least one)")
     options = req.decode_settings()
     self._check_numbers(options)
     try:
@@ -405,15 +375,15 @@ class Service:
       raise RequestError(
         422, f"{len(req.sources)} sources but {len(req.targets)} targets", "targets"
       )
-    self._check_sentences(req.sources, "sources")
-    self._check_sentences(req.targets, "targets", known=False)
+    check_sentences(self.t, self.cfg.limits, req.sources, "sources")
+    check_sentences(self.t, self.cfg.limits, req.targets, "targets", known=False)
     return ("score", ()), list(zip(req.sources, req.targets, strict=True))
 
   def check_beam(self, req: BeamRequest) -> tuple[Hashable, list[Any]]:
     if not req.sentence.strip():
       raise RequestError(422, "the sentence is blank", "sentence")
-    self._check_sentences([req.sentence], "sentence", one=True)
-    self._check_words(len(req.prefix.split()), "prefix", "in its prefix")
+    check_sentences(self.t, self.cfg.limits, [req.sentence], "sentence", one=True)
+    check_words(self.cfg.limits, len(req.prefix.split()), "prefix", "in its prefix")
     options = req.decode_settings()
     options.setdefault("beam_size", self.t.decoding.beam_size)
     self._check_numbers(options)
@@ -449,54 +419,16 @@ class Service:
         422, f"{message}: at most {limits.max_mbr_candidates} on this server", "mbr"
       )
 
-  def estimated_s(self, sentences: Sequence[str], width: int) -> float | None:
-    """Seconds the decoder would take on `sentences` with `width` hypotheses each: the timed
-    batch's, scaled by the batches they fill, the width and the longest sentence (the steps of
-    each batch). None before a batch is timed."""
-    if self.timed_at is None:
-      return None
-    words, timed_width = self.timed_at
-    batches = math.ceil(len(sentences) / self.cfg.max_batch)
-    longest = max(len(s.split()) for s in sentences)
-    return self.batch_s * batches * (width / timed_width) * ((longest + 1) / (words + 1))
-
   def _check_cost(self, sentences: Sequence[str], width: int) -> None:
     """Refuses a request whose estimated decoding (`estimated_s`) is past `Limits.timeout_s`:
     it would hold the decoder for others after its own client had been told 504."""
-    estimate, limit = self.estimated_s(sentences, width), self.cfg.limits.timeout_s
+    estimate, limit = self.capacity.estimated_s(sentences, width), self.cfg.limits.timeout_s
     if estimate is not None and estimate > limit:
       raise RequestError(
         422,
         f"about {estimate:.0f} s of decoding, past the {limit:g} s this server answers within: "
         "send fewer or shorter sentences, or a smaller beam_size, sampling n or MBR",
       )
-
-  def _check_words(self, count: int, field: str, where: str) -> None:
-    if count > self.cfg.limits.max_words:
-      message = f"{count} words {where}: at most {self.cfg.limits.max_words} per sentence"
-      raise RequestError(422, message, field)
-
-  def _check_sentences(
-    self, sentences: list[str], field: str, known: bool = True, one: bool = False
-  ) -> None:
-    """Checks the limits of `sentences`, request field `field` (a list, or with `one` the field
-    of one sentence), and with `known` that each holds a word of the source vocabulary."""
-    limits = self.cfg.limits
-    if len(sentences) > limits.max_sentences:
-      raise RequestError(
-        422, f"{len(sentences)} sentences: at most {limits.max_sentences} per request", field
-      )
-    for i, s in enumerate(sentences):
-      name = field if one else f"{field}[{i}]"
-      words = len(s.split())
-      if words > limits.max_words:
-        raise RequestError(422, f"{words} words: at most {limits.max_words} per sentence", name)
-      if known and words and _all_unknown(self.t, s):
-        raise RequestError(
-          422,
-          "none of its words is in the model's source vocabulary (another language or script?)",
-          name,
-        )
 
   def hypothesis(self, h, source: str, req: TranslateRequest) -> dict[str, Any]:
     out = {
@@ -554,12 +486,47 @@ class Service:
       self.batcher.waiting(),
       self.batcher.max_waiting,
       self.cfg.batch_sizes,
-      self.program_clears,
+      self.capacity.program_clears,
     )
 
 
 def _number(x: float) -> float | None:
   return float(x) if np.isfinite(x) else None
+
+
+def check_words(limits: Limits, count: int, field: str, where: str) -> None:
+  """Refuses `count` words `where` (a prefix, constraint phrases) past `limits.max_words`."""
+  if count > limits.max_words:
+    message = f"{count} words {where}: at most {limits.max_words} per sentence"
+    raise RequestError(422, message, field)
+
+
+def check_sentences(
+  t: translate.Translator,
+  limits: Limits,
+  sentences: list[str],
+  field: str,
+  known: bool = True,
+  one: bool = False,
+) -> None:
+  """Checks `sentences`, request field `field` (a list, or with `one` the field of one
+  sentence), against `limits`, and with `known` that each holds a word of `t`'s source
+  vocabulary."""
+  if len(sentences) > limits.max_sentences:
+    raise RequestError(
+      422, f"{len(sentences)} sentences: at most {limits.max_sentences} per request", field
+    )
+  for i, s in enumerate(sentences):
+    name = field if one else f"{field}[{i}]"
+    words = len(s.split())
+    if words > limits.max_words:
+      raise RequestError(422, f"{words} words: at most {limits.max_words} per sentence", name)
+    if known and words and _all_unknown(t, s):
+      raise RequestError(
+        422,
+        "none of its words is in the model's source vocabulary (another language or script?)",
+        name,
+      )
 
 
 def _has_links(t: translate.Translator) -> bool:
@@ -769,7 +736,7 @@ async def answered(
   except RuntimeError:
     raise RequestError(503, SHUTTING_DOWN) from None
   except batching.QueueFull as e:
-    retry = service.retry_after_s()
+    retry = service.capacity.retry_after_s(service.batcher.waiting()[1])
     message = f"busy: {e}; try again in {retry} s"
     raise RequestError(429, message, None, {"Retry-After": str(retry)}) from None
   timeout_s = service.cfg.limits.timeout_s

@@ -24,6 +24,7 @@ from helpers import loopback_server, subprocess_env
 
 import seq2seq
 from seq2seq import serve, translate
+from seq2seq.serving import capacity
 
 
 def test_the_batch_shapes_are_a_setting():
@@ -569,8 +570,8 @@ def test_after_warm_up_requests_of_the_warmed_shapes_compile_nothing(translator)
   # bucket (configs/tiny.py pads sources to 24 tokens).
   assert service.warm_up(lengths=[5]) == 4
   # It timed a full batch, and the queue holds what is decoded in full batches within the timeout.
-  assert service.batch_s < serve.UNTIMED_BATCH_S
-  assert service.batcher.max_waiting == int(60.0 / service.batch_s) * 4
+  assert service.capacity.batch_s < capacity.UNTIMED_BATCH_S
+  assert service.batcher.max_waiting == int(60.0 / service.capacity.batch_s) * 4
   key, items = service.check_translate(serve.TranslateRequest(sentences=["the man will not"] * 3))
   assert traces_of(lambda: service.batcher.submit(key, items).result(60)) == 0
   greedy = serve.TranslateRequest(sentences=["a woman will"], beam_size=1)
@@ -690,8 +691,8 @@ def test_new_option_sets_past_the_bound_clear_the_compiled_programs(translator):
     service.batcher.submit(*service.check_translate(req)).result(60)
   kept = decode.jit_decode._cache_size()
   service.batcher.close()
-  assert before >= 1 and service.program_clears == 1 and kept <= 2, (before, kept)
-  assert list(service.option_sets) == [
+  assert before >= 1 and service.capacity.program_clears == 1 and kept <= 2, (before, kept)
+  assert list(service.capacity.option_sets) == [
     ("translate", (("length_penalty", f"power(alpha={a})"),), 1, ()) for a in (0.3, 0.4)
   ]
 
@@ -702,9 +703,9 @@ def test_a_request_whose_decoding_would_outlast_the_timeout_is_refused_before_it
   """Once a batch is timed, a request's decoding is estimated from it (batches, width, longest
   sentence): one past the timeout gets 422 at once instead of holding the decoder past its 504."""
   service = serve.Service(translator, serve.ServeSettings(warm_up=False, max_batch=4))
-  service.batch_s, service.timed_at = 2.0, (4, 1)  # A batch of 4 five-word sentences, greedy.
-  assert service.estimated_s(["the man will not"] * 4, 1) == pytest.approx(2.0)
-  assert service.estimated_s(["the man will not"] * 8, 8) == pytest.approx(32.0)
+  service.capacity.timed(2.0, 4, 1)  # A batch of 4 four-word sentences, greedy, in 2 s.
+  assert service.capacity.estimated_s(["the man will not"] * 4, 1) == pytest.approx(2.0)
+  assert service.capacity.estimated_s(["the man will not"] * 8, 8) == pytest.approx(32.0)
   cheap = serve.TranslateRequest(sentences=["the man"] * 4, beam_size=4)
   service.check_translate(cheap)
   costly = serve.TranslateRequest(sentences=["the man will not"] * 64, beam_size=8)
