@@ -274,3 +274,23 @@ def test_the_peer_runs_in_the_benchmarks_dtype(tmp_path, dtype):
   runs = [r["peer"] for r in peer["train_rounds"]] + [peer["decode"]]
   assert [r["argv"][r["argv"].index("--dtype") + 1] for r in runs] == [dtype] * 3
   assert peer["dtype"] == dtype and "note" not in peer  # The record says so, and nothing else.
+
+
+def test_the_decoder_cost_times_configs_on_the_same_batches_and_the_same_state(tmp_path):
+  """A config against itself: both steppers start from the same parameters and take the same
+  batches with the same keys, so their losses are identical; each distinct batch shape compiles
+  once; the page names the configs."""
+  from experiments import decoder_cost
+
+  out = tmp_path / "cost.json"
+  result = decoder_cost.main(
+    ["--configs", "configs/tiny.py,configs/tiny.py", "--batches", "3", "--rounds", "1"]
+    + ["--data-dir", str(tmp_path / "data"), "--out", str(out)]
+  )
+  first, second = result["configs"]
+  assert first["last_round_loss"] == second["last_round_loss"]
+  assert len(first["compile_s"]) >= 1 and first["ms_per_update"] > 0
+  assert len(first["rounds_ms_per_update"]) == 1 and result["target_tokens_per_update"] > 0
+  assert "`configs/tiny.py`" in out.with_suffix(".md").read_text()
+  with pytest.raises(SystemExit):  # Configs whose batches differ cannot be compared.
+    decoder_cost.main(["--configs", "configs/tiny.py,configs/multi30k.py", "--out", str(out)])
