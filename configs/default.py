@@ -58,7 +58,10 @@ def get_config() -> ml_collections.ConfigDict:
   # cells run first, attention queried by the top h_t, logits from h~_t = tanh(W_c [c_t; h_t]).
   # The source encoder, "rnn(cell=gru, layers=1, bidirectional=true, residual=false,
   # reverse=false)": GRU or LSTM layers, both directions or one (right to left with reverse,
-  # Sutskever et al.'s reversed source); the default is the paper's bidirectional GRU.
+  # Sutskever et al.'s reversed source); the default is the paper's bidirectional GRU. Or
+  # "transformer(layers=2, heads=4, inner=0, positions=sinusoidal, max_positions=512)": pre-norm
+  # self-attention layers of the recurrent encoder's width (inner 0: four times it), positions
+  # sinusoidal or learned.
   m.encoder = "rnn"
   # Attention weights from the scores: "softmax" (the paper's), "sparsemax" (Martins and
   # Astudillo 2016) or "entmax15" (1.5-entmax, Peters et al. 2019), the last two exactly sparse.

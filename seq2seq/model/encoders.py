@@ -1,4 +1,5 @@
-"""The source encoder: stacked recurrent layers over the source embeddings, `model.encoder`.
+"""The source encoder, `model.encoder`: stacked recurrent layers over the source embeddings, or
+a Transformer encoder (`transformer(...)`, `TransformerEncoder`).
 
 `rnn(cell=gru, layers=1, bidirectional=true, residual=false, reverse=false)` (the default, the
 paper's bidirectional GRU) reads the embeddings with `layers` layers of GRU or LSTM cells
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seq2seq.common import registry
-from seq2seq.model import layers
+from seq2seq.model import layers, transformer
 
 REGISTRY: registry.Registry[type] = registry.Registry("encoder", field="model.encoder")
 register = REGISTRY.register
@@ -141,6 +142,82 @@ class RNNEncoder(nnx.Module):
       out, fwd_last, bwd_first = self._read(fwd, bwd, x, mask_SB1, h0)
       x = out + below if (k > 1 and self.settings.residual) else out
     return Encoding(x, fwd_last, bwd_first)
+
+
+@register("transformer")
+class TransformerEncoder(nnx.Module):
+  """A Transformer encoder (Vaswani et al. 2017, pre-norm: `seq2seq.model.transformer`) in
+  place of the recurrent one, for every decoder: `layers` self-attention layers of `heads` heads
+  and `inner` feed-forward units (0: four times the width) over the source embeddings, projected
+  to the width and added to `positions` (sinusoidal, or learned for up to `max_positions`).
+
+  Its width, the annotation size, is the one the recurrent encoder would give, 2 He
+  (`model.enc_hidden`) or He for a model that reads one direction, so every score, decoder and
+  size of a config applies unchanged. What the decoder starts from (s_0 and RNNencdec's fixed
+  context) is tanh(W_m mean_j h_j) [B, He], the mean over the real words, given as the last
+  output of a one-direction encoder. Padded positions are left out of every attention and
+  their outputs are zero."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    layers: int = 2
+    heads: int = 4
+    inner: int = 0  # Feed-forward units; 0: four times the width.
+    positions: str = "sinusoidal"  # sinusoidal | learned.
+    max_positions: int = 512  # Source tokens a learned table holds.
+
+    def __post_init__(self):
+      if self.layers < 1 or self.heads < 1 or self.inner < 0:
+        raise ValueError("layers and heads must be at least 1, inner at least 0")
+      if self.positions not in transformer.POSITIONS:
+        valid = ", ".join(transformer.POSITIONS)
+        raise ValueError(f"positions must be one of {valid}, got {self.positions!r}")
+
+  def __init__(self, vocab_size: int, cfg: Any, *, rngs: nnx.Rngs, bidirectional: bool = True):
+    self.settings = s = cfg.encoder.settings
+    self.hidden = cfg.enc_hidden
+    self.width = (2 if bidirectional else 1) * cfg.enc_hidden
+    self.dropout_rate = cfg.dropout
+    self.embed = layers.embed(vocab_size, cfg.emb_dim, cfg, rngs=rngs)
+    self.project = layers.dense(cfg.emb_dim, self.width, cfg, rngs=rngs, init=transformer.XAVIER)
+    if s.positions == "learned":
+      self.positions = nnx.Param(
+        0.02 * jax.random.normal(rngs.params(), (s.max_positions, self.width))
+      )
+    inner = s.inner or 4 * self.width
+    for k in range(1, s.layers + 1):
+      setattr(
+        self,
+        f"layer_{k}",
+        transformer.SelfAttentionLayer(self.width, s.heads, inner, cfg, rngs=rngs),
+      )
+    self.final_norm = transformer.LayerNorm(self.width)
+    self.summary = layers.dense(self.width, self.hidden, cfg, rngs=rngs, use_bias=True)
+
+  def _positions(self, length: int) -> jax.Array:
+    if self.settings.positions == "sinusoidal":
+      return transformer.sinusoids(length, self.width)
+    if length > self.settings.max_positions:
+      raise ValueError(
+        f"a source of {length} tokens is past the learned positions' {self.settings.max_positions}"
+        " (model.encoder's max_positions)"
+      )
+    return self.positions[:length]
+
+  def __call__(self, src_BS, mask_BS, dropout_rng=None) -> Encoding:
+    """The annotations [B, S, width] (float32) and tanh(W_m mean_j h_j) as the last output."""
+    s = self.settings
+    keys = [None] * (s.layers + 1)
+    if dropout_rng is not None:
+      keys = list(jax.random.split(dropout_rng, s.layers + 1))
+    x = self.project(self.embed(src_BS)).astype(jnp.float32) + self._positions(src_BS.shape[1])
+    x = layers.dropout(x, self.dropout_rate, keys[0])
+    for k in range(1, s.layers + 1):
+      x = getattr(self, f"layer_{k}")(x, mask_BS, self.dropout_rate, keys[k])
+    real = mask_BS[..., None].astype(jnp.float32)
+    x = self.final_norm(x) * real
+    mean = jnp.sum(x, axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1.0)
+    return Encoding(x, jnp.tanh(self.summary(mean).astype(jnp.float32)), None)
 
 
 def make_encoder(cfg: Any, vocab_size: int, *, rngs: nnx.Rngs, bidirectional: bool = True):

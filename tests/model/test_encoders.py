@@ -2,6 +2,8 @@
 the reversed source, residual connections, against a float64 loop over each sentence's real
 words written here; and every combination in both decoders."""
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -134,3 +136,101 @@ def test_encoder_settings_are_checked():
     cfg.model.encoder = spec
     with pytest.raises(ValueError, match=message):
       settings.validate(cfg)
+
+
+# The Transformer encoder (`transformer(...)`), against a float64 loop over each sentence's real
+# words: what padding adds to a batch changes nothing.
+TRANSFORMER = "transformer(layers=2, heads=2, inner=24, positions=sinusoidal)"
+
+
+def _dense(layer, x):
+  out = x @ _param(layer.kernel)
+  return out + _param(layer.bias) if layer.bias is not None else out
+
+
+def _norm(norm, x):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + norm.eps) * _param(norm.gain) + _param(norm.bias)
+
+
+def _attention(att, x):
+  """Self-attention of x [L, D] over itself, all heads."""
+  q = _dense(att.query, x)
+  k, v = np.split(_dense(att.key_value, x), 2, axis=-1)
+  heads = []
+  for h in range(att.heads):
+    part = slice(h * att.head_dim, (h + 1) * att.head_dim)
+    scores = q[:, part] @ k[:, part].T / np.sqrt(att.head_dim)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    heads.append((weights / weights.sum(-1, keepdims=True)) @ v[:, part])
+  return _dense(att.out, np.concatenate(heads, axis=-1))
+
+
+def _transformer_reference(encoder, src_row, length):
+  """Annotations [length, width] and the summary tanh(W_m mean h) of one sentence's words."""
+  from seq2seq.model import transformer
+
+  x = _param(encoder.embed.embedding)[src_row[:length]] @ _param(encoder.project.kernel)
+  x = x + np.asarray(transformer.sinusoids(length, encoder.width), np.float64)
+  for k in range(1, encoder.settings.layers + 1):
+    layer = getattr(encoder, f"layer_{k}")
+    x = x + _attention(layer.attention, _norm(layer.attention_norm, x))
+    ff = layer.feed_forward
+    hidden = np.maximum(_dense(ff.up, _norm(layer.feed_forward_norm, x)), 0.0)
+    x = x + _dense(ff.down, hidden)
+  x = _norm(encoder.final_norm, x)
+  return x, np.tanh(_dense(encoder.summary, x.mean(0)))
+
+
+def _transformer_config(decoder="paper", **model):
+  cfg = tiny.get_config()
+  cfg.model.encoder, cfg.model.decoder, cfg.model.score = TRANSFORMER, decoder, "general"
+  for key, value in model.items():
+    cfg.model[key] = value
+  settings.validate(cfg)
+  return cfg
+
+
+def test_the_transformer_encoder_matches_a_float64_loop_over_the_real_words():
+  cfg = _transformer_config()
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(0)))
+  b = random_batch(seed=4, vocab=VOCAB)
+  enc = model.encoder(jnp.asarray(b["src"]), jnp.asarray(b["src_mask"]))
+  assert enc.annotations.shape == (*b["src"].shape, 2 * cfg.model.enc_hidden)
+  assert enc.bwd_first is None  # Its summary stands as a one-direction encoder's last output.
+  for row, length in enumerate(b["src_mask"].sum(1)):
+    want, summary = _transformer_reference(model.encoder, b["src"][row], int(length))
+    np.testing.assert_allclose(enc.annotations[row, :length], want, rtol=1e-4, atol=1e-5)
+    assert not np.any(np.asarray(enc.annotations[row, length:]))  # Padding: zeros.
+    np.testing.assert_allclose(enc.fwd_last[row], summary, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("decoder", ["paper", "luong(layers=2)"])
+def test_the_transformer_encoder_decodes_as_it_trains_in_both_decoders(decoder):
+  cfg = _transformer_config(decoder)
+  model = randomise(build_model(cfg.model, VOCAB, VOCAB, rngs=nnx.Rngs(1)))
+  b = {k: jnp.asarray(v) for k, v in random_batch(seed=5, vocab=VOCAB).items()}
+  check_steps_match_forced(model, b)
+
+
+def test_the_transformer_encoder_trains_in_bfloat16_with_dropout_and_learned_positions():
+  cfg = _transformer_config("luong(layers=2)", dtype="bfloat16", dropout=0.2)
+  cfg.model.encoder = "transformer(layers=2, heads=2, positions=learned, max_positions=64)"
+  settings.validate(cfg)
+  cfg.train.optimizer, cfg.train.learning_rate = "adam", 1e-2
+  check_trains(cfg, random_batch(seed=3, vocab=VOCAB), VOCAB)
+
+
+def test_transformer_encoder_settings_are_checked():
+  cfg = tiny.get_config()
+  for spec, message in [
+    ("transformer(layers=0)", "layers and heads must be at least 1"),
+    ("transformer(positions=rotary)", "positions must be one of sinusoidal, learned"),
+  ]:
+    cfg.model.encoder = spec
+    with pytest.raises(ValueError, match=re.escape(message)):
+      settings.validate(cfg)
+  cfg.model.encoder = "transformer(heads=5)"  # The tiny width, 2 x 16, is not a multiple of 5.
+  with pytest.raises(ValueError, match=r"heads \(5\) must divide the model width \(32\)"):
+    build_model(settings.validate(cfg).model, VOCAB, VOCAB, rngs=nnx.Rngs(0))
