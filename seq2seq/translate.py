@@ -50,8 +50,8 @@ from seq2seq import sharding as rt
 from seq2seq.common import files
 from seq2seq.data import builders, copying, input_pipeline
 from seq2seq.data import tokenizer as tok
+from seq2seq.decoding import attribution, core, decode, ensemble, inference, processes
 from seq2seq.decoding import constraints as constraints_
-from seq2seq.decoding import core, decode, ensemble, inference, processes
 from seq2seq.decoding.inference import Hypothesis, Scored
 from seq2seq.model import models, scores
 
@@ -532,6 +532,30 @@ def score_lines(t: Translator, sources: Sequence[str], targets: Sequence[str]) -
   for i, ids, f in zip(keep, tgt_ids, forced, strict=True):
     tokens = [*inference.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok), tok.EOS]
     out[i] = dataclasses.replace(f, tokens=tokens)
+  return out
+
+
+def saliency_links(
+  t: Translator, sources: Sequence[str], targets: Sequence[str], **settings: Any
+) -> list[str | None]:
+  """The Pharaoh line of each (source, target) pair read from attribution instead of attention
+  (`inference.saliency_split` with `settings`: method, samples, noise; each target word linked
+  to its most salient source word, as `word_alignments` links attention), or None for a pair
+  that cannot be scored (an empty side, a source too long)."""
+  if len(sources) != len(targets):
+    raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one per source")
+  attribution.check_model(t.state.model())
+  src_ids, tgt_ids, keep = [], [], []
+  for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
+    if _unscorable(t, source, target) is None:
+      src_ids.append(_encode_sources(t, source))
+      tgt_ids.append(t.tgt_tok.encode(target))
+      keep.append(i)
+  out: list[str | None] = [None] * len(sources)
+  psis = inference.saliency_split(t.state, _split(src_ids, tgt_ids), t.decoding, **settings)
+  for i, ids, psi in zip(keep, tgt_ids, psis, strict=True):
+    tokens = inference.output_tokens(ids, sources[i], t.src_tok, t.tgt_tok)
+    out[i] = pharaoh_line(t, sources[i], psi, tokens, 0.0)
   return out
 
 

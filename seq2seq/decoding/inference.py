@@ -24,7 +24,7 @@ import numpy as np
 from seq2seq.common import console
 from seq2seq.data import builders, copying, input_pipeline, metrics
 from seq2seq.data import tokenizer as tok
-from seq2seq.decoding import beams, core, decode, forcing, mbr, processes
+from seq2seq.decoding import attribution, beams, core, decode, forcing, mbr, processes
 from seq2seq.decoding import constraints as constraints_
 from seq2seq.decoding.unknowns import replace_unknowns
 from seq2seq.model import models
@@ -357,6 +357,24 @@ def score_split(state, split: input_pipeline.Split, dec: decode.DecodeSettings) 
         np.asarray(result.alpha[row, :n_tgt][:, real]),
         over,
       )
+  return processes.gathered(out, len(split))
+
+
+def saliency_split(
+  state, split: input_pipeline.Split, dec: decode.DecodeSettings, **settings: Any
+) -> list[np.ndarray]:
+  """psi [T, S] of every pair of `split` (`attribution.saliency` with `settings`: method,
+  samples, noise), in the split's order: rows the target tokens then EOS, columns the source
+  tokens then EOS, as `score_split`'s attention, so `word_links` reads it the same way."""
+  out: dict[int, np.ndarray] = {}
+  state = decode.placed(state)
+  for batch in processes.share(_batches(split, dec)):
+    psi = np.asarray(jax.device_get(attribution.saliency_batch(state, batch, **settings)))
+    for row, index in enumerate(batch["index"]):
+      if index < 0:
+        continue
+      n_tgt, real = int(batch["tgt_mask"][row].sum()), np.flatnonzero(batch["src_mask"][row])
+      out[int(index)] = psi[row, :n_tgt][:, real]
   return processes.gathered(out, len(split))
 
 

@@ -14,7 +14,16 @@ import pytest
 from helpers import ROOT, subprocess_env
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-TOOLS = ["serve", "average", "rerank", "build_lexicon", "build_alignments", "settings", "export"]
+TOOLS = [
+  "serve",
+  "average",
+  "rerank",
+  "build_lexicon",
+  "build_alignments",
+  "settings",
+  "export",
+  "attribute",
+]
 
 
 def _target(name: str):
