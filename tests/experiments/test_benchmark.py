@@ -294,3 +294,17 @@ def test_the_decoder_cost_times_configs_on_the_same_batches_and_the_same_state(t
   assert "`configs/tiny.py`" in out.with_suffix(".md").read_text()
   with pytest.raises(SystemExit):  # Configs whose batches differ cannot be compared.
     decoder_cost.main(["--configs", "configs/tiny.py,configs/multi30k.py", "--out", str(out)])
+
+
+def test_the_attribution_study_scores_every_way_by_aer_on_gold_links(trained, tmp_path):
+  """On the trained tiny run (the embedded generator's gold links): every way links the same
+  pairs and gets an AER in [0, 1]; the page names each way."""
+  from experiments import attribution_aer
+  from experiments.lib.pages.attribution_aer import WAYS
+
+  result = attribution_aer.main(
+    ["--run", str(trained), "--out", str(tmp_path), "--sentences", "6", "--smooth-samples", "2"]
+  )
+  assert [w["way"] for w in result["ways"]] == list(WAYS)
+  assert result["pairs"] == 6 and all(0.0 <= w["aer"] <= 1.0 for w in result["ways"])
+  assert "`smoothgrad`" in (tmp_path / "attribution_aer.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from experiments.lib.pages import (
   attention_offsets,
+  attribution_aer,
   benchmark,
   best30,
   decoder_cost,
@@ -43,6 +44,7 @@ MODULES = (
   matmul_options,
   profile_step,
   decoder_cost,
+  attribution_aer,
   scaling_bench,
   scale_bench,
   serve_bench,
