@@ -3,6 +3,7 @@ bad request, answers equal to the Python API's, and a server started, used and s
 SIGTERM as a user runs it."""
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -420,8 +421,7 @@ def test_with_a_token_the_explorer_signs_in_once_and_the_token_never_goes_in_the
   requests. A token in the address is refused, right or wrong, so none ends up in a log."""
 
   async def go():
-    service, client = client_of(translator, host="0.0.0.0", token="s3cret")
-    async with client:
+    async with served(translator, host="0.0.0.0", token="s3cret") as (_, client):
       form = await client.get("/explorer")
       in_address = await client.get("/explorer?token=s3cret")
       wrong = await client.post("/session", json={"token": "no"})
@@ -429,8 +429,7 @@ def test_with_a_token_the_explorer_signs_in_once_and_the_token_never_goes_in_the
       right = await client.post("/session", json={"token": "s3cret"})
       page = await client.get("/explorer")
       asked = await client.post("/translate", json={"sentences": ["the"]})
-    service.batcher.close()
-    return form, in_address, wrong, right, page, asked
+      return form, in_address, wrong, right, page, asked
 
   form, in_address, wrong, right, page, asked = asyncio.run(go())
   assert form.status_code == 401 and 'fetch("/session"' in form.text
@@ -583,13 +582,32 @@ def test_after_warm_up_requests_of_the_warmed_shapes_compile_nothing(translator)
   service.batcher.close()
 
 
+@contextlib.asynccontextmanager
+async def served(translator, **settings):
+  """(service, HTTP client) of the service on a loopback port (`helpers.loopback_server`)."""
+  with loopback_server(translator, **settings) as (service, url):
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+      yield service, client
+
+
 def test_the_opennmt_route_answers_a_client_written_to_its_format(translator):
   """A client as OpenNMT-py's REST documentation describes one: a list of {"src", "id"}, the
   answer a list per rank of the n best holding each input's {"src", "tgt", "n_best",
   "pred_score"} (and "align" where the model gives links), in input order."""
   sources = ["the man will not", "a woman"]
   body = [{"src": s, "id": 100} for s in sources]
-  status, out = post(translator, "/translator/translate", json.dumps(body).encode())
+  bad_bodies = (
+    ({"src": "the"}, None),
+    ([], None),
+    ([{"src": "the"}, {"text": "a"}], "[1].src"),
+    ([{"src": "the", "id": "en-fr"}], "[0].id"),
+  )
+  with loopback_server(translator) as (_, url):
+    status, out = request(f"{url}/translator/translate", json.dumps(body).encode())
+    refused = [
+      request(f"{url}/translator/translate", json.dumps(b).encode()) for b, _ in bad_bodies
+    ]
   assert status == 200, out
   best = [hyps[0] for hyps in translator.translate(sources)]
   assert [entry["tgt"] for entry in out[0]] == [h.text for h in best]
@@ -597,26 +615,17 @@ def test_the_opennmt_route_answers_a_client_written_to_its_format(translator):
   assert [entry["pred_score"] for entry in out[0]] == pytest.approx([h.score for h in best])
   links = out[0][0]["align"][0]
   assert re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", links), links
-  for bad, field in (
-    ({"src": "the"}, None),
-    ([], None),
-    ([{"src": "the"}, {"text": "a"}], "[1].src"),
-    ([{"src": "the", "id": "en-fr"}], "[0].id"),
-  ):
-    status, answer = post(translator, "/translator/translate", json.dumps(bad).encode())
+  for (status, answer), (_, field) in zip(refused, bad_bodies, strict=True):
     assert (status, answer["field"]) == (400, field), answer
 
 
 def test_metrics_count_requests_batches_and_the_queue_in_prometheus_text(translator):
   async def go():
-    service, client = client_of(translator)
-    async with client:
+    async with served(translator) as (_, client):
       await client.post("/translate", json={"sentences": ["the man", "a woman"]})
       await client.post("/translate", json={"sentences": []})
       await client.get("/no/such/page")
-      r = await client.get("/metrics")
-    service.batcher.close()
-    return r
+      return await client.get("/metrics")
 
   r = asyncio.run(go())
   assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
