@@ -50,6 +50,15 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
   return lines
 
 
+def table_page(
+  title: str, intro: str, header: Sequence[str], rows: Sequence[Sequence[str]], command: str
+) -> str:
+  """A script's page of one table: its title, what it shows, the table and the command."""
+  return "\n".join(
+    [f"# {title}", "", intro, "", *table(header, rows), "", "```bash", command, "```", ""]
+  )
+
+
 def made_by(script: str, record: Mapping[str, Any]) -> str:
   """The opening of a study's page: the script that made it, when, on which CPU, and the load
   average at the start (`record`'s date, cpu and load_average)."""

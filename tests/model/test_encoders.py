@@ -86,7 +86,8 @@ def _name(s):
 
 def _config(encoder, decoder="paper", **model):
   cfg = tiny.get_config()
-  cfg.model.encoder, cfg.model.decoder, cfg.model.score = _spec(encoder), decoder, "general"
+  spec = encoder if isinstance(encoder, str) else _spec(encoder)
+  cfg.model.encoder, cfg.model.decoder, cfg.model.score = spec, decoder, "general"
   for key, value in model.items():
     cfg.model[key] = value
   settings.validate(cfg)
@@ -132,9 +133,11 @@ def test_encoder_settings_are_checked():
     ("rnn(cell=rnn)", "cell must be one of gru, lstm"),
     ("rnn(layers=0)", "layers must be at least 1"),
     ("rnn(reverse=true)", "set bidirectional=false"),
+    ("transformer(layers=0)", "layers and heads must be at least 1"),
+    ("transformer(positions=rotary)", "positions must be one of sinusoidal, learned"),
   ]:
     cfg.model.encoder = spec
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
       settings.validate(cfg)
 
 
@@ -184,12 +187,7 @@ def _transformer_reference(encoder, src_row, length):
 
 
 def _transformer_config(decoder="paper", **model):
-  cfg = tiny.get_config()
-  cfg.model.encoder, cfg.model.decoder, cfg.model.score = TRANSFORMER, decoder, "general"
-  for key, value in model.items():
-    cfg.model[key] = value
-  settings.validate(cfg)
-  return cfg
+  return _config(TRANSFORMER, decoder, **model)
 
 
 def test_the_transformer_encoder_matches_a_float64_loop_over_the_real_words():
@@ -222,15 +220,8 @@ def test_the_transformer_encoder_trains_in_bfloat16_with_dropout_and_learned_pos
   check_trains(cfg, random_batch(seed=3, vocab=VOCAB), VOCAB)
 
 
-def test_transformer_encoder_settings_are_checked():
+def test_transformer_heads_must_divide_the_width():
   cfg = tiny.get_config()
-  for spec, message in [
-    ("transformer(layers=0)", "layers and heads must be at least 1"),
-    ("transformer(positions=rotary)", "positions must be one of sinusoidal, learned"),
-  ]:
-    cfg.model.encoder = spec
-    with pytest.raises(ValueError, match=re.escape(message)):
-      settings.validate(cfg)
   cfg.model.encoder = "transformer(heads=5)"  # The tiny width, 2 x 16, is not a multiple of 5.
   with pytest.raises(ValueError, match=r"heads \(5\) must divide the model width \(32\)"):
     build_model(settings.validate(cfg).model, VOCAB, VOCAB, rngs=nnx.Rngs(0))

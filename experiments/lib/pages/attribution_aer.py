@@ -26,25 +26,17 @@ def page(result: dict[str, Any]) -> str:
     ]
     for w in result["ways"]
   ]
-  return "\n".join(
-    [
-      "# Alignments from attribution against attention",
-      "",
-      f"{reports.made_by('attribution_aer', result)} and {result['load_average']['end']} at the "
-      f"end. The run at step {result['run_step']}; the first {result['pairs']} pairs of its "
-      f"{result['split']} split, their reference translations forced, "
-      f"{result['gold_links_per_pair']:.1f} gold links per pair; each target word linked to one "
-      "source word by each way "
-      f"(SmoothGrad: {result['smooth_samples']} copies). Lower AER is better; nothing is tuned.",
-      "",
-      *reports.table(["way", "what links a target word", "AER", "seconds"], rows),
-      "",
-      "```bash",
-      result["command"],
-      "```",
-      "",
-    ]
+  intro = (
+    f"{reports.made_by('attribution_aer', result)} and {result['load_average']['end']} at the "
+    f"end. The run at step {result['run_step']}; the first {result['pairs']} pairs of its "
+    f"{result['split']} split, their reference translations forced, "
+    f"{result['gold_links_per_pair']:.1f} gold links per pair; each target word linked to one "
+    f"source word by each way (SmoothGrad: {result['smooth_samples']} copies). Lower AER is "
+    "better; nothing is tuned."
   )
+  header = ["way", "what links a target word", "AER", "seconds"]
+  title = "Alignments from attribution against attention"
+  return reports.table_page(title, intro, header, rows, result["command"])
 
 
 STUDIES = {

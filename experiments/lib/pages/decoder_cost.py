@@ -25,24 +25,15 @@ def page(result: dict[str, Any]) -> str:
   ]
   header = ["config", "ms / update", "per round", "cost vs first", "target tokens/s"]
   header += ["shapes × compile s", "mean loss, last round"]
-  return "\n".join(
-    [
-      "# What an update costs in each decoder",
-      "",
-      f"{reports.made_by('decoder_cost', result)} and {result['load_average']['end']} at the "
-      f"end ({', '.join(result['cpu'].get('vector_isa', []))}). The first {result['batches']} "
-      f"training batches ({result['target_tokens_per_update']:.0f} target tokens per update on "
-      f"average), {result['rounds']} timed rounds, the configs taking turns batch by batch "
-      "(see the script's docstring).",
-      "",
-      *reports.table(header, rows),
-      "",
-      "```bash",
-      result["command"],
-      "```",
-      "",
-    ]
+  intro = (
+    f"{reports.made_by('decoder_cost', result)} and {result['load_average']['end']} at the "
+    f"end ({', '.join(result['cpu'].get('vector_isa', []))}). The first {result['batches']} "
+    f"training batches ({result['target_tokens_per_update']:.0f} target tokens per update on "
+    f"average), {result['rounds']} timed rounds, the configs taking turns batch by batch "
+    "(see the script's docstring)."
   )
+  title = "What an update costs in each decoder"
+  return reports.table_page(title, intro, header, rows, result["command"])
 
 
 STUDIES = {
