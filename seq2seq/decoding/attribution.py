@@ -81,20 +81,20 @@ def saliency(
 
   rng = jax.random.key(0) if rng is None else rng
 
-  def one(k: int) -> jax.Array:  # Copy k's psi [T, B, S]; copy 0 is the embeddings as they are.
-    delta = jnp.zeros_like(base_BSE)
-    if k:
-      noisy = jax.random.normal(jax.random.fold_in(rng, k), base_BSE.shape)
-      delta = noise * spread * noisy * real_BS1
+  def one(total_TBS: jax.Array, k: jax.Array) -> tuple[jax.Array, None]:
+    """Adds copy k's psi [T, B, S]; copy 0 reads the embeddings as they are."""
+    noisy = jax.random.normal(jax.random.fold_in(rng, k), base_BSE.shape)
+    delta = jnp.where(k > 0, noise * spread * noisy * real_BS1, 0.0)
     _, pullback = jax.vjp(probabilities, delta)
     (grads_TBSE,) = jax.vmap(pullback)(one_hot_TBT)
     if method == "grad_norm":
-      return jnp.linalg.norm(grads_TBSE, axis=-1)
-    return jnp.einsum("tbse,bse->tbs", grads_TBSE, base_BSE + delta)
+      return total_TBS + jnp.linalg.norm(grads_TBSE, axis=-1), None
+    return total_TBS + jnp.einsum("tbse,bse->tbs", grads_TBSE, base_BSE + delta), None
 
   model.encoder.embed = shifted
-  try:
-    psi_TBS = sum(one(k) for k in range(samples)) / samples
+  try:  # One copy after another (a scan), so memory holds one copy's gradients at a time.
+    zeros_TBS = jnp.zeros((steps, *src.shape), jnp.float32)
+    psi_TBS = jax.lax.scan(one, zeros_TBS, jnp.arange(samples))[0] / samples
   finally:
     model.encoder.embed = embed
   psi_BTS = jnp.swapaxes(psi_TBS, 0, 1)
