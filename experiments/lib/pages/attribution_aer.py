@@ -11,7 +11,7 @@ from experiments.lib.pages.study import StudyPage, script_page
 WAYS = {
   "attention": "the teacher-forced attention's argmax",
   "grad_x_input": "word saliency, (dp/de_j) . e_j (Ding et al. 2019)",
-  "grad_norm": "the gradient's norm, ||dp/de_j||",
+  "grad_norm": "the gradient's length, the norm of dp/de_j",
   "smoothgrad": "word saliency averaged over noisy copies (SmoothGrad)",
 }
 
