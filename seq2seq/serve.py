@@ -201,13 +201,6 @@ class SessionRequest(RequestModel):
   token: str
 
 
-# The routes counted by name in /metrics (any other path counts as "other").
-ROUTES = (
-  "/translate", "/score", "/beam", "/explorer", "/session", "/", "/health", "/info", "/metrics",
-  "/docs", "/openapi.json", opennmt.ROUTE,
-)  # fmt: skip
-
-
 REPLACED = (
   "the workdir's config.json has changed since this service loaded its model: the files there "
   "describe another run; restart the service to serve it"
@@ -254,7 +247,7 @@ class Service:
     self.batcher = Batcher(self._run_batch, cfg.max_batch, cfg.wait_ms / 1000.0, bound)
     self.closing = False
     self.loaded = config_digest(translator.workdir)  # What `replaced` compares against.
-    self.requests = metrics.Requests(ROUTES)
+    self.requests = metrics.Requests()  # Its routes: the application's (`create_app`).
     self.has_links = _has_links(translator)  # Whether hypotheses can carry Pharaoh links.
 
   def replaced(self) -> bool:
@@ -945,6 +938,8 @@ def create_app(service: Service):
     if not authorised(request, service.cfg.token):
       return error_response(RequestError(401, UNAUTHORISED))
     return responses.Response(service.metrics_text(), media_type=metrics.CONTENT_TYPE)
+
+  service.requests.routes = frozenset(route.path for route in app.routes)
 
   @app.exception_handler(fastapi.exceptions.RequestValidationError)
   async def invalid(request, exc):  # Query or path errors FastAPI finds itself.

@@ -13,10 +13,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Requests:
-  """Answered requests counted by (route, status); a path that is not one of `routes` counts
-  as "other", so a scan of made-up paths adds no series."""
+  """Answered requests counted by (route, status); a path that is not one of `routes` (the
+  application's, set once it has them) counts as "other", so a scan of made-up paths adds no
+  series."""
 
-  def __init__(self, routes: Iterable[str]):
+  def __init__(self, routes: Iterable[str] = ()):
     self.routes = frozenset(routes)
     self.counts: collections.Counter[tuple[str, int]] = collections.Counter()
 
@@ -69,7 +70,6 @@ def render(
   lines += _family(
     "seq2seq_batch_sentences", "histogram", "Sentences (or pairs) per batch the decoder ran."
   )
-  below = 0
   for bound in sorted(batch_sizes):
     below = sum(n for size, n in stats.sizes.items() if size <= bound)
     lines.append(f'seq2seq_batch_sentences_bucket{{le="{bound}"}} {below}')
