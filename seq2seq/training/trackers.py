@@ -20,6 +20,7 @@ is kept in WORKDIR/tracker.json, so a resumed run goes on in the same MLflow run
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import importlib.util
 import json
@@ -72,24 +73,24 @@ def start(text: str | registry.Spec, workdir: str | Path) -> Tracker | None:
   return REGISTRY.get(spec.name)(spec.settings, Path(workdir))
 
 
-class Tracker:
+class Tracker(abc.ABC):
   """A tracker run. `new` says whether it began now (so holds none of the run's history)."""
 
   name: str
   package: str  # What `require` imports.
   new: bool
 
+  @abc.abstractmethod
   def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
     """Scalars of one step, by name."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def log_file(self, path: Path, folder: str) -> None:
     """A file of the run, as the artifact FOLDER/NAME."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def close(self, status: str = "finished") -> None:
     """Ends the tracker run: one of `STATUSES`. A second close does nothing."""
-    raise NotImplementedError
 
 
 def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
