@@ -832,26 +832,22 @@ def explorer_response(service: Service, request: fastapi.Request, split: str | N
     return error_response(RequestError(503, message, "split"), {"Retry-After": "5"})
 
 
-def session_response(service: Service, request: fastapi.Request):
+async def session_response(service: Service, request: fastapi.Request):
   """`POST /session {"token": TOKEN}`: the right token gets the session cookie (HttpOnly,
   SameSite=Strict, so no other site's page sends it), which then stands for the token."""
-
-  async def answer():
-    token = service.cfg.token
-    try:
-      req = await read_body(request, SessionRequest, service.cfg.limits)
-    except RequestError as e:
-      return error_response(e)
-    if not token or not hmac.compare_digest(req.token.encode(), token.encode()):
-      reason = "this service has no token" if not token else "wrong token"
-      return error_response(RequestError(401 if token else 404, reason, "token"))
-    response = responses.JSONResponse({"status": "ok"})
-    response.set_cookie(
-      SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/"
-    )
-    return response
-
-  return answer()
+  token = service.cfg.token
+  try:
+    req = await read_body(request, SessionRequest, service.cfg.limits)
+  except RequestError as e:
+    return error_response(e)
+  if not token or not hmac.compare_digest(req.token.encode(), token.encode()):
+    reason = "this service has no token" if not token else "wrong token"
+    return error_response(RequestError(401 if token else 404, reason, "token"))
+  response = responses.JSONResponse({"status": "ok"})
+  response.set_cookie(
+    SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/"
+  )
+  return response
 
 
 async def opennmt_response(service: Service, request: fastapi.Request):
