@@ -137,6 +137,11 @@ def get_config() -> ml_collections.ConfigDict:
   t.learning_rate = 1.0  # Step size (Adadelta: 1.0 as in the paper; Adam: e.g. 1e-3).
   t.adadelta_rho = 0.95  # Adadelta decay (paper: 0.95).
   t.adadelta_eps = 1e-6  # Adadelta epsilon (paper: 1e-6).
+  # Adam's decay of the mean and of the second moment, and its epsilon (Kingma and Ba 2015's;
+  # Vaswani et al. 2017 take b2 = 0.98, eps = 1e-9).
+  t.adam_b1 = 0.9
+  t.adam_b2 = 0.999
+  t.adam_eps = 1e-8
   t.warmup_steps = 0  # Linear learning-rate warm-up steps.
   # Schedule after warm-up: "constant", "rsqrt", "halving(after=A, every=E)": the rate halves
   # after update A and every E updates after (Luong et al.: after epoch 5, each epoch), or

@@ -435,14 +435,15 @@ def decoded_heads(
   dec: decode.DecodeSettings,
 ) -> list[list[np.ndarray]] | None:
   """Each head's attention over every decoded sentence: per sentence a list of N arrays
-  [len(tr.attention), S_real], or None unless the attention structure has several heads
-  ("alpha_heads").
+  [len(tr.attention), S_real], or None unless the reported attention has several heads
+  ("alpha_heads": a multi-head structure's, or the Transformer decoder's reported layer's).
 
   Attention at a step depends only on the output before it, so forcing the decoder through each
   translation's own words (in batches, as `teacher_forced_attention` does with the references)
-  reproduces the heads that decoding (greedy or beam) used; their mean is `tr.attention`.
+  reproduces the heads that decoding (greedy or beam) used; `tr.attention` is their mean, or
+  the one head a Transformer decoder reports.
   """
-  if getattr(state.model().structure, "num_heads", 1) < 2:
+  if getattr(state.model(), "attention_heads", 1) < 2:
     return None
   outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
   forced = input_pipeline.Split(split.name, split.src, outputs, split.line)

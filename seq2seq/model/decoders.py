@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seq2seq.common import registry
-from seq2seq.model import layers, structures
+from seq2seq.model import layers, structures, transformer
 
 REGISTRY: registry.Registry[Decoder] = registry.Registry("decoder", field="model.decoder")
 register = REGISTRY.register
@@ -57,6 +57,10 @@ class Decoder(abc.ABC):
   settings: Any = registry.NoSettings()
   # Its state is one [B, D] array that context add-ons (intra-attention) read and remember.
   feeds_context_addons: ClassVar[bool] = True
+  # It attends with attention of its own (the Transformer's heads) rather than the model's
+  # score and structure; it then runs every position of a given target at once
+  # (`teacher_forced`) instead of the model's scan over `step`.
+  own_attention: ClassVar[bool] = False
 
   def build(self, model: nnx.Module, cfg: Any, ctx_dim: int, *, rngs: nnx.Rngs) -> None:
     """Adds the recurrence's parameters to `model`, for a context c_i of width `ctx_dim`: the
@@ -77,9 +81,14 @@ class Decoder(abc.ABC):
     """The width of what the output layer reads (the deep output's maxout units)."""
     return cfg.maxout_dim
 
-  def init_state(self, model: nnx.Module, s0_BD: jax.Array) -> Any:
-    """The recurrence's state before the first word, from s_0 [B, D]."""
+  def init_state(self, model: nnx.Module, s0_BD: jax.Array, steps: int | None = None) -> Any:
+    """The recurrence's state before the first word, from s_0 [B, D], for `steps` steps."""
     return s0_BD
+
+  def prepare(self, model: nnx.Module, annotations_BSH: jax.Array, mask_BS: jax.Array) -> Any:
+    """What the decoder computes once per sentence from the annotations (`Encoded.decoder`,
+    handed back to `step` as `memory`)."""
+    return ()
 
   def project(self, model: nnx.Module, emb: jax.Array) -> jax.Array:
     """The word input's GRU projection [..., 3D] for embeddings [..., E]."""
@@ -93,10 +102,11 @@ class Decoder(abc.ABC):
     x3: jax.Array,
     attend: Callable[[jax.Array], structures.Attended],
     rng: jax.Array | None = None,
+    memory: Any = (),
   ) -> tuple[Any, structures.Attended, jax.Array]:
     """(s_i, the step's Attended, the state the readout reads [B, D]) from s_{i-1} and the
     step's input projection x3 (the word's, plus what add-ons feed the recurrence); `rng`: the
-    step's random key in training (None when decoding)."""
+    step's random key in training (None when decoding); `memory`: what `prepare` gave."""
 
   def readout(self, model, readout_s, emb, ctx, reads, dropout_rng=None) -> jax.Array:
     """What the output layer reads, any leading axes: the deep output's maxout of the state
@@ -120,7 +130,7 @@ class PaperDecoder(Decoder):
     super().build(model, cfg, ctx_dim, rngs=rngs)
     model.context_proj = layers.dense(ctx_dim, 3 * cfg.dec_hidden, cfg, rngs=rngs)
 
-  def step(self, model, s_prev, x3, attend, rng=None):
+  def step(self, model, s_prev, x3, attend, rng=None, memory=()):
     att = attend(s_prev)
     return model.cell(s_prev, x3 + model.context_proj(att.context)), att, s_prev
 
@@ -136,7 +146,7 @@ class ConditionalGRU(Decoder):
     super().build(model, cfg, ctx_dim, rngs=rngs)
     model.cell2 = layers.GRUCell(ctx_dim, cfg.dec_hidden, cfg, rngs=rngs)
 
-  def step(self, model, s_prev, x3, attend, rng=None):
+  def step(self, model, s_prev, x3, attend, rng=None, memory=()):
     s1 = model.cell(s_prev, x3)
     att = attend(s1)
     new_s = model.cell2(s1, model.cell2.project(att.context))
@@ -204,11 +214,11 @@ class LuongDecoder(Decoder):
   def readout_width(cls, cfg):
     return cfg.dec_hidden
 
-  def init_state(self, model, s0_BD):
+  def init_state(self, model, s0_BD, steps=None):
     cells = tuple(cell.initial(s0_BD) for cell in self._cells(model))
     return LuongState(cells, jnp.zeros(s0_BD.shape, jnp.float32))
 
-  def step(self, model, s_prev, x3, attend, rng=None):
+  def step(self, model, s_prev, x3, attend, rng=None, memory=()):
     if self.settings.input_feeding:
       x3 = x3 + model.feed_proj(s_prev.feed)
     new_layers, below = [], None
@@ -229,6 +239,162 @@ class LuongDecoder(Decoder):
   def readout(self, model, readout_s, emb, ctx, reads, dropout_rng=None):
     """h~_t with dropout: the output layer reads it alone."""
     return layers.dropout(readout_s, model.dropout_rate, dropout_rng)
+
+
+class TransformerState(NamedTuple):
+  """The Transformer decoder's state: each layer's self-attention keys and values of the words
+  so far, one slot per step of the search (`Seq2Seq.encode`'s `steps`), and where the next word
+  goes."""
+
+  keys: jax.Array  # [B, layers, steps, D] float32.
+  values: jax.Array  # [B, layers, steps, D] float32.
+  position: jax.Array  # [B] int32: the next word's position.
+
+
+@register("transformer")
+@dataclasses.dataclass(frozen=True)
+class TransformerDecoder(Decoder):
+  """A Transformer decoder (Vaswani et al. 2017, pre-norm: `seq2seq.model.transformer`):
+  `layers` layers of causal self-attention, cross-attention over the annotations and a
+  feed-forward layer of `inner` units (0: four times the width), `heads` heads each, D =
+  `model.dec_hidden` wide; the word embeddings are projected to D and added to `positions`
+  (sinusoidal, or learned for up to `max_positions` words). The output layer reads the top
+  layer's output, normalised (no deep output).
+
+  Its cross-attention is its own, per layer and head, scored by `model.score` and normalised by
+  `model.normaliser` (`transformer.CrossAttention`), so the model builds no attention of its
+  own: the structure stays `soft`, and alignment features and add-ons, which extend a single
+  recurrent attention, are refused. The attention the project reports (AER, the explorer,
+  `--alignments`) and guided alignment supervises is layer `alignment_layer` (1 the bottom, 0
+  the top) and head `alignment_head` (from 1; 0: the mean of the layer's heads; Garg et al.
+  2019 supervise one head of the penultimate layer).
+
+  Training and scoring run every position at once under a causal mask (`teacher_forced`);
+  decoding runs one position per step against cached keys and values (`step`): the same
+  numbers, to rounding."""
+
+  own_attention: ClassVar[bool] = True
+  feeds_context_addons: ClassVar[bool] = False
+
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    layers: int = 2
+    heads: int = 4
+    inner: int = 0  # Feed-forward units; 0: four times the width.
+    positions: str = "sinusoidal"  # sinusoidal | learned.
+    max_positions: int = 512  # Target tokens a learned table holds.
+    alignment_layer: int = 0  # The reported attention's layer, from 1; 0: the top.
+    alignment_head: int = 0  # Its head, from 1; 0: the mean of the layer's heads.
+
+    def __post_init__(self):
+      if self.layers < 1 or self.heads < 1 or self.inner < 0:
+        raise ValueError("layers and heads must be at least 1, inner at least 0")
+      if self.positions not in transformer.POSITIONS:
+        valid = ", ".join(transformer.POSITIONS)
+        raise ValueError(f"positions must be one of {valid}, got {self.positions!r}")
+      if not 0 <= self.alignment_layer <= self.layers:
+        raise ValueError(f"alignment_layer must be 0 (the top) to {self.layers}")
+      if not 0 <= self.alignment_head <= self.heads:
+        raise ValueError(f"alignment_head must be 0 (the mean) to {self.heads}")
+
+  # `dec_layer_1`, ..., `dec_layer_L` are the layers; `dec_positions` a learned table.
+  PARAMS = ("dec_project", "dec_norm")
+  READOUT_FIELD = "model.dec_hidden"
+
+  @classmethod
+  def readout_width(cls, cfg):
+    return cfg.dec_hidden
+
+  def _layers(self, model) -> list[nnx.Module]:
+    return [getattr(model, f"dec_layer_{k}") for k in range(1, self.settings.layers + 1)]
+
+  def build(self, model, cfg, ctx_dim, *, rngs):
+    s, width = self.settings, cfg.dec_hidden
+    model.dec_project = layers.dense(cfg.emb_dim, width, cfg, rngs=rngs, init=transformer.XAVIER)
+    if s.positions == "learned":
+      table = 0.02 * jax.random.normal(rngs.params(), (s.max_positions, width))
+      model.dec_positions = nnx.Param(table)
+    for k in range(1, s.layers + 1):
+      built = transformer.DecoderLayer(
+        width, ctx_dim, s.heads, s.inner or 4 * width, cfg.score, cfg.normaliser, cfg, rngs=rngs
+      )
+      setattr(model, f"dec_layer_{k}", built)
+    model.dec_norm = transformer.LayerNorm(width)
+
+  def build_readout(self, model, cfg, ctx_dim, *, rngs):
+    pass
+
+  def _positions(self, model, length: int) -> jax.Array:
+    learned = getattr(model, "dec_positions", None)
+    width = model.dec_project.out_features
+    return transformer.position_table(
+      self.settings.positions, learned, length, width, "model.decoder"
+    )
+
+  def init_state(self, model, s0_BD, steps=None):
+    """Empty caches with `steps` slots (none without: such a model can encode, not decode)."""
+    shape = (s0_BD.shape[0], self.settings.layers, steps or 0, model.dec_project.out_features)
+    zeros = jnp.zeros(shape, jnp.float32)
+    return TransformerState(zeros, zeros, jnp.zeros(s0_BD.shape[:1], jnp.int32))
+
+  def prepare(self, model, annotations_BSH, mask_BS):
+    """Each layer's cross-attention keys and values, and the mask."""
+    memory = tuple(layer.cross_attention.prepare(annotations_BSH) for layer in self._layers(model))
+    return memory, annotations_BSH, mask_BS
+
+  def project(self, model, emb):
+    return model.dec_project(emb).astype(jnp.float32)
+
+  def _reported(self, alphas) -> jax.Array:
+    """The reported attention [B, T, S] and the reported layer's heads [B, T, heads, S] of
+    each layer's weights [B, heads, T, S]."""
+    heads = alphas[self.settings.alignment_layer - 1]
+    h = self.settings.alignment_head
+    alpha = jnp.mean(heads, axis=1) if h == 0 else heads[:, h - 1]
+    return alpha, jnp.swapaxes(heads, 1, 2)
+
+  def teacher_forced(self, model, memory, x_BTD, rng=None):
+    """Every position at once: (the readout [B, T, D], c [B, T, H], alpha [B, T, S], extras
+    {"alpha_heads": the reported layer's heads [B, T, heads, S], "alpha_layers": every layer's
+    [B, T, layers, heads, S]}) from the projected words [B, T, D]."""
+    per_layer, annotations, mask = memory
+    n = self.settings.layers
+    keys = [None] * (n + 1) if rng is None else list(jax.random.split(rng, n + 1))
+    x = x_BTD + self._positions(model, x_BTD.shape[1])
+    x = layers.dropout(x, model.dropout_rate, keys[0])
+    alphas = []
+    for k, (layer, cross) in enumerate(zip(self._layers(model), per_layer, strict=True)):
+      x, alpha = layer(x, cross, mask, model.dropout_rate, keys[k + 1])
+      alphas.append(alpha)
+    alpha_BTS, heads = self._reported(alphas)
+    ctx = jnp.einsum("bts,bsh->bth", alpha_BTS, annotations.astype(jnp.float32))
+    every = jnp.stack([jnp.swapaxes(a, 1, 2) for a in alphas], axis=2)
+    return model.dec_norm(x), ctx, alpha_BTS, {"alpha_heads": heads, "alpha_layers": every}
+
+  def step(self, model, s_prev, x3, attend, rng=None, memory=None):
+    per_layer, annotations, mask = memory
+    if s_prev.keys.shape[2] == 0:
+      raise ValueError("a Transformer decoder decodes from Seq2Seq.encode(..., steps=N)")
+    table = self._positions(model, s_prev.keys.shape[2])
+    x = (x3 + table[s_prev.position])[:, None, :]
+    keys, values, alphas = [], [], []
+    for k, (layer, cross) in enumerate(zip(self._layers(model), per_layer, strict=True)):
+      x, alpha, k_cache, v_cache = layer.step(
+        x, s_prev.keys[:, k], s_prev.values[:, k], s_prev.position, cross, mask
+      )
+      keys.append(k_cache)
+      values.append(v_cache)
+      alphas.append(alpha)
+    alpha_B1S, heads = self._reported(alphas)
+    alpha_BS = alpha_B1S[:, 0]
+    ctx = jnp.einsum("bs,bsh->bh", alpha_BS, annotations.astype(jnp.float32))
+    state = TransformerState(jnp.stack(keys, 1), jnp.stack(values, 1), s_prev.position + 1)
+    att = structures.Attended(ctx, alpha_BS, (), {"alpha_heads": heads[:, 0]})
+    return state, att, model.dec_norm(x[:, 0])
+
+  def readout(self, model, readout_s, emb, ctx, reads, dropout_rng=None):
+    """The top layer's normalised output, as it is (the layers dropped out inside)."""
+    return readout_s
 
 
 def make_decoder(cfg: Any) -> Decoder:

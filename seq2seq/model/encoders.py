@@ -195,14 +195,9 @@ class TransformerEncoder(nnx.Module):
     self.summary = layers.dense(self.width, self.hidden, cfg, rngs=rngs, use_bias=True)
 
   def _positions(self, length: int) -> jax.Array:
-    if self.settings.positions == "sinusoidal":
-      return transformer.sinusoids(length, self.width)
-    if length > self.settings.max_positions:
-      raise ValueError(
-        f"a source of {length} tokens is past the learned positions' {self.settings.max_positions}"
-        " (model.encoder's max_positions)"
-      )
-    return self.positions[:length]
+    learned = getattr(self, "positions", None)
+    kind = self.settings.positions
+    return transformer.position_table(kind, learned, length, self.width, "model.encoder")
 
   def __call__(self, src_BS, mask_BS, dropout_rng=None) -> Encoding:
     """The annotations [B, S, width] (float32) and tanh(W_m mean_j h_j) as the last output."""

@@ -113,6 +113,9 @@ class Encoded(NamedTuple):
   # What each add-on computed once per sentence (`addons.AddOn.prepare`): the lexicon bias's
   # rows of its table, copying's extended ids of the source positions.
   addons: dict[str, Any] = {}
+  # What the decoder computed once per sentence (`decoders.Decoder.prepare`: the Transformer
+  # decoder's cross-attention keys and values).
+  decoder: Any = ()
 
 
 def summarise(model: Seq2Seq, fwd_last, bwd_first) -> tuple[jax.Array, jax.Array]:
@@ -193,7 +196,7 @@ class Seq2Seq(AddOnHooks, nnx.Module):
     ctx = self.context_width(cfg, annot)
     self.decoder = decoders.make_decoder(cfg)
     self.decoder.build(self, cfg, ctx, rngs=rngs)
-    if self.uses_attention:
+    if self.attends:
       self._build_attention(cfg, annot, rngs)
     # Alignment features (seq2seq/model/alignment_features.py), built in registration order.
     self.feature_names = tuple(spec.name for spec in cfg.features)
@@ -223,6 +226,19 @@ class Seq2Seq(AddOnHooks, nnx.Module):
     """The width of the context c_i the decoder reads."""
     return annot
 
+  @property
+  def attention_heads(self) -> int:
+    """The heads of the reported attention (of its layer, for the Transformer decoder); 1: a
+    single attention or none."""
+    if self.attends:
+      return getattr(self.structure, "num_heads", 1)
+    return getattr(self.decoder.settings, "heads", 1) if self.uses_attention else 1
+
+  @property
+  def attends(self) -> bool:
+    """Whether the model's own score and structure attend (not a decoder's own heads)."""
+    return self.uses_attention and not self.decoder.own_attention
+
   def _build_attention(self, cfg: ModelSettings, annot: int, rngs: nnx.Rngs) -> None:
     """The score (`conv` and `multihead` score with their own parameters) and the structure."""
     structure = structures.get(cfg.attention.name)
@@ -243,7 +259,7 @@ class Seq2Seq(AddOnHooks, nnx.Module):
     memory of past states has one slot per step (other models ignore it)."""
     annotations, fwd_last, bwd_first = self.encoder(src_BS, src_mask_BS, dropout_rng)
     keys, attention_state = annotations[..., :0], ()
-    if self.uses_attention:
+    if self.attends:
       keys = self.structure.keys(self.score, annotations, src_mask_BS)
       attention_state = self.structure.init_state(src_mask_BS)
     fixed, s0 = summarise(self, fwd_last, bwd_first)
@@ -253,10 +269,13 @@ class Seq2Seq(AddOnHooks, nnx.Module):
     feature_states = {n: self.features[n].init_state(src_mask_BS) for n in self.feature_names}
     addon_states = {n: a.init_state(self, s0, steps) for n, a in self.addons}
     state = DecoderState(
-      self.decoder.init_state(self, s0), feature_states, attention_state, addon_states
+      self.decoder.init_state(self, s0, steps), feature_states, attention_state, addon_states
     )
     addon_data = {n: a.prepare(self, src_BS, src_mask_BS) for n, a in self.addons}
-    return Encoded(annotations, keys, src_mask_BS, state, fixed, fertility, prepared, addon_data)
+    memory = self.decoder.prepare(self, annotations, src_mask_BS)
+    return Encoded(
+      annotations, keys, src_mask_BS, state, fixed, fertility, prepared, addon_data, memory
+    )
 
   def _feature_keys(self, enc: Encoded, state: DecoderState) -> jax.Array:
     """The keys of this step: U_a h_j plus every alignment feature's contribution."""
@@ -296,7 +315,7 @@ class Seq2Seq(AddOnHooks, nnx.Module):
         reads[name] = read
         x3_B3D = x3_B3D + addon.gru_input(self, read)
     attend = lambda query: self._context(enc, state._replace(s=query), rng, decoding)
-    new_s, att, readout_s = self.decoder.step(self, state.s, x3_B3D, attend, rng)
+    new_s, att, readout_s = self.decoder.step(self, state.s, x3_B3D, attend, rng, enc.decoder)
     moved = {n: self.features[n].update(state.features[n], att.alpha) for n in self.feature_names}
     stored = {n: a.store(self, state.addons[n], new_s) for n, a in self.addons}
     new_state = state._replace(s=new_s, features=moved, structure=att.state, addons=stored)
@@ -359,7 +378,33 @@ class Seq2Seq(AddOnHooks, nnx.Module):
     emb_BTE = layers.dropout(
       self.embed(self._feed_back(tgt_in_BT)), self.dropout_rate, rngs[1]
     )  # Scoring a given output: its copied words are read back as <unk>.
-    x3_TB3D = jnp.swapaxes(self.decoder.project(self, emb_BTE), 0, 1)
+    x3_BT3D = self.decoder.project(self, emb_BTE)
+    if self.decoder.own_attention:  # Every position at once (the Transformer decoder).
+      prev_BTD, ctx_BTH, alpha_BTS, extras_BT = self.decoder.teacher_forced(
+        self, enc.decoder, x3_BT3D, step_rng
+      )
+      reads_BT = {}
+    else:
+      prev_BTD, ctx_BTH, alpha_BTS, extras_BT, reads_BT = self._scan(
+        enc, x3_BT3D, step_rng, decoding
+      )
+    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, reads_BT)
+    if self.addons:
+      logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH, output_ids)
+    if output_mask is not None:
+      logits = restrict(logits, output_mask[:, None, :])
+    if not (return_alpha or return_aux):
+      return logits
+    if alpha_BTS is None:
+      raise ValueError("RNNencdec has no attention weights to return")
+    if return_aux:
+      return logits, {"alpha": alpha_BTS, "fertility": enc.fertility, **extras_BT}
+    return logits, alpha_BTS
+
+  def _scan(self, enc: Encoded, x3_BT3D, step_rng, decoding):
+    """The recurrence over every target position, given their projected words: (the readout's
+    states [B, T, D], c [B, T, H], alpha [B, T, S] or None, extras [B, T, ...], the context
+    add-ons' contexts [B, T, ...])."""
 
     def step(state, inputs):
       x3, i = inputs
@@ -367,32 +412,16 @@ class Seq2Seq(AddOnHooks, nnx.Module):
       new_state, att, reads, readout_s = self._recur(enc, state, x3, rng, decoding)
       return new_state, (readout_s, att.context, att.alpha, att.extras, reads)
 
+    x3_TB3D = jnp.swapaxes(x3_BT3D, 0, 1)
     positions_T = jnp.arange(x3_TB3D.shape[0])
     _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T), unroll=self.scan_unroll)
-    prev_TBD, ctx_TBH, alpha_TBS, extras_T, reads_T = outputs
-    prev_BTD, ctx_BTH = jnp.swapaxes(prev_TBD, 0, 1), jnp.swapaxes(ctx_TBH, 0, 1)
-    reads_BT = {n: jnp.swapaxes(r, 0, 1) for n, r in reads_T.items()}
-    logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, reads_BT)
-    if self.addons:
-      alpha_BTS = None if alpha_TBS is None else jnp.swapaxes(alpha_TBS, 0, 1)
-      logits = self._output(enc, logits, alpha_BTS, prev_BTD, emb_BTE, ctx_BTH, output_ids)
-    if output_mask is not None:
-      logits = restrict(logits, output_mask[:, None, :])
-    if not (return_alpha or return_aux):
-      return logits
-    if alpha_TBS is None:
-      raise ValueError("RNNencdec has no attention weights to return")
-    alpha_BTS = jnp.swapaxes(alpha_TBS, 0, 1)
-    if return_aux:
-      aux = {"alpha": alpha_BTS, "fertility": enc.fertility}
-      aux.update({k: jnp.swapaxes(v, 0, 1) for k, v in extras_T.items()})
-      return logits, aux
-    return logits, alpha_BTS
+    batch_first = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
+    return jax.tree.map(batch_first, outputs, is_leaf=lambda x: x is None)
 
   @property
   def samples_attention(self) -> bool:
     """Whether the attention samples where to look (trained with `objective.reinforce_loss`)."""
-    return self.uses_attention and self.structure.sampled
+    return self.attends and self.structure.sampled
 
 
 class MultiSource(Seq2Seq):
@@ -656,6 +685,8 @@ class ModelSettings:
         "model.score"
       )
     decoder = decoders.REGISTRY.get(self.decoder.name)
+    if decoder.own_attention:
+      self.check_own_attention(model, structure)
     if self.tie_embeddings and decoder.readout_width(self) != self.emb_dim:
       raise ValueError(
         f"model.tie_embeddings reads the output layer from the target embeddings: "
@@ -687,6 +718,23 @@ class ModelSettings:
       raise ValueError(
         f"model.name={self.name} trains with a differentiable attention; model.attention="
         f"{attention!r} samples its positions (REINFORCE), which the joint loss lacks"
+      )
+
+  def check_own_attention(self, model: type, structure: type) -> None:
+    """A decoder with heads of its own (the Transformer's) attends for an attention model, per
+    head with `model.score` and `model.normaliser`; what extends one recurrent attention (a
+    structure, alignment features, a second source) has nothing to extend; add-ons that
+    rewrite the output (copying, the lexicon bias) read its reported attention."""
+    given = {
+      "model.name": None if model.uses_attention else self.name,
+      "model.attention": None if structure.plain else str(self.attention),
+      "model.features": self.feature_spec or None,
+      "a second source": "en+de" if self.sources == 2 else None,
+    }
+    if clash := [f"{field}={value}" for field, value in given.items() if value]:
+      raise ValueError(
+        f"model.decoder={self.decoder} attends with its own heads (model.score and "
+        f"model.normaliser per head): it does not combine with {', '.join(clash)}"
       )
 
   @property

@@ -32,6 +32,9 @@ class TrainSettings:
   learning_rate: float
   adadelta_rho: float
   adadelta_eps: float
+  adam_b1: float
+  adam_b2: float
+  adam_eps: float
   clip_norm: float
   warmup_steps: int
   decay: str
@@ -231,7 +234,7 @@ def budget_progress(cfg: TrainSettings, step: int, elapsed_s: float) -> float:
 
 _OPTIMIZERS = {
   "adadelta": lambda lr, cfg: optax.adadelta(lr, rho=cfg.adadelta_rho, eps=cfg.adadelta_eps),
-  "adam": lambda lr, cfg: optax.adam(lr),
+  "adam": lambda lr, cfg: optax.adam(lr, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps),
   "sgd": lambda lr, cfg: optax.sgd(lr),
 }
 
