@@ -257,8 +257,8 @@ class TransformerDecoder(Decoder):
   """A Transformer decoder (Vaswani et al. 2017, pre-norm: `seq2seq.model.transformer`):
   `layers` layers of causal self-attention, cross-attention over the annotations and a
   feed-forward layer of `inner` units (0: four times the width), `heads` heads each, D =
-  `model.dec_hidden` wide; the word embeddings are projected to D and added to `positions`
-  (sinusoidal, or learned for up to `max_positions` words). The output layer reads the top
+  `model.dec_hidden` wide; the word embeddings are projected to D, scaled by sqrt(D) and added
+  to `positions` (sinusoidal, or learned for up to `max_positions` words). The output layer reads the top
   layer's output, normalised (no deep output).
 
   Its cross-attention is its own, per layer and head, scored by `model.score` and normalised by
@@ -343,7 +343,7 @@ class TransformerDecoder(Decoder):
     return memory, annotations_BSH, mask_BS
 
   def project(self, model, emb):
-    return model.dec_project(emb).astype(jnp.float32)
+    return transformer.embedded(model.dec_project, emb)
 
   def _reported(self, alphas) -> jax.Array:
     """The reported attention [B, T, S] and the reported layer's heads [B, T, heads, S] of

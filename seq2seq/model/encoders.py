@@ -149,7 +149,8 @@ class TransformerEncoder(nnx.Module):
   """A Transformer encoder (Vaswani et al. 2017, pre-norm: `seq2seq.model.transformer`) in
   place of the recurrent one, for every decoder: `layers` self-attention layers of `heads` heads
   and `inner` feed-forward units (0: four times the width) over the source embeddings, projected
-  to the width and added to `positions` (sinusoidal, or learned for up to `max_positions`).
+  to the width, scaled by its square root (`transformer.embedded`) and added to `positions`
+  (sinusoidal, or learned for up to `max_positions`).
 
   Its width, the annotation size, is the one the recurrent encoder would give, 2 He
   (`model.enc_hidden`) or He for a model that reads one direction, so every score, decoder and
@@ -205,7 +206,7 @@ class TransformerEncoder(nnx.Module):
     keys = [None] * (s.layers + 1)
     if dropout_rng is not None:
       keys = list(jax.random.split(dropout_rng, s.layers + 1))
-    x = self.project(self.embed(src_BS)).astype(jnp.float32) + self._positions(src_BS.shape[1])
+    x = transformer.embedded(self.project, self.embed(src_BS)) + self._positions(src_BS.shape[1])
     x = layers.dropout(x, self.dropout_rate, keys[0])
     for k in range(1, s.layers + 1):
       x = getattr(self, f"layer_{k}")(x, mask_BS, self.dropout_rate, keys[k])

@@ -39,6 +39,13 @@ def sinusoids(length: int, width: int) -> jax.Array:
   return table.at[:, 1::2].set(jnp.cos(position * rate[: width // 2]))
 
 
+def embedded(project: nnx.Module, emb: jax.Array) -> jax.Array:
+  """The words' embeddings projected to the layers' width D and scaled by sqrt(D), as the paper
+  scales its embeddings, so that the words weigh as much as the positions added to them (unit
+  scale) whatever `model.init` makes of the embeddings."""
+  return project(emb).astype(jnp.float32) * math.sqrt(project.out_features)
+
+
 def position_table(kind: str, learned: Any, length: int, width: int, field: str) -> jax.Array:
   """Positions [length, width]: the paper's sinusoids, or the first `length` rows of a learned
   table [max_positions, width] (`learned`), refused past its end; `field` names the setting."""

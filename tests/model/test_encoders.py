@@ -175,6 +175,7 @@ def _transformer_reference(encoder, src_row, length):
   from seq2seq.model import transformer
 
   x = _param(encoder.embed.embedding)[src_row[:length]] @ _param(encoder.project.kernel)
+  x = x * np.sqrt(encoder.width)  # The paper's scaling of the embeddings.
   x = x + np.asarray(transformer.sinusoids(length, encoder.width), np.float64)
   for k in range(1, encoder.settings.layers + 1):
     layer = getattr(encoder, f"layer_{k}")

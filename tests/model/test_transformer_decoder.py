@@ -76,6 +76,7 @@ def _reference(model, annotations, tgt_row):
   pre-norm decoder."""
   s = model.decoder.settings
   x = float64(model.embed.embedding)[tgt_row] @ float64(model.dec_project.kernel)
+  x = x * np.sqrt(x.shape[-1])  # The paper's scaling of the embeddings.
   x = x + np.asarray(transformer.sinusoids(len(tgt_row), x.shape[-1]), np.float64)
   crosses = []
   for k in range(1, s.layers + 1):
