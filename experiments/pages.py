@@ -63,6 +63,7 @@ def study_page(study: Path, out: Path = OUT) -> str:
   sweep_like = report is not None and bool(report.get("configurations"))
   if sweep_like:
     lines += sections.results_table(report)
+    lines += about.measurements(study) if about.measurements else []  # The study's own tables.
     lines += conclusions.counterpart_table(report, about.counterpart)
     lines += sections.significance(report, recs)
     lines += sections.learning(report, study, page)

@@ -46,6 +46,7 @@ CLI_MODULES = (
       "experiments.sweep",
       "experiments.sweep_scores",
       "experiments.alignment_study",
+      "experiments.architectures_study",
       "experiments.structural_study",
       "experiments.reproduce_paper",
       "experiments.realtext",

@@ -74,6 +74,7 @@ REPLACED = (
 REPORTS = (
   "sweep.json",
   "alignment_study.json",
+  "architectures_study.json",
   "study.json",
   "summary.json",
   "decoding.json",

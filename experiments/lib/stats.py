@@ -99,6 +99,26 @@ def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None
   return statistics.fmean(values), std
 
 
+def ranks(values: Sequence[float]) -> np.ndarray:
+  """The ranks of `values` from 0, tied values sharing the mean of their ranks."""
+  x = np.asarray(values, np.float64)
+  first = np.empty(len(x))
+  first[np.argsort(x, kind="stable")] = np.arange(len(x))
+  _, group = np.unique(x, return_inverse=True)
+  return (np.bincount(group, first) / np.bincount(group))[group]
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+  """Spearman's rank correlation of two series of one length (ties at their mean rank), or None
+  where it is undefined: fewer than two values, or either series constant."""
+  if len(a) != len(b):
+    raise ValueError(f"series of {len(a)} and {len(b)} values")
+  x, y = ranks(a), ranks(b)
+  x, y = x - x.mean(), y - y.mean()
+  norm = np.sqrt((x * x).sum() * (y * y).sum())
+  return float((x * y).sum() / norm) if len(x) > 1 and norm > 0 else None
+
+
 def bootstrap_caption(baseline: str, what: str = "test BLEU") -> str:
   """The sentence under a study table that says what its p column is."""
   return (

@@ -396,30 +396,37 @@ def _teacher_forced(state, split: input_pipeline.Split, dec: decode.DecodeSettin
 
 
 def teacher_forced_attention(
-  state, split: input_pipeline.Split, dec: decode.DecodeSettings
+  state, split: input_pipeline.Split, dec: decode.DecodeSettings, output: str = "alpha"
 ) -> list[np.ndarray]:
   """alpha [T, S] of the reference translations over the split's tokens (words or pieces; the
-  target EOS step and the source EOS column dropped). `word_attention` maps them to words."""
+  target EOS step and the source EOS column dropped). `word_attention` maps them to words.
+  `output`: another attention the model's aux holds, cut alike, e.g. a Transformer decoder's
+  "alpha_layers" [T, layers, heads, S]."""
   out: list[np.ndarray | None] = [None] * len(split)
-  for index, alpha in _teacher_forced(state, split, dec, "alpha"):
+  for index, alpha in _teacher_forced(state, split, dec, output):
     n_tgt, n_src = len(split.tgt.row(index)), len(split.src.row(index))
-    out[index] = alpha[:n_tgt, :n_src]
+    out[index] = alpha[:n_tgt, ..., :n_src]
   return out
+
+
+def words_of(data, split: input_pipeline.Split, matrices: Sequence[np.ndarray]) -> list[np.ndarray]:
+  """Each pair's matrix over the split's tokens [T, S] (attention, saliency) as one between
+  words [T', S'] (`metrics.pieces_to_words`: the identity for word tokens)."""
+  return [
+    metrics.pieces_to_words(
+      matrix,
+      metrics.id_spans(data.tgt_tokenizer, split.tgt.row(i)),
+      metrics.id_spans(data.src_tokenizer, split.src.row(i)),
+    )
+    for i, matrix in enumerate(matrices)
+  ]
 
 
 def word_attention(state, data, split_name: str, dec: decode.DecodeSettings) -> list[np.ndarray]:
   """Teacher-forced attention of the references between words [T', S'], whatever the tokens:
-  `teacher_forced_attention` mapped by `pieces_to_words` (the identity for word tokens)."""
+  `teacher_forced_attention` mapped by `words_of`."""
   split = data.splits[split_name]
-  forced = teacher_forced_attention(state, split, dec)
-  return [
-    metrics.pieces_to_words(
-      alpha,
-      metrics.id_spans(data.tgt_tokenizer, split.tgt.row(i)),
-      metrics.id_spans(data.src_tokenizer, split.src.row(i)),
-    )
-    for i, alpha in enumerate(forced)
-  ]
+  return words_of(data, split, teacher_forced_attention(state, split, dec))
 
 
 def head_name(n: int) -> str:

@@ -242,3 +242,25 @@ def test_curves_average_valid_bleu_over_seeds_at_shared_steps(tmp_path):
   assert curve["loss_mean"] == pytest.approx([0.4, 0.6]) and curve["minutes"] == [1.0, 1.5]
   plots.learning_curves({"a": curve}, tmp_path / "curves.png", "test")
   assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_spearman_is_the_correlation_of_mean_ranks_and_none_where_undefined():
+  """Against ranks counted pair by pair (ties at their mean rank) and numpy's Pearson: random
+  series with many ties, a perfect and a reversed order, and the undefined cases."""
+
+  def reference(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    rank = lambda x: np.array([(x < v).sum() + ((x == v).sum() - 1) / 2 for v in x])  # noqa: E731
+    return np.corrcoef(rank(a), rank(b))[0, 1]
+
+  rng = np.random.default_rng(0)
+  for n in (2, 3, 7, 20):
+    a, b = rng.integers(0, 4, n), rng.normal(size=n)
+    if len(set(a)) > 1:
+      assert stats.spearman(a, b) == pytest.approx(reference(a, b), abs=1e-12)
+  assert stats.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+  assert stats.spearman([1, 2, 3], [0.3, 0.2, 0.1]) == pytest.approx(-1.0)
+  assert stats.spearman([0.5, 0.5, 0.5], [1, 2, 3]) is None  # A constant row ranks nothing.
+  assert stats.spearman([1.0], [2.0]) is None
+  with pytest.raises(ValueError, match="3 and 2"):
+    stats.spearman([1, 2, 3], [1, 2])

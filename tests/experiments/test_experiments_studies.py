@@ -1,6 +1,6 @@
-"""The structural and alignment studies end to end on configs/tiny.py (smoke presets): the
-study's JSON per point and run, its Markdown and figures, and the cross-study table reading the
-alignment study's report."""
+"""The structural, alignment and architectures studies end to end on configs/tiny.py (smoke
+presets): the study's JSON per point and run, its Markdown and figures, and the cross-study table
+reading the alignment study's report."""
 
 from __future__ import annotations
 
@@ -112,6 +112,57 @@ def test_alignment_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
   assert "Command: `python -m experiments.alignment_study " in md and "minutes of wall clock" in md
   for suffix in ("", "_long", "_aer"):
     assert (out / f"alignment_study{suffix}.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_architectures_study_smoke(tmp_path: Path, cache_flags: list[str]) -> None:
+  """Attention against attribution on RNNsearch and both Transformers: every row's attribution
+  figures on the first 16 test pairs; the Transformers' per-layer and best-on-valid head AER,
+  whose layer or head that the run reports gives the run's own test AER."""
+  from experiments.lib.pages import architectures_study as page
+
+  out = tmp_path / "architectures"
+  points = "rnnsearch,transformer,transformer-supervised"
+  args = ["--out", str(out), "--preset", "smoke", "--points", points, "--seeds", "0"]
+  args += ["--attribution-sentences", "16", "--bootstrap-samples", "100", "--ar-trials", "100"]
+  run_module("experiments.architectures_study", *args, *cache_flags)
+
+  study = json.loads((out / "architectures_study.json").read_text())
+  assert study["baseline"] == "rnnsearch" and study["attribution_sentences"] == 16
+  rows = {r["name"]: r for r in study["configurations"]}
+  assert list(rows) == points.split(",")
+  for name, row in rows.items():
+    assert is_score(row["bleu_mean"]) and row["bleu_std"] == 0.0 and row["attribution_pairs"] == 16
+    for key in ("attribution_attention_aer", "attribution_saliency_aer"):
+      assert 0.0 <= row[f"{key}_mean"] <= 1.0 and row[f"{key}_std"] == 0.0
+    assert -1.0 <= row["attribution_spearman_mean"] <= 1.0
+    measured = study["measured"][f"{name}-seed0"]
+    assert measured["attribution"]["spearman_words"] <= measured["attribution"]["target_words"]
+  assert rows["rnnsearch"]["p_value_vs_baseline"] is None and rows["rnnsearch"]["layers"] is None
+  for name in ("transformer", "transformer-supervised"):
+    row, heads = rows[name], study["measured"][f"{name}-seed0"]["heads"]
+    assert 0.0 < row["p_value_vs_baseline"] <= 1.0 and row["layers"] == heads["layers"] == 2
+    assert set(heads["valid"]) == set(heads["test"]) and len(heads["test"]) == 2 * (4 + 1)
+    assert heads["valid"][heads["best_on_valid"]] == min(heads["valid"].values())  # Not test.
+    assert row["best_heads"] == [heads["best_on_valid"]]
+    assert row["head_aer_best_mean"] == heads["test"][heads["best_on_valid"]]
+    assert row["layer1_aer_mean"] == heads["test"]["L1mean"]
+  # The reported attention: the top layer's mean (averaged in another program: a near tie may
+  # round the other way), or the supervised head (layer 1, head 1), the same numbers.
+  top = rows["transformer"]["layer2_aer_mean"]
+  assert rows["transformer"]["aer_mean"] == pytest.approx(top, abs=5e-3)
+  supervised = study["measured"]["transformer-supervised-seed0"]["heads"]["test"]["L1H1"]
+  assert rows["transformer-supervised"]["aer_mean"] == pytest.approx(supervised)
+  run = study["runs"]["transformer-supervised-seed0"]["config"]
+  assert run["train"]["loss_terms"] == "supervision(weight=1.0)"
+  assert "alignment_layer=1" in run["model"]["decoder"]
+  md = (out / "architectures_study.md").read_text()
+  assert all(f"| {name} |" in md for name in rows) and "## Transformer heads: test AER" in md
+  assert "\n".join(page.tables(study)) in md  # The results page draws the same tables.
+  assert len(page.conclusion(out)) == 2
+  assert "Command: `python -m experiments.architectures_study " in md
+  for name in ("architectures_study.png", "architectures_study_aer.png", "learning_curves.png"):
+    assert (out / name).stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ its folder's name)."""
 from __future__ import annotations
 
 from experiments.lib.pages import (
+  architectures_study,
   attention_offsets,
   attribution_aer,
   benchmark,
@@ -45,6 +46,7 @@ MODULES = (
   profile_step,
   decoder_cost,
   attribution_aer,
+  architectures_study,
   scaling_bench,
   scale_bench,
   serve_bench,

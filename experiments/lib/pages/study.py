@@ -16,7 +16,8 @@ class StudyPage:
   """A study's title and prose, and the page code that is its own.
 
   `measurements`: the tables of a study without runs, drawn from its script's JSON in place of
-  the page the script wrote from the same JSON. `conclusion`: its own sentences, after those
+  the page the script wrote from the same JSON; in a sweep's page, the tables its script adds to
+  the results table. `conclusion`: its own sentences, after those
   every study with a report gets. `early`: a study run early in training that this one repeats
   at the plateau. `counterpart`: (study, how a sentence names it) whose points this study repeats
   with one thing changed. `page`: the whole page, where the study is unlike the others.
