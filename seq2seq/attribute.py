@@ -60,7 +60,12 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--targets", required=True, help="their translations, one per line")
   parser.add_argument("--out", required=True, help="the Pharaoh file to write")
   parser.add_argument("--method", default="grad_x_input", choices=attribution.METHODS)
-  parser.add_argument("--samples", type=int, default=1, help="SmoothGrad copies (1: none)")
+  parser.add_argument(
+    "--samples",
+    type=int,
+    default=1,
+    help="SmoothGrad copies (1: none), or integrated gradients' points along the path",
+  )
   parser.add_argument("--noise", type=float, default=0.15, help="SmoothGrad's noise, relative")
   parser.add_argument("--gold", default=None, help="gold Pharaoh lines: print both AERs")
   args = parser.parse_args(argv)

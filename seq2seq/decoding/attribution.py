@@ -8,7 +8,14 @@ For the output word y_t and the source position j, with e_j the embedding the en
 
 and with `samples` > 1 each is averaged over that many copies of the embeddings with Gaussian
 noise of standard deviation `noise` times the sentence's embedding spread added (SmoothGrad,
-Smilkov et al. 2017; the first copy is noiseless), as Ding et al. smooth their saliency. The
+Smilkov et al. 2017; the first copy is noiseless), as Ding et al. smooth their saliency.
+
+  integrated_gradients:  psi_tj = e_j . mean_k d p(y_t | y_<t, a_k x) / d e_j,  a_k = (k + 1/2) / m
+
+is Sundararajan et al. (2017)'s path integral from the baseline of zero embeddings to the
+sentence's, by the midpoint rule over m = `samples` points (no noise): summed over the source
+positions it gives p(y_t | x) - p(y_t | zero embeddings) up to the rule's error
+(completeness), which shrinks as m grows. The
 probabilities are the model's teacher-forced ones in decoding mode (`forcing.force_decode`), so
 they are those forced scoring reports. A matrix [T, S] per sentence comes out where attention
 would, so the word links, AER and Pharaoh lines read it as they read attention
@@ -27,7 +34,7 @@ from flax import nnx
 
 from seq2seq.decoding import decode, forcing
 
-METHODS = ("grad_x_input", "grad_norm")
+METHODS = ("grad_x_input", "grad_norm", "integrated_gradients")
 
 
 class _Shifted:
@@ -82,14 +89,20 @@ def saliency(
   rng = jax.random.key(0) if rng is None else rng
 
   def one(total_TBS: jax.Array, k: jax.Array) -> tuple[jax.Array, None]:
-    """Adds copy k's psi [T, B, S]; copy 0 reads the embeddings as they are."""
-    noisy = jax.random.normal(jax.random.fold_in(rng, k), base_BSE.shape)
-    delta = jnp.where(k > 0, noise * spread * noisy * real_BS1, 0.0)
+    """Adds copy k's psi [T, B, S]; copy 0 reads the embeddings as they are (SmoothGrad), or
+    point k of the path from zero (integrated gradients)."""
+    if method == "integrated_gradients":
+      delta = ((k + 0.5) / samples - 1.0) * base_BSE
+    else:
+      noisy = jax.random.normal(jax.random.fold_in(rng, k), base_BSE.shape)
+      delta = jnp.where(k > 0, noise * spread * noisy * real_BS1, 0.0)
     _, pullback = jax.vjp(probabilities, delta)
     (grads_TBSE,) = jax.vmap(pullback)(one_hot_TBT)
     if method == "grad_norm":
       return total_TBS + jnp.linalg.norm(grads_TBSE, axis=-1), None
-    return total_TBS + jnp.einsum("tbse,bse->tbs", grads_TBSE, base_BSE + delta), None
+    # Integrated gradients weigh by the path's length, e_j - 0; saliency by the point itself.
+    along = base_BSE if method == "integrated_gradients" else base_BSE + delta
+    return total_TBS + jnp.einsum("tbse,bse->tbs", grads_TBSE, along), None
 
   model.encoder.embed = shifted
   try:  # One copy after another (a scan), so memory holds one copy's gradients at a time.
