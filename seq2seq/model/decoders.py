@@ -258,8 +258,8 @@ class TransformerDecoder(Decoder):
   `layers` layers of causal self-attention, cross-attention over the annotations and a
   feed-forward layer of `inner` units (0: four times the width), `heads` heads each, D =
   `model.dec_hidden` wide; the word embeddings are projected to D, scaled by sqrt(D) and added
-  to `positions` (sinusoidal, or learned for up to `max_positions` words). The output layer reads the top
-  layer's output, normalised (no deep output).
+  to `positions` (sinusoidal, or learned for up to `max_positions` words). The output layer
+  reads the top layer's output, normalised (no deep output).
 
   Its cross-attention is its own, per layer and head, scored by `model.score` and normalised by
   `model.normaliser` (`transformer.CrossAttention`), so the model builds no attention of its
