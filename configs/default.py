@@ -244,4 +244,8 @@ def get_config() -> ml_collections.ConfigDict:
   dec.search = ""
   dec.replace_unk = False  # Replace each <unk> output by the source word it attends to most.
   dec.num_heatmaps = 8  # Alignment heatmaps drawn per evaluated split (first N sentences).
+  # Attribution beside attention in the explorer: "" none, or "saliency(method=grad_x_input|
+  # grad_norm|integrated_gradients, samples=N, noise=F)" (seq2seq/decoding/attribution.py), one
+  # map more per evaluated output, at T backward passes per sentence and sample.
+  dec.saliency = ""
   return c

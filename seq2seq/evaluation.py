@@ -311,19 +311,29 @@ def evaluate_split(
     }
   )
   attends = state.model().uses_attention
-  forced = heads = None
+  forced = heads = salient = None
   if attends:
     if gold_links(raw) is not None:
       forced = inference.word_attention(state, data, split_name, dec)
     results.update(attention_figures(state, data, split_name, dec, translations, raw, forced))
     heads = inference.decoded_heads(state, split, translations, dec)
+    salient = inference.decoded_saliency(state, split, translations, dec) if write else None
   if not write:
     return results
   out_dir.mkdir(parents=True, exist_ok=True)
   files.write_atomic(out_dir / "hypotheses.txt", "".join(h + "\n" for h in hyps))
   files.write_atomic(out_dir / "results.json", json.dumps(results, indent=2) + "\n")
   records = sentence_records(
-    data, split_name, translations, hyps, plain, attends=attends, heads=heads, forced=forced
+    data,
+    split_name,
+    translations,
+    hyps,
+    plain,
+    attends=attends,
+    heads=heads,
+    forced=forced,
+    salient=salient,
+    saliency=dec.saliency,
   )
   explorer.write_sentences(out_dir, records)
   plots.bleu_vs_length({run.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png")
@@ -395,6 +405,8 @@ def sentence_records(
   attends: bool = True,
   heads: Sequence[Sequence[np.ndarray]] | None = None,
   forced: Sequence[np.ndarray] | None = None,
+  salient: Sequence[np.ndarray] | None = None,
+  saliency: Any = None,
 ) -> list[dict]:
   """One JSON-able record per sentence of an evaluated split, in corpus order: what the
   explorer (`seq2seq.explorer`) shows and OUT_DIR/sentences.jsonl holds.
@@ -406,7 +418,9 @@ def sentence_records(
   models with attention:
   `entropy` (mean over output steps of the decoded attention's entropy, nats) and `attention`
   (the decoded attention's tokens and maps: the one used, then each head's when there are
-  several, `explorer.encode_map`); with gold links also `aer` (argmax links of the reference's
+  several, then the attribution `salient` of `saliency` (`decode.saliency`, named by its
+  method, each row's magnitudes as shares, `explorer.row_shares`) when asked for,
+  `explorer.encode_map`); with gold links also `aer` (argmax links of the reference's
   teacher-forced attention `forced`, as results.json's `aer` but for one sentence) and
   `reference_attention` (that attention over the whitespace words of reference and source, with
   the gold links).
@@ -437,6 +451,8 @@ def sentence_records(
     if attends and tr.attention.size:
       maps = [("attention", tr.attention)]
       maps += [(inference.head_name(n), a) for n, a in enumerate(heads[i] if heads else [])]
+      if salient is not None:  # Attribution beside attention (`decode.saliency`).
+        maps.append((saliency.method.replace("_", " "), explorer.row_shares(salient[i])))
       record["entropy"] = metrics.attention_entropy([tr.attention])
       record["attention"] = {
         "source": inference.source_tokens(src, src_tok),

@@ -67,6 +67,14 @@ HEADLINE = (
 # ----------------------------------------------------------------------------- attention maps
 
 
+def row_shares(psi_TS: np.ndarray) -> np.ndarray:
+  """An attribution [T, S] (any sign and scale) drawn as a map: each row's magnitudes |psi_tj|
+  as shares of the row's sum (a row of zeros stays zeros), so it reads as attention does."""
+  magnitude = np.abs(np.asarray(psi_TS, np.float64))
+  total = magnitude.sum(axis=-1, keepdims=True)
+  return np.divide(magnitude, total, out=np.zeros_like(magnitude), where=total > 0)
+
+
 def encode_map(alpha_TS: np.ndarray) -> dict[str, Any]:
   """An attention map [T, S] as {"rows": T, "cols": S, "data": base64 of its weights, row by
   row}: each weight w is one byte round(w * 254) (1/254 is finer than a heatmap's shades), and

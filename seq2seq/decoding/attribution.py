@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.decoding import decode, forcing
+from seq2seq.decoding import core, decode, forcing
 
-METHODS = ("grad_x_input", "grad_norm", "integrated_gradients")
+METHODS = core.ATTRIBUTION_METHODS
 
 
 class _Shifted:

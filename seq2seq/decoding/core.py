@@ -30,6 +30,7 @@ the constraints, how many outputs). `seq2seq.decoding.decode` picks and compiles
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -44,6 +45,35 @@ from seq2seq.model.models import Encoded
 
 # A `decode.length_penalty` spec ("gnmt(alpha=0.6)") or the penalty it names.
 LengthPenaltyLike = str | length_penalties.LengthPenalty
+
+
+# The attribution methods (`seq2seq.decoding.attribution`), named here so that the decoding
+# settings parse `decode.saliency` without importing the gradients' module.
+ATTRIBUTION_METHODS = ("grad_x_input", "grad_norm", "integrated_gradients")
+
+
+@dataclasses.dataclass(frozen=True)
+class Saliency:
+  """`decode.saliency="saliency(method=..., samples=..., noise=...)"`: the attribution the
+  explorer shows beside the attention of each evaluated output (`attribution.saliency`'s
+  settings)."""
+
+  method: str = "grad_x_input"
+  samples: int = 1
+  noise: float = 0.15
+
+  def __post_init__(self):
+    if self.method not in ATTRIBUTION_METHODS:
+      valid = ", ".join(ATTRIBUTION_METHODS)
+      raise ValueError(f"method must be one of {valid}, got {self.method!r}")
+    if self.samples < 1:
+      raise ValueError(f"samples must be at least 1, got {self.samples}")
+
+
+def parse_saliency(text: str | Saliency | None) -> Saliency | None:
+  """The attribution a `decode.saliency` spec asks for; None for "" (none)."""
+  usage = "'' (none) or saliency(method=grad_x_input|grad_norm|integrated_gradients, samples=N)"
+  return registry.optional_settings(Saliency, "saliency", text, "decode.saliency", usage)
 
 
 class DecodeResult(NamedTuple):

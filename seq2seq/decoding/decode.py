@@ -50,8 +50,9 @@ class DecodeSettings:
 
   The specs are parsed here, once: `length_penalty` is a `length_penalties.LengthPenalty`,
   `sampling` a `sampling.Sampling` (None: search), `mbr` an `mbr.Mbr` (None: the search's
-  order) and `search` the `registry.Spec` of a registered search (None: the one `beam_size` and
-  `sampling` imply, `core.search_of`). Their spec strings are accepted too
+  order), `search` the `registry.Spec` of a registered search (None: the one `beam_size` and
+  `sampling` imply, `core.search_of`) and `saliency` a `core.Saliency` (None: the explorer shows
+  attention alone). Their spec strings are accepted too
   (`dataclasses.replace(dec, sampling="")`) and parsed on the way in."""
 
   beam_size: int
@@ -74,6 +75,7 @@ class DecodeSettings:
   sampling: sampling_.Sampling | None = None
   mbr: mbr_.Mbr | None = None
   search: registry.Spec | None = None
+  saliency: core.Saliency | None = None
   sources: int = 1
   bucket_step: int = 1
 
@@ -83,6 +85,7 @@ class DecodeSettings:
       "sampling": sampling_.parse(self.sampling),
       "mbr": mbr_.parse(self.mbr),
       "search": parse_search(self.search),
+      "saliency": core.parse_saliency(self.saliency),
     }
     for name, value in parsed.items():
       object.__setattr__(self, name, value)

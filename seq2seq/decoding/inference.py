@@ -429,6 +429,24 @@ def word_attention(state, data, split_name: str, dec: decode.DecodeSettings) -> 
   return words_of(data, split, teacher_forced_attention(state, split, dec))
 
 
+def decoded_saliency(
+  state, split: input_pipeline.Split, translations: Sequence[Hypothesis], dec: decode.DecodeSettings
+) -> list[np.ndarray] | None:
+  """The attribution `dec.saliency` asks for over every decoded sentence, psi [len(tr.attention),
+  S_real] (cut as `tr.attention` is, so the explorer shows the two side by side), or None when
+  it asks for none. Each output is scored as given, as `decoded_heads` forces the heads."""
+  if dec.saliency is None:
+    return None
+  outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
+  forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
+  chosen = dataclasses.asdict(dec.saliency)
+  psi = saliency_split(state, forced, dec, **chosen)
+  return [
+    p[: tr.attention.shape[0], : tr.attention.shape[1]]
+    for p, tr in zip(psi, translations, strict=True)
+  ]
+
+
 def head_name(n: int) -> str:
   """Head n's name (n from 0) in sentences.jsonl and the explorer, and, without its space, in
   heatmap file names (000_head1.png): one place, so the two count heads alike."""

@@ -182,6 +182,34 @@ def test_multihead_records_hold_one_map_per_head_whose_mean_is_the_attention(tmp
   assert names == ["000.png", "000_head1.png", "000_head2.png"]
 
 
+def test_records_hold_the_attribution_beside_the_attention_when_asked_for(tmp_path):
+  """`decode.saliency`: one map more per output, named by its method, at the attention's shape:
+  each row the shares of the word saliency's magnitudes (`explorer.row_shares`) of the output
+  scored as given."""
+  config = tiny.get_config()
+  config.decode.beam_size = 1
+  config.decode.saliency = "saliency(method=grad_x_input)"
+  data = input_pipeline.load_data(data_settings(config), tmp_path / "run")
+  sizes = data.src_tokenizer.size, data.tgt_tokenizer.size
+  run = settings.validate(config)
+  state = train_state.create_train_state(run, jax.random.key(0), *sizes)
+  evaluation.evaluate_split(state, data, "valid", run, tmp_path / "out")
+  records = explorer.read_sentences(tmp_path / "out")
+  compared = 0
+  for r in records:
+    maps = r["attention"]["maps"]
+    assert [m["name"] for m in maps] == ["attention", "grad x input"]
+    attention, salient = (explorer.decode_map(m) for m in maps)
+    assert salient.shape == attention.shape
+    rows = salient.sum(axis=1)
+    np.testing.assert_allclose(rows[rows > 0], 1.0, atol=salient.shape[1] / explorer.LEVELS)
+    compared += not np.allclose(salient, attention, atol=2.0 / explorer.LEVELS)
+  assert compared > len(records) // 2  # Attribution is not the attention redrawn.
+  with pytest.raises(ValueError, match="method must be one of grad_x_input, grad_norm, integ"):
+    config.decode.saliency = "saliency(method=lime)"
+    settings.validate(config)
+
+
 def test_report_mode_writes_reports_and_comparisons_and_fails_in_one_line(trained, tmp_path):
   other = tmp_path / "other"
   shutil.copytree(trained / "eval", other / "eval")
