@@ -1,7 +1,7 @@
 """A Transformer encoder-decoder run (`model.encoder` and `model.decoder` = `transformer(...)`)
 through main.py, and the verbs the recurrent runs have, unchanged: greedy, beam and n-best,
 sampling, MBR, constraints, scoring, ensembles, checkpoint averaging, the explorer's report, the
-service and attribution."""
+service, attribution and the exported programs."""
 
 import json
 
@@ -10,7 +10,7 @@ import pytest
 from helpers import check_scores_match_search, loopback_server, run_main
 
 import seq2seq
-from seq2seq import average, explorer, translate
+from seq2seq import average, explorer, export, exported, translate
 
 SOURCES = ["the cat sleeps .", "the dog does not eat apples .", "a big house .", "the man runs ."]
 LAYERS = "layers=1, heads=2, inner=32"
@@ -85,3 +85,13 @@ def test_attribution_links_every_target_word(loaded):
     linked = {int(pair.split("-")[1]) for pair in line.split()}
     assert linked == set(range(len(hyps[0].text.split())))
   assert json.dumps(links)
+
+
+def test_the_exported_programs_translate_as_the_run_does(loaded, run, tmp_path):
+  """jax.export's programs, with the caches' length a symbolic dimension, give the run's
+  greedy and beam outputs."""
+  export.main([f"--workdir={run}", f"--out={tmp_path / 'exported'}"])
+  programs = exported.load(tmp_path / "exported")
+  assert programs.translate(SOURCES) == [h[0].text for h in loaded.translate(SOURCES)]
+  greedy = [h[0].text for h in loaded.translate(SOURCES, beam_size=1)]
+  assert programs.translate(SOURCES, beam=False) == greedy
