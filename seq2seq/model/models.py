@@ -385,8 +385,8 @@ class Seq2Seq(AddOnHooks, nnx.Module):
       )
       reads_BT = {}
     else:
-      prev_BTD, ctx_BTH, alpha_BTS, extras_BT, reads_BT = self._scan(
-        enc, x3_BT3D, step_rng, decoding
+      prev_BTD, ctx_BTH, alpha_BTS, extras_BT, reads_BT = scan_steps(
+        self, enc, x3_BT3D, step_rng, decoding
       )
     logits = self._readout(prev_BTD, emb_BTE, ctx_BTH, rngs[2], output_ids, reads_BT)
     if self.addons:
@@ -401,27 +401,29 @@ class Seq2Seq(AddOnHooks, nnx.Module):
       return logits, {"alpha": alpha_BTS, "fertility": enc.fertility, **extras_BT}
     return logits, alpha_BTS
 
-  def _scan(self, enc: Encoded, x3_BT3D, step_rng, decoding):
-    """The recurrence over every target position, given their projected words: (the readout's
-    states [B, T, D], c [B, T, H], alpha [B, T, S] or None, extras [B, T, ...], the context
-    add-ons' contexts [B, T, ...])."""
-
-    def step(state, inputs):
-      x3, i = inputs
-      rng = None if step_rng is None else jax.random.fold_in(step_rng, i)
-      new_state, att, reads, readout_s = self._recur(enc, state, x3, rng, decoding)
-      return new_state, (readout_s, att.context, att.alpha, att.extras, reads)
-
-    x3_TB3D = jnp.swapaxes(x3_BT3D, 0, 1)
-    positions_T = jnp.arange(x3_TB3D.shape[0])
-    _, outputs = jax.lax.scan(step, enc.init_state, (x3_TB3D, positions_T), unroll=self.scan_unroll)
-    batch_first = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
-    return jax.tree.map(batch_first, outputs, is_leaf=lambda x: x is None)
-
   @property
   def samples_attention(self) -> bool:
     """Whether the attention samples where to look (trained with `objective.reinforce_loss`)."""
     return self.attends and self.structure.sampled
+
+
+def scan_steps(model: Seq2Seq, enc: Encoded, x3_BT3D, step_rng, decoding):
+  """`model`'s recurrence over every target position, given their projected words: (the
+  readout's states [B, T, D], c [B, T, H], alpha [B, T, S] or None, extras [B, T, ...], the
+  context add-ons' contexts [B, T, ...])."""
+
+  def step(state, inputs):
+    x3, i = inputs
+    rng = None if step_rng is None else jax.random.fold_in(step_rng, i)
+    new_state, att, reads, readout_s = model._recur(enc, state, x3, rng, decoding)
+    return new_state, (readout_s, att.context, att.alpha, att.extras, reads)
+
+  x3_TB3D = jnp.swapaxes(x3_BT3D, 0, 1)
+  positions_T = jnp.arange(x3_TB3D.shape[0])
+  inputs = (x3_TB3D, positions_T)
+  _, outputs = jax.lax.scan(step, enc.init_state, inputs, unroll=model.scan_unroll)
+  batch_first = lambda x: None if x is None else jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(batch_first, outputs, is_leaf=lambda x: x is None)
 
 
 class MultiSource(Seq2Seq):
