@@ -71,7 +71,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.lib import driver, plots, records, reports, stats
+from experiments.lib import driver, plots, reports, stats
+from experiments.lib import runs as runs_lib
 from experiments.lib.pages import architectures_study as page
 from experiments.lib.reports import fmt, mean_sd
 from experiments.lib.runs import Run
@@ -192,14 +193,11 @@ def measure(run: Run, sentences: int) -> dict[str, Any]:
   """The attribution figures of a finished run's evaluated checkpoint and, for a Transformer
   decoder, its heads' AER (cached in WORKDIR/MEASURE_FILE for its last evaluation)."""
   path = run.workdir / MEASURE_FILE
-  results = run.workdir / "eval" / "test" / "results.json"
-  record = records.read_record(run.workdir)
-  if not results.exists() and record and MEASURE_FILE in record["extra"]:
-    return record["extra"][MEASURE_FILE]  # A converted run: measured before it was.
-  if path.exists() and path.stat().st_mtime >= results.stat().st_mtime:
-    cached = json.loads(path.read_text())
-    if cached["attribution"]["sentences"] == sentences:
-      return cached
+  cached = runs_lib.cached_measurement(
+    run, MEASURE_FILE, lambda cached: cached["attribution"]["sentences"] == sentences
+  )
+  if cached is not None:
+    return cached
   config = run.config()
   runtime, run_settings = rt.Runtime(), settings.validate(config)
   data = rt.load_data(run_settings, run.workdir)

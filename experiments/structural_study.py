@@ -67,7 +67,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.lib import driver, plots, records, reports, stats, sweeps, timing
+from experiments.lib import driver, plots, reports, stats, sweeps, timing
 from experiments.lib import runs as runs_lib
 from experiments.lib.reports import fmt
 from experiments.lib.runs import Run
@@ -193,14 +193,11 @@ def measure(run: Run, long_split: tuple[int, int], decode_sentences: int) -> dic
   """The long split's BLEU, AER and entropy and the decoding speeds of a finished run (cached in
   WORKDIR/MEASURE_FILE for its last evaluation)."""
   path = run.workdir / MEASURE_FILE
-  results = run.workdir / "eval" / "test" / "results.json"
-  record = records.read_record(run.workdir)
-  if not results.exists() and record and MEASURE_FILE in record["extra"]:
-    return record["extra"][MEASURE_FILE]  # A converted run: measured before it was.
-  if path.exists() and path.stat().st_mtime >= results.stat().st_mtime:
-    cached = json.loads(path.read_text())
-    if cached.get("long_split") == list(long_split) and "step_ms_long" in cached:
-      return cached
+  cached = runs_lib.cached_measurement(
+    run, MEASURE_FILE, lambda c: c.get("long_split") == list(long_split) and "step_ms_long" in c
+  )
+  if cached is not None:
+    return cached
   config = run.config()
   runtime, run_settings = rt.Runtime(), settings.validate(config)
   data = rt.load_data(run_settings, run.workdir)

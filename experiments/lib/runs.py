@@ -24,7 +24,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +382,22 @@ def execute(run: Run) -> dict[str, Any]:
   """Trains `run` if it is unfinished, then its record with `reused` (it was finished before)."""
   trained = train_alone(run)
   return {**record(run), "reused": not trained}
+
+
+def cached_measurement(
+  run: Run, name: str, current: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any] | None:
+  """What a study measured of a finished run before (WORKDIR/`name`), if it still holds: the
+  record's copy for a converted run (its eval folder pruned: measured before it was), or the
+  file when it is newer than the run's last test evaluation and `current(cached)` accepts its
+  settings; None: measure again."""
+  results = run.workdir / "eval" / "test" / "results.json"
+  record = records.read_record(run.workdir)
+  if not results.exists() and record and name in record["extra"]:
+    return record["extra"][name]
+  path = run.workdir / name
+  if path.exists() and path.stat().st_mtime >= results.stat().st_mtime:
+    cached = json.loads(path.read_text())
+    if current(cached):
+      return cached
+  return None
