@@ -277,21 +277,12 @@ class TransformerDecoder(Decoder):
   feeds_context_addons: ClassVar[bool] = False
 
   @dataclasses.dataclass(frozen=True)
-  class Settings:
-    layers: int = 2
-    heads: int = 4
-    inner: int = 0  # Feed-forward units; 0: four times the width.
-    positions: str = "sinusoidal"  # sinusoidal | learned.
-    max_positions: int = 512  # Target tokens a learned table holds.
+  class Settings(transformer.StackSettings):
     alignment_layer: int = 0  # The reported attention's layer, from 1; 0: the top.
     alignment_head: int = 0  # Its head, from 1; 0: the mean of the layer's heads.
 
     def __post_init__(self):
-      if self.layers < 1 or self.heads < 1 or self.inner < 0:
-        raise ValueError("layers and heads must be at least 1, inner at least 0")
-      if self.positions not in transformer.POSITIONS:
-        valid = ", ".join(transformer.POSITIONS)
-        raise ValueError(f"positions must be one of {valid}, got {self.positions!r}")
+      super().__post_init__()
       if not 0 <= self.alignment_layer <= self.layers:
         raise ValueError(f"alignment_layer must be 0 (the top) to {self.layers}")
       if not 0 <= self.alignment_head <= self.heads:

@@ -159,20 +159,7 @@ class TransformerEncoder(nnx.Module):
   output of a one-direction encoder. Padded positions are left out of every attention and
   their outputs are zero."""
 
-  @dataclasses.dataclass(frozen=True)
-  class Settings:
-    layers: int = 2
-    heads: int = 4
-    inner: int = 0  # Feed-forward units; 0: four times the width.
-    positions: str = "sinusoidal"  # sinusoidal | learned.
-    max_positions: int = 512  # Source tokens a learned table holds.
-
-    def __post_init__(self):
-      if self.layers < 1 or self.heads < 1 or self.inner < 0:
-        raise ValueError("layers and heads must be at least 1, inner at least 0")
-      if self.positions not in transformer.POSITIONS:
-        valid = ", ".join(transformer.POSITIONS)
-        raise ValueError(f"positions must be one of {valid}, got {self.positions!r}")
+  Settings = transformer.StackSettings
 
   def __init__(self, vocab_size: int, cfg: Any, *, rngs: nnx.Rngs, bidirectional: bool = True):
     self.settings = s = cfg.encoder.settings

@@ -16,6 +16,7 @@ recurrent schemes' small normals suit embeddings and gates, not a stack of resid
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -27,6 +28,24 @@ from seq2seq.model import layers, normalisers, scores
 
 POSITIONS = ("sinusoidal", "learned")
 XAVIER = nnx.initializers.xavier_uniform()
+
+
+@dataclasses.dataclass(frozen=True)
+class StackSettings:
+  """The settings of a stack of Transformer layers, the encoder's and the decoder's
+  (`model.encoder` / `model.decoder` = `transformer(...)`)."""
+
+  layers: int = 2
+  heads: int = 4
+  inner: int = 0  # Feed-forward units; 0: four times the width.
+  positions: str = "sinusoidal"  # sinusoidal | learned.
+  max_positions: int = 512  # Tokens a learned table holds.
+
+  def __post_init__(self):
+    if self.layers < 1 or self.heads < 1 or self.inner < 0:
+      raise ValueError("layers and heads must be at least 1, inner at least 0")
+    if self.positions not in POSITIONS:
+      raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
 
 
 def sinusoids(length: int, width: int) -> jax.Array:
