@@ -479,6 +479,19 @@ def float64(x) -> np.ndarray:
   return np.asarray(x[...], np.float64)
 
 
+def dense64(layer, x: np.ndarray) -> np.ndarray:
+  """A dense layer (`layers.dense`) applied in float64: x W (+ b)."""
+  out = x @ float64(layer.kernel)
+  return out + float64(layer.bias) if layer.bias is not None else out
+
+
+def layer_norm64(norm, x: np.ndarray) -> np.ndarray:
+  """`transformer.LayerNorm` in float64 over the last axis."""
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + norm.eps) * float64(norm.gain) + float64(norm.bias)
+
+
 def reference_cell_step(cell, kind: str, state, x_proj: np.ndarray):
   """One step of a `layers.GRUCell` or `layers.LSTMCell` (`kind` "gru" or "lstm") in float64,
   as the equations write it, from its projected input x_proj: the new state, h or (h, c)."""

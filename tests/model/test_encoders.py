@@ -12,6 +12,8 @@ from helpers import (
   build_model,
   check_steps_match_forced,
   check_trains,
+  dense64,
+  layer_norm64,
   random_batch,
   randomise,
   reference_cell_step,
@@ -146,28 +148,17 @@ def test_encoder_settings_are_checked():
 TRANSFORMER = "transformer(layers=2, heads=2, inner=24, positions=sinusoidal)"
 
 
-def _dense(layer, x):
-  out = x @ _param(layer.kernel)
-  return out + _param(layer.bias) if layer.bias is not None else out
-
-
-def _norm(norm, x):
-  mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
-  return (x - mean) / np.sqrt(var + norm.eps) * _param(norm.gain) + _param(norm.bias)
-
-
 def _attention(att, x):
   """Self-attention of x [L, D] over itself, all heads."""
-  q = _dense(att.query, x)
-  k, v = np.split(_dense(att.key_value, x), 2, axis=-1)
+  q = dense64(att.query, x)
+  k, v = np.split(dense64(att.key_value, x), 2, axis=-1)
   heads = []
   for h in range(att.heads):
     part = slice(h * att.head_dim, (h + 1) * att.head_dim)
     scores = q[:, part] @ k[:, part].T / np.sqrt(att.head_dim)
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     heads.append((weights / weights.sum(-1, keepdims=True)) @ v[:, part])
-  return _dense(att.out, np.concatenate(heads, axis=-1))
+  return dense64(att.out, np.concatenate(heads, axis=-1))
 
 
 def _transformer_reference(encoder, src_row, length):
@@ -179,12 +170,12 @@ def _transformer_reference(encoder, src_row, length):
   x = x + np.asarray(transformer.sinusoids(length, encoder.width), np.float64)
   for k in range(1, encoder.settings.layers + 1):
     layer = getattr(encoder, f"layer_{k}")
-    x = x + _attention(layer.attention, _norm(layer.attention_norm, x))
+    x = x + _attention(layer.attention, layer_norm64(layer.attention_norm, x))
     ff = layer.feed_forward
-    hidden = np.maximum(_dense(ff.up, _norm(layer.feed_forward_norm, x)), 0.0)
-    x = x + _dense(ff.down, hidden)
-  x = _norm(encoder.final_norm, x)
-  return x, np.tanh(_dense(encoder.summary, x.mean(0)))
+    hidden = np.maximum(dense64(ff.up, layer_norm64(layer.feed_forward_norm, x)), 0.0)
+    x = x + dense64(ff.down, hidden)
+  x = layer_norm64(encoder.final_norm, x)
+  return x, np.tanh(dense64(encoder.summary, x.mean(0)))
 
 
 def _transformer_config(decoder="paper", **model):

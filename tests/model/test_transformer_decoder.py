@@ -10,7 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import build_model, check_trains, float64, random_batch, randomise
+from helpers import (
+  build_model,
+  check_trains,
+  dense64,
+  float64,
+  layer_norm64,
+  random_batch,
+  randomise,
+)
 
 from configs import tiny
 from seq2seq import settings
@@ -38,17 +46,6 @@ def _batch(seed=5):
 
 
 # ---------------------------------------------------------------- a float64 reference
-def _dense(layer, x):
-  out = x @ float64(layer.kernel)
-  return out + float64(layer.bias) if layer.bias is not None else out
-
-
-def _norm(norm, x):
-  mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
-  return (x - mean) / np.sqrt(var + norm.eps) * float64(norm.gain) + float64(norm.bias)
-
-
 def _softmax(e):
   w = np.exp(e - e.max(-1, keepdims=True))
   return w / w.sum(-1, keepdims=True)
@@ -67,7 +64,7 @@ def _heads(att, q, k, v, heads, causal):
     w = _softmax(e)
     outs.append(w @ v[:, part])
     weights.append(w)
-  return _dense(att.out, np.concatenate(outs, -1)), np.stack(weights)
+  return dense64(att.out, np.concatenate(outs, -1)), np.stack(weights)
 
 
 def _reference(model, annotations, tgt_row):
@@ -81,19 +78,19 @@ def _reference(model, annotations, tgt_row):
   crosses = []
   for k in range(1, s.layers + 1):
     layer = getattr(model, f"dec_layer_{k}")
-    n = _norm(layer.self_norm, x)
-    q = _dense(layer.self_attention.query, n)
-    kk, v = np.split(_dense(layer.self_attention.key_value, n), 2, axis=-1)
+    n = layer_norm64(layer.self_norm, x)
+    q = dense64(layer.self_attention.query, n)
+    kk, v = np.split(dense64(layer.self_attention.key_value, n), 2, axis=-1)
     x = x + _heads(layer.self_attention, q, kk, v, s.heads, causal=True)[0]
     cross = layer.cross_attention
-    q = _dense(cross.query, _norm(layer.cross_norm, x))
-    kk, v = np.split(_dense(cross.key_value, annotations), 2, axis=-1)
+    q = dense64(cross.query, layer_norm64(layer.cross_norm, x))
+    kk, v = np.split(dense64(cross.key_value, annotations), 2, axis=-1)
     out, weights = _heads(cross, q, kk, v, s.heads, causal=False)
     x, _ = x + out, crosses.append(weights)
     ff = layer.feed_forward
-    hidden = np.maximum(_dense(ff.up, _norm(layer.feed_forward_norm, x)), 0.0)
-    x = x + _dense(ff.down, hidden)
-  return _dense(model.w_o, _norm(model.dec_norm, x)), crosses
+    hidden = np.maximum(dense64(ff.up, layer_norm64(layer.feed_forward_norm, x)), 0.0)
+    x = x + dense64(ff.down, hidden)
+  return dense64(model.w_o, layer_norm64(model.dec_norm, x)), crosses
 
 
 def test_the_decoder_matches_a_float64_loop_over_one_sentence():
