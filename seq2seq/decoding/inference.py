@@ -429,6 +429,14 @@ def word_attention(state, data, split_name: str, dec: decode.DecodeSettings) -> 
   return words_of(data, split, teacher_forced_attention(state, split, dec))
 
 
+def decoded_split(
+  split: input_pipeline.Split, translations: Sequence[Hypothesis]
+) -> input_pipeline.Split:
+  """`split` with its decoded outputs as the targets, to force them through the decoder."""
+  outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
+  return input_pipeline.Split(split.name, split.src, outputs, split.line)
+
+
 def decoded_saliency(
   state, split: input_pipeline.Split, translations: Sequence[Hypothesis], dec: decode.DecodeSettings
 ) -> list[np.ndarray] | None:
@@ -437,8 +445,7 @@ def decoded_saliency(
   it asks for none. Each output is scored as given, as `decoded_heads` forces the heads."""
   if dec.saliency is None:
     return None
-  outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
-  forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
+  forced = decoded_split(split, translations)
   chosen = dataclasses.asdict(dec.saliency)
   psi = saliency_split(state, forced, dec, **chosen)
   return [
@@ -470,8 +477,7 @@ def decoded_heads(
   """
   if getattr(state.model(), "attention_heads", 1) < 2:
     return None
-  outputs = input_pipeline.Ragged.from_lists([tr.ids for tr in translations])
-  forced = input_pipeline.Split(split.name, split.src, outputs, split.line)
+  forced = decoded_split(split, translations)
   out: list[list[np.ndarray] | None] = [None] * len(split)
   for index, heads_TNS in _teacher_forced(state, forced, dec, "alpha_heads"):
     n_out, n_src = translations[index].attention.shape
