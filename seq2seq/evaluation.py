@@ -333,7 +333,6 @@ def evaluate_split(
     heads=heads,
     forced=forced,
     salient=salient,
-    saliency=dec.saliency,
   )
   explorer.write_sentences(out_dir, records)
   plots.bleu_vs_length({run.model.name: results["bleu_by_length"]}, out_dir / "bleu_vs_length.png")
@@ -405,8 +404,7 @@ def sentence_records(
   attends: bool = True,
   heads: Sequence[Sequence[np.ndarray]] | None = None,
   forced: Sequence[np.ndarray] | None = None,
-  salient: Sequence[np.ndarray] | None = None,
-  saliency: Any = None,
+  salient: tuple[str, Sequence[np.ndarray]] | None = None,
 ) -> list[dict]:
   """One JSON-able record per sentence of an evaluated split, in corpus order: what the
   explorer (`seq2seq.explorer`) shows and OUT_DIR/sentences.jsonl holds.
@@ -418,8 +416,9 @@ def sentence_records(
   models with attention:
   `entropy` (mean over output steps of the decoded attention's entropy, nats) and `attention`
   (the decoded attention's tokens and maps: the one used, then each head's when there are
-  several, then the attribution `salient` of `saliency` (`decode.saliency`, named by its
-  method, each row's magnitudes as shares, `explorer.row_shares`) when asked for,
+  several, then the attribution `salient` (`decode.saliency`'s name and maps,
+  `inference.decoded_saliency`; each row's magnitudes as shares, `explorer.row_shares`) when
+  asked for,
   `explorer.encode_map`); with gold links also `aer` (argmax links of the reference's
   teacher-forced attention `forced`, as results.json's `aer` but for one sentence) and
   `reference_attention` (that attention over the whitespace words of reference and source, with
@@ -452,7 +451,7 @@ def sentence_records(
       maps = [("attention", tr.attention)]
       maps += [(inference.head_name(n), a) for n, a in enumerate(heads[i] if heads else [])]
       if salient is not None:  # Attribution beside attention (`decode.saliency`).
-        maps.append((saliency.method.replace("_", " "), explorer.row_shares(salient[i])))
+        maps.append((salient[0], explorer.row_shares(salient[1][i])))
       record["entropy"] = metrics.attention_entropy([tr.attention])
       record["attention"] = {
         "source": inference.source_tokens(src, src_tok),

@@ -439,19 +439,21 @@ def decoded_split(
 
 def decoded_saliency(
   state, split: input_pipeline.Split, translations: Sequence[Hypothesis], dec: decode.DecodeSettings
-) -> list[np.ndarray] | None:
-  """The attribution `dec.saliency` asks for over every decoded sentence, psi [len(tr.attention),
-  S_real] (cut as `tr.attention` is, so the explorer shows the two side by side), or None when
-  it asks for none. Each output is scored as given, as `decoded_heads` forces the heads."""
+) -> tuple[str, list[np.ndarray]] | None:
+  """The attribution `dec.saliency` asks for over every decoded sentence, named by its method
+  ("integrated gradients"): (name, psi [len(tr.attention), S_real] per sentence, cut as
+  `tr.attention` is, so the explorer shows the two side by side), or None when it asks for
+  none. Each output is scored as given, as `decoded_heads` forces the heads."""
   if dec.saliency is None:
     return None
   forced = decoded_split(split, translations)
   chosen = dataclasses.asdict(dec.saliency)
   psi = saliency_split(state, forced, dec, **chosen)
-  return [
+  maps = [
     p[: tr.attention.shape[0], : tr.attention.shape[1]]
     for p, tr in zip(psi, translations, strict=True)
   ]
+  return dec.saliency.method.replace("_", " "), maps
 
 
 def head_name(n: int) -> str:
