@@ -16,6 +16,7 @@ from helpers import (
   VOCAB,
   TableModel,
   build_model,
+  compiled,
   penalised,
   random_batch,
   randomise,
@@ -198,7 +199,8 @@ def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
   contains every phrase of its sentence, ends with EOS, and scores under forced decoding what
   the search reported. The outputs are force-decoded together, padded to `max_len`."""
   nbest = min(beam_size, 2)
-  res = beams.beam_search_nbest(
+  res = compiled(
+    beams.beam_search_nbest,
     model,
     src,
     mask,
@@ -227,8 +229,12 @@ def check_constrained(model, src, mask, per_sentence, beam_size, max_len=14):
     n = len(out)
     tgt_in[i, :n], tgt_out[i, :n], tgt_mask[i, :n] = [BOS_ID, *out[:-1]], out, 1
   rows = np.asarray([row for row, _, _ in padded])
-  forced = forcing.force_decode(
-    model, src[rows], mask[rows], *(jnp.asarray(x) for x in (tgt_in, tgt_out, tgt_mask))
+  forced = compiled(
+    forcing.force_decode,
+    model,
+    src[rows],
+    mask[rows],
+    *(jnp.asarray(x) for x in (tgt_in, tgt_out, tgt_mask)),
   )
   for i, (row, rank, _) in enumerate(found):
     np.testing.assert_allclose(forced.scores[i], res.scores[row, rank], rtol=1e-4, atol=1e-4)

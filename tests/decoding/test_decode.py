@@ -15,6 +15,7 @@ from helpers import (
   VOCAB,
   TableModel,
   build_model,
+  compiled,
   penalised,
   random_batch,
   random_lexicon,
@@ -459,17 +460,16 @@ def test_forced_decoding_of_a_batch_equals_one_pair_at_a_time(model, batch):
   what it scores in the padded batch."""
   src, mask = src_of(batch)
   tgt_in, tgt_out, tgt_mask = (jnp.asarray(batch[k]) for k in ("tgt_in", "tgt_out", "tgt_mask"))
-  whole = forcing.force_decode(model, src, mask, tgt_in, tgt_out, tgt_mask, coverage_beta=0.3)
+  forced = lambda *arrays: compiled(forcing.force_decode, model, *arrays, coverage_beta=0.3)
+  whole = forced(src, mask, tgt_in, tgt_out, tgt_mask)
   for b in range(src.shape[0]):
     s, t = int(mask[b].sum()), int(tgt_mask[b].sum())
-    one = forcing.force_decode(
-      model,
+    one = forced(
       src[b : b + 1, :s],
       mask[b : b + 1, :s],
       tgt_in[b : b + 1, :t],
       tgt_out[b : b + 1, :t],
       tgt_mask[b : b + 1, :t],
-      coverage_beta=0.3,
     )
     np.testing.assert_allclose(one.token_scores[0], whole.token_scores[b, :t], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(whole.token_scores[b, t:], 0.0)

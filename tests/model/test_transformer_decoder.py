@@ -208,7 +208,7 @@ def test_guided_alignment_supervises_the_reported_head():
     _, aux = m(b["src"], b["src_mask"], b["tgt_in"], return_aux=True)
     return objective.attention_supervision_loss(aux["alpha"], gold)
 
-  grads = nnx.grad(loss)(model)
+  grads = nnx.jit(nnx.grad(loss))(model)  # One program (outside jit: 262 of them).
   kernel = np.asarray(grads.dec_layer_1.cross_attention.query.kernel[...])
   half = kernel.shape[1] // 2
   assert np.abs(kernel[:, :half]).max() > 0
