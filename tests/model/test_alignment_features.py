@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import TableModel, build_model, random_batch, randomise
+from helpers import TableModel, build_model, compiled, random_batch, randomise
 
 from configs import tiny
 from seq2seq import settings, train
@@ -45,14 +45,13 @@ def test_coverage_is_the_running_sum_of_the_attention():
     np.testing.assert_allclose(np.asarray(coverage), total, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(prev), np.asarray(alpha))
   # The scan (training) sees the same attention as the step loop.
-  _, alpha_BTS = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+  inputs = (b["src"], b["src_mask"], b["tgt_in"])
+  forward = lambda m, **how: compiled(type(m).__call__, m, *inputs, **how)
+  _, alpha_BTS = forward(model, return_alpha=True)
   np.testing.assert_allclose(np.asarray(alpha_BTS), np.stack(alphas, 1), rtol=1e-5, atol=1e-6)
   # The features matter once their weights are not zero.
   plain = nnx.merge(*_zeroed(model))
-  assert not np.allclose(
-    np.asarray(plain(b["src"], b["src_mask"], b["tgt_in"])),
-    np.asarray(model(b["src"], b["src_mask"], b["tgt_in"])),
-  )
+  assert not np.allclose(np.asarray(forward(plain)), np.asarray(forward(model)))
 
 
 def _train_state(model, cfg):
@@ -113,7 +112,7 @@ def test_fertility_penalty_matches_a_loop_and_has_finite_gradients():
   ts = _train_state(model, cfg)
   b = {k: jnp.asarray(v) for k, v in random_batch(seed=1, vocab=VOCAB).items()}
   weights = objective.Objective.from_config(cfg)
-  grads = jax.grad(lambda p: objective.loss_fn(p, ts, b, None, weights)[0])(ts.params)
+  grads = jax.jit(jax.grad(lambda p: objective.loss_fn(p, ts, b, None, weights)[0]))(ts.params)
   assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
   fert_grad = dict(nnx.to_flat_state(grads))[("features", "coverage", "fert_proj", "kernel")].value
   assert float(jnp.abs(fert_grad).sum()) > 0  # The learned fertility is trained by the penalty.
