@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import build_model, data_settings, random_batch, randomise
+from helpers import build_model, compiled, data_settings, random_batch, randomise
 
 from configs import tiny
 from seq2seq import saved_format, settings
@@ -60,7 +60,7 @@ def test_source_positions_map_to_their_target_twin_or_an_extended_id():
 def test_probabilities_sum_to_one_over_the_extended_vocabulary_and_train(copy_eos):
   model = copy_model(copy_eos=copy_eos)
   src, mask, tgt_in = args()
-  logits = model(src, mask, tgt_in)
+  logits = compiled(type(model).__call__, model, src, mask, tgt_in)
   assert logits.shape == (3, 5, VOCAB + src.shape[1])
   np.testing.assert_allclose(np.exp(np.asarray(logits)).sum(-1), 1.0, rtol=1e-5)
   graphdef, params = nnx.split(model, nnx.Param)

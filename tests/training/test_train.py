@@ -126,7 +126,7 @@ def test_sentence_normalisation_differs_from_token_mean_by_tokens_over_sentences
   def loss_and_grads(normalization):
     weights = objective.Objective((objective.CrossEntropy(),), normalization)
     fn = lambda p: objective.loss_fn(p, state, b, None, weights)
-    (loss, (total, _, extras)), grads = jax.value_and_grad(fn, has_aux=True)(state.params)
+    (loss, (total, _, extras)), grads = jax.jit(jax.value_and_grad(fn, has_aux=True))(state.params)
     return loss, total, extras, grads
 
   per_token, total, _, g_tok = loss_and_grads("tokens")
