@@ -542,10 +542,11 @@ def check_steps_match_forced(model, batch, rtol: float = 2e-5, atol: float = 2e-
   teacher-forced logits of `batch` (jnp arrays from `random_batch`) at every position."""
   forced = compiled(type(model).__call__, model, batch["src"], batch["src_mask"], batch["tgt_in"])
   # `steps`: an intra-attention model's memory has one slot per decoder step.
-  enc = model.encode(batch["src"], batch["src_mask"], steps=batch["tgt_in"].shape[1])
+  steps = batch["tgt_in"].shape[1]
+  enc = compiled(type(model).encode, model, batch["src"], batch["src_mask"], steps=steps)
   state = enc.init_state
-  for i in range(batch["tgt_in"].shape[1]):
-    state, logits, _ = model.decoder_step(enc, state, batch["tgt_in"][:, i])
+  for i in range(steps):
+    state, logits, _ = compiled(type(model).decoder_step, model, enc, state, batch["tgt_in"][:, i])
     np.testing.assert_allclose(np.asarray(logits), np.asarray(forced[:, i]), rtol=rtol, atol=atol)
 
 
