@@ -50,12 +50,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
   return lines
 
 
+def command_block(command: str) -> list[str]:
+  """The lines of a page's closing command, as a bash code block."""
+  return ["```bash", command, "```"]
+
+
 def table_page(
   title: str, intro: str, header: Sequence[str], rows: Sequence[Sequence[str]], command: str
 ) -> str:
   """A script's page of one table: its title, what it shows, the table and the command."""
   return "\n".join(
-    [f"# {title}", "", intro, "", *table(header, rows), "", "```bash", command, "```", ""]
+    [f"# {title}", "", intro, "", *table(header, rows), "", *command_block(command), ""]
   )
 
 

@@ -44,9 +44,7 @@ def page(record: dict[str, Any]) -> str:
     "",
     *reports.table(header, cells),
     "",
-    "```bash",
-    record["command"],
-    "```",
+    *reports.command_block(record["command"]),
   ]
   return "\n".join(lines) + "\n"
 

@@ -21,9 +21,7 @@ def seed_timing_tables(study: Path) -> list[str]:
       f"{len(t['seeds'])} seeds of {t['steps_per_seed']:,} updates each, `{t['config']}`, on "
       f"{cpu_name(t)}, {date_of(t)}:",
       "",
-      "```bash",
-      t["command"],
-      "```",
+      *reports.command_block(t["command"]),
       "",
     ]
     cells = [

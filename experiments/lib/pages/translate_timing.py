@@ -29,9 +29,7 @@ def page(record: dict[str, Any]) -> str:
     f"**{fmt(record['decoding_only_sentences_per_s'], 1)} sentences/s** over the input. "
     f"Cold and warm outputs {'identical' if record['same_output_cold_and_warm'] else 'DIFFER'}.",
     "",
-    "```bash",
-    record["command"],
-    "```",
+    *reports.command_block(record["command"]),
   ]
   return "\n".join(lines) + "\n"
 
