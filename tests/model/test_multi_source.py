@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import build_model, data_settings, randomise
+from helpers import build_model, compiled, data_settings, randomise
 
 from configs import tiny
 from seq2seq import evaluation, settings, translate
@@ -90,18 +90,21 @@ def test_each_source_gets_its_own_attention_and_decoding_equals_teacher_forcing(
   )
   mask = (src > 0).astype(jnp.int32)
   tgt_in = jnp.array([[tok.BOS_ID, 11, 12], [tok.BOS_ID, 13, 14]])
-  logits, alpha = model(src, mask, tgt_in, return_alpha=True)
+  forward = lambda m, src, **how: compiled(type(m).__call__, m, src, mask, tgt_in, **how)
+  logits, alpha = forward(model, src, return_alpha=True)
   np.testing.assert_allclose(np.asarray(alpha[..., :4].sum(-1)), 1.0, rtol=1e-5)
   np.testing.assert_allclose(np.asarray(alpha[..., 4:].sum(-1)), 1.0, rtol=1e-5)
   assert float(jnp.abs(alpha * (1 - mask[:, None, :])).max()) == 0.0
-  enc = model.encode(src, mask)
+  enc = compiled(type(model).encode, model, src, mask)
   state = enc.init_state
   for i in range(tgt_in.shape[1]):
-    state, step_logits, step_alpha = model.decoder_step(enc, state, tgt_in[:, i])
+    state, step_logits, step_alpha = compiled(
+      type(model).decoder_step, model, enc, state, tgt_in[:, i]
+    )
     np.testing.assert_allclose(np.asarray(step_logits), np.asarray(logits[:, i]), atol=2e-5)
     np.testing.assert_allclose(np.asarray(step_alpha), np.asarray(alpha[:, i]), atol=1e-6)
   # The second source matters: changing one of its words changes the output distribution.
-  other = model(src.at[0, 4].set(10), mask, tgt_in)
+  other = forward(model, src.at[0, 4].set(10))
   assert float(jnp.abs(other[0] - logits[0]).max()) > 1e-4
   np.testing.assert_array_equal(np.asarray(other[1]), np.asarray(logits[1]))
 
