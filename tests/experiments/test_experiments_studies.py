@@ -264,6 +264,7 @@ def test_translate_sorted_bench_times_both_orders_and_each_input_in_a_fresh_proc
   budget, none translated differently (configs/tiny.py pads every source alike); two inputs of
   short lines, each translated whole by its own main.py process."""
   from experiments.lib.decoding import pairs
+  from experiments.lib.pages import translate_sorted_bench as translate_sorted_page
 
   sources = [ex.src for ex in pairs(trained, "test")]
   (tmp_path / "in.txt").write_text("".join(s + "\n" for s in sources[:24]))
@@ -280,6 +281,11 @@ def test_translate_sorted_bench_times_both_orders_and_each_input_in_a_fresh_proc
   assert all(m["lines_written"] == m["lines"] and m["peak_rss_mib"] > 0 for m in record["memory"])
   assert record["command"].startswith("python -m experiments.translate_sorted_bench --workdir")
   assert record["cpu"] and record["load_average"]["start"]
+  # This machine's folders are named by their flags, as the results pages need.
+  assert "--workdir RUN" in record["command"] and record["run"] == "RUN"
+  assert str(trained) not in json.dumps(record)
+  page = translate_sorted_page.page(record)
+  assert "| length, max_tokens=48 |" in page and "| 70 |" in page
 
 
 def test_the_mbr_page_leaves_out_a_timing_no_row_has():

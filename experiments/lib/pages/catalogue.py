@@ -26,6 +26,7 @@ from experiments.lib.pages import (
   seed_timing,
   serve_bench,
   tabulate,
+  translate_sorted_bench,
   translate_timing,
 )
 from experiments.lib.pages.study import StudyPage
@@ -42,6 +43,7 @@ MODULES = (
   attention_offsets,
   seed_timing,
   translate_timing,
+  translate_sorted_bench,
   matmul_options,
   profile_step,
   decoder_cost,
