@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from helpers import build_model, random_batch, randomise
+from helpers import build_model, compiled, random_batch, randomise
 
 from configs import rnnencdec, rnnsearch
 from seq2seq.model import models, scores
@@ -23,19 +23,22 @@ def _model(cfg, name="rnnsearch", seed=0):
 def test_output_shapes(tiny_config, name):
   model = _model(tiny_config, name)
   b = random_batch(vocab=VOCAB)
-  logits = model(b["src"], b["src_mask"], b["tgt_in"])
+  forward = lambda **how: compiled(
+    type(model).__call__, model, b["src"], b["src_mask"], b["tgt_in"], **how
+  )
+  logits = forward()
   assert logits.shape == (4, 6, VOCAB + 3) and logits.dtype == jnp.float32
-  enc = model.encode(b["src"], b["src_mask"])
+  enc = compiled(type(model).encode, model, b["src"], b["src_mask"])
   directions = 1 if name == "rnnencdec" else 2
   assert enc.annotations.shape == (4, 7, directions * tiny_config.model.enc_hidden)
   assert enc.init_state.s.shape == (4, tiny_config.model.dec_hidden)
   if name == "rnnsearch":
-    logits2, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+    logits2, alpha = forward(return_alpha=True)
     assert alpha.shape == (4, 6, 7)
     np.testing.assert_array_equal(np.asarray(logits2), np.asarray(logits))
   else:
     with pytest.raises(ValueError, match="no attention"):
-      model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+      forward(return_alpha=True)
 
 
 @pytest.mark.parametrize(
@@ -46,16 +49,20 @@ def test_scan_equals_step_by_step_loop(tiny_config, name, score):
   tiny_config.model.score = score
   model = randomise(_model(tiny_config, name))
   b = random_batch(seed=3, vocab=VOCAB)
-  logits = model(b["src"], b["src_mask"], b["tgt_in"])
-  enc = model.encode(b["src"], b["src_mask"])
+  forward = lambda **how: compiled(
+    type(model).__call__, model, b["src"], b["src_mask"], b["tgt_in"], **how
+  )
+  logits = forward()
+  enc = compiled(type(model).encode, model, b["src"], b["src_mask"])
   state, step_logits, step_alpha = enc.init_state, [], []
   for t in range(b["tgt_in"].shape[1]):
-    state, lg, alpha = model.decoder_step(enc, state, jnp.asarray(b["tgt_in"][:, t]))
+    tokens = jnp.asarray(b["tgt_in"][:, t])
+    state, lg, alpha = compiled(type(model).decoder_step, model, enc, state, tokens)
     step_logits.append(lg)
     step_alpha.append(alpha)
   np.testing.assert_allclose(np.asarray(logits), np.stack(step_logits, 1), rtol=2e-5, atol=2e-5)
   if name == "rnnsearch":
-    _, alpha = model(b["src"], b["src_mask"], b["tgt_in"], return_alpha=True)
+    _, alpha = forward(return_alpha=True)
     np.testing.assert_allclose(np.asarray(alpha), np.stack(step_alpha, 1), rtol=2e-5, atol=2e-6)
 
 
