@@ -82,6 +82,11 @@ def test_reverse_batch_swaps_the_sides_and_keeps_eos_paired():
   assert rev["align"].sum() == 1.0
 
 
+# The loss as training compiles it, one program per model and objective (outside `jit` each
+# operation and the decoders' scans compiled at every call).
+_loss = jax.jit(objective.loss_fn, static_argnums=(3, 4))
+
+
 def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   cfg = agreement_config(weight=0.0)
   plain_cfg = tiny.get_config()
@@ -99,13 +104,13 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   b = jnp_batch(seed=5)
   ts = state_of(model, cfg)
   independent = objective.Objective.from_config(cfg)  # Weight 0.
-  loss, (ce, tokens, extras) = objective.loss_fn(ts.params, ts, b, None, independent)
+  loss, (ce, tokens, extras) = _loss(ts.params, ts, b, None, independent)
   # The same forward and reverse weights as plain RNNsearch models.
   fwd = state_of(model.forward, plain_cfg)
   rev = state_of(model.reverse, plain_cfg)
   plain = objective.Objective.from_config(plain_cfg)
-  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = objective.loss_fn(fwd.params, fwd, b, None, plain)
-  rev_loss, _ = objective.loss_fn(rev.params, rev, objective.reverse_batch(b), None, plain)
+  fwd_loss, (fwd_ce, fwd_tokens, fwd_extras) = _loss(fwd.params, fwd, b, None, plain)
+  rev_loss, _ = _loss(rev.params, rev, objective.reverse_batch(b), None, plain)
   assert fwd_extras == {}
   assert float(extras["forward_loss"]) == pytest.approx(float(fwd_loss), rel=1e-6)
   assert float(extras["reverse_loss"]) == pytest.approx(float(rev_loss), rel=1e-6)
@@ -114,7 +119,7 @@ def test_forward_starts_from_plain_rnnsearch_and_weight_zero_splits_the_loss():
   assert 0.0 < float(extras["agreement"]) <= 1.0
   # With weight 1 the bonus is subtracted.
   weight_one = objective.Objective.from_config(agreement_config(weight=1.0))
-  loss1, _ = objective.loss_fn(ts.params, ts, b, None, weight_one)
+  loss1, _ = _loss(ts.params, ts, b, None, weight_one)
   assert float(loss1) == pytest.approx(float(loss) - float(extras["agreement"]), rel=1e-5)
 
 
