@@ -349,8 +349,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   if "date" not in record:  # A rerun finishing the stages keeps the first run's provenance.
     record.update(reports.provenance("scale_bench", argv, reports.load_average()))
     # The folders are this machine's: the page names them by their flags.
-    record["command"] = record["command"].replace(str(args.corpus), "CORPUS")
-    record["command"] = record["command"].replace(str(work), "WORK")
+    record["command"] = reports.named_folders(
+      record["command"], {"CORPUS": args.corpus, "WORK": work}
+    )
   record.update(cpu_count=os.cpu_count(), baseline_commit=args.baseline, sizes=dict(SIZES))
   for stage in args.stages.split(","):
     if stage in record.get("stages", {}):

@@ -184,17 +184,6 @@ def _cache_dir(run: Path) -> str:
   return json.loads((run / "config.json").read_text())["data"]["cache_dir"]
 
 
-def named_folders(record: dict[str, Any], folders: dict[str, str | None]) -> dict[str, Any]:
-  """`record` with this machine's folders (`--workdir`, `--scratch`) named by their flags in
-  its command and run, as the results pages name them (a page holds no machine's paths)."""
-  record = dict(record)
-  for name, folder in folders.items():
-    if folder:
-      for key in ("command", "run"):
-        record[key] = record[key].replace(str(folder), name)
-  return record
-
-
 def summary(record: dict[str, Any]) -> str:
   fmt = reports.fmt
   rows = [
@@ -266,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       record["memory"].append(memory(run, config, path, scratch))
       path.unlink()
   record |= reports.provenance("translate_sorted_bench", argv, load_start)
-  record = named_folders(record, {"RUN": args.workdir, "SCRATCH": args.scratch})
+  folders = {"RUN": args.workdir, "SCRATCH": args.scratch}  # Named by their flags.
+  for key in ("command", "run"):
+    record[key] = reports.named_folders(record[key], folders)
   out = Path(args.out) / "translate_sorted_bench.json"
   out.parent.mkdir(parents=True, exist_ok=True)
   reports.write_json(out, record)

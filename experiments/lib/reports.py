@@ -50,6 +50,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
   return lines
 
 
+def named_folders(text: str, folders: Mapping[str, str | Path | None]) -> str:
+  """`text` (a recorded command, a run's path) with this machine's folders replaced by the names
+  of their flags ({"RUN": "/work/run"}: "--workdir RUN"), as the results pages name them (a page
+  holds no machine's paths); a folder of None is left out. Longer folders are replaced first,
+  so one inside another keeps its own name."""
+  for name, folder in sorted(folders.items(), key=lambda item: -len(str(item[1] or ""))):
+    if folder:
+      text = text.replace(str(folder), name)
+  return text
+
+
 def command_block(command: str) -> list[str]:
   """The lines of a page's closing command, as a bash code block."""
   return ["```bash", command, "```"]
